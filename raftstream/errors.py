@@ -1,0 +1,194 @@
+"""The one typed error hierarchy of raftstream.
+
+Every error carries a status code (the gRPC code numbering, without importing grpc, so the
+engine and the Raft core can raise these too) and whether a retry may succeed. The mapping to
+and from gRPC status lives in one place, ``raftstream.proto.errors``; structured details (a
+leader hint, the field that failed validation) travel as attributes, never parsed from text.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, ClassVar
+
+__all__ = [
+    "AlreadyExistsError",
+    "Code",
+    "ConflictError",
+    "DataLossError",
+    "DeadlineExceededError",
+    "DuplicateError",
+    "ExpectedLastMsgIdError",
+    "ExpectedLastSeqError",
+    "ExpectedLastSubjectSeqError",
+    "ExpectedStreamError",
+    "InvalidArgumentError",
+    "InvariantError",
+    "LimitError",
+    "NoLeaderError",
+    "NotFoundError",
+    "NotLeaderError",
+    "PermissionDeniedError",
+    "PreconditionError",
+    "RaftStreamError",
+    "UnavailableError",
+    "invariant",
+]
+
+
+class Code(enum.IntEnum):
+    """Status codes, numbered as gRPC numbers them."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+
+class RaftStreamError(Exception):
+    """Base of every raftstream error.
+
+    ``code`` is the status a client sees; ``retriable`` says whether the same request may
+    succeed later unchanged (a leader change, a timeout), as opposed to a request that is
+    wrong (bad input, a failed precondition). ``reason`` is a stable machine-readable name.
+    """
+
+    code: ClassVar[Code] = Code.UNKNOWN
+    retriable: ClassVar[bool] = False
+    reason: ClassVar[str] = "UNKNOWN"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgumentError(RaftStreamError):
+    """Bad input. ``field`` names the offending field and ``rule`` the rule it broke."""
+
+    code = Code.INVALID_ARGUMENT
+    reason = "INVALID_ARGUMENT"
+
+    def __init__(self, field: str, rule: str, message: str | None = None) -> None:
+        super().__init__(message or f"{field}: {rule}", field=field, rule=rule)
+        self.field = field
+        self.rule = rule
+
+
+class NotFoundError(RaftStreamError):
+    code = Code.NOT_FOUND
+    reason = "NOT_FOUND"
+
+
+class AlreadyExistsError(RaftStreamError):
+    code = Code.ALREADY_EXISTS
+    reason = "ALREADY_EXISTS"
+
+
+class PermissionDeniedError(RaftStreamError):
+    code = Code.PERMISSION_DENIED
+    reason = "PERMISSION_DENIED"
+
+
+class LimitError(RaftStreamError):
+    """A limit was hit (max_msgs with discard new, max_ack_pending, a payload size...)."""
+
+    code = Code.RESOURCE_EXHAUSTED
+    reason = "LIMIT"
+
+
+class PreconditionError(RaftStreamError):
+    """The request is well formed but the current state refuses it."""
+
+    code = Code.FAILED_PRECONDITION
+    reason = "FAILED_PRECONDITION"
+
+
+class ExpectedStreamError(PreconditionError):
+    reason = "WRONG_EXPECTED_STREAM"
+
+
+class ExpectedLastSeqError(PreconditionError):
+    reason = "WRONG_LAST_SEQUENCE"
+
+
+class ExpectedLastSubjectSeqError(PreconditionError):
+    reason = "WRONG_LAST_SUBJECT_SEQUENCE"
+
+
+class ExpectedLastMsgIdError(PreconditionError):
+    reason = "WRONG_LAST_MSG_ID"
+
+
+class ConflictError(RaftStreamError):
+    code = Code.ABORTED
+    reason = "CONFLICT"
+
+
+class DuplicateError(RaftStreamError):
+    code = Code.ALREADY_EXISTS
+    reason = "DUPLICATE"
+
+
+class DataLossError(RaftStreamError):
+    """Stored bytes failed their checksum: never return them as data."""
+
+    code = Code.DATA_LOSS
+    reason = "DATA_LOSS"
+
+
+class UnavailableError(RaftStreamError):
+    code = Code.UNAVAILABLE
+    retriable = True
+    reason = "UNAVAILABLE"
+
+
+class NotLeaderError(UnavailableError):
+    """This replica is not the leader; ``leader`` (may be None) is the known leader's id."""
+
+    reason = "NOT_LEADER"
+
+    def __init__(
+        self, message: str = "not the leader", *, leader: str | None = None, **details: Any
+    ) -> None:
+        super().__init__(message, leader=leader, **details)
+        self.leader = leader
+
+
+class NoLeaderError(UnavailableError):
+    reason = "NO_LEADER"
+
+
+class DeadlineExceededError(RaftStreamError):
+    code = Code.DEADLINE_EXCEEDED
+    retriable = True
+    reason = "TIMEOUT"
+
+
+class InvariantError(RaftStreamError):
+    """An internal invariant broke: a bug, never a user error."""
+
+    code = Code.INTERNAL
+    reason = "INVARIANT"
+
+
+def invariant(cond: bool, msg: str) -> None:
+    """Raise InvariantError unless ``cond``. Unlike ``assert``, survives ``python -O``."""
+    if not cond:
+        raise InvariantError(msg)
