@@ -56,7 +56,7 @@ class StoredMsg:
     subject: str
     data: bytes
     ts: int
-    headers: Mapping[str, str] = EMPTY_HEADERS
+    headers: Mapping[str, str] = field(default_factory=lambda: EMPTY_HEADERS)
     ttl_ns: int = 0  # per-message TTL (0: none); expires at ts + ttl_ns
 
     @property

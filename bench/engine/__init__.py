@@ -1,0 +1,1 @@
+"""Engine micro-benchmarks (`make bench-engine`)."""

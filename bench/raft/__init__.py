@@ -1,0 +1,1 @@
+"""Raft benchmarks over real gRPC on loopback (`make bench-raft`)."""

@@ -1,0 +1,1 @@
+"""Pure Raft core: no IO, no asyncio, no clock, no global randomness."""

@@ -1,0 +1,1 @@
+"""Raft log storage: the LogStorage Protocol, an LMDB implementation and an in-memory twin."""
