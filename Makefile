@@ -41,13 +41,17 @@ test-fast: install
 sim: install
 	RAFTSTREAM_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q tests/sim -k seeds
 
-bench: bench-engine
+# Benchmarks print figures; they assert nothing (the machines are shared and noisy).
+bench: bench-engine bench-raft
 
 bench-engine: install
 	$(PY) -m raftstream.bench.engine
 
 # The node process and the local cluster land with the cluster issue; until then there is
 # nothing to start, and saying so beats pretending.
+bench-raft: install
+	$(PY) -m raftstream.bench.raft
+
 run: install
 	@echo "raftstream: the node process is not built yet (it lands with the cluster issue)." >&2
 	@exit 1
