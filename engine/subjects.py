@@ -3,10 +3,26 @@
 A subject is a string of tokens separated by ``.``. Filters may use two wildcards, each a whole
 token: ``*`` matches exactly one token and ``>`` matches one or more tokens and may only be
 the last token. Literal subjects (what is published) carry no wildcards.
+
+Rules (checked by ``validate_*``, each failure an InvalidArgumentError naming the field):
+
+- a subject is a non-empty ``str`` of valid UTF-8, at most ``SUBJECT_BYTES_MAX`` bytes;
+- no whitespace (any Unicode whitespace) and no control characters (NUL included) anywhere;
+- no empty token (``a..b``, ``.a``, ``a.``);
+- a wildcard is a whole token: ``a*`` or ``b>`` is refused rather than read as a literal, so
+  that a typo never silently becomes a subject nobody publishes to;
+- ``>`` only as the last token (``>.a`` is refused);
+- literal subjects (``validate_subject``) carry no wildcards at all;
+- a user stream (``validate_stream_subject``) may not capture the system's reserved spaces.
+
+Matching functions (``subject_matches``, ``subjects_collide``, ``is_subset``) assume their
+arguments were validated; on unvalidated input they answer without raising, but the answer
+has no meaning. All functions here are pure and safe to call from any thread.
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from raftstream.errors import InvalidArgumentError
@@ -14,6 +30,7 @@ from raftstream.errors import InvalidArgumentError
 __all__ = [
     "FWC",
     "PWC",
+    "RESERVED_ALLOWED",
     "RESERVED_PREFIXES",
     "SUBJECT_BYTES_MAX",
     "has_wildcards",
@@ -22,6 +39,7 @@ __all__ = [
     "subjects_collide",
     "tokenize",
     "validate_filter",
+    "validate_queue",
     "validate_stream_subject",
     "validate_subject",
 ]
@@ -32,12 +50,24 @@ SUBJECT_BYTES_MAX = 4096
 # Subject spaces that belong to the system. raftstream's API is gRPC, not subjects, but the
 # names are kept free so that tools written for JetStream never see a user stream there.
 RESERVED_PREFIXES = ("$JS", "$JSC", "$SYS", "$NRG")
-_WHITESPACE = frozenset(" \t\r\n\f\v")
+# Inside the reserved spaces, JetStream lets a stream capture its advisories and account
+# events (a common monitoring set-up); a stream subject that is a subset of one of these is
+# accepted.
+RESERVED_ALLOWED = ("$JS.EVENT.>", "$SYS.ACCOUNT.>")
+# Unicode whitespace plus the C0 controls and DEL: a NUL or a newline inside a subject is a
+# framing bug upstream, never a name someone meant.
+_FORBIDDEN_CHARS = re.compile(r"[\s\x00-\x1f\x7f]")
+# Tokenizing is on the publish path; a small bounded cache keeps repeated subjects cheap
+# without letting a stream of distinct (possibly 4 KiB) subjects pin much memory.
+_TOKENIZE_CACHE_ENTRIES_MAX = 8192
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=_TOKENIZE_CACHE_ENTRIES_MAX)
 def tokenize(subject: str) -> tuple[str, ...]:
-    """Split a subject into its tokens (no validation; see ``validate_*``)."""
+    """Split a subject into its tokens (no validation; see ``validate_*``).
+
+    The returned tuple is shared between callers (it is cached) and immutable.
+    """
     return tuple(subject.split("."))
 
 
@@ -46,15 +76,28 @@ def has_wildcards(subject: str) -> bool:
     return any(t in (PWC, FWC) for t in tokenize(subject))
 
 
-def _check(subject: object, field: str, *, wildcards: bool) -> str:
+def _check_text(subject: object, field: str) -> str:
+    """The character-level rules: type, non-empty, UTF-8, byte length, forbidden characters."""
     if not isinstance(subject, str):
         raise InvalidArgumentError(field, "must be a string")
     if not subject:
         raise InvalidArgumentError(field, "must not be empty")
-    if len(subject.encode("utf-8")) > SUBJECT_BYTES_MAX:
+    try:
+        size_bytes = len(subject.encode("utf-8"))
+    except UnicodeEncodeError:
+        # Lone surrogates: the subject could never be stored or sent as UTF-8.
+        raise InvalidArgumentError(field, f"must be valid UTF-8: {subject!r}") from None
+    if size_bytes > SUBJECT_BYTES_MAX:
         raise InvalidArgumentError(field, f"must be at most {SUBJECT_BYTES_MAX} bytes")
-    if any(c in _WHITESPACE for c in subject):
-        raise InvalidArgumentError(field, f"must not contain whitespace: {subject!r}")
+    if _FORBIDDEN_CHARS.search(subject):
+        raise InvalidArgumentError(
+            field, f"must not contain whitespace or control characters: {subject!r}"
+        )
+    return subject
+
+
+def _check_tokens(subject: str, field: str, *, wildcards: bool) -> None:
+    """The token-level rules: no empty token, wildcards whole and well placed."""
     tokens = tokenize(subject)
     last = len(tokens) - 1
     for i, tok in enumerate(tokens):
@@ -69,7 +112,12 @@ def _check(subject: object, field: str, *, wildcards: bool) -> str:
                 raise InvalidArgumentError(field, f"'>' may only be the last token: {subject!r}")
         elif PWC in tok or FWC in tok:
             raise InvalidArgumentError(field, f"wildcards must be whole tokens: {subject!r}")
-    return subject
+
+
+def _check(subject: object, field: str, *, wildcards: bool) -> str:
+    s = _check_text(subject, field)
+    _check_tokens(s, field, wildcards=wildcards)
+    return s
 
 
 def validate_subject(subject: object, field: str = "subject") -> str:
@@ -78,15 +126,31 @@ def validate_subject(subject: object, field: str = "subject") -> str:
 
 
 def validate_filter(subject: object, field: str = "filter_subject") -> str:
-    """Check a subject filter (wildcards allowed)."""
+    """Check a subject filter (wildcards allowed); raise InvalidArgumentError naming ``field``."""
     return _check(subject, field, wildcards=True)
 
 
+def validate_queue(queue: object, field: str = "queue") -> str:
+    """Check a queue group name: the character rules of a subject, any token shape.
+
+    Queue names are opaque labels (``workers``, ``svc.v2``), so wildcard characters and dots
+    carry no meaning in them; only emptiness, size and whitespace/control characters matter.
+    """
+    return _check_text(queue, field)
+
+
 def validate_stream_subject(subject: object, field: str = "subjects") -> str:
-    """Check a subject a user stream captures: a filter outside the reserved spaces."""
+    """Check a subject a user stream captures: a filter outside the reserved spaces.
+
+    A subject is refused when its first token is one of ``RESERVED_PREFIXES`` (``$JS``,
+    ``$JS.API.>``, ``$SYS.x``...), unless it is a subset of one of ``RESERVED_ALLOWED``. As in
+    JetStream, a wildcard first token (``>``, ``*.API.>``) is not refused here: such a stream
+    captures far more than the reserved space, and whether that is allowed is a stream
+    configuration rule, not a subject rule.
+    """
     s = validate_filter(subject, field)
     first = tokenize(s)[0]
-    if first in RESERVED_PREFIXES:
+    if first in RESERVED_PREFIXES and not any(is_subset(s, ok) for ok in RESERVED_ALLOWED):
         raise InvalidArgumentError(
             field, f"{first!r} is a reserved subject prefix and cannot be captured: {s!r}"
         )
@@ -110,7 +174,7 @@ def subject_matches(filter_: str, subject: str) -> bool:
 
 
 def subjects_collide(a: str, b: str) -> bool:
-    """True when some literal subject is matched by both ``a`` and ``b``."""
+    """True when some literal subject is matched by both ``a`` and ``b`` (symmetric)."""
     if a == b:
         return True
     ta = tokenize(a)
@@ -118,6 +182,7 @@ def subjects_collide(a: str, b: str) -> bool:
     for i in range(max(len(ta), len(tb))):
         x = ta[i] if i < len(ta) else None
         y = tb[i] if i < len(tb) else None
+        # '>' absorbs the rest of the other side as long as it has at least one more token.
         if x == FWC:
             return y is not None
         if y == FWC:
@@ -141,6 +206,8 @@ def is_subset(sub: str, sup: str) -> bool:
         if i >= len(ts):
             return False
         s = ts[i]
+        # A '>' in ``sub`` also matches subjects longer than anything a non-'>' ``sup`` token
+        # allows, and a '*' in ``sub`` matches tokens a literal ``sup`` token does not.
         if s == FWC:
             return False
         if p == PWC:
