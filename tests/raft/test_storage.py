@@ -1,0 +1,367 @@
+"""LogStorage contract, run against LMDB and its in-memory twin.
+
+Each test names the rule it pins: Raft §5.3 (a conflicting suffix is truncated), §7
+(snapshots compact the log; a mismatching snapshot supersedes the whole log), durability
+(a returned ``write_batch`` survives a reopen and kill -9), and checksums (a corrupted record
+raises DataLossError, never returns data).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import lmdb
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raftstream.errors import DataLossError, InvariantError
+from raftstream.raft.storage import (
+    GroupWrite,
+    LmdbLogStorage,
+    LogCompactedError,
+    LogStorage,
+    LogUnavailableError,
+    MemoryDisk,
+    MemoryLogStorage,
+    codec,
+)
+from raftstream.raft.types import (
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Snapshot,
+    SnapshotMeta,
+)
+
+
+@dataclass
+class Backend:
+    """Opens a storage on one persistent medium; ``reopen`` models a process restart."""
+
+    name: str
+    open: Callable[[], LogStorage]
+    corrupt: Callable[[str, int], None]  # (group, entry index): flip one byte of its data
+
+    def reopen(self, storage: LogStorage) -> LogStorage:
+        storage.close()
+        return self.open()
+
+
+def _memory_backend() -> Backend:
+    disk = MemoryDisk()
+
+    def corrupt(group: str, index: int) -> None:
+        prefix = disk.registry[group]
+        raw = bytearray(disk.entries[prefix][index])
+        raw[-1] ^= 0xFF
+        disk.entries[prefix][index] = bytes(raw)
+
+    return Backend("memory", lambda: MemoryLogStorage(disk), corrupt)
+
+
+def _lmdb_backend(path: Path) -> Backend:
+    def corrupt(group: str, index: int) -> None:
+        # Called with the storage closed: LMDB forbids opening one environment twice.
+        env = lmdb.open(str(path), max_dbs=8)
+        prefix = env.begin(db=env.open_db(b"groups")).get(group.encode())
+        entries = env.open_db(b"entries")
+        with env.begin(write=True, db=entries) as txn:
+            key = codec.entry_key(bytes(prefix), index)
+            raw = bytearray(txn.get(key))
+            raw[-1] ^= 0xFF
+            txn.put(key, bytes(raw))
+        env.close()
+
+    return Backend("lmdb", lambda: LmdbLogStorage(path, map_size_bytes=64 << 20), corrupt)
+
+
+@pytest.fixture(params=["memory", "lmdb"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "memory":
+        return _memory_backend()
+    return _lmdb_backend(tmp_path / "log")
+
+
+@pytest.fixture
+def storage(backend: Backend) -> Iterator[LogStorage]:
+    s = backend.open()
+    yield s
+    s.close()
+
+
+def ents(lo: int, hi: int, term: int, size: int = 8) -> tuple[Entry, ...]:
+    return tuple(Entry(i, term, EntryType.NORMAL, bytes([i % 256]) * size) for i in range(lo, hi))
+
+
+def test_append_and_read_back(storage: LogStorage) -> None:
+    storage.write_batch([GroupWrite("g", HardState(1, "n1", 3), ents(1, 6, 1))])
+    log = storage.log("g")
+    assert (log.first_index(), log.last_index()) == (1, 5)
+    assert log.entries(1, 6) == list(ents(1, 6, 1))
+    assert log.term(0) == 0 and log.term(5) == 1 and log.term(3) == 1
+    assert log.hard_state() == HardState(1, "n1", 3)
+    assert storage.groups() == ["g"]
+
+
+def test_entries_respect_max_bytes_but_return_at_least_one(storage: LogStorage) -> None:
+    storage.write_batch([GroupWrite("g", None, ents(1, 11, 1, size=100))])
+    log = storage.log("g")
+    assert [e.index for e in log.entries(1, 11, max_bytes=250)] == [1, 2]
+    assert [e.index for e in log.entries(3, 11, max_bytes=10)] == [3]
+
+
+def test_reads_outside_the_log_raise(storage: LogStorage) -> None:
+    storage.write_batch([GroupWrite("g", None, ents(1, 4, 1))])
+    log = storage.log("g")
+    with pytest.raises(LogUnavailableError):
+        log.term(4)
+    with pytest.raises(LogUnavailableError):
+        log.entries(2, 6)
+    assert log.entries(2, 2) == []
+
+
+def test_conflicting_suffix_is_truncated_raft_5_3(storage: LogStorage) -> None:
+    """Raft §5.3: an existing entry that conflicts with a new one goes, with all after it."""
+    storage.write_batch([GroupWrite("g", None, ents(1, 8, 1))])
+    storage.write_batch([GroupWrite("g", None, ents(4, 6, 2))])
+    log = storage.log("g")
+    assert log.last_index() == 5
+    assert [(e.index, e.term) for e in log.entries(1, 6)] == [(i, 1) for i in (1, 2, 3)] + [
+        (4, 2),
+        (5, 2),
+    ]
+    with pytest.raises(LogUnavailableError):
+        log.term(6)
+
+
+def test_bad_write_changes_nothing_in_the_batch(storage: LogStorage) -> None:
+    """A batch is atomic: a gap in one group's append rejects every group's write."""
+    storage.write_batch([GroupWrite("a", None, ents(1, 3, 1))])
+    with pytest.raises(InvariantError):
+        storage.write_batch(
+            [GroupWrite("a", None, ents(3, 5, 1)), GroupWrite("b", None, ents(5, 6, 1))]
+        )
+    assert storage.log("a").last_index() == 2
+    assert storage.groups() == ["a"]
+    with pytest.raises(InvariantError):
+        storage.write_batch([GroupWrite("a", HardState(1, "", 9))])  # commit beyond the log
+
+
+def test_snapshot_compacts_and_keeps_the_matching_suffix_raft_7(storage: LogStorage) -> None:
+    """Raft §7: the log holds the snapshot's last entry, so entries after it are retained."""
+    conf = ConfState(voters=("n1", "n2", "n3"), learners=("n4",))
+    storage.write_batch([GroupWrite("g", HardState(2, "n1", 6), ents(1, 5, 1) + ents(5, 11, 2))])
+    snap = Snapshot(SnapshotMeta(6, 2, conf), b"state-machine-at-6")
+    storage.write_batch([GroupWrite("g", snapshot=snap)])
+    log = storage.log("g")
+    assert (log.first_index(), log.last_index()) == (7, 10)
+    assert log.term(6) == 2 and log.term(10) == 2
+    assert log.snapshot() == snap and log.conf_state() == conf
+    assert log.entries(7, 11) == list(ents(7, 11, 2))
+    with pytest.raises(LogCompactedError):
+        log.entries(6, 8)
+    with pytest.raises(LogCompactedError):
+        log.term(5)
+
+
+def test_mismatching_snapshot_discards_the_whole_log_raft_7(storage: LogStorage) -> None:
+    """Raft §7: a snapshot whose last entry the log lacks supersedes all of the log."""
+    storage.write_batch([GroupWrite("g", None, ents(1, 11, 1))])
+    snap = Snapshot(SnapshotMeta(8, 3, ConfState(voters=("n1",))), b"x" * 1000)
+    storage.write_batch([GroupWrite("g", HardState(3, "", 8), (), snap)])
+    log = storage.log("g")
+    assert (log.first_index(), log.last_index(), log.term(8)) == (9, 8, 3)
+    assert log.entries(9, 9) == []
+    storage.write_batch([GroupWrite("g", None, ents(9, 12, 3))])
+    assert [e.index for e in log.entries(9, 12)] == [9, 10, 11]
+
+
+def test_everything_survives_a_reopen(backend: Backend) -> None:
+    s = backend.open()
+    snap = Snapshot(SnapshotMeta(3, 1, ConfState(voters=("a", "b"))), b"snap")
+    s.write_batch([GroupWrite("g1", HardState(1, "a", 2), ents(1, 6, 1))])
+    s.write_batch([GroupWrite("g1", HardState(2, "b", 5), ents(6, 8, 2), snap)])
+    s.write_batch([GroupWrite("g2", HardState(7, "", 0), ())])
+    s = backend.reopen(s)
+    try:
+        assert s.groups() == ["g1", "g2"]
+        g1 = s.log("g1")
+        assert (g1.first_index(), g1.last_index(), g1.term(3), g1.term(7)) == (4, 7, 1, 2)
+        assert g1.hard_state() == HardState(2, "b", 5) and g1.snapshot() == snap
+        assert s.log("g2").hard_state() == HardState(7, "", 0)
+        assert s.log("g2").last_index() == 0
+    finally:
+        s.close()
+
+
+def test_corrupted_entry_raises_data_loss_never_data(backend: Backend) -> None:
+    s = backend.open()
+    s.write_batch([GroupWrite("g", None, ents(1, 6, 1))])
+    s.close()
+    backend.corrupt("g", 3)
+    s = backend.open()
+    try:
+        log = s.log("g")
+        assert [e.index for e in log.entries(1, 3)] == [1, 2]
+        with pytest.raises(DataLossError):
+            log.entries(1, 6)
+        with pytest.raises(DataLossError):
+            log.term(3)
+    finally:
+        s.close()
+
+
+def test_corrupted_last_entry_is_caught_on_open(backend: Backend) -> None:
+    s = backend.open()
+    s.write_batch([GroupWrite("g", None, ents(1, 4, 1))])
+    s.close()
+    backend.corrupt("g", 3)
+    with pytest.raises(DataLossError):
+        backend.open()
+
+
+def test_many_groups_in_one_batch(storage: LogStorage) -> None:
+    writes = [GroupWrite(f"group-{i}", HardState(1, "n1", 0), ents(1, 4, 1)) for i in range(200)]
+    txn_before = _lmdb_txn_id(storage)
+    storage.write_batch(writes)
+    if txn_before is not None:  # LMDB: the 200 groups cost exactly one write transaction
+        assert _lmdb_txn_id(storage) == txn_before + 1
+    assert len(storage.groups()) == 200
+    for i in (0, 99, 199):
+        assert storage.log(f"group-{i}").entries(1, 4) == list(ents(1, 4, 1))
+    with pytest.raises(InvariantError):
+        storage.write_batch([GroupWrite("x"), GroupWrite("x")])
+
+
+def _lmdb_txn_id(storage: LogStorage) -> int | None:
+    if isinstance(storage, LmdbLogStorage):
+        return int(storage._env.info()["last_txnid"])
+    return None
+
+
+def test_remove_group_is_durable_and_leaves_others(backend: Backend) -> None:
+    s = backend.open()
+    s.write_batch([GroupWrite(g, HardState(1, "", 1), ents(1, 3, 1)) for g in ("a", "b", "c")])
+    s.remove_group("b")
+    s.remove_group("b")
+    assert s.groups() == ["a", "c"]
+    assert s.log("b").last_index() == 0
+    s = backend.reopen(s)
+    try:
+        assert s.groups() == ["a", "c"]
+        assert s.log("c").entries(1, 3) == list(ents(1, 3, 1))
+        s.write_batch([GroupWrite("b", None, ents(1, 2, 5))])
+        assert s.log("b").term(1) == 5
+    finally:
+        s.close()
+
+
+# --- a model-based check: random appends, overwrites and snapshots against a plain list ---
+
+_op = st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 6), st.integers(1, 5), st.integers(0, 2)),
+    st.tuples(st.just("snapshot"), st.integers(0, 8), st.booleans(), st.just(0)),
+)
+
+
+@settings(max_examples=60)
+@given(ops=st.lists(_op, max_size=25))
+def test_random_writes_match_a_model(ops: list[tuple[str, int, int | bool, int]]) -> None:
+    storage = MemoryLogStorage()
+    _run_model(storage, ops)
+
+
+def _run_model(storage: LogStorage, ops: list[tuple[str, int, int | bool, int]]) -> None:
+    snap_index, snap_term, log = 0, 0, []  # log[k] is the term of entry snap_index + 1 + k
+    for kind, a, b, c in ops:
+        last = snap_index + len(log)
+        last_term = log[-1] if log else snap_term
+        if kind == "append":
+            start = max(snap_index + 1, last + 1 - a)
+            new = ents(start, start + int(b), last_term + c)
+            storage.write_batch([GroupWrite("g", None, new)])
+            log = log[: start - snap_index - 1] + [e.term for e in new]
+        else:
+            index = min(last, snap_index + a)
+            term = (log[index - snap_index - 1] if index > snap_index else snap_term) + (
+                0 if b else 1
+            )
+            snap = Snapshot(SnapshotMeta(index, term), b"s")
+            storage.write_batch([GroupWrite("g", snapshot=snap)])
+            log = log[index - snap_index :] if b else []
+            snap_index, snap_term = index, term
+        view = storage.log("g")
+        assert (view.first_index(), view.last_index()) == (snap_index + 1, snap_index + len(log))
+        got = view.entries(snap_index + 1, snap_index + len(log) + 1)
+        assert [e.term for e in got] == log
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_writes_match_a_model_on_lmdb(tmp_path: Path, seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    ops: list[tuple[str, int, int | bool, int]] = [
+        ("append", rng.randrange(7), rng.randrange(1, 6), rng.randrange(3))
+        if rng.random() < 0.75
+        else ("snapshot", rng.randrange(9), rng.random() < 0.5, 0)
+        for _ in range(60)
+    ]
+    storage = LmdbLogStorage(tmp_path / "m", map_size_bytes=64 << 20)
+    try:
+        _run_model(storage, ops)
+    finally:
+        storage.close()
+
+
+# --- kill -9: exactly the fsynced transactions come back ---
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    from raftstream.raft.storage import GroupWrite, LmdbLogStorage
+    from raftstream.raft.types import Entry, HardState
+    s = LmdbLogStorage(sys.argv[1], map_size_bytes=64 << 20)
+    i = 0
+    while True:
+        batch = [Entry(i + k + 1, 1, data=b"p" * 100) for k in range(10)]
+        s.write_batch([GroupWrite(g, HardState(1, "n1", i), tuple(batch)) for g in "abc"])
+        i += 10
+        print(i, flush=True)
+    """
+)
+
+
+def test_kill_9_restores_exactly_the_fsynced_batches(tmp_path: Path) -> None:
+    """Every batch whose write_batch returned is back, and no batch is half there."""
+    path = tmp_path / "crash"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        acked = 0
+        assert proc.stdout is not None
+        while acked < 300:
+            acked = int(proc.stdout.readline())
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    s = LmdbLogStorage(path, map_size_bytes=64 << 20)
+    try:
+        lasts = {s.log(g).last_index() for g in "abc"}
+        assert len(lasts) == 1, "the three groups were written in one transaction"
+        (last,) = lasts
+        assert last >= acked and last % 10 == 0
+        assert [e.index for e in s.log("a").entries(1, last + 1)] == list(range(1, last + 1))
+        assert s.log("b").hard_state() == HardState(1, "n1", last - 10)
+    finally:
+        s.close()
