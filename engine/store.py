@@ -16,14 +16,22 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from raftstream.engine.subjects import FWC, validate_filter
+from raftstream.errors import InvalidArgumentError
+
 __all__ = [
     "EMPTY_HEADERS",
     "UNLIMITED",
     "DiscardPolicy",
+    "PurgeRequest",
     "StoreLimits",
     "StoredMsg",
     "StreamState",
     "StreamStore",
+    "headers_size",
+    "limit_set",
+    "msg_size",
+    "normalize_purge",
 ]
 
 UNLIMITED = -1
@@ -37,7 +45,13 @@ class DiscardPolicy(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class StoreLimits:
-    """Limits enforced on append; -1 (``UNLIMITED``) means no limit."""
+    """Limits enforced on append; -1 (``UNLIMITED``) means no limit.
+
+    As in JetStream, any value <= 0 is treated as "no limit" (JetStream's stores test
+    ``limit > 0``), so a zero from a config that forgot to normalise never blocks a stream.
+    ``max_msg_size`` counts header keys/values and payload (not the subject), as JetStream's
+    ``max_msg_size`` does; ``max_bytes`` counts ``StoredMsg.size``.
+    """
 
     max_msgs: int = UNLIMITED
     max_bytes: int = UNLIMITED
@@ -62,15 +76,19 @@ class StoredMsg:
     @property
     def size(self) -> int:
         """Bytes counted against ``max_bytes``: subject + header keys/values + payload."""
-        return (
-            len(self.subject.encode())
-            + sum(len(k.encode()) + len(v.encode()) for k, v in self.headers.items())
-            + len(self.data)
-        )
+        return msg_size(self.subject, self.data, self.headers)
 
 
 @dataclass(frozen=True, slots=True)
 class StreamState:
+    """A stream's counters, as JetStream reports them.
+
+    A stream that never stored anything has ``first_seq == last_seq == 0``. Once a sequence
+    was used, an empty stream has ``first_seq == last_seq + 1`` (JetStream after a purge).
+    ``last_seq``/``last_ts`` are those of the last append and do not move back when that
+    message is removed; ``first_ts`` is the timestamp of the first stored message (0 if none).
+    """
+
     first_seq: int
     last_seq: int
     msgs: int
@@ -82,12 +100,77 @@ class StreamState:
     subjects: Mapping[str, int] = field(default_factory=dict)  # only when asked for
 
 
+def limit_set(value: int) -> bool:
+    """True when a ``StoreLimits`` count/size is an actual limit (JetStream: ``> 0``)."""
+    return value > 0
+
+
+def headers_size(headers: Mapping[str, str]) -> int:
+    """Bytes of header keys and values, as counted by ``StoredMsg.size``."""
+    if not headers:
+        return 0
+    return sum(len(k.encode()) + len(v.encode()) for k, v in headers.items())
+
+
+def msg_size(subject: str, data: bytes, headers: Mapping[str, str]) -> int:
+    """``StoredMsg.size`` computed before the message exists (for discard-new checks)."""
+    return len(subject.encode()) + headers_size(headers) + len(data)
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeRequest:
+    """A validated purge: what ``StreamStore.purge`` removes.
+
+    ``subject`` None means every subject; ``before_seq`` None means no upper bound (it is
+    exclusive, as JetStream's purge ``seq``); ``keep`` None means keep nothing.
+    """
+
+    subject: str | None
+    before_seq: int | None
+    keep: int | None
+
+    @property
+    def is_full(self) -> bool:
+        return self.subject is None and self.before_seq is None and self.keep is None
+
+
+def normalize_purge(subject: str | None, seq: int | None, keep: int | None) -> PurgeRequest:
+    """Validate purge arguments the way JetStream's purge request does.
+
+    ``subject`` ``">"`` is the same as no filter; ``seq`` and ``keep`` of 0 mean unset;
+    ``seq`` and ``keep`` together are refused (JetStream: "sequence and keep are mutually
+    exclusive"). Raises ``InvalidArgumentError`` naming the field.
+    """
+    if subject is not None:
+        validate_filter(subject, "subject")
+        if subject == FWC:
+            subject = None
+    if seq is not None and seq < 0:
+        raise InvalidArgumentError("seq", "must not be negative")
+    if keep is not None and keep < 0:
+        raise InvalidArgumentError("keep", "must not be negative")
+    seq = seq or None
+    keep = keep or None
+    if seq is not None and keep is not None:
+        raise InvalidArgumentError("seq", "seq and keep are mutually exclusive")
+    return PurgeRequest(subject=subject, before_seq=seq, keep=keep)
+
+
 class StreamStore(Protocol):
     """A single stream's messages on one node.
 
     Failure contract: ``LimitError`` when a discard-new limit refuses an append (nothing
     changes); ``NotFoundError`` for a sequence that was never stored or was removed;
-    ``DataLossError`` when a stored record fails its checksum (never wrong data).
+    ``DataLossError`` when a stored record fails its checksum (never wrong data);
+    ``InvalidArgumentError`` for a malformed subject, filter or purge request (nothing
+    changes). An exception that leaves ``transaction()`` rolls the whole group back.
+
+    Limits on append, in JetStream's order: ``max_msg_size`` and (with discard new)
+    ``max_msgs``, ``max_bytes`` and ``discard_new_per_subject`` refuse the message before
+    anything is written; otherwise the message is stored and then ``max_msgs_per_subject``,
+    ``max_msgs``, ``max_bytes`` and ``max_age`` remove the oldest messages until they hold.
+    Age expiry walks from the first message and stops at the first young one (timestamps are
+    the leader's and grow with the sequence).
     """
 
     @property
@@ -133,7 +216,12 @@ class StreamStore(Protocol):
         self, *, subject: str | None = None, seq: int | None = None, keep: int | None = None
     ) -> int:
         """Remove messages (all, matching ``subject``, below ``seq``, or all but the newest
-        ``keep``); returns how many were removed."""
+        ``keep``); returns how many were removed.
+
+        As JetStream's purge request: ``subject`` narrows any form; ``seq`` is exclusive and
+        cannot be combined with ``keep``; ``keep`` keeps the newest N matching messages. A
+        purge below ``seq`` without a subject compacts: ``first_seq`` becomes at least
+        ``seq`` (and ``last_seq`` moves up to ``seq - 1`` if it was lower)."""
 
     def expire(self, now_ns: int) -> int:
         """Remove messages past ``max_age`` or their TTL as of ``now_ns``; returns count."""
