@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from raftstream.errors import PreconditionError
+from raftstream.raft.core.log import CompactedError
 from raftstream.raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 
 __all__ = [
@@ -22,10 +23,9 @@ __all__ = [
 ]
 
 
-class LogCompactedError(PreconditionError):
-    """The requested index is below the first stored entry (folded into the snapshot)."""
-
-    reason = "LOG_COMPACTED"
+# The core's error for "below the first index": storage raises it so the core can react
+# (send a snapshot instead of entries).
+LogCompactedError = CompactedError
 
 
 class LogUnavailableError(PreconditionError):
@@ -38,9 +38,10 @@ class LogUnavailableError(PreconditionError):
 class GroupWrite:
     """What one group persists in a round: the durable part of its Ready.
 
-    Applied in this order within the write: ``snapshot`` (compacts the log through its index;
-    if the log does not hold the snapshot's last entry with the same term, the whole log is
-    dropped, Raft §7), then ``entries`` (a suffix that conflicts with them is truncated first,
+    Applied in this order within the write: ``snapshot`` (one received from the leader: it
+    replaces the whole log, Raft §7, as the core restores from it alone), ``compaction`` (a
+    snapshot the state machine took at an applied index: entries up to it are dropped, those
+    after it kept), then ``entries`` (a suffix that conflicts with them is truncated first,
     §5.3), then ``hard_state``.
     """
 
@@ -48,6 +49,7 @@ class GroupWrite:
     hard_state: HardState | None = None
     entries: tuple[Entry, ...] = ()
     snapshot: Snapshot | None = None
+    compaction: Snapshot | None = None
 
 
 class GroupLog(Protocol):
@@ -66,16 +68,17 @@ class GroupLog(Protocol):
         ...
 
     def term(self, index: int) -> int:
-        """Term of entry ``index``; valid from the snapshot's index to ``last_index()``.
+        """Term of entry ``index``: the snapshot's term at its index, 0 beyond the last index.
 
-        Raises LogCompactedError below, LogUnavailableError above, DataLossError if the stored
+        Raises LogCompactedError below the snapshot's index, DataLossError if the stored
         record fails its checksum.
         """
         ...
 
-    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+    def entries(self, lo: int, hi: int, bytes_max: int | None = None) -> list[Entry]:
         """Entries ``[lo, hi)``; at least one when ``lo < hi``, then stop before the payload
-        exceeds ``max_bytes``. Raises as ``term`` does; DataLossError means never apply."""
+        exceeds ``bytes_max``. LogCompactedError if ``lo < first_index()``,
+        LogUnavailableError if ``hi > last_index() + 1``; DataLossError means never apply."""
         ...
 
     def hard_state(self) -> HardState: ...

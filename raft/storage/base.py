@@ -12,11 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from raftstream.errors import DataLossError, invariant
-from raftstream.raft.storage.api import (
-    GroupWrite,
-    LogCompactedError,
-    LogUnavailableError,
-)
+from raftstream.raft.core.log import CompactedError
+from raftstream.raft.storage.api import GroupWrite, LogUnavailableError
 from raftstream.raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 
 __all__ = ["GroupState", "LogStorageBase", "WritePlan", "plan_write"]
@@ -40,7 +37,8 @@ class GroupState:
 @dataclass(frozen=True, slots=True)
 class WritePlan:
     """Storage operations of one GroupWrite, in order: delete entries ``<= compact_through``,
-    delete entries ``>= truncate_from``, put ``entries``, put ``hard_state``/``snapshot``."""
+    delete entries ``>= truncate_from``, put ``entries``, put ``hard_state``, put
+    ``snapshot`` (the installed or the compaction snapshot, whichever is newer)."""
 
     state: GroupState  # the bounds once the plan is applied
     compact_through: int | None
@@ -50,35 +48,31 @@ class WritePlan:
     snapshot: Snapshot | None
 
 
-def _plan_snapshot(
-    state: GroupState, snap: Snapshot, term_at: Callable[[int], int]
-) -> tuple[GroupState, int]:
+def _plan_install(state: GroupState, snap: Snapshot) -> tuple[GroupState, int]:
+    """A snapshot from the leader replaces the whole log (the core restores from it alone)."""
     meta = snap.meta
     invariant(
         meta.index >= state.snap_meta.index,
         f"snapshot at {meta.index} older than the stored one at {state.snap_meta.index}",
     )
-    same = (meta.index, meta.term) == (state.snap_meta.index, state.snap_meta.term)
-    keep = same or (
-        state.first_index <= meta.index <= state.last_index and term_at(meta.index) == meta.term
-    )
-    if keep:  # our log already holds the snapshot's last entry: keep what follows (§7)
-        return GroupState(
-            prefix=state.prefix,
-            last_index=state.last_index,
-            last_term=state.last_term,
-            hard_state=state.hard_state,
-            snap_meta=meta,
-        ), meta.index
-    # The log disagrees with (or is behind) the snapshot: all of it is superseded (§7).
     dropped = max(state.last_index, meta.index)
-    return GroupState(
-        prefix=state.prefix,
-        last_index=meta.index,
-        last_term=meta.term,
-        hard_state=state.hard_state,
-        snap_meta=meta,
-    ), dropped
+    return GroupState(state.prefix, meta.index, meta.term, state.hard_state, meta), dropped
+
+
+def _plan_compaction(
+    state: GroupState, snap: Snapshot, term_at: Callable[[int], int]
+) -> tuple[GroupState, int]:
+    """A snapshot taken locally at an applied index: entries it covers go, the rest stay."""
+    meta = snap.meta
+    invariant(
+        state.snap_meta.index <= meta.index <= state.last_index,
+        f"compaction at {meta.index} outside the log {state.first_index}..{state.last_index}",
+    )
+    if meta.index > state.snap_meta.index:
+        invariant(term_at(meta.index) == meta.term, f"compaction term mismatch at {meta.index}")
+    return GroupState(state.prefix, state.last_index, state.last_term, state.hard_state, meta), (
+        meta.index
+    )
 
 
 def _check_entries(entries: tuple[Entry, ...]) -> None:
@@ -94,7 +88,10 @@ def plan_write(state: GroupState, write: GroupWrite, term_at: Callable[[int], in
     """
     compact_through: int | None = None
     if write.snapshot is not None:
-        state, compact_through = _plan_snapshot(state, write.snapshot, term_at)
+        state, compact_through = _plan_install(state, write.snapshot)
+    if write.compaction is not None:
+        state, through = _plan_compaction(state, write.compaction, term_at)
+        compact_through = max(compact_through or 0, through)
     # Entries at or below the snapshot are committed and already folded into it: skip them.
     entries = tuple(e for e in write.entries if e.index >= state.first_index)
     truncate_from: int | None = None
@@ -111,9 +108,8 @@ def plan_write(state: GroupState, write: GroupWrite, term_at: Callable[[int], in
         invariant(hs.term >= state.hard_state.term, "hard state term goes down")
         invariant(hs.commit <= state.last_index, f"commit {hs.commit} beyond the stored log")
         state = GroupState(state.prefix, state.last_index, state.last_term, hs, state.snap_meta)
-    return WritePlan(
-        state, compact_through, truncate_from, entries, write.hard_state, write.snapshot
-    )
+    snap = write.compaction or write.snapshot
+    return WritePlan(state, compact_through, truncate_from, entries, write.hard_state, snap)
 
 
 def check_unique_groups(writes: Sequence[GroupWrite]) -> None:
@@ -146,20 +142,20 @@ class _View:
         if index == st.snap_meta.index:
             return st.snap_meta.term
         if index < st.snap_meta.index:
-            raise LogCompactedError(f"{self._group}: entry {index} is compacted")
+            raise CompactedError(f"{self._group}: entry {index} is compacted")
         if index > st.last_index:
-            raise LogUnavailableError(f"{self._group}: entry {index} is beyond the log")
+            return 0
         return self._storage.read_entries(st.prefix, index, index + 1, None)[0].term
 
-    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+    def entries(self, lo: int, hi: int, bytes_max: int | None = None) -> list[Entry]:
         st = self._state()
         if lo < st.first_index:
-            raise LogCompactedError(f"{self._group}: entries from {lo} are compacted")
+            raise CompactedError(f"{self._group}: entries from {lo} are compacted")
         if hi > st.last_index + 1:
             raise LogUnavailableError(f"{self._group}: entries to {hi} are beyond the log")
         if lo >= hi:
             return []
-        return self._storage.read_entries(st.prefix, lo, hi, max_bytes)
+        return self._storage.read_entries(st.prefix, lo, hi, bytes_max)
 
     def hard_state(self) -> HardState:
         return self._state().hard_state
