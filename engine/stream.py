@@ -1,0 +1,480 @@
+"""The stream state machine: ``Stream.apply(entry) -> result``, deterministic.
+
+One ``Stream`` owns one ``StreamStore``. Every replica applies the same log of entries
+(``engine/entries.py``) and ends in the same state with the same results, because:
+
+- time comes only from the entry (``ts_ns``, stamped by the leader), never from a clock;
+- the time a replica acts on is ``max(entry.ts_ns, store.state().last_ts)``: a new leader
+  whose clock runs behind cannot make time go backwards, and the bound is itself replicated
+  state (the last append's stamp, persisted by the store), so a replica that restarted
+  computes the same time as one that did not;
+- every error is a function of the entry and the replicated state, and is raised before
+  anything is written (or inside one store transaction, which rolls back).
+
+Publish follows JetStream's order: subject capture, sealed, deduplication (so a retried
+publish gets its original answer even when its preconditions no longer hold), expected
+stream / last sequence / last subject sequence / last msg id, rollup and TTL permissions,
+``max_msg_size``, interest, then the append and the rollup purge in one transaction.
+
+Deduplication. The table maps a msg id to the (sequence, timestamp) of the newest message
+that carried it. A publish is a duplicate while that message is STILL STORED and younger
+than ``duplicate_window`` at the entry's time. The table is therefore a cache of a function
+of the stored messages (msg ids are stored in the ``Nats-Msg-Id`` header), and is rebuilt on
+open by reading the messages of the last ``duplicate_window`` before the last append's stamp
+(and again when the config changes, as the window may grow). Pruning (by entry time) only
+drops entries that can never match again. Difference from JetStream: JetStream also keeps
+the ids of messages removed meanwhile (acked from a work queue, deleted, purged) until the
+server restarts; here they stop deduplicating when their message goes, because otherwise a
+replica that restarted would disagree with one that did not. Closing that gap needs the
+store to persist dedup records in the append's transaction (see the module report).
+
+Retention. Interest and workqueue streams need the consumers' state; the consumer engine
+provides it through ``RetentionPolicyHook`` (below) and tells the stream when a message may
+go through ``Stream.release`` and ``Stream.sweep_interest``. Those calls come from the
+consumers' own deterministic apply path, so every replica makes them in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from raftstream.engine.entries import (
+    HDR_MSG_ID,
+    DeleteMsg,
+    Entry,
+    Expire,
+    Publish,
+    PublishOptions,
+    Purge,
+    Rollup,
+    UpdateConfig,
+    publish_options,
+)
+from raftstream.engine.store import StoredMsg, StreamStore, headers_size
+from raftstream.engine.stream_config import (
+    RetentionPolicy,
+    StreamConfig,
+    check_update,
+    store_limits,
+)
+from raftstream.engine.subjects import subject_matches, validate_filter, validate_subject
+from raftstream.errors import (
+    ExpectedLastMsgIdError,
+    ExpectedLastSeqError,
+    ExpectedLastSubjectSeqError,
+    ExpectedStreamError,
+    InvalidArgumentError,
+    LimitError,
+    NotFoundError,
+    PreconditionError,
+    invariant,
+)
+
+__all__ = [
+    "ConfigUpdated",
+    "Expired",
+    "MsgDeleted",
+    "PubAck",
+    "Purged",
+    "Result",
+    "RetentionPolicyHook",
+    "Stream",
+]
+
+
+class RetentionPolicyHook(Protocol):
+    """What an interest or workqueue stream asks its consumers (implemented by the consumer
+    engine; ``engine/consumer*.py``). Both methods must be pure functions of the consumers'
+    replicated state, so that every replica gets the same answers.
+
+    The other direction, consumers to stream: after a consumer has RECORDED an ack (so that
+    ``is_needed`` already reflects it), it calls ``Stream.release(seq)``; after a consumer is
+    deleted or its filter changes, ``Stream.sweep_interest()``.
+    """
+
+    def has_interest(self, subject: str) -> bool:
+        """Interest retention, on publish: True when at least one consumer's filter matches
+        the (transformed) ``subject``. False means the message is not stored: its sequence
+        is used and acknowledged, as JetStream does when no one is interested."""
+        ...
+
+    def is_needed(self, seq: int, subject: str) -> bool:
+        """True while some consumer still has to deliver ``seq`` or see it acknowledged:
+        interest retention keeps a message while any consumer whose filter matches it has
+        not acked it; workqueue retention until the one consumer that takes it acks it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PubAck:
+    """JetStream's publish acknowledgement. A duplicate answers the original sequence."""
+
+    stream: str
+    seq: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MsgDeleted:
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Purged:
+    purged: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigUpdated:
+    config: StreamConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    expired: int
+
+
+Result = PubAck | MsgDeleted | Purged | ConfigUpdated | Expired
+
+
+class _DedupTable:
+    """msg id -> (seq, ts_ns) of the newest stored message that carried it; see the module
+    docstring for why this is a cache of a function of the stored messages."""
+
+    def __init__(self) -> None:
+        # Insertion order is timestamp order (stamps never go backwards, see Stream._now).
+        self._ids: dict[str, tuple[int, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def lookup(self, msg_id: str, now_ns: int, window_ns: int) -> tuple[int, int] | None:
+        hit = self._ids.get(msg_id)
+        if hit is None or now_ns - hit[1] >= window_ns:
+            return None
+        return hit
+
+    def record(self, msg_id: str, seq: int, ts_ns: int) -> None:
+        self._ids.pop(msg_id, None)  # re-inserted at the end: order stays by timestamp
+        self._ids[msg_id] = (seq, ts_ns)
+
+    def prune(self, now_ns: int, window_ns: int) -> None:
+        """Drop entries too old to match any entry at ``now_ns`` or later."""
+        while self._ids:
+            msg_id, (_, ts) = next(iter(self._ids.items()))
+            if now_ns - ts < window_ns:
+                return
+            del self._ids[msg_id]
+
+    def clear(self) -> None:
+        self._ids.clear()
+
+
+class Stream:
+    """A stream's deterministic state machine over its store.
+
+    Owned by one thread (the one applying the log). ``apply`` is the way to change the
+    stream; ``release``/``sweep_interest`` are for the consumer engine (see
+    ``RetentionPolicyHook``). Opening a ``Stream`` on a store that already holds messages
+    (a restart) rebuilds the deduplication table from them.
+    """
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        store: StreamStore,
+        *,
+        retention: RetentionPolicyHook | None = None,
+    ) -> None:
+        """``config`` is validated (not ``check_create``: a reopened stream may be sealed)
+        and its limits are handed to the store if they differ. A fresh store starts at
+        ``config.first_seq``."""
+        self._config = config.validate()
+        self._store = store
+        self._retention = retention
+        self._dedup = _DedupTable()
+        state = store.state()
+        if store.limits != store_limits(self._config):
+            store.update_limits(store_limits(self._config), state.last_ts)
+        if state.last_seq == 0 and self._config.first_seq > 1:
+            store.skip(self._config.first_seq)
+        self._rebuild_dedup()
+
+    @property
+    def config(self) -> StreamConfig:
+        return self._config
+
+    @property
+    def name(self) -> str:
+        return self._config.name
+
+    @property
+    def store(self) -> StreamStore:
+        """The store, for reads (consumers load messages from it). Do not write to it."""
+        return self._store
+
+    @property
+    def dedup_ids(self) -> int:
+        """How many msg ids the deduplication table holds (for stats and tests)."""
+        return len(self._dedup)
+
+    def set_retention_hook(self, hook: RetentionPolicyHook | None) -> None:
+        """Attach the consumer engine (consumers may be created after the stream)."""
+        self._retention = hook
+
+    # -- apply -----------------------------------------------------------------------------
+
+    def apply(self, entry: Entry) -> Result:
+        """Apply one committed entry; return its result or raise a ``RaftStreamError``.
+
+        Deterministic: the same entries on the same state give the same results and errors
+        on every replica. An entry that raises changes nothing except expiry due by its time.
+        """
+        now = self._now(entry.ts_ns)
+        # Expiry first, as of the entry's (leader-stamped) time, so limits and preconditions
+        # see the stream as it is at that moment on every replica.
+        self._store.expire(now)
+        if isinstance(entry, Publish):
+            return self._publish(entry, now)
+        if isinstance(entry, DeleteMsg):
+            return self._delete(entry)
+        if isinstance(entry, Purge):
+            return self._purge(entry)
+        if isinstance(entry, UpdateConfig):
+            return self._update(entry, now)
+        invariant(isinstance(entry, Expire), f"unknown entry type {type(entry).__name__}")
+        return Expired(expired=self._store.expire(now))
+
+    def _now(self, ts_ns: int) -> int:
+        # Leader-stamped time, never below the last append's stamp: a new leader whose clock
+        # lags cannot move time backwards, and every replica reads the same bound from its
+        # store, restarted or not.
+        return max(ts_ns, self._store.state().last_ts)
+
+    def _publish(self, e: Publish, now: int) -> PubAck:
+        cfg = self._config
+        validate_subject(e.subject, "subject")
+        if not any(subject_matches(s, e.subject) for s in cfg.subjects):
+            raise InvalidArgumentError("subject", f"{e.subject!r} is not captured by {cfg.name}")
+        self._refuse_if_sealed("publish")
+        opts = publish_options(e)
+        if opts.msg_id is not None:
+            dup = self._find_duplicate(opts.msg_id, now)
+            if dup is not None:
+                return PubAck(stream=cfg.name, seq=dup, duplicate=True)
+        subject = e.subject
+        if cfg.subject_transform is not None:
+            subject = cfg.subject_transform.apply(subject)
+        self._check_expected(opts, subject)
+        self._check_permissions(opts)
+        headers = dict(e.headers)
+        if opts.msg_id is not None:
+            headers[HDR_MSG_ID] = opts.msg_id  # stored so the dedup table can be rebuilt
+        if cfg.max_msg_size > 0 and headers_size(headers) + len(e.data) > cfg.max_msg_size:
+            raise LimitError(
+                f"message size exceeds max_msg_size {cfg.max_msg_size}",
+                limit="max_msg_size",
+            )
+        if cfg.retention is RetentionPolicy.INTEREST and not self._has_interest(subject):
+            # JetStream: no consumer wants it, so the sequence is used but nothing is stored.
+            seq = self._store.state().last_seq + 1
+            self._store.skip(seq + 1)
+            return PubAck(stream=cfg.name, seq=seq)
+        seq = self._store_msg(subject, e.data, headers, now, opts)
+        if opts.msg_id is not None:
+            self._dedup.prune(now, cfg.duplicate_window)
+            self._dedup.record(opts.msg_id, seq, now)
+        return PubAck(stream=cfg.name, seq=seq)
+
+    def _store_msg(
+        self, subject: str, data: bytes, headers: dict[str, str], now: int, opts: PublishOptions
+    ) -> int:
+        """Append and, for a rollup, purge the older messages: one transaction."""
+        with self._store.transaction():
+            seq = self._store.append(
+                subject, data, headers=headers, now_ns=now, ttl_ns=opts.ttl_ns or 0
+            )
+            if opts.rollup is Rollup.SUBJECT:
+                self._store.purge(subject=subject, keep=1)
+            elif opts.rollup is Rollup.ALL:
+                self._store.purge(keep=1)
+        return seq
+
+    def _find_duplicate(self, msg_id: str, now: int) -> int | None:
+        hit = self._dedup.lookup(msg_id, now, self._config.duplicate_window)
+        if hit is None or not self._is_stored(hit[0]):
+            return None
+        return hit[0]
+
+    def _is_stored(self, seq: int) -> bool:
+        try:
+            self._store.load(seq)
+        except NotFoundError:
+            return False
+        return True
+
+    def _check_expected(self, opts: PublishOptions, subject: str) -> None:
+        """JetStream's expected-* headers, each failing with its own error class."""
+        name = self._config.name
+        if opts.expected_stream is not None and opts.expected_stream != name:
+            raise ExpectedStreamError(
+                f"expected stream {opts.expected_stream!r}, this is {name!r}",
+                expected=opts.expected_stream,
+            )
+        if opts.expected_last_seq is not None:
+            last = self._store.state().last_seq
+            if opts.expected_last_seq != last:
+                raise ExpectedLastSeqError(
+                    f"wrong last sequence: {last}", expected=opts.expected_last_seq, last=last
+                )
+        if opts.expected_last_subject_seq is not None:
+            filt = opts.expected_last_subject_seq_subject or subject
+            validate_filter(filt, "expected_last_subject_seq_subject")
+            last = self._last_seq_of(filt)
+            if opts.expected_last_subject_seq != last:
+                raise ExpectedLastSubjectSeqError(
+                    f"wrong last sequence for {filt!r}: {last}",
+                    expected=opts.expected_last_subject_seq,
+                    last=last,
+                )
+        if opts.expected_last_msg_id is not None:
+            last_id = self._last_msg_id()
+            if opts.expected_last_msg_id != last_id:
+                raise ExpectedLastMsgIdError(
+                    f"wrong last msg id: {last_id!r}",
+                    expected=opts.expected_last_msg_id,
+                    last=last_id,
+                )
+
+    def _last_seq_of(self, subject_filter: str) -> int:
+        try:
+            return self._store.load_last(subject_filter).seq
+        except NotFoundError:
+            return 0
+
+    def _last_msg_id(self) -> str:
+        """The msg id of the message at the last sequence ('' if none or removed)."""
+        last = self._store.state().last_seq
+        if last == 0:
+            return ""
+        try:
+            return self._store.load(last).headers.get(HDR_MSG_ID, "")
+        except NotFoundError:
+            return ""
+
+    def _check_permissions(self, opts: PublishOptions) -> None:
+        cfg = self._config
+        if opts.rollup is not None and not cfg.allow_rollup_hdrs:
+            raise PreconditionError(
+                f"rollup not permitted on stream {cfg.name} (allow_rollup_hdrs is false)",
+                rule="allow_rollup_hdrs",
+            )
+        if opts.ttl_ns is not None and not cfg.allow_msg_ttl:
+            raise PreconditionError(
+                f"per-message TTL is disabled on stream {cfg.name} (allow_msg_ttl is false)",
+                rule="allow_msg_ttl",
+            )
+
+    def _has_interest(self, subject: str) -> bool:
+        return self._retention is not None and self._retention.has_interest(subject)
+
+    def _refuse_if_sealed(self, what: str) -> None:
+        if self._config.sealed:
+            raise PreconditionError(
+                f"{what} refused: stream {self._config.name} is sealed", rule="sealed"
+            )
+
+    def _delete(self, e: DeleteMsg) -> MsgDeleted:
+        self._refuse_if_sealed("delete")
+        if self._config.deny_delete:
+            raise PreconditionError(
+                f"message delete not permitted on stream {self._config.name} (deny_delete)",
+                rule="deny_delete",
+            )
+        if e.seq <= 0:
+            raise InvalidArgumentError("seq", "must be positive")
+        if not self._store.delete(e.seq, erase=not e.no_erase):
+            raise NotFoundError(f"no message at sequence {e.seq}", seq=e.seq)
+        return MsgDeleted(seq=e.seq)
+
+    def _purge(self, e: Purge) -> Purged:
+        self._refuse_if_sealed("purge")
+        if self._config.deny_purge:
+            raise PreconditionError(
+                f"purge not permitted on stream {self._config.name} (deny_purge)",
+                rule="deny_purge",
+            )
+        return Purged(purged=self._store.purge(subject=e.subject, seq=e.seq, keep=e.keep))
+
+    def _update(self, e: UpdateConfig, now: int) -> ConfigUpdated:
+        new = check_update(self._config, e.config)
+        with self._store.transaction():
+            self._store.update_limits(store_limits(new), now)
+        self._config = new
+        # The window may have grown: rebuild so that the table holds exactly what a replica
+        # opening the store now would read.
+        self._rebuild_dedup()
+        return ConfigUpdated(config=new)
+
+    # -- the dedup table on open ----------------------------------------------------------
+
+    def _rebuild_dedup(self) -> None:
+        """Read the msg ids of the messages stamped within ``duplicate_window`` of the last
+        append; every later entry's time is at least that stamp (``_now``)."""
+        self._dedup.clear()
+        state = self._store.state()
+        if state.msgs == 0:
+            return
+        since = state.last_ts - self._config.duplicate_window
+        for msg in self._iter_newer_than(since, state.first_seq, state.last_seq):
+            msg_id = msg.headers.get(HDR_MSG_ID)
+            if msg_id:
+                self._dedup.record(msg_id, msg.seq, msg.ts)
+
+    def _iter_newer_than(self, ts_ns: int, first: int, last: int) -> Iterator[StoredMsg]:
+        """Stored messages with ``ts > ts_ns``: a binary search over sequences (stamps grow
+        with the sequence), then a forward walk."""
+        lo, hi = first, last + 1  # find the first seq whose next message is newer
+        while lo < hi:
+            mid = (lo + hi) // 2
+            msg = self._store.load_next(">", mid)
+            if msg is None or msg.ts > ts_ns:
+                hi = mid
+            else:
+                lo = msg.seq + 1
+        return self._store.iter_from(lo)
+
+    # -- retention: called by the consumer engine ------------------------------------------
+
+    def release(self, seq: int) -> bool:
+        """A consumer acknowledged ``seq``: remove it if the retention policy says it is no
+        longer needed. Limits retention: never (acks do not remove). Interest and
+        workqueue: when ``RetentionPolicyHook.is_needed`` says no consumer still needs it.
+        Returns True when the message was removed. A sealed stream removes nothing."""
+        if self._config.retention is RetentionPolicy.LIMITS or self._config.sealed:
+            return False
+        try:
+            msg = self._store.load(seq)
+        except NotFoundError:
+            return False
+        if self._retention is not None and self._retention.is_needed(seq, msg.subject):
+            return False
+        return self._store.delete(seq)
+
+    def sweep_interest(self) -> int:
+        """Interest retention, after a consumer went away or changed its filter: remove
+        every message no remaining consumer needs. Returns how many were removed. Workqueue
+        messages stay (they wait for the next consumer), as in JetStream."""
+        if self._config.retention is not RetentionPolicy.INTEREST or self._config.sealed:
+            return 0
+        hook = self._retention
+        needed: Callable[[StoredMsg], bool] = (
+            (lambda m: hook.is_needed(m.seq, m.subject)) if hook is not None else (lambda m: False)
+        )
+        victims = [m.seq for m in self._store.iter_from(1) if not needed(m)]
+        with self._store.transaction():
+            for seq in victims:
+                self._store.delete(seq)
+        return len(victims)

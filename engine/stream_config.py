@@ -1,0 +1,614 @@
+"""Stream configuration: JetStream's field names, defaults and rules.
+
+``StreamConfig`` is a frozen value. ``validate()`` applies JetStream's defaults (what its
+server does in ``setStreamConfigDefaults``) and checks every rule, returning the normalised
+copy or raising ``InvalidArgumentError`` naming the field and the rule. ``to_dict``/``from_dict``
+speak JetStream's JSON names; durations (``max_age``, ``duplicate_window``) are integers of
+NANOSECONDS, exactly as in JetStream's JSON. Count and size limits use -1 for "unlimited"
+(0 is accepted on input and normalised to -1, as JetStream does); ``max_age`` uses 0 for
+"no age limit", as JetStream does.
+
+Lifecycle rules live beside the value: ``check_create`` (a new stream may not be sealed),
+``check_update`` (which fields may change and how) and ``check_no_overlap`` (no two streams
+capture the same subject; the meta group calls it with the other streams' configs).
+
+Implemented fields: name, description, subjects, subject_transform, retention,
+max_consumers, max_msgs, max_bytes, max_age, max_msgs_per_subject, max_msg_size, discard,
+discard_new_per_subject, storage, num_replicas, duplicate_window, sealed, deny_delete,
+deny_purge, allow_rollup_hdrs, allow_direct, first_seq, metadata, allow_msg_ttl.
+JetStream fields that belong to later issues (mirror, sources, placement, republish, ...) are
+refused by ``from_dict`` with a rule saying so, rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any
+
+from raftstream.engine.store import UNLIMITED, DiscardPolicy, StoreLimits
+from raftstream.engine.subjects import (
+    FWC,
+    PWC,
+    subject_matches,
+    subjects_collide,
+    tokenize,
+    validate_filter,
+    validate_stream_subject,
+    validate_subject,
+)
+from raftstream.errors import InvalidArgumentError
+
+__all__ = [
+    "DESCRIPTION_BYTES_MAX",
+    "DUPLICATE_WINDOW_DEFAULT_NS",
+    "MAX_AGE_MIN_NS",
+    "METADATA_BYTES_MAX",
+    "NAME_BYTES_MAX",
+    "REPLICAS_MAX",
+    "RetentionPolicy",
+    "StorageType",
+    "StreamConfig",
+    "SubjectTransform",
+    "check_create",
+    "check_no_overlap",
+    "check_update",
+    "store_limits",
+]
+
+NS_PER_SECOND = 1_000_000_000
+# JetStream's limits (server/jetstream.go, stream.go): JSMaxNameLen, JSMaxDescriptionLen,
+# JSMaxMetadataLen, StreamMaxReplicas, StreamDefaultDuplicatesWindow, and the 100 ms floor
+# on max_age.
+NAME_BYTES_MAX = 255
+DESCRIPTION_BYTES_MAX = 4 * 1024
+METADATA_BYTES_MAX = 128 * 1024
+REPLICAS_MAX = 5
+DUPLICATE_WINDOW_DEFAULT_NS = 120 * NS_PER_SECOND
+MAX_AGE_MIN_NS = 100 * 1_000_000
+
+# JetStream fields this version does not implement yet; from_dict names the issue they wait
+# for instead of dropping them silently.
+_DEFERRED_FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "mirror": "mirrors and sources issue",
+        "sources": "mirrors and sources issue",
+        "mirror_direct": "mirrors and sources issue",
+        "placement": "cluster issue",
+        "republish": "a later issue",
+        "compression": "a later issue",
+        "consumer_limits": "a later issue",
+        "no_ack": "a later issue",
+        "subject_delete_marker_ttl": "a later issue",
+        "template_owner": "never (deprecated in JetStream)",
+    }
+)
+# Characters JetStream refuses in names: the subject separators and wildcards (a name is used
+# as a subject token) and path separators (a name is used as a directory on disk).
+_NAME_FORBIDDEN = frozenset(".*>/\\")
+
+
+_FUNC_TOKEN = re.compile(r"^\{\{\s*([A-Za-z]+)\s*\(([^()]*)\)\s*\}\}$")
+_DOLLAR_TOKEN = re.compile(r"^\$([0-9]+)$")
+# One destination token of a compiled transform: ("lit", text), ("wc", index),
+# ("part", (buckets, index, ...)) or ("rest", 0) for a trailing '>'.
+_Op = tuple[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectTransform:
+    """JetStream's stream ``subject_transform``: rewrite a matching subject before storing.
+
+    ``src`` is a filter (empty means ``>``); ``dest`` is built token by token from literals
+    and these JetStream mapping references to ``src``'s ``*`` tokens (numbered from 1):
+    ``$n`` and ``{{wildcard(n)}}`` (the n-th ``*`` token), ``{{partition(p,n,...)}}`` (FNV-1a
+    of the referenced tokens, concatenated, modulo ``p``, as JetStream computes it), and a
+    trailing ``>`` when ``src`` ends in ``>`` (the tokens that ``>`` matched). JetStream's
+    other mapping functions (split, slice, ...) and positional ``*`` in ``dest`` are refused
+    by ``validate`` with a rule naming what is supported.
+    """
+
+    src: str
+    dest: str
+
+    def validate(self) -> None:
+        """Raise ``InvalidArgumentError`` naming ``subject_transform.src``/``.dest``."""
+        _compile(self.src or FWC, self.dest)
+
+    def apply(self, subject: str) -> str:
+        """The stored subject for literal ``subject``: transformed when ``src`` matches it,
+        else unchanged. The transform must be valid (``validate``)."""
+        src = self.src or FWC
+        if not subject_matches(src, subject):
+            return subject
+        return _render(_compile(src, self.dest), tokenize(src), tokenize(subject))
+
+    def to_dict(self) -> dict[str, str]:
+        return {"src": self.src, "dest": self.dest}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> SubjectTransform:
+        for key in raw:
+            if key not in ("src", "dest"):
+                raise InvalidArgumentError(f"subject_transform.{key}", "unknown field")
+        src = raw.get("src") or ""
+        dest = raw.get("dest")
+        if not isinstance(src, str):
+            raise InvalidArgumentError("subject_transform.src", "must be a string")
+        if not isinstance(dest, str):
+            raise InvalidArgumentError("subject_transform.dest", "is required (a string)")
+        return cls(src=src, dest=dest)
+
+
+def _int_args(text: str, field_name: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(a.strip()) for a in text.split(","))
+    except ValueError:
+        raise InvalidArgumentError(field_name, f"arguments must be integers: {text!r}") from None
+
+
+def _compile_token(tok: str, wildcards: int, field_name: str) -> _Op:
+    """One ``dest`` token to its op, with indexes checked against ``src``'s wildcards."""
+
+    def index(i: int) -> int:
+        if not 1 <= i <= wildcards:
+            raise InvalidArgumentError(
+                field_name, f"wildcard index {i} out of range (src has {wildcards} '*' tokens)"
+            )
+        return i
+
+    if m := _DOLLAR_TOKEN.match(tok):
+        return ("wc", index(int(m.group(1))))
+    if m := _FUNC_TOKEN.match(tok):
+        func, args = m.group(1).lower(), _int_args(m.group(2), field_name)
+        if func == "wildcard" and len(args) == 1:
+            return ("wc", index(args[0]))
+        if func == "partition" and len(args) >= 2 and args[0] > 0:
+            return ("part", (args[0], *(index(a) for a in args[1:])))
+        raise InvalidArgumentError(
+            field_name,
+            f"unsupported mapping {tok!r}: supported are $n, {{{{wildcard(n)}}}} and "
+            "{{partition(p,n,...)}} with p > 0",
+        )
+    if "{{" in tok or "}}" in tok:
+        raise InvalidArgumentError(field_name, f"malformed mapping function: {tok!r}")
+    if tok == PWC:
+        raise InvalidArgumentError(
+            field_name, "positional '*' is not supported in dest; use $n or {{wildcard(n)}}"
+        )
+    return ("lit", tok)
+
+
+@lru_cache(maxsize=256)
+def _compile(src: str, dest: str) -> tuple[_Op, ...]:
+    """Check a transform and compile ``dest``; cached because it runs on every publish."""
+    validate_filter(src, "subject_transform.src")
+    dfield = "subject_transform.dest"
+    if not dest:
+        raise InvalidArgumentError(dfield, "is required")
+    src_tokens = tokenize(src)
+    dest_tokens = tokenize(dest)
+    wildcards = src_tokens.count(PWC)
+    ops: list[_Op] = []
+    for i, tok in enumerate(dest_tokens):
+        if tok == FWC:
+            if i != len(dest_tokens) - 1 or src_tokens[-1] != FWC:
+                raise InvalidArgumentError(
+                    dfield, "'>' only as the last token, and only when src ends in '>'"
+                )
+            ops.append(("rest", 0))
+        else:
+            ops.append(_compile_token(tok, wildcards, dfield))
+    # Every literal piece must make a valid subject; mapped tokens are valid by construction.
+    validate_subject(".".join(t if op == "lit" else "x" for op, t in ops), dfield)
+    return tuple(ops)
+
+
+def _fnv1a_32(data: bytes) -> int:
+    h = 0x811C9DC5
+    for b in data:
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def _render(ops: tuple[_Op, ...], src: tuple[str, ...], subject: tuple[str, ...]) -> str:
+    stars = [subject[i] for i, t in enumerate(src) if t == PWC]
+    out: list[str] = []
+    for op, arg in ops:
+        if op == "lit":
+            out.append(arg)
+        elif op == "wc":
+            out.append(stars[arg - 1])
+        elif op == "part":
+            key = "".join(stars[i - 1] for i in arg[1:]).encode()
+            out.append(str(_fnv1a_32(key) % arg[0]))
+        else:
+            out.extend(subject[len(src) - 1 :])
+    return ".".join(out)
+
+
+class RetentionPolicy(enum.StrEnum):
+    """When messages leave the stream besides limits: never, on interest, or once consumed."""
+
+    LIMITS = "limits"
+    INTEREST = "interest"
+    WORKQUEUE = "workqueue"
+
+
+class StorageType(enum.StrEnum):
+    FILE = "file"
+    MEMORY = "memory"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamConfig:
+    """A stream's configuration, with JetStream's field names and (pre-normalisation) defaults.
+
+    Construct freely; call ``validate()`` for the normalised, checked copy the engine uses.
+    ``max_age`` and ``duplicate_window`` are nanoseconds. ``metadata`` is excluded from the
+    hash (it is a mapping); ``validate()`` freezes it into a read-only mapping.
+    """
+
+    name: str
+    description: str = ""
+    subjects: tuple[str, ...] = ()
+    subject_transform: SubjectTransform | None = None
+    retention: RetentionPolicy = RetentionPolicy.LIMITS
+    max_consumers: int = UNLIMITED
+    max_msgs: int = UNLIMITED
+    max_bytes: int = UNLIMITED
+    max_age: int = 0  # nanoseconds; 0: no age limit
+    max_msgs_per_subject: int = UNLIMITED
+    max_msg_size: int = UNLIMITED  # header + payload bytes, as JetStream counts it
+    discard: DiscardPolicy = DiscardPolicy.OLD
+    discard_new_per_subject: bool = False
+    storage: StorageType = StorageType.FILE
+    num_replicas: int = 1
+    duplicate_window: int = 0  # nanoseconds; 0: the default (2 min, or max_age if smaller)
+    sealed: bool = False
+    deny_delete: bool = False
+    deny_purge: bool = False
+    allow_rollup_hdrs: bool = False
+    allow_direct: bool = False
+    first_seq: int = 0
+    metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+    allow_msg_ttl: bool = False
+
+    def normalized(self) -> StreamConfig:
+        """JetStream's defaults applied; no rule is checked (``validate`` does both)."""
+        return _normalize(self)
+
+    def validate(self) -> StreamConfig:
+        """Return the normalised config, or raise ``InvalidArgumentError(field, rule)``.
+
+        Idempotent: ``c.validate().validate() == c.validate()``.
+        """
+        cfg = _normalize(self)
+        _check_name(cfg.name)
+        _check_subjects(cfg)
+        _check_limits(cfg)
+        _check_durations(cfg)
+        _check_discard(cfg)
+        _check_misc(cfg)
+        if cfg.subject_transform is not None:
+            cfg.subject_transform.validate()
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        """JetStream JSON (durations in nanoseconds); ``from_dict`` reads it back equal."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, enum.Enum):
+                value = value.value
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            elif isinstance(value, SubjectTransform):
+                value = value.to_dict()
+            if value is not None:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> StreamConfig:
+        """Parse JetStream JSON. Types are checked and unknown keys refused, each with an
+        ``InvalidArgumentError`` naming the key; rules are checked by ``validate()``.
+        A JSON ``null`` is the same as an absent key (JetStream's ``omitempty``)."""
+        if not isinstance(raw, Mapping):
+            raise InvalidArgumentError("config", "must be a JSON object")
+        known = {f.name for f in fields(cls)}
+        for key in raw:
+            if key in _DEFERRED_FIELDS:
+                raise InvalidArgumentError(
+                    key, f"not supported yet (comes with the {_DEFERRED_FIELDS[key]})"
+                )
+            if key not in known:
+                raise InvalidArgumentError(str(key), "unknown stream configuration field")
+        kwargs = {k: _parse_field(k, v) for k, v in raw.items() if v is not None}
+        if "name" not in kwargs:
+            raise InvalidArgumentError("name", "stream name is required")
+        return cls(**kwargs)
+
+
+def _parse_int(key: str, value: object) -> int:
+    # bool is an int in Python; JSON true is not a number.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(key, "must be an integer")
+    return value
+
+
+def _parse_bool(key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(key, "must be a boolean")
+    return value
+
+
+def _parse_str(key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentError(key, "must be a string")
+    return value
+
+
+def _parse_enum(key: str, value: object, kind: type[enum.StrEnum]) -> Any:
+    allowed = [m.value for m in kind]
+    if not isinstance(value, str) or value not in allowed:
+        raise InvalidArgumentError(key, f"must be one of {allowed}")
+    return kind(value)
+
+
+def _parse_str_map(key: str, value: object) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InvalidArgumentError(key, "must be an object of string keys and string values")
+    return dict(value)
+
+
+def _parse_subjects(key: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(s, str) for s in value):
+        raise InvalidArgumentError(key, "must be a list of strings")
+    return tuple(value)
+
+
+_ENUMS: Mapping[str, type[enum.StrEnum]] = MappingProxyType(
+    {"retention": RetentionPolicy, "discard": DiscardPolicy, "storage": StorageType}
+)
+_STRS = frozenset({"name", "description"})
+_BOOLS = frozenset(
+    {
+        "discard_new_per_subject",
+        "sealed",
+        "deny_delete",
+        "deny_purge",
+        "allow_rollup_hdrs",
+        "allow_direct",
+        "allow_msg_ttl",
+    }
+)
+
+
+def _parse_field(key: str, value: object) -> Any:
+    """One JSON field to its Python value, type-checked (rules come later, in validate)."""
+    if key in _ENUMS:
+        return _parse_enum(key, value, _ENUMS[key])
+    if key in _STRS:
+        return _parse_str(key, value)
+    if key in _BOOLS:
+        return _parse_bool(key, value)
+    if key == "subjects":
+        return _parse_subjects(key, value)
+    if key == "metadata":
+        return _parse_str_map(key, value)
+    if key == "subject_transform":
+        if not isinstance(value, Mapping):
+            raise InvalidArgumentError(key, "must be an object with 'src' and 'dest'")
+        return SubjectTransform.from_dict(value)
+    return _parse_int(key, value)
+
+
+def _normalize(cfg: StreamConfig) -> StreamConfig:
+    """JetStream's ``setStreamConfigDefaults``, plus what sealing implies."""
+
+    def unlimited(v: int) -> int:
+        return UNLIMITED if v == 0 else v
+
+    max_age = cfg.max_age
+    discard = cfg.discard
+    deny_delete, deny_purge, rollup = cfg.deny_delete, cfg.deny_purge, cfg.allow_rollup_hdrs
+    if cfg.sealed:
+        # JetStream: a sealed stream keeps what it has forever and refuses every change.
+        max_age, discard = 0, DiscardPolicy.NEW
+        deny_delete, deny_purge, rollup = True, True, False
+    window = cfg.duplicate_window
+    if window == 0:
+        window = DUPLICATE_WINDOW_DEFAULT_NS
+        if 0 < max_age < window:
+            window = max_age
+    return replace(
+        cfg,
+        subjects=tuple(cfg.subjects) or (cfg.name,),
+        max_consumers=unlimited(cfg.max_consumers),
+        max_msgs=unlimited(cfg.max_msgs),
+        max_bytes=unlimited(cfg.max_bytes),
+        max_msgs_per_subject=unlimited(cfg.max_msgs_per_subject),
+        max_msg_size=unlimited(cfg.max_msg_size),
+        num_replicas=cfg.num_replicas or 1,
+        duplicate_window=window,
+        max_age=max_age,
+        discard=discard,
+        deny_delete=deny_delete,
+        deny_purge=deny_purge,
+        allow_rollup_hdrs=rollup,
+        metadata=MappingProxyType(dict(cfg.metadata)),
+    )
+
+
+def _utf8_len(field_name: str, text: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(field_name, "must be valid UTF-8") from None
+
+
+def _check_name(name: str) -> None:
+    """JetStream's ``isValidName`` plus its path-separator and length rules."""
+    if not name:
+        raise InvalidArgumentError("name", "stream name is required")
+    if any(c.isspace() or not c.isprintable() for c in name):
+        raise InvalidArgumentError("name", "must not contain whitespace or control characters")
+    bad = sorted(set(name) & _NAME_FORBIDDEN)
+    if bad:
+        raise InvalidArgumentError(
+            "name", f"must not contain {''.join(bad)!r} ('.', '*', '>', '/', '\\' are refused)"
+        )
+    if _utf8_len("name", name) > NAME_BYTES_MAX:
+        raise InvalidArgumentError("name", f"must be at most {NAME_BYTES_MAX} bytes")
+
+
+def _check_subjects(cfg: StreamConfig) -> None:
+    """Each subject valid for a user stream; no duplicates; no two overlapping."""
+    for s in cfg.subjects:
+        validate_stream_subject(s, "subjects")
+    seen: set[str] = set()
+    for s in cfg.subjects:
+        if s in seen:
+            raise InvalidArgumentError("subjects", f"duplicate subject {s!r}")
+        seen.add(s)
+    subjects = cfg.subjects
+    for i, a in enumerate(subjects):
+        for b in subjects[i + 1 :]:
+            if subjects_collide(a, b):
+                raise InvalidArgumentError("subjects", f"subjects overlap: {a!r} and {b!r}")
+
+
+def _check_limits(cfg: StreamConfig) -> None:
+    """Counts and sizes: -1 (unlimited) or positive, after 0 was normalised to -1."""
+    for name in ("max_consumers", "max_msgs", "max_bytes", "max_msgs_per_subject"):
+        if getattr(cfg, name) < UNLIMITED:
+            raise InvalidArgumentError(name, "must be -1 (unlimited) or positive")
+    if cfg.max_msg_size < UNLIMITED:
+        raise InvalidArgumentError("max_msg_size", "must be -1 (unlimited) or positive")
+    if cfg.max_msg_size > 2**31 - 1:
+        # JetStream keeps it in an int32.
+        raise InvalidArgumentError("max_msg_size", "must fit in 32 bits")
+    if cfg.first_seq < 0:
+        raise InvalidArgumentError("first_seq", "must not be negative")
+    if cfg.num_replicas < 0:
+        raise InvalidArgumentError("num_replicas", "must not be negative")
+    if cfg.num_replicas > REPLICAS_MAX:
+        raise InvalidArgumentError("num_replicas", f"at most {REPLICAS_MAX} replicas")
+
+
+def _check_durations(cfg: StreamConfig) -> None:
+    """``max_age`` and ``duplicate_window`` (nanoseconds)."""
+    if cfg.max_age < 0:
+        raise InvalidArgumentError("max_age", "must not be negative (0: no age limit)")
+    if 0 < cfg.max_age < MAX_AGE_MIN_NS:
+        raise InvalidArgumentError("max_age", "must be at least 100ms (100000000 ns) when set")
+    if cfg.duplicate_window < 0:
+        raise InvalidArgumentError("duplicate_window", "must not be negative")
+    if cfg.max_age > 0 and cfg.duplicate_window > cfg.max_age:
+        raise InvalidArgumentError("duplicate_window", "must not be larger than max_age")
+
+
+def _check_discard(cfg: StreamConfig) -> None:
+    if not cfg.discard_new_per_subject:
+        return
+    if cfg.discard is not DiscardPolicy.NEW:
+        raise InvalidArgumentError("discard_new_per_subject", "requires discard 'new'")
+    if cfg.max_msgs_per_subject <= 0:
+        raise InvalidArgumentError(
+            "discard_new_per_subject", "requires max_msgs_per_subject to be set (> 0)"
+        )
+
+
+def _check_misc(cfg: StreamConfig) -> None:
+    """Description and metadata sizes; the rollup/purge pairing."""
+    if _utf8_len("description", cfg.description) > DESCRIPTION_BYTES_MAX:
+        raise InvalidArgumentError("description", f"must be at most {DESCRIPTION_BYTES_MAX} bytes")
+    size = sum(_utf8_len("metadata", k) + _utf8_len("metadata", v) for k, v in cfg.metadata.items())
+    if size > METADATA_BYTES_MAX:
+        raise InvalidArgumentError(
+            "metadata", f"keys and values must total at most {METADATA_BYTES_MAX} bytes"
+        )
+    if cfg.allow_rollup_hdrs and cfg.deny_purge:
+        # A rollup is a purge; JetStream: "roll-ups require the purge permission".
+        raise InvalidArgumentError("allow_rollup_hdrs", "rollups require purge (deny_purge set)")
+
+
+def check_create(config: StreamConfig) -> StreamConfig:
+    """Rules for a new stream: ``validate()`` plus "a stream cannot be created sealed"."""
+    cfg = config.validate()
+    if cfg.sealed:
+        raise InvalidArgumentError("sealed", "a stream cannot be created sealed")
+    return cfg
+
+
+def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
+    """Validate ``new`` as an update of ``old``; return the normalised new config.
+
+    Immutable, as in JetStream: ``name``, ``storage``, ``max_consumers``, ``first_seq``.
+    ``retention`` may switch between limits and interest but never to or from workqueue
+    (a work queue's one-consumer-per-subject guarantee cannot be retrofitted). One-way
+    switches: ``sealed``, ``deny_delete``, ``deny_purge`` and ``allow_msg_ttl`` can be turned
+    on but never off. Everything else may change (subjects, limits, replicas, windows...).
+    """
+    before = old.validate()
+    after = new.validate()
+    for name in ("name", "storage", "max_consumers", "first_seq"):
+        if getattr(before, name) != getattr(after, name):
+            raise InvalidArgumentError(name, "cannot be changed by an update")
+    if before.retention != after.retention and RetentionPolicy.WORKQUEUE in (
+        before.retention,
+        after.retention,
+    ):
+        raise InvalidArgumentError("retention", "cannot change to or from workqueue")
+    one_way = {
+        "sealed": "a sealed stream cannot be unsealed",
+        "deny_delete": "cannot be turned off once set",
+        "deny_purge": "cannot be turned off once set",
+        "allow_msg_ttl": "per-message TTL cannot be disabled once enabled",
+    }
+    for name, rule in one_way.items():
+        if getattr(before, name) and not getattr(after, name):
+            raise InvalidArgumentError(name, rule)
+    return after
+
+
+def check_no_overlap(config: StreamConfig, others: Iterable[StreamConfig]) -> None:
+    """Refuse ``config`` when one of its subjects overlaps a subject of another stream.
+
+    ``others`` are the other streams' configs (a config with ``config``'s name is skipped, so
+    the meta group may pass every stream on an update). Subjects are taken after
+    normalisation, so a stream with no subjects captures its own name.
+    """
+    mine = config.normalized().subjects
+    for other in others:
+        if other.name == config.name:
+            continue
+        for theirs in other.normalized().subjects:
+            for s in mine:
+                if subjects_collide(s, theirs):
+                    raise InvalidArgumentError(
+                        "subjects",
+                        f"subject {s!r} overlaps {theirs!r} of stream {other.name!r}",
+                    )
+
+
+def store_limits(config: StreamConfig) -> StoreLimits:
+    """The limits a stream with ``config`` asks its store to enforce on append."""
+    return StoreLimits(
+        max_msgs=config.max_msgs,
+        max_bytes=config.max_bytes,
+        max_msgs_per_subject=config.max_msgs_per_subject,
+        max_msg_size=config.max_msg_size,
+        max_age_ns=config.max_age,
+        discard=config.discard,
+        discard_new_per_subject=config.discard_new_per_subject,
+    )
