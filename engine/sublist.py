@@ -642,6 +642,8 @@ class _RemoteInterest:
         return plain
 
     def check(self) -> None:
+        # An account whose last interest went must not keep an empty trie around (a leak).
+        invariant(all(t.nodes for t in self._by_account.values()), "empty account trie kept")
         filed = sum(trie.check() for trie in self._by_account.values())
         invariant(filed == len(self._weights), f"{filed} remote keys filed, {len(self)} known")
         indexed = sum(len(keys) for keys in self._by_route.values())
