@@ -40,7 +40,9 @@ from raftstream.errors import (
     invariant,
 )
 
-__all__ = ["MemoryStreamStore", "check_append_args"]
+__all__ = ["TS_NS_MAX", "MemoryStreamStore", "check_append_args"]
+
+TS_NS_MAX = 2**63 - 1  # timestamps and TTL deadlines are signed 64-bit nanoseconds
 
 # Valid subjects are cached so the append path validates a hot subject once (bounded).
 _SUBJECT_CACHE_MAX = 4096
@@ -49,11 +51,13 @@ valid_filter = lru_cache(maxsize=_SUBJECT_CACHE_MAX)(validate_filter)
 
 
 def check_append_args(now_ns: int, ttl_ns: int) -> None:
-    """Reject a negative timestamp or TTL (shared by both stores)."""
+    """Reject a negative timestamp or TTL, or a deadline past 64 bits (shared by both stores)."""
     if now_ns < 0:
         raise InvalidArgumentError("now_ns", "must not be negative")
     if ttl_ns < 0:
         raise InvalidArgumentError("ttl_ns", "must not be negative")
+    if now_ns + ttl_ns > TS_NS_MAX:
+        raise InvalidArgumentError("ttl_ns", "now_ns + ttl_ns must fit in 63 bits")
 
 
 @dataclass(slots=True)

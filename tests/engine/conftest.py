@@ -81,7 +81,7 @@ class StoreKit:
             self._env = None
 
 
-@pytest.fixture(params=["memory"])
+@pytest.fixture(params=["memory", "lmdb"])
 def store_kit(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreKit]:
     """Both stores, one after the other: the same test runs on each."""
     kit = StoreKit(str(request.param), tmp_path / "node")
