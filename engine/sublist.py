@@ -301,12 +301,12 @@ class _Trie(Generic[_T]):
         """Items whose filter matches the literal ``tokens``: (plain, queue -> members)."""
         plain: list[_T] = []
         queues: dict[str, list[_T]] = {}
-        _match_level(self.root, tokens, 0, plain, queues)
+        _match_all(self.root, tokens, plain, queues)
         return plain, queues
 
     def check(self) -> int:
         """Verify the pruning invariant and the node counter; return the number of items."""
-        nodes, items = _check_level(self.root, is_root=True)
+        nodes, items = _check_level(self.root)
         invariant(nodes == self.nodes, f"node counter {self.nodes} != {nodes} nodes in trie")
         return items
 
@@ -328,28 +328,42 @@ def _collect(node: _Node[_T], plain: list[_T], queues: dict[str, list[_T]]) -> N
         queues.setdefault(name, []).extend(members)
 
 
-def _match_level(
+def _match_all(
+    root: _Level[_T], tokens: tuple[str, ...], plain: list[_T], queues: dict[str, list[_T]]
+) -> None:
+    """Collect every item whose filter matches the literal ``tokens``.
+
+    Each literal path is walked iteratively; a ``*`` edge forks a new walk, kept on an
+    explicit stack rather than by recursion, because a valid filter may hold ~2000 ``*``
+    tokens and Python's recursion limit is 1000.
+    """
+    stack: list[tuple[_Level[_T], int]] = [(root, 0)]
+    while stack:
+        level, start = stack.pop()
+        _match_path(level, tokens, start, plain, queues, stack)
+
+
+def _match_path(
     level: _Level[_T] | None,
     tokens: tuple[str, ...],
     start: int,
     plain: list[_T],
     queues: dict[str, list[_T]],
+    forks: list[tuple[_Level[_T], int]],
 ) -> None:
-    """Collect matches for ``tokens[start:]`` below ``level``.
-
-    Walks the literal path iteratively; ``*`` branches recurse (one per level at most) and a
-    ``>`` edge matches whatever remains, as long as at least one token remains.
-    """
+    """Walk literal edges for ``tokens[start:]`` from ``level``, collecting ``>`` nodes on
+    the way (they match whatever remains, at least one token) and pushing ``*`` forks."""
     node: _Node[_T] | None = None
     pwc: _Node[_T] | None = None
+    last = len(tokens) - 1
     for i in range(start, len(tokens)):
         if level is None:
             return
         if level.fwc is not None:
             _collect(level.fwc, plain, queues)
         pwc = level.pwc
-        if pwc is not None and i + 1 < len(tokens):
-            _match_level(pwc.next, tokens, i + 1, plain, queues)
+        if pwc is not None and i < last and pwc.next is not None:
+            forks.append((pwc.next, i + 1))
         node = level.literals.get(tokens[i])
         level = node.next if node is not None else None
     # Only reached when every token was consumed: the last level's literal and '*' nodes end
@@ -360,19 +374,23 @@ def _match_level(
         _collect(pwc, plain, queues)
 
 
-def _check_level(level: _Level[_T], *, is_root: bool) -> tuple[int, int]:
-    """(nodes, items) below ``level``, raising InvariantError on an unpruned node or level."""
-    invariant(is_root or not level.is_empty(), "an empty level was left in the trie")
+def _check_level(root: _Level[_T]) -> tuple[int, int]:
+    """(nodes, items) in the trie, raising InvariantError on an unpruned node or level.
+
+    Iterative for the same reason as ``_match_all``: tries may be thousands of levels deep.
+    """
     nodes = items = 0
-    for node in level.children():
-        invariant(not node.is_empty(), "an empty node was left in the trie")
-        invariant(all(node.queues.values()), "an empty queue group was left in the trie")
-        nodes += 1
-        items += len(node.plain) + sum(len(m) for m in node.queues.values())
-        if node.next is not None:
-            sub_nodes, sub_items = _check_level(node.next, is_root=False)
-            nodes += sub_nodes
-            items += sub_items
+    stack = [root]
+    while stack:
+        level = stack.pop()
+        invariant(level is root or not level.is_empty(), "an empty level was left in the trie")
+        for node in level.children():
+            invariant(not node.is_empty(), "an empty node was left in the trie")
+            invariant(all(node.queues.values()), "an empty queue group was left in the trie")
+            nodes += 1
+            items += len(node.plain) + sum(len(m) for m in node.queues.values())
+            if node.next is not None:
+                stack.append(node.next)
     return nodes, items
 
 

@@ -205,6 +205,22 @@ def test_match_refuses_filters_and_invalid_subjects(subject: str) -> None:
     assert stats.cache_entries == 0
 
 
+def test_deep_subjects_do_not_hit_the_recursion_limit() -> None:
+    """A valid filter may have ~2000 ``*`` tokens (4096 bytes): matching, pruning and the
+    debug walk must handle that depth (Python's recursion limit is 1000)."""
+    depth = 1500
+    sl = SubList()
+    stars, literal = _sub(".".join(["*"] * depth)), _sub(".".join(["a"] * depth), sid=2)
+    sl.insert(stars)
+    sl.insert(literal)
+    assert set(sl.match(".".join(["a"] * depth)).plain) == {stars, literal}
+    assert sl.match(".".join(["b"] * depth)).plain == (stars,)
+    sl.check_invariants()
+    sl.remove(stars)
+    sl.remove(literal)
+    assert sl.stats().nodes == 0
+
+
 def test_subscription_validates_its_subject_and_queue() -> None:
     """A Subscription value is always well formed."""
     with pytest.raises(InvalidArgumentError):
