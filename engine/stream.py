@@ -235,7 +235,7 @@ class Stream:
         now = self._now(entry.ts_ns)
         # Expiry first, as of the entry's (leader-stamped) time, so limits and preconditions
         # see the stream as it is at that moment on every replica.
-        self._store.expire(now)
+        expired = self._store.expire(now)
         if isinstance(entry, Publish):
             return self._publish(entry, now)
         if isinstance(entry, DeleteMsg):
@@ -245,7 +245,7 @@ class Stream:
         if isinstance(entry, UpdateConfig):
             return self._update(entry, now)
         invariant(isinstance(entry, Expire), f"unknown entry type {type(entry).__name__}")
-        return Expired(expired=self._store.expire(now))
+        return Expired(expired=expired)
 
     def _now(self, ts_ns: int) -> int:
         # Leader-stamped time, never below the last append's stamp: a new leader whose clock
