@@ -41,7 +41,7 @@ from raftstream.engine.consumer_pull import (
     WaitingQueue,
     WaitingRequest,
 )
-from raftstream.engine.consumer_push import Heartbeat, PushPlanner, PushStep
+from raftstream.engine.consumer_push import FLOW_WINDOW_MSGS, Heartbeat, PushPlanner, PushStep
 from raftstream.engine.consumer_state import (
     Ack,
     Changes,
@@ -124,6 +124,7 @@ class Consumer:
         record_ops: bool = False,
         domain: str | None = None,
         account: str = "_",
+        flow_window_msgs: int = FLOW_WINDOW_MSGS,
     ) -> None:
         invariant(config.consumer_name in (None, name), "config names another consumer")
         self.stream = stream
@@ -136,6 +137,7 @@ class Consumer:
         self._record_ops = record_ops
         self._domain = domain
         self._account = account
+        self._flow_window_msgs = flow_window_msgs
         self._outbox: list[ConsumerOp] = []
         self._advisories: deque[Event] = deque(maxlen=ADVISORIES_MAX)
         self._heap: list[tuple[int, int]] = []
@@ -163,8 +165,12 @@ class Consumer:
         state_store: ConsumerStateStore | None = None,
         retention: RetentionListener | None = None,
         record_ops: bool = False,
+        flow_window_msgs: int = FLOW_WINDOW_MSGS,
     ) -> Consumer:
-        """A new consumer positioned by its deliver policy; its config is persisted."""
+        """A new consumer positioned by its deliver policy; its config is persisted.
+
+        ``flow_window_msgs``: with flow control, messages sent between flow-control requests.
+        """
         c = cls(
             stream=stream,
             name=name,
@@ -174,6 +180,7 @@ class Consumer:
             state_store=state_store,
             retention=retention,
             record_ops=record_ops,
+            flow_window_msgs=flow_window_msgs,
         )
         if state_store is not None:
             state_store.put_config(c.key, config)
@@ -233,6 +240,7 @@ class Consumer:
             flow_control=cfg.flow_control,
             rate_limit_bps=cfg.rate_limit_bps,
             replay_original=cfg.replay_policy is ReplayPolicy.ORIGINAL,
+            flow_window_msgs=self._flow_window_msgs,
         )
 
     def _start_op(self) -> Start:
@@ -463,7 +471,7 @@ class Consumer:
             msg=msg,
             consumer_seq=p.consumer_seq if p else self._state.delivered_consumer_seq,
             deliveries=p.deliveries if p else 1,
-            num_pending=self.num_pending(),
+            num_pending=self._pending_cache[1] if self._pending_cache else self.num_pending(),
             headers_only=self._config.headers_only,
             domain=self._domain,
             account=self._account,
@@ -531,6 +539,8 @@ class Consumer:
         events: list[PullEvent] = []
         q = self._waiting
         paused = self.is_paused(now_ns)
+        if not paused and len(q):
+            self.num_pending()  # validate the cache once; deliveries then keep it exact
         while not paused and (w := q.head()) is not None:
             msg = self._candidate(now_ns)
             if msg is None:
@@ -577,7 +587,9 @@ class Consumer:
             raise PreconditionError("push_step on a pull consumer")
         out: list[Delivery] = []
         wake = 0
+        fc: str | None = None
         plan = self._push
+        self.num_pending()  # validate the cache once; deliveries then keep it exact
         while not self.is_paused(now_ns) and len(out) < max_msgs:
             blocked = plan.blocked_until(now_ns)
             if blocked is not None:
@@ -592,7 +604,9 @@ class Consumer:
                 break
             out.append(self._hand_out(msg, now_ns))
             plan.sent(msg.size, now_ns)
-        fc = plan.flow_control_due()
+            fc = plan.flow_control_due()
+            if fc is not None:
+                break  # the window is used up: stall until the client answers
         s = self._state
         hb: Heartbeat | None = None
         if not out:

@@ -242,6 +242,8 @@ def _check_identity(cfg: ConsumerConfig) -> None:
     _check_name(cfg.name, "name")
     if cfg.durable_name and cfg.name and cfg.durable_name != cfg.name:
         raise _bad("name", "must equal durable_name when both are set")
+    if cfg.description == "":
+        _set(cfg, "description", None)  # JetStream omits an empty description
     if cfg.description is not None and len(cfg.description.encode()) > DESCRIPTION_BYTES_MAX:
         raise _bad("description", f"must be at most {DESCRIPTION_BYTES_MAX} bytes")
     size = 0
@@ -408,11 +410,11 @@ def check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
     Raises ``InvalidArgumentError`` naming the first field that may not change; returns
     nothing when the update is allowed. Both configs are already valid on their own.
     """
+    if old.is_pull != new.is_pull:
+        raise _bad("deliver_subject", "can not switch a consumer between pull and push")
     for name in IMMUTABLE_FIELDS:
         if getattr(old, name) != getattr(new, name):
             raise _bad(name, "can not be changed on update")
-    if old.is_pull != new.is_pull:
-        raise _bad("deliver_subject", "can not switch a consumer between pull and push")
 
 
 def check_workqueue_filters(config: ConsumerConfig, others: Iterable[ConsumerConfig]) -> None:
