@@ -10,14 +10,19 @@ fails its checksum or does not parse raises ``DataLossError``: never wrong data.
 Named DBs (a fixed set shared by every stream of a node, keys prefixed by the stream id):
 
 - ``msgs``: ``id(4) seq(8)`` -> message record
-- ``sidx``: ``id(4) subject_key(16) seq(8)`` -> crc; the per-subject sequence index
+- ``sidx``: ``id(4) subject_key(16) seq(8)`` -> seq(8); the per-subject sequence index
 - ``subj``: ``id(4) subject_key(16)`` -> crc, count(8), subject; per-subject counts
-- ``ttl``:  ``id(4) expires_at_ns(8) seq(8)`` -> crc; per-message TTL deadlines
+- ``ttl``:  ``id(4) expires_at_ns(8) seq(8)`` -> seq(8); per-message TTL deadlines
 - ``meta``: ``N name`` -> stream id; ``C`` -> next stream id; ``M id(4)`` -> stream meta
 
 ``subject_key`` is a 16-byte blake2b digest of the subject: subjects may be up to 4 KiB but
-LMDB keys stop at 511 bytes. The ``subj`` record keeps the subject itself, and every lookup
-through the index compares the subject of the message it reaches.
+LMDB keys stop at 511 bytes. The ``subj`` record keeps the subject itself.
+
+The two index DBs are key-only in spirit; their value repeats the sequence that ends the key,
+and a read that finds the two disagree raises ``DataLossError``. That is their checksum: it
+costs nothing on the append path (the 8 bytes are already packed for the key), and what a
+CRC of the key would add is covered by the cross-check every index lookup makes: the message
+an index entry leads to carries its own CRC, and its subject must hash to the entry's key.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 from zlib import crc32
 
 from raftstream.engine.store import (
@@ -36,7 +42,7 @@ from raftstream.engine.store import (
     StoreLimits,
 )
 from raftstream.engine.subjects import validate_subject
-from raftstream.errors import DataLossError
+from raftstream.errors import DataLossError, InvalidArgumentError
 
 __all__ = [
     "CRC",
@@ -44,19 +50,23 @@ __all__ = [
     "ID",
     "SEQ",
     "MsgHead",
+    "StoreDbs",
     "StreamMeta",
     "checked_value",
-    "crc_only",
     "decode_count",
     "decode_head",
+    "decode_id",
     "decode_meta",
     "decode_msg",
     "encode_count",
     "encode_headers",
     "encode_meta",
     "encode_msg",
+    "hash_of",
+    "id_record",
+    "open_dbs",
     "subject_key",
-    "verify_crc_only",
+    "verify_index",
 ]
 
 DB_NAMES = (b"rs.msgs", b"rs.sidx", b"rs.subj", b"rs.ttl", b"rs.meta")
@@ -69,6 +79,7 @@ SEQ = struct.Struct(">Q")
 _COUNT = struct.Struct(">IQ")  # crc, count; the subject follows
 # crc, ts_ns, ttl_ns, size (StoredMsg.size), subject bytes, encoded header bytes
 _MSG_HEAD = struct.Struct(">IqqQHI")
+_MSG_BODY = struct.Struct(">qqQHI")  # _MSG_HEAD after the crc
 _HDR_COUNT = struct.Struct(">H")
 _HDR_PAIR = struct.Struct(">HI")
 _META_VERSION = 1
@@ -78,12 +89,37 @@ _META_VERSION = 1
 _META = struct.Struct(">IBQQQQqQqqqqqBB")
 
 
+@dataclass(frozen=True, slots=True)
+class StoreDbs:
+    """Handles of the stream store's named DBs in one environment."""
+
+    msgs: Any
+    sidx: Any
+    subj: Any
+    ttl: Any
+    meta: Any
+
+
+def open_dbs(env: Any) -> StoreDbs:
+    """Open (creating) the store's named DBs in ``env``."""
+    return StoreDbs(*(env.open_db(name) for name in DB_NAMES))
+
+
 @lru_cache(maxsize=_SUBJECT_CACHE_MAX)
 def subject_key(subject: str) -> tuple[bytes, bytes]:
     """Validate a literal subject once and return (utf-8 bytes, 16-byte index key)."""
     validate_subject(subject)
     raw = subject.encode()
     return raw, hashlib.blake2b(raw, digest_size=SUBJECT_KEY_BYTES).digest()
+
+
+@lru_cache(maxsize=_SUBJECT_CACHE_MAX)
+def hash_of(subject: bytes) -> bytes:
+    """The index key of a stored subject; DataLossError if the stored bytes are no subject."""
+    try:
+        return subject_key(subject.decode())[1]
+    except (UnicodeDecodeError, InvalidArgumentError) as exc:
+        raise DataLossError(f"stored subject is not a valid subject: {subject!r}") from exc
 
 
 def _loss(what: str, key: bytes) -> DataLossError:
@@ -98,13 +134,9 @@ def checked_value(key: bytes, value: bytes) -> None:
         raise _loss("record", key)
 
 
-def crc_only(key: bytes) -> bytes:
-    """The value of a key-only index record: the CRC of its key."""
-    return CRC.pack(crc32(key))
-
-
-def verify_crc_only(key: bytes, value: bytes) -> None:
-    if value != CRC.pack(crc32(key)):
+def verify_index(key: bytes, value: bytes) -> None:
+    """Raise DataLossError unless an index record's value repeats the sequence in its key."""
+    if value != key[-SEQ.size :]:
         raise _loss("index record", key)
 
 
@@ -143,8 +175,7 @@ def encode_msg(
     key: bytes, subject: bytes, hdrs: bytes, data: bytes, *, ts: int, ttl: int, size: int
 ) -> bytes:
     """A message record: head, subject, encoded headers, payload; CRC over key + the rest."""
-    body = _MSG_HEAD.pack(0, ts, ttl, size, len(subject), len(hdrs))[CRC.size :]
-    body = b"".join((body, subject, hdrs, data))
+    body = b"".join((_MSG_BODY.pack(ts, ttl, size, len(subject), len(hdrs)), subject, hdrs, data))
     return CRC.pack(crc32(body, crc32(key))) + body
 
 
@@ -182,6 +213,19 @@ def decode_msg(key: bytes, value: bytes) -> StoredMsg:
         raise _loss("message subject", key) from exc
     headers = _decode_headers(value[start : start + hlen], key)
     return StoredMsg(head.seq, subject, value[start + hlen :], head.ts, headers, head.ttl)
+
+
+def id_record(key: bytes, stream_id: int) -> bytes:
+    """A stream id (registry entry or the next-id counter) with its CRC."""
+    body = ID.pack(stream_id)
+    return CRC.pack(crc32(body, crc32(key))) + body
+
+
+def decode_id(key: bytes, value: bytes) -> int:
+    checked_value(key, value)
+    if len(value) != CRC.size + ID.size:
+        raise _loss("stream id record", key)
+    return int(ID.unpack_from(value, CRC.size)[0])
 
 
 def encode_count(key: bytes, count: int, subject: bytes) -> bytes:

@@ -5,10 +5,15 @@ share a fixed set of named DBs (``engine/lmdbrecords.py`` has the layouts) and t
 apart by a 4-byte stream id allocated from the stream's name. A stream's counters and limits
 live in one meta record, written once per write transaction, so reopening is one read.
 
+Inside a write transaction, appends are buffered and written with one ``putmulti`` per DB
+when anything reads, removes or commits; subject counts and the meta record are written once
+at commit. That batch-level work is what keeps a 1000-append transaction near the raw floor.
+
 Threading: a store is used by one thread at a time, and LMDB binds a write transaction to its
 thread, so all writes of a node come from its one writer thread. Transactions of two stores on
 one environment must not overlap (LMDB has one writer; the second would wait forever).
-One ``LmdbStreamStore`` object per stream per environment: the object caches the stream's meta.
+One ``LmdbStreamStore`` object per stream per environment: the object caches the stream's meta
+and subject counts, so a second writer object would corrupt them.
 """
 
 from __future__ import annotations
@@ -16,66 +21,52 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from functools import lru_cache
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from zlib import crc32
 
 import lmdb
 
+from raftstream.engine.lmdbreads import LmdbStreamReads, SubjectCount
 from raftstream.engine.lmdbrecords import (
-    CRC,
-    DB_NAMES,
     ID,
     SEQ,
     MsgHead,
     StreamMeta,
-    checked_value,
-    crc_only,
     decode_count,
     decode_head,
+    decode_id,
     decode_meta,
-    decode_msg,
-    encode_count,
     encode_headers,
     encode_meta,
     encode_msg,
+    hash_of,
+    id_record,
+    open_dbs,
     subject_key,
-    verify_crc_only,
+    verify_index,
 )
-from raftstream.engine.memstore import TS_NS_MAX, check_append_args, valid_filter
+from raftstream.engine.memstore import TS_NS_MAX, check_append_args
 from raftstream.engine.store import (
     EMPTY_HEADERS,
     DiscardPolicy,
     PurgeRequest,
-    StoredMsg,
     StoreLimits,
-    StreamState,
     headers_size,
     limit_set,
     normalize_purge,
 )
-from raftstream.engine.subjects import FWC, has_wildcards, subject_matches
-from raftstream.errors import (
-    DataLossError,
-    InvalidArgumentError,
-    InvariantError,
-    LimitError,
-    NotFoundError,
-    invariant,
-)
+from raftstream.errors import DataLossError, InvalidArgumentError, LimitError, invariant
 
 __all__ = ["DEFAULT_MAP_SIZE_BYTES", "NODE_MAX_DBS", "LmdbStreamStore", "open_node_env"]
 
 DEFAULT_MAP_SIZE_BYTES = 64 * 1024**3  # address space only; the file grows as data does
 NODE_MAX_DBS = 16  # the stream store uses 5 named DBs; the rest is for the Raft log storage
+NODE_READERS_MAX = 126
 STREAM_NAME_BYTES_MAX = 255
-ITER_CHUNK_MSGS = 256  # messages read per read transaction by iter_from
-PURGE_CHUNK_MSGS = 4096  # sequences collected per pass of a range purge
-# A wildcard load_next walks each matching subject's index when the stream has at most this
-# many subjects, and walks the messages otherwise.
-SUBJECT_WALK_SUBJECTS_MAX = 256
+PENDING_APPENDS_MAX = 4096  # buffered appends per transaction before they are written
+SUBJECT_CACHE_MAX = 4096  # cached subject counts kept between transactions
+PURGE_CHUNK_MSGS = 4096  # sequences collected per pass of a range purge or TTL expiry
 _SEQ_MAX = b"\xff" * SEQ.size
 
 
@@ -84,13 +75,13 @@ def open_node_env(
     *,
     map_size_bytes: int = DEFAULT_MAP_SIZE_BYTES,
     max_dbs: int = NODE_MAX_DBS,
-    readers_max: int = 126,
+    readers_max: int = NODE_READERS_MAX,
     sync: bool = True,
 ) -> Any:
     """Open (creating) a node's LMDB environment in directory ``path``.
 
-    ``sync`` stays on outside benchmarks of the relaxed mode: a committed write transaction is
-    on disk when ``commit()`` returns, which is what "acknowledged" promises.
+    Keep ``sync`` on: a committed write transaction is then on disk when ``commit()``
+    returns, which is what "acknowledged" promises. Off is a relaxed mode for benchmarks.
     """
     Path(path).mkdir(parents=True, exist_ok=True)
     return lmdb.open(
@@ -104,44 +95,13 @@ def open_node_env(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _Dbs:
-    msgs: Any
-    sidx: Any
-    subj: Any
-    ttl: Any
-    meta: Any
-
-
-def _open_dbs(env: Any) -> _Dbs:
-    return _Dbs(*(env.open_db(name) for name in DB_NAMES))
-
-
-@lru_cache(maxsize=4096)
-def _hash_of(subject: bytes) -> bytes:
-    try:
-        return subject_key(subject.decode())[1]
-    except (UnicodeDecodeError, InvalidArgumentError) as exc:
-        raise DataLossError(f"stored subject is not a valid subject: {subject!r}") from exc
-
-
-class _Count:
-    """A subject's message count as cached within one write transaction."""
-
-    __slots__ = ("now", "stored", "subject")
-
-    def __init__(self, count: int, subject: bytes) -> None:
-        self.now = count
-        self.stored = count
-        self.subject = subject
-
-
-class LmdbStreamStore:
+class LmdbStreamStore(LmdbStreamReads):
     """One stream's messages in a shared node environment (see the module docstring).
 
     ``limits`` None keeps the limits stored with the stream (unlimited for a new one); a value
     replaces them, enforced from the next append (call ``update_limits`` to enforce at once).
-    ``close()`` forgets the store; the environment belongs to the caller.
+    Not thread-safe: one thread at a time. ``close()`` forgets the store; the environment
+    belongs to the caller.
     """
 
     def __init__(self, env: Any, name: str, *, limits: StoreLimits | None = None) -> None:
@@ -150,13 +110,14 @@ class LmdbStreamStore:
             raise InvalidArgumentError("name", f"must be 1..{STREAM_NAME_BYTES_MAX} bytes")
         self._env = env
         self._name = name
-        self._dbs = _open_dbs(env)
-        self._txn: Any = None
-        self._msgs_cur: Any = None
-        self._sidx_cur: Any = None
-        self._counts: dict[bytes, _Count] = {}
+        self._dbs = open_dbs(env)
+        self._txn = None
         self._closed = False
         self._dropping = False
+        self._pend_msgs = []
+        self._pend_idx = []
+        self._subjects: dict[str, SubjectCount] = {}
+        self._by_hash = {}
         with env.begin(write=True) as txn:
             self._prefix = ID.pack(self._stream_id(txn, raw_name))
             self._meta_key = b"M" + self._prefix
@@ -172,20 +133,15 @@ class LmdbStreamStore:
         key = b"N" + raw_name
         raw = txn.get(key, db=self._dbs.meta)
         if raw is not None:
-            checked_value(key, raw)
-            return int(ID.unpack_from(raw, CRC.size)[0])
+            return decode_id(key, raw)
         counter = txn.get(b"C", db=self._dbs.meta)
-        if counter is None:
-            stream_id = 1
-        else:
-            checked_value(b"C", counter)
-            stream_id = int(ID.unpack_from(counter, CRC.size)[0])
+        stream_id = 1 if counter is None else decode_id(b"C", counter)
         invariant(stream_id < 2**32 - 1, "stream ids exhausted")
-        txn.put(b"C", _id_record(b"C", stream_id + 1), db=self._dbs.meta)
-        txn.put(key, _id_record(key, stream_id), db=self._dbs.meta)
+        txn.put(b"C", id_record(b"C", stream_id + 1), db=self._dbs.meta)
+        txn.put(key, id_record(key, stream_id), db=self._dbs.meta)
         return stream_id
 
-    # -- Protocol: configuration and transactions ------------------------------------------
+    # -- configuration and transactions ---------------------------------------------------
 
     @property
     def name(self) -> str:
@@ -202,9 +158,10 @@ class LmdbStreamStore:
             self._limits_changed()
             per = limits.max_msgs_per_subject
             if limit_set(per):
-                for h, (count, _) in self._subject_counts(">").items():
-                    for _ in range(count - per):
-                        self._remove(self._oldest_of(h))
+                counts = self._subject_counts(self._wt(), ">")
+                for count, raw in counts.values():
+                    if count > per:
+                        self._trim_subject(self._subject_of(raw), per)
             self._enforce_totals()
             self._expire_age(now_ns)
 
@@ -213,7 +170,8 @@ class LmdbStreamStore:
         """One LMDB write transaction (one fsync) for everything done inside the block.
 
         Nested blocks join the outermost one. An exception leaving the outermost block aborts
-        it: nothing of the block is stored and the store's counters roll back.
+        it: nothing of the block is stored and the store's counters roll back. If commit
+        itself fails the outcome is as LMDB reports it: an error means nothing was stored.
         """
         self._check_open()
         if self._txn is not None:
@@ -226,46 +184,43 @@ class LmdbStreamStore:
             yield
             self._flush()
         except BaseException:
-            self._end_txn(saved)
+            self._rollback(saved)
             txn.abort()
             raise
         self._txn = None
-        self._msgs_cur = self._sidx_cur = None
-        self._counts.clear()
         try:
             # Durability point: with the environment's sync on, commit() returns after the
             # fsync, so a mutation that returned is on disk (fsync-before-ack).
             txn.commit()
         except BaseException:
-            self._end_txn(saved)
+            self._rollback(saved)
             raise
+        if len(self._by_hash) > SUBJECT_CACHE_MAX:
+            self._forget_subjects()
 
-    def _end_txn(self, saved: StreamMeta) -> None:
+    def _rollback(self, saved: StreamMeta) -> None:
+        """Forget everything the aborted transaction changed in memory."""
         self._txn = None
-        self._msgs_cur = self._sidx_cur = None
-        self._counts.clear()
+        self._dropping = False
+        self._pend_msgs = []
+        self._pend_idx = []
+        self._forget_subjects()
         self._meta = saved
         self._limits_changed()
 
-    def _flush(self) -> None:
-        """Write what the transaction keeps in memory: subject counts and the meta record."""
-        self._flush_counts()
-        if self._dropping:
-            self._txn.delete(self._meta_key, db=self._dbs.meta)
-            self._txn.delete(b"N" + self._name.encode(), db=self._dbs.meta)
-            return
-        self._txn.put(self._meta_key, encode_meta(self._meta_key, self._meta), db=self._dbs.meta)
+    def _forget_subjects(self) -> None:
+        self._subjects.clear()
+        self._by_hash.clear()
 
-    def _flush_counts(self) -> None:
-        for h, c in self._counts.items():
-            if c.now == c.stored:
-                continue
-            key = self._prefix + h
-            if c.now == 0:
-                self._txn.delete(key, db=self._dbs.subj)
-            else:
-                self._txn.put(key, encode_count(key, c.now, c.subject), db=self._dbs.subj)
-            c.stored = c.now
+    def _flush(self) -> None:
+        """Write what the transaction keeps in memory: appends, subject counts, meta."""
+        self._flush_counts()
+        txn = self._wt()
+        if self._dropping:
+            txn.delete(self._meta_key, db=self._dbs.meta)
+            txn.delete(b"N" + self._name.encode(), db=self._dbs.meta)
+            return
+        txn.put(self._meta_key, encode_meta(self._meta_key, self._meta), db=self._dbs.meta)
 
     def _limits_changed(self) -> None:
         lim = self._meta.limits
@@ -277,7 +232,30 @@ class LmdbStreamStore:
             or lim.max_age_ns > 0
         )
 
-    # -- Protocol: writes ------------------------------------------------------------------
+    def _subject(self, subject: str) -> SubjectCount:
+        """The cached count of a subject being appended to (validating it the first time)."""
+        raw, h = subject_key(subject)
+        c = self._by_hash.get(h) or self._load_subject(raw, h)
+        self._subjects[subject] = c
+        return c
+
+    def _subject_of(self, raw: bytes) -> SubjectCount:
+        """The cached count of a stored subject."""
+        h = hash_of(raw)
+        return self._by_hash.get(h) or self._load_subject(raw, h)
+
+    def _load_subject(self, raw: bytes, h: bytes) -> SubjectCount:
+        key = self._prefix + h
+        value = self._txn.get(key, db=self._dbs.subj)  # counts are never buffered
+        count = 0
+        if value is not None:
+            count, stored = decode_count(key, value)
+            if stored != raw:
+                raise DataLossError(f"subject record for {raw!r} holds {stored!r}", key=key)
+        c = self._by_hash[h] = SubjectCount(raw, key, count)
+        return c
+
+    # -- appends ------------------------------------------------------------------------------
 
     def append(
         self,
@@ -295,49 +273,48 @@ class LmdbStreamStore:
         """
         if self._txn is None:
             with self.transaction():
-                return self._append(subject, data, headers, now_ns, ttl_ns)
-        return self._append(subject, data, headers, now_ns, ttl_ns)
-
-    def _append(
-        self, subject: str, data: bytes, headers: Mapping[str, str], now_ns: int, ttl_ns: int
-    ) -> int:
-        # The hot path of the store: keep per-append work to two puts and a few dict updates;
-        # counts and meta are written once per transaction by _flush().
-        raw, h = subject_key(subject)
+                return self.append(subject, data, headers=headers, now_ns=now_ns, ttl_ns=ttl_ns)
+        # The hot path: no LMDB call here; the record and its index entry are buffered for
+        # one putmulti each, counts and meta are written once at commit (see _flush).
+        subj = self._subjects.get(subject) or self._subject(subject)
         if now_ns < 0 or ttl_ns < 0 or now_ns + ttl_ns > TS_NS_MAX:
             check_append_args(now_ns, ttl_ns)
-        hdrs = encode_headers(headers) if headers else b""
-        payload = len(data) + (headers_size(headers) if headers else 0)
-        m = self._meta
-        count = self._counts.get(h) or self._load_count(h, raw)
+        if headers:
+            hdrs = encode_headers(headers)
+            payload = len(data) + headers_size(headers)
+        else:
+            hdrs = b""
+            payload = len(data)
+        size = payload + len(subj.raw)
         if self._admission:
-            self._check_admission(payload + len(raw), payload, count.now)
+            self._check_admission(size, payload, subj.count)
+        m = self._meta
         seq = m.last_seq + 1
-        key = self._prefix + SEQ.pack(seq)
-        value = encode_msg(key, raw, hdrs, data, ts=now_ns, ttl=ttl_ns, size=payload + len(raw))
-        if self._msgs_cur is None:
-            self._msgs_cur = self._txn.cursor(db=self._dbs.msgs)
-            self._sidx_cur = self._txn.cursor(db=self._dbs.sidx)
-        self._msgs_cur.put(key, value)
-        ikey = self._prefix + h + SEQ.pack(seq)
-        self._sidx_cur.put(ikey, crc_only(ikey))
+        seq_b = SEQ.pack(seq)
+        key = self._prefix + seq_b
+        value = encode_msg(key, subj.raw, hdrs, data, ts=now_ns, ttl=ttl_ns, size=size)
+        self._pend_msgs.append((key, value))
+        self._pend_idx.append((subj.ikey + seq_b, seq_b))
         if ttl_ns:
-            tkey = self._prefix + SEQ.pack(now_ns + ttl_ns) + SEQ.pack(seq)
-            self._txn.put(tkey, crc_only(tkey), db=self._dbs.ttl)
-        if count.now == 0:
+            tkey = self._prefix + SEQ.pack(now_ns + ttl_ns) + seq_b
+            self._txn.put(tkey, seq_b, db=self._dbs.ttl)
+        if subj.count == 0:
             m.num_subjects += 1
-        count.now += 1
+        subj.count += 1
         if m.msgs == 0:
             m.first_seq = seq
         m.msgs += 1
-        m.bytes += payload + len(raw)
+        m.bytes += size
         m.last_seq = seq
         m.last_ts = now_ns
         if self._enforce:
-            self._enforce_after_append(h, now_ns)
+            self._enforce_after_append(subj, now_ns)
+        elif len(self._pend_msgs) >= PENDING_APPENDS_MAX:
+            self._wt()
         return seq
 
     def _check_admission(self, size: int, payload: int, subject_count: int) -> None:
+        """Refuse (before anything is written) what max_msg_size or discard new forbids."""
         lim = self._meta.limits
         if limit_set(lim.max_msg_size) and payload > lim.max_msg_size:
             raise LimitError("message size exceeds maximum allowed", limit="max_msg_size")
@@ -352,31 +329,35 @@ class LmdbStreamStore:
         if lim.discard_new_per_subject and limit_set(per) and subject_count >= per:
             raise LimitError("maximum messages per subject exceeded", limit="max_msgs_per_subject")
 
-    def _enforce_after_append(self, h: bytes, now_ns: int) -> None:
+    def _enforce_after_append(self, subj: SubjectCount, now_ns: int) -> None:
         per = self._meta.limits.max_msgs_per_subject
-        if limit_set(per):
-            while self._counts[h].now > per:
-                self._remove(self._oldest_of(h))
+        if limit_set(per) and subj.count > per:
+            self._trim_subject(subj, per)
         self._enforce_totals()
         self._expire_age(now_ns)
+
+    def _trim_subject(self, subj: SubjectCount, keep: int) -> None:
+        """Remove the subject's oldest messages until it has ``keep``."""
+        txn = self._wt()
+        for seq in self._index_seqs(txn, subj.ikey, 1, 0, limit=subj.count - keep):
+            self._remove(self._indexed_head(txn, seq, subj))
 
     def _enforce_totals(self) -> None:
         m = self._meta
         lim = m.limits
         if limit_set(lim.max_msgs):
             while m.msgs > lim.max_msgs:
-                self._remove(self._first_head())
+                self._remove(self._head(self._wt(), m.first_seq))
         if limit_set(lim.max_bytes):
             while m.msgs and m.bytes > lim.max_bytes:
-                self._remove(self._first_head())
+                self._remove(self._head(self._wt(), m.first_seq))
 
     def _expire_age(self, now_ns: int) -> int:
+        """Remove from the front while messages are ``max_age`` old (ts + max_age <= now)."""
         max_age = self._meta.limits.max_age_ns
         removed = 0
-        if max_age <= 0:
-            return 0
-        while self._meta.msgs:
-            head = self._first_head()
+        while max_age > 0 and self._meta.msgs:
+            head = self._head(self._wt(), self._meta.first_seq)
             if head.ts + max_age > now_ns:
                 break
             self._remove(head)
@@ -392,6 +373,8 @@ class LmdbStreamStore:
             if self._meta.msgs == 0:
                 self._meta.first_seq = seq
 
+    # -- removal ------------------------------------------------------------------------------
+
     def delete(self, seq: int, *, erase: bool = False) -> bool:
         """Remove one message; False when absent.
 
@@ -399,14 +382,17 @@ class LmdbStreamStore:
         older images of the page may survive in free pages until reused, so erase hides the
         bytes from the store and from casual inspection, not from forensics.
         """
+        if seq <= 0:
+            return False
         with self.transaction():
-            key = self._msg_key(seq)
-            raw = self._txn.get(key, db=self._dbs.msgs) if seq > 0 else None
+            txn = self._wt()
+            key = self._prefix + SEQ.pack(seq)
+            raw = txn.get(key, db=self._dbs.msgs)
             if raw is None:
                 return False
             head = decode_head(key, raw)
             if erase:
-                self._txn.put(key, bytes(len(raw)), db=self._dbs.msgs)
+                txn.put(key, bytes(len(raw)), db=self._dbs.msgs)
             self._remove(head)
             return True
 
@@ -420,15 +406,9 @@ class LmdbStreamStore:
                 return self._purge_all()
             if req.subject is None:
                 removed = self._purge_range(req)
-            else:
-                removed = self._purge_subject(req, req.subject)
-            if req.subject is None and req.before_seq is not None:
-                m = self._meta
-                if req.before_seq > m.last_seq + 1:
-                    m.last_seq = req.before_seq - 1  # JetStream Compact past the end
-                if m.msgs == 0:
-                    m.first_seq = m.last_seq + 1
-            return removed
+                self._compact_to(req.before_seq)
+                return removed
+            return self._purge_subject(req, req.subject)
 
     def expire(self, now_ns: int) -> int:
         """Remove messages past ``max_age`` or their TTL as of ``now_ns``; returns count."""
@@ -437,53 +417,57 @@ class LmdbStreamStore:
             hi = self._prefix + SEQ.pack(now_ns) + _SEQ_MAX
             while True:
                 due: list[int] = []
-                cur = self._txn.cursor(db=self._dbs.ttl)
+                cur = self._wt().cursor(db=self._dbs.ttl)
                 found = cur.set_range(self._prefix)
                 while found and len(due) < PURGE_CHUNK_MSGS:
                     key, value = cur.item()
                     if not key.startswith(self._prefix) or key > hi:
                         break
-                    verify_crc_only(key, value)
-                    due.append(SEQ.unpack_from(key, ID.size + SEQ.size)[0])
+                    verify_index(key, value)
+                    due.append(SEQ.unpack_from(value)[0])
                     found = cur.next()
                 for seq in due:
-                    self._remove(self._head(seq))
+                    self._remove(self._head(self._wt(), seq))
                 removed += len(due)
                 if len(due) < PURGE_CHUNK_MSGS:
                     return removed
 
-    # -- removal -----------------------------------------------------------------------------
+    def _indexed_head(self, txn: Any, seq: int, subj: SubjectCount) -> MsgHead:
+        head = self._head(txn, seq)
+        if head.subject != subj.raw:
+            raise DataLossError(f"subject index points at {seq} of another subject", seq=seq)
+        return head
 
     def _remove(self, head: MsgHead) -> None:
         """Remove one message and its index entries; update counters (in the open txn)."""
-        txn, dbs, m = self._txn, self._dbs, self._meta
+        txn, dbs, m = self._wt(), self._dbs, self._meta
         seq_b = SEQ.pack(head.seq)
         txn.delete(self._prefix + seq_b, db=dbs.msgs)
-        h = _hash_of(head.subject)
-        if not txn.delete(self._prefix + h + seq_b, db=dbs.sidx):
+        subj = self._subject_of(head.subject)
+        if not txn.delete(subj.ikey + seq_b, db=dbs.sidx):
             raise DataLossError(f"subject index entry missing for sequence {head.seq}")
         if head.ttl:
             txn.delete(self._prefix + SEQ.pack(head.ts + head.ttl) + seq_b, db=dbs.ttl)
-        count = self._counts.get(h) or self._load_count(h, head.subject)
-        invariant(count.now > 0, "subject count underflow")
-        count.now -= 1
-        if count.now == 0:
+        invariant(subj.count > 0, "subject count underflow")
+        subj.count -= 1
+        if subj.count == 0:
             m.num_subjects -= 1
         m.msgs -= 1
         m.bytes -= head.size
         invariant(m.msgs >= 0 and m.bytes >= 0, "negative stream counters")
         if head.seq == m.first_seq:
-            m.first_seq = self._next_stored(head.seq + 1)
+            m.first_seq = self._next_stored(txn, head.seq + 1)
 
     def _purge_all(self) -> int:
         m = self._meta
         removed = m.msgs
+        txn = self._wt()
         for db in (self._dbs.msgs, self._dbs.sidx, self._dbs.subj, self._dbs.ttl):
-            cur = self._txn.cursor(db=db)
+            cur = txn.cursor(db=db)
             found = cur.set_range(self._prefix)
             while found and cur.key().startswith(self._prefix):
                 found = cur.delete()
-        self._counts.clear()
+        self._forget_subjects()  # their records are gone; cached counts would resurrect them
         m.msgs = m.bytes = m.num_subjects = 0
         m.first_seq = m.last_seq + 1
         return removed
@@ -495,348 +479,48 @@ class LmdbStreamStore:
         end = req.before_seq if req.before_seq is not None else m.last_seq + 1
         removed = 0
         while removed < budget and m.msgs and m.first_seq < end:
-            heads = [h for h in self._heads_from(m.first_seq, PURGE_CHUNK_MSGS) if h.seq < end]
+            heads = self._heads_from(self._wt(), m.first_seq, PURGE_CHUNK_MSGS)
             for head in heads[: budget - removed]:
+                if head.seq >= end:
+                    break
                 self._remove(head)
                 removed += 1
         return removed
 
+    def _compact_to(self, before_seq: int | None) -> None:
+        """JetStream Compact: sequences below ``before_seq`` are gone, even past the end."""
+        m = self._meta
+        if before_seq is None:
+            return
+        if before_seq > m.last_seq + 1:
+            m.last_seq = before_seq - 1
+        if m.msgs == 0:
+            m.first_seq = m.last_seq + 1
+
     def _purge_subject(self, req: PurgeRequest, subject_filter: str) -> int:
         end = req.before_seq if req.before_seq is not None else self._meta.last_seq + 1
+        txn = self._wt()
         victims: list[int] = []
-        for h in self._subject_counts(subject_filter):
-            victims += self._index_seqs(h, 1, end)
+        for ikey in self._ikeys(txn, subject_filter):
+            victims += self._index_seqs(txn, ikey, 1, end)
         victims.sort()
         if req.keep is not None:
             victims = victims[: max(0, len(victims) - req.keep)]
         for seq in victims:
-            self._remove(self._head(seq))
+            self._remove(self._head(self._wt(), seq))
         return len(victims)
 
-    # -- Protocol: reads -------------------------------------------------------------------
-
-    def load(self, seq: int) -> StoredMsg:
-        """The message at ``seq``; ``NotFoundError`` if absent, ``DataLossError`` if corrupt."""
-        with self._reading() as txn:
-            return self._load(txn, seq)
-
-    def load_last(self, subject_filter: str) -> StoredMsg:
-        """The newest message matching the filter; ``NotFoundError`` when none does."""
-        valid_filter(subject_filter, "subject_filter")
-        with self._reading() as txn:
-            best = 0
-            if subject_filter == FWC:
-                best = self._last_stored(txn)
-            else:
-                for h in self._matching_hashes(txn, subject_filter):
-                    best = max(best, self._last_of(txn, h))
-            if best == 0:
-                raise NotFoundError(f"no message matches {subject_filter!r}")
-            return self._load(txn, best)  # decode_msg checks the record's own checksum
-
-    def load_next(self, subject_filter: str, start_seq: int) -> StoredMsg | None:
-        """The first message at or after ``start_seq`` matching the filter, or None."""
-        valid_filter(subject_filter, "subject_filter")
-        start = max(start_seq, self._meta.first_seq, 1)
-        if start > self._meta.last_seq:
-            return None
-        walk_messages = subject_filter == FWC or (
-            has_wildcards(subject_filter) and self._meta.num_subjects > SUBJECT_WALK_SUBJECTS_MAX
-        )
-        with self._reading() as txn:
-            if walk_messages:
-                return self._scan_next(txn, start, subject_filter)
-            found = [
-                (self._next_of(txn, h, start), h)
-                for h in self._matching_hashes(txn, subject_filter)
-            ]
-            best, h = min(((s, h) for s, h in found if s), default=(0, b""))
-            return self._load_indexed(txn, best, h) if best else None
-
-    def _scan_next(self, txn: Any, start: int, subject_filter: str) -> StoredMsg | None:
-        """Walk the messages from ``start`` to the first one matching the filter."""
-        cur = txn.cursor(db=self._dbs.msgs)
-        found = cur.set_range(self._msg_key(start))
-        while found:
-            key, value = cur.item()
-            if not key.startswith(self._prefix):
-                return None
-            if subject_filter == FWC:
-                return decode_msg(key, value)
-            head = decode_head(key, value)
-            if subject_matches(subject_filter, head.subject.decode()):
-                return decode_msg(key, value)
-            found = cur.next()
-        return None
-
-    def iter_from(self, start_seq: int, subject_filter: str = ">") -> Iterator[StoredMsg]:
-        """Messages at or after ``start_seq`` matching the filter, in sequence order.
-
-        Reads ``ITER_CHUNK_MSGS`` records per read transaction, so a slow consumer of the
-        iterator never pins old pages; writes between chunks may or may not be seen.
-        """
-        self._check_open()
-        valid_filter(subject_filter, "subject_filter")
-        return self._iter(max(start_seq, self._meta.first_seq, 1), subject_filter)
-
-    def _iter(self, seq: int, subject_filter: str) -> Iterator[StoredMsg]:
-        literal = not has_wildcards(subject_filter)
-        match_all = subject_filter == FWC
-        h = subject_key(subject_filter)[1] if literal else b""
-        while seq <= self._meta.last_seq:
-            with self._reading() as txn:
-                if literal:
-                    seqs = self._index_seqs(h, seq, 0, limit=ITER_CHUNK_MSGS, txn=txn)
-                    chunk = [self._load_indexed(txn, s, h) for s in seqs]
-                    scanned = len(seqs)
-                else:
-                    heads = self._heads_from(seq, ITER_CHUNK_MSGS, txn=txn)
-                    chunk = [
-                        self._load(txn, hd.seq)
-                        for hd in heads
-                        if match_all or subject_matches(subject_filter, hd.subject.decode())
-                    ]
-                    seqs = [hd.seq for hd in heads]
-                    scanned = len(heads)
-            yield from chunk
-            if scanned < ITER_CHUNK_MSGS:
-                return
-            seq = seqs[-1] + 1
-
-    def num_pending(self, start_seq: int, subject_filter: str = ">") -> int:
-        """How many messages at or after ``start_seq`` match the filter."""
-        valid_filter(subject_filter, "subject_filter")
-        m = self._meta
-        start = max(start_seq, m.first_seq, 1)
-        if m.msgs == 0 or start > m.last_seq:
-            return 0
-        if subject_filter == FWC and start == m.first_seq:
-            return m.msgs
-        with self._reading() as txn:
-            if subject_filter == FWC:
-                return self._count_keys(txn, self._dbs.msgs, self._msg_key(start), self._prefix)
-            total = 0
-            for h, (count, _) in self._subject_counts(subject_filter, txn=txn).items():
-                if start <= m.first_seq:
-                    total += count
-                else:
-                    total += self._count_keys(
-                        txn, self._dbs.sidx, self._prefix + h + SEQ.pack(start), self._prefix + h
-                    )
-            return total
-
-    def state(self, *, subjects_filter: str | None = None) -> StreamState:
-        """Counters from the cached meta; per-subject counts only when a filter is given."""
-        self._check_open()
-        m = self._meta
-        first_ts = self._first_head().ts if m.msgs else 0
-        return StreamState(
-            first_seq=m.first_seq,
-            last_seq=m.last_seq,
-            msgs=m.msgs,
-            bytes=m.bytes,
-            first_ts=first_ts,
-            last_ts=m.last_ts,
-            num_deleted=(m.last_seq - m.first_seq + 1 - m.msgs) if m.msgs else 0,
-            num_subjects=m.num_subjects,
-            subjects={} if subjects_filter is None else self.subjects_state(subjects_filter),
-        )
-
-    def subjects_state(self, subject_filter: str = ">") -> dict[str, int]:
-        """Message count per subject matching the filter."""
-        valid_filter(subject_filter, "subject_filter")
-        counts = self._subject_counts(subject_filter)
-        return {raw.decode(): count for count, raw in counts.values()}
+    # -- lifecycle ------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Forget the store (the environment stays open; it belongs to the caller)."""
         invariant(self._txn is None, "close() inside a transaction")
         self._closed = True
+        self._forget_subjects()
 
     def drop(self) -> None:
         """Delete the stream: every record and its name. The store is closed afterwards."""
         with self.transaction():
             self._purge_all()
             self._dropping = True
-        self._closed = True
-
-    # -- read helpers ------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InvariantError(f"stream store {self._name!r} used after close()")
-
-    @contextmanager
-    def _reading(self) -> Iterator[Any]:
-        """The open write transaction (to see its writes) or a fresh read transaction."""
-        self._check_open()
-        if self._txn is not None:
-            yield self._txn
-            return
-        with self._env.begin() as txn:
-            yield txn
-
-    def _msg_key(self, seq: int) -> bytes:
-        return self._prefix + SEQ.pack(seq)
-
-    def _load(self, txn: Any, seq: int) -> StoredMsg:
-        key = self._msg_key(seq) if seq > 0 else b""
-        raw = txn.get(key, db=self._dbs.msgs) if key else None
-        if raw is None:
-            raise NotFoundError(f"no message at sequence {seq}", seq=seq)
-        return decode_msg(key, raw)
-
-    def _load_indexed(self, txn: Any, seq: int, h: bytes) -> StoredMsg:
-        """Load a message the subject index pointed at, checking it has that subject."""
-        msg = self._load(txn, seq)
-        if _hash_of(msg.subject.encode()) != h:
-            raise DataLossError(f"subject index points at {seq} of another subject", seq=seq)
-        return msg
-
-    def _head(self, seq: int, txn: Any = None) -> MsgHead:
-        """The head of a message that must exist (an index pointed at it)."""
-        key = self._msg_key(seq)
-        raw = (txn or self._txn).get(key, db=self._dbs.msgs)
-        if raw is None:
-            raise DataLossError(f"indexed message {seq} is missing", seq=seq)
-        return decode_head(key, raw)
-
-    def _first_head(self) -> MsgHead:
-        with self._reading() as txn:
-            return self._head(self._meta.first_seq, txn)
-
-    def _heads_from(self, seq: int, limit: int, *, txn: Any = None) -> list[MsgHead]:
-        """Up to ``limit`` message heads from ``seq`` on, in order."""
-        cur = (txn or self._txn).cursor(db=self._dbs.msgs)
-        out: list[MsgHead] = []
-        found = cur.set_range(self._msg_key(seq))
-        while found and len(out) < limit:
-            key, value = cur.item()
-            if not key.startswith(self._prefix):
-                break
-            out.append(decode_head(key, value))
-            found = cur.next()
-        return out
-
-    def _next_stored(self, seq: int) -> int:
-        """The lowest stored sequence >= ``seq``, or last_seq + 1 when there is none."""
-        cur = self._txn.cursor(db=self._dbs.msgs)
-        if cur.set_range(self._msg_key(seq)):
-            key = cur.key()
-            if key.startswith(self._prefix):
-                return int(SEQ.unpack_from(key, ID.size)[0])
-        return self._meta.last_seq + 1
-
-    def _last_stored(self, txn: Any) -> int:
-        return self._last_in(txn, self._dbs.msgs, self._prefix)
-
-    def _last_in(self, txn: Any, db: Any, prefix: bytes) -> int:
-        """The sequence ending the last key under ``prefix`` (8-byte seq suffix), or 0."""
-        cur = txn.cursor(db=db)
-        hi = prefix + _SEQ_MAX
-        if cur.set_range(hi):
-            if cur.key() == hi:
-                return 2**64 - 1
-            found = cur.prev()
-        else:
-            found = cur.last()
-        if not found:
-            return 0
-        key, value = cur.item()
-        if not key.startswith(prefix) or len(key) != len(hi):
-            return 0
-        if db is self._dbs.sidx:
-            verify_crc_only(key, value)
-        return int(SEQ.unpack_from(key, len(prefix))[0])
-
-    def _last_of(self, txn: Any, h: bytes) -> int:
-        return self._last_in(txn, self._dbs.sidx, self._prefix + h)
-
-    def _next_of(self, txn: Any, h: bytes, start: int) -> int:
-        seqs = self._index_seqs(h, start, 0, limit=1, txn=txn)
-        return seqs[0] if seqs else 0
-
-    def _oldest_of(self, h: bytes) -> MsgHead:
-        seqs = self._index_seqs(h, 1, 0, limit=1)
-        invariant(bool(seqs), "subject count says messages but the index has none")
-        return self._head(seqs[0])
-
-    def _index_seqs(
-        self, h: bytes, start: int, end: int, *, limit: int = 0, txn: Any = None
-    ) -> list[int]:
-        """Sequences of subject ``h`` in [start, end) (end 0: no end), at most ``limit``."""
-        prefix = self._prefix + h
-        cur = (txn or self._txn).cursor(db=self._dbs.sidx)
-        out: list[int] = []
-        found = cur.set_range(prefix + SEQ.pack(start))
-        while found and (not limit or len(out) < limit):
-            key, value = cur.item()
-            if not key.startswith(prefix) or len(key) != len(prefix) + SEQ.size:
-                break
-            verify_crc_only(key, value)
-            seq = int(SEQ.unpack_from(key, len(prefix))[0])
-            if end and seq >= end:
-                break
-            out.append(seq)
-            found = cur.next()
-        return out
-
-    def _count_keys(self, txn: Any, db: Any, start_key: bytes, prefix: bytes) -> int:
-        cur = txn.cursor(db=db)
-        if not cur.set_range(start_key):
-            return 0
-        n = 0
-        for key in cur.iternext(keys=True, values=False):
-            if not key.startswith(prefix):
-                break
-            n += 1
-        return n
-
-    def _load_count(self, h: bytes, raw: bytes) -> _Count:
-        key = self._prefix + h
-        value = self._txn.get(key, db=self._dbs.subj)
-        count = 0
-        if value is not None:
-            count, stored = decode_count(key, value)
-            if stored != raw:
-                raise DataLossError(f"subject record for {raw!r} holds {stored!r}", key=key)
-        c = self._counts[h] = _Count(count, raw)
-        return c
-
-    def _subject_counts(
-        self, subject_filter: str, *, txn: Any = None
-    ) -> dict[bytes, tuple[int, bytes]]:
-        """(count, subject) per subject hash matching the filter."""
-        if self._txn is not None:
-            self._flush_counts()
-        txn = txn or self._txn
-        if txn is None:
-            with self._env.begin() as rtxn:
-                return self._subject_counts(subject_filter, txn=rtxn)
-        out: dict[bytes, tuple[int, bytes]] = {}
-        if not has_wildcards(subject_filter):
-            h = subject_key(subject_filter)[1]
-            key = self._prefix + h
-            value = txn.get(key, db=self._dbs.subj)
-            if value is not None:
-                out[h] = decode_count(key, value)
-            return out
-        cur = txn.cursor(db=self._dbs.subj)
-        found = cur.set_range(self._prefix)
-        while found:
-            key, value = cur.item()
-            if not key.startswith(self._prefix):
-                break
-            count, raw = decode_count(key, value)
-            if subject_filter == FWC or subject_matches(subject_filter, raw.decode()):
-                out[key[ID.size :]] = (count, raw)
-            found = cur.next()
-        return out
-
-    def _matching_hashes(self, txn: Any, subject_filter: str) -> list[bytes]:
-        return list(self._subject_counts(subject_filter, txn=txn))
-
-
-def _id_record(key: bytes, stream_id: int) -> bytes:
-    body = ID.pack(stream_id)
-    return CRC.pack(crc32(body, crc32(key))) + body
+        self.close()

@@ -1,0 +1,373 @@
+"""The read side of the LMDB stream store: lookups, walks and counts over one stream's keys.
+
+``LmdbStreamReads`` is the base of ``LmdbStreamStore`` (``engine/lmdbstore.py``), which owns
+the state declared here and the write side. Reads inside ``transaction()`` go through the open
+write transaction (after flushing the appends it buffers), so they see its writes; outside
+one, each read is its own read transaction. Threading: as the store, one thread at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from raftstream.engine.lmdbrecords import (
+    ID,
+    SEQ,
+    MsgHead,
+    StoreDbs,
+    StreamMeta,
+    decode_count,
+    decode_head,
+    decode_msg,
+    encode_count,
+    hash_of,
+    subject_key,
+    verify_index,
+)
+from raftstream.engine.memstore import valid_filter
+from raftstream.engine.store import StoredMsg, StreamState
+from raftstream.engine.subjects import FWC, has_wildcards, subject_matches
+from raftstream.errors import DataLossError, InvariantError, NotFoundError, invariant
+
+__all__ = ["ITER_CHUNK_MSGS", "SUBJECT_WALK_SUBJECTS_MAX", "LmdbStreamReads", "SubjectCount"]
+
+ITER_CHUNK_MSGS = 256  # messages read per read transaction by iter_from
+# A wildcard load_next walks each matching subject's index when the stream has at most this
+# many subjects, and walks the messages otherwise.
+SUBJECT_WALK_SUBJECTS_MAX = 256
+_SEQ_MAX = b"\xff" * SEQ.size
+
+
+class SubjectCount:
+    """A subject's message count, cached by the store (the only writer of its stream).
+
+    ``count`` is current, ``stored`` is what the ``subj`` record holds; ``ikey`` is the
+    subject's index prefix (stream id + subject key).
+    """
+
+    __slots__ = ("count", "ikey", "raw", "stored")
+
+    def __init__(self, raw: bytes, ikey: bytes, count: int) -> None:
+        self.raw = raw
+        self.ikey = ikey
+        self.count = count
+        self.stored = count
+
+
+class LmdbStreamReads:
+    """Read-side methods of the LMDB stream store; state is set up by ``LmdbStreamStore``."""
+
+    _env: Any
+    _name: str
+    _dbs: StoreDbs
+    _prefix: bytes
+    _meta: StreamMeta
+    _txn: Any
+    _closed: bool
+    _pend_msgs: list[tuple[bytes, bytes]]
+    _pend_idx: list[tuple[bytes, bytes]]
+    _by_hash: dict[bytes, SubjectCount]
+
+    # -- Protocol reads ------------------------------------------------------------------------
+
+    def load(self, seq: int) -> StoredMsg:
+        """The message at ``seq``; ``NotFoundError`` if absent, ``DataLossError`` if corrupt."""
+        with self._reading() as txn:
+            return self._load(txn, seq)
+
+    def load_last(self, subject_filter: str) -> StoredMsg:
+        """The newest message matching the filter; ``NotFoundError`` when none does."""
+        valid_filter(subject_filter, "subject_filter")
+        with self._reading() as txn:
+            if subject_filter == FWC:
+                best, ikey = self._last_in(txn, self._dbs.msgs, self._prefix), b""
+            else:
+                found = [
+                    (self._last_in(txn, self._dbs.sidx, k), k)
+                    for k in self._ikeys(txn, subject_filter)
+                ]
+                best, ikey = max(found, default=(0, b""))
+            if best == 0:
+                raise NotFoundError(f"no message matches {subject_filter!r}")
+            return self._load_indexed(txn, best, ikey) if ikey else self._load(txn, best)
+
+    def load_next(self, subject_filter: str, start_seq: int) -> StoredMsg | None:
+        """The first message at or after ``start_seq`` matching the filter, or None."""
+        valid_filter(subject_filter, "subject_filter")
+        start = max(start_seq, self._meta.first_seq, 1)
+        if start > self._meta.last_seq:
+            return None
+        walk_messages = subject_filter == FWC or (
+            has_wildcards(subject_filter) and self._meta.num_subjects > SUBJECT_WALK_SUBJECTS_MAX
+        )
+        with self._reading() as txn:
+            if walk_messages:
+                return self._scan_next(txn, start, subject_filter)
+            found = []
+            for ikey in self._ikeys(txn, subject_filter):
+                seqs = self._index_seqs(txn, ikey, start, 0, limit=1)
+                if seqs:
+                    found.append((seqs[0], ikey))
+            best, ikey = min(found, default=(0, b""))
+            return self._load_indexed(txn, best, ikey) if best else None
+
+    def iter_from(self, start_seq: int, subject_filter: str = ">") -> Iterator[StoredMsg]:
+        """Messages at or after ``start_seq`` matching the filter, in sequence order.
+
+        Reads ``ITER_CHUNK_MSGS`` records per read transaction, so a slow consumer of the
+        iterator never pins old pages; writes between chunks may or may not be seen.
+        """
+        self._check_open()
+        valid_filter(subject_filter, "subject_filter")
+        return self._iter(max(start_seq, self._meta.first_seq, 1), subject_filter)
+
+    def num_pending(self, start_seq: int, subject_filter: str = ">") -> int:
+        """How many messages at or after ``start_seq`` match the filter."""
+        valid_filter(subject_filter, "subject_filter")
+        m = self._meta
+        start = max(start_seq, m.first_seq, 1)
+        if m.msgs == 0 or start > m.last_seq:
+            return 0
+        if subject_filter == FWC and start == m.first_seq:
+            return m.msgs
+        with self._reading() as txn:
+            if subject_filter == FWC:
+                return self._count_keys(txn, self._dbs.msgs, self._prefix + SEQ.pack(start))
+            total = 0
+            for ikey, (count, _) in self._subject_counts(txn, subject_filter).items():
+                if start <= m.first_seq:
+                    total += count
+                else:
+                    total += self._count_keys(txn, self._dbs.sidx, ikey + SEQ.pack(start))
+            return total
+
+    def state(self, *, subjects_filter: str | None = None) -> StreamState:
+        """Counters from the cached meta; per-subject counts only when a filter is given."""
+        self._check_open()
+        m = self._meta
+        first_ts = 0
+        if m.msgs:
+            with self._reading() as txn:
+                first_ts = self._head(txn, m.first_seq).ts
+        return StreamState(
+            first_seq=m.first_seq,
+            last_seq=m.last_seq,
+            msgs=m.msgs,
+            bytes=m.bytes,
+            first_ts=first_ts,
+            last_ts=m.last_ts,
+            num_deleted=(m.last_seq - m.first_seq + 1 - m.msgs) if m.msgs else 0,
+            num_subjects=m.num_subjects,
+            subjects={} if subjects_filter is None else self.subjects_state(subjects_filter),
+        )
+
+    def subjects_state(self, subject_filter: str = ">") -> dict[str, int]:
+        """Message count per subject matching the filter."""
+        valid_filter(subject_filter, "subject_filter")
+        with self._reading() as txn:
+            counts = self._subject_counts(txn, subject_filter)
+        return {raw.decode(): count for count, raw in counts.values()}
+
+    # -- transactions and buffered writes -----------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvariantError(f"stream store {self._name!r} used after close()")
+
+    def _wt(self) -> Any:
+        """The open write transaction, with the buffered appends written into it."""
+        txn = self._txn
+        invariant(txn is not None, "stream store write outside a transaction")
+        if self._pend_msgs:
+            # putmulti writes the batch in one call into LMDB (the append path's main saving).
+            done, _ = txn.cursor(db=self._dbs.msgs).putmulti(self._pend_msgs)
+            invariant(done == len(self._pend_msgs), "not every buffered message was written")
+            done, _ = txn.cursor(db=self._dbs.sidx).putmulti(self._pend_idx)
+            invariant(done == len(self._pend_idx), "not every index entry was written")
+            self._pend_msgs = []
+            self._pend_idx = []
+        return txn
+
+    def _flush_counts(self) -> None:
+        """Write the subject counts that changed since they were last stored."""
+        txn = self._wt()
+        for h, c in self._by_hash.items():
+            if c.count == c.stored:
+                continue
+            key = self._prefix + h
+            if c.count == 0:
+                txn.delete(key, db=self._dbs.subj)
+            else:
+                txn.put(key, encode_count(key, c.count, c.raw), db=self._dbs.subj)
+            c.stored = c.count
+
+    @contextmanager
+    def _reading(self) -> Iterator[Any]:
+        """The open write transaction (to see its writes) or a fresh read transaction."""
+        self._check_open()
+        if self._txn is not None:
+            yield self._wt()
+            return
+        with self._env.begin() as txn:
+            yield txn
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    def _load(self, txn: Any, seq: int) -> StoredMsg:
+        key = self._prefix + SEQ.pack(seq) if seq > 0 else b""
+        raw = txn.get(key, db=self._dbs.msgs) if key else None
+        if raw is None:
+            raise NotFoundError(f"no message at sequence {seq}", seq=seq)
+        return decode_msg(key, raw)
+
+    def _load_indexed(self, txn: Any, seq: int, ikey: bytes) -> StoredMsg:
+        """Load a message the subject index pointed at, checking it has that subject."""
+        msg = self._load(txn, seq)
+        if self._prefix + hash_of(msg.subject.encode()) != ikey:
+            raise DataLossError(f"subject index points at {seq} of another subject", seq=seq)
+        return msg
+
+    def _head(self, txn: Any, seq: int) -> MsgHead:
+        """The head of a message that must exist (first_seq, or an index pointed at it)."""
+        key = self._prefix + SEQ.pack(seq)
+        raw = txn.get(key, db=self._dbs.msgs)
+        if raw is None:
+            raise DataLossError(f"message {seq} is missing", seq=seq)
+        return decode_head(key, raw)
+
+    def _heads_from(self, txn: Any, seq: int, limit: int) -> list[MsgHead]:
+        """Up to ``limit`` message heads from ``seq`` on, in order."""
+        cur = txn.cursor(db=self._dbs.msgs)
+        out: list[MsgHead] = []
+        found = cur.set_range(self._prefix + SEQ.pack(seq))
+        while found and len(out) < limit:
+            key, value = cur.item()
+            if not key.startswith(self._prefix):
+                break
+            out.append(decode_head(key, value))
+            found = cur.next()
+        return out
+
+    def _next_stored(self, txn: Any, seq: int) -> int:
+        """The lowest stored sequence >= ``seq``, or last_seq + 1 when there is none."""
+        cur = txn.cursor(db=self._dbs.msgs)
+        if cur.set_range(self._prefix + SEQ.pack(seq)):
+            key = cur.key()
+            if key.startswith(self._prefix):
+                return int(SEQ.unpack_from(key, ID.size)[0])
+        return self._meta.last_seq + 1
+
+    def _last_in(self, txn: Any, db: Any, prefix: bytes) -> int:
+        """The sequence ending the last key under ``prefix`` (an 8-byte seq suffix), or 0."""
+        cur = txn.cursor(db=db)
+        hi = prefix + _SEQ_MAX
+        # The last key <= hi: seek to the first key >= hi and step back (or to the DB's end).
+        found = (cur.key() == hi or cur.prev()) if cur.set_range(hi) else cur.last()
+        if not found:
+            return 0
+        key, value = cur.item()
+        if not key.startswith(prefix) or len(key) != len(hi):
+            return 0
+        if db is self._dbs.sidx:
+            verify_index(key, value)
+        return int(SEQ.unpack_from(key, len(prefix))[0])
+
+    def _index_seqs(
+        self, txn: Any, ikey: bytes, start: int, end: int, *, limit: int = 0
+    ) -> list[int]:
+        """Sequences of the subject ``ikey`` in [start, end) (end 0: none), at most ``limit``."""
+        cur = txn.cursor(db=self._dbs.sidx)
+        out: list[int] = []
+        found = cur.set_range(ikey + SEQ.pack(start))
+        while found and (not limit or len(out) < limit):
+            key, value = cur.item()
+            if not key.startswith(ikey) or len(key) != len(ikey) + SEQ.size:
+                break
+            verify_index(key, value)
+            seq = int(SEQ.unpack_from(key, len(ikey))[0])
+            if end and seq >= end:
+                break
+            out.append(seq)
+            found = cur.next()
+        return out
+
+    def _count_keys(self, txn: Any, db: Any, start_key: bytes) -> int:
+        """Keys from ``start_key`` on that share its prefix (all but its last 8 bytes)."""
+        prefix = start_key[: -SEQ.size]
+        cur = txn.cursor(db=db)
+        if not cur.set_range(start_key):
+            return 0
+        n = 0
+        for key in cur.iternext(keys=True, values=False):
+            if not key.startswith(prefix):
+                break
+            n += 1
+        return n
+
+    def _subject_counts(self, txn: Any, subject_filter: str) -> dict[bytes, tuple[int, bytes]]:
+        """(count, subject) by index prefix, for the subjects matching the filter."""
+        if self._txn is not None:
+            self._flush_counts()
+        out: dict[bytes, tuple[int, bytes]] = {}
+        if not has_wildcards(subject_filter):
+            key = self._prefix + subject_key(subject_filter)[1]
+            value = txn.get(key, db=self._dbs.subj)
+            if value is not None:
+                out[key] = decode_count(key, value)
+            return out
+        cur = txn.cursor(db=self._dbs.subj)
+        found = cur.set_range(self._prefix)
+        while found:
+            key, value = cur.item()
+            if not key.startswith(self._prefix):
+                break
+            count, raw = decode_count(key, value)
+            if subject_filter == FWC or subject_matches(subject_filter, raw.decode()):
+                out[key] = (count, raw)
+            found = cur.next()
+        return out
+
+    def _ikeys(self, txn: Any, subject_filter: str) -> list[bytes]:
+        return list(self._subject_counts(txn, subject_filter))
+
+    # -- walks ---------------------------------------------------------------------------------
+
+    def _scan_next(self, txn: Any, start: int, subject_filter: str) -> StoredMsg | None:
+        """Walk the messages from ``start`` to the first one matching the filter."""
+        cur = txn.cursor(db=self._dbs.msgs)
+        found = cur.set_range(self._prefix + SEQ.pack(start))
+        while found:
+            key, value = cur.item()
+            if not key.startswith(self._prefix):
+                return None
+            if subject_filter == FWC:
+                return decode_msg(key, value)
+            head = decode_head(key, value)
+            if subject_matches(subject_filter, head.subject.decode()):
+                return decode_msg(key, value)
+            found = cur.next()
+        return None
+
+    def _iter(self, seq: int, subject_filter: str) -> Iterator[StoredMsg]:
+        literal = not has_wildcards(subject_filter)
+        match_all = subject_filter == FWC
+        ikey = self._prefix + subject_key(subject_filter)[1] if literal else b""
+        while seq <= self._meta.last_seq:
+            with self._reading() as txn:
+                if literal:
+                    seqs = self._index_seqs(txn, ikey, seq, 0, limit=ITER_CHUNK_MSGS)
+                    chunk = [self._load_indexed(txn, s, ikey) for s in seqs]
+                else:
+                    heads = self._heads_from(txn, seq, ITER_CHUNK_MSGS)
+                    seqs = [hd.seq for hd in heads]
+                    chunk = [
+                        self._load(txn, hd.seq)
+                        for hd in heads
+                        if match_all or subject_matches(subject_filter, hd.subject.decode())
+                    ]
+            yield from chunk
+            if len(seqs) < ITER_CHUNK_MSGS:
+                return
+            seq = seqs[-1] + 1
