@@ -17,6 +17,11 @@ without ambiguity. ``UpdateConfig`` carries the config as JetStream JSON (``to_d
 changes are rare, and this way a new config field needs no new layout. ``decode`` raises
 ``DataLossError`` for anything it cannot read exactly (unknown version or kind, truncation,
 trailing bytes, bad UTF-8, unknown presence bits): a log entry is never half-understood.
+``encode_batch``/``decode_batch`` put several entries in one Raft entry.
+
+The second half of the module interprets a publish the way JetStream does: its options may
+come as fields or as JetStream headers (``Nats-Msg-Id``, ``Nats-Expected-*``, ``Nats-Rollup``,
+``Nats-TTL``); ``publish_options`` merges the two and refuses a malformed or conflicting one.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import enum
 import json
 import re
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, cast
@@ -35,6 +40,7 @@ from raftstream.engine.stream_config import StreamConfig
 from raftstream.errors import DataLossError, InvalidArgumentError, RaftStreamError
 
 __all__ = [
+    "BATCH_ENTRIES_MAX",
     "FORMAT_VERSION",
     "HDR_EXPECTED_LAST_MSG_ID",
     "HDR_EXPECTED_LAST_SEQ",
@@ -55,7 +61,9 @@ __all__ = [
     "UpdateConfig",
     "check_ttl",
     "decode",
+    "decode_batch",
     "encode",
+    "encode_batch",
     "parse_ttl",
     "publish_options",
 ]
@@ -69,6 +77,7 @@ class Kind(enum.IntEnum):
     PURGE = 3
     UPDATE_CONFIG = 4
     EXPIRE = 5
+    BATCH = 6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -323,22 +332,58 @@ _DECODERS: Mapping[int, Callable[[int, _Reader], Entry]] = {
 }
 
 
-def decode(data: bytes) -> Entry:
-    """The entry encoded in ``data``; ``DataLossError`` unless it reads exactly."""
-    r = _Reader(data)
+def _read_head(r: _Reader) -> tuple[int, int]:
     version = r.unpack(_U8)
     if version != FORMAT_VERSION:
         raise DataLossError(
             f"entry format version {version} is not supported (this node reads {FORMAT_VERSION})"
         )
     kind = r.unpack(_U8)
-    ts_ns = r.unpack(_I64)
+    return kind, r.unpack(_I64)
+
+
+def decode(data: bytes) -> Entry:
+    """The entry encoded in ``data``; ``DataLossError`` unless it reads exactly."""
+    r = _Reader(data)
+    kind, ts_ns = _read_head(r)
     decoder = _DECODERS.get(kind)
     if decoder is None:
-        raise DataLossError(f"unknown entry kind {kind}")
+        what = "a batch (read it with decode_batch)" if kind == Kind.BATCH else "unknown"
+        raise DataLossError(f"entry kind {kind} is {what}")
     entry = decoder(ts_ns, r)
     r.done()
     return entry
+
+
+# A batch holds at most this many entries: a bound on what one Raft entry may carry.
+BATCH_ENTRIES_MAX = 65_536
+
+
+def encode_batch(entries: Sequence[Entry]) -> bytes:
+    """Several entries in one Raft entry (the leader batches concurrent proposals):
+    ``head(kind BATCH, ts_ns of the last) | u32 count | (u32 length | entry bytes)*``."""
+    if not 0 < len(entries) <= BATCH_ENTRIES_MAX:
+        raise InvalidArgumentError("entries", f"a batch holds 1..{BATCH_ENTRIES_MAX} entries")
+    w = _Writer()
+    w.parts.append(_U32.pack(len(entries)))
+    for entry in entries:
+        w.raw(encode(entry))
+    return _HEAD.pack(FORMAT_VERSION, Kind.BATCH, entries[-1].ts_ns) + b"".join(w.parts)
+
+
+def decode_batch(data: bytes) -> list[Entry]:
+    """The entries of a batch, in order; a single (non-batch) entry reads as a list of one,
+    so a log may mix both. ``DataLossError`` unless every byte reads exactly."""
+    r = _Reader(data)
+    kind, _ = _read_head(r)
+    if kind != Kind.BATCH:
+        return [decode(data)]
+    count = r.unpack(_U32)
+    if not 0 < count <= BATCH_ENTRIES_MAX:
+        raise DataLossError(f"batch of {count} entries is out of bounds")
+    entries = [decode(r.raw()) for _ in range(count)]
+    r.done()
+    return entries
 
 
 # -- Interpreting a publish: JetStream's headers and the entry's fields ---------------------

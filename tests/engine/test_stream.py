@@ -32,7 +32,9 @@ from raftstream.engine.entries import (
     Purge,
     UpdateConfig,
     decode,
+    decode_batch,
     encode,
+    encode_batch,
     parse_ttl,
 )
 from raftstream.engine.memstore import MemoryStreamStore
@@ -43,6 +45,7 @@ from raftstream.engine.stream_config import (
     StorageType,
     StreamConfig,
     SubjectTransform,
+    store_limits,
 )
 from raftstream.engine.subjects import subject_matches
 from raftstream.errors import (
@@ -239,6 +242,33 @@ def test_msg_id_field_and_header_must_agree(kit: Kit) -> None:
         pub(s, msg_id="a", headers={HDR_MSG_ID: "b"})
     assert info.value.field == "msg_id"
     assert pub(s, msg_id="a", headers={HDR_MSG_ID: "a"}).seq == 1
+
+
+@pytest.mark.parametrize(
+    "field,value,header,text",
+    [
+        ("expected_stream", "S", HDR_EXPECTED_STREAM, "T"),
+        ("expected_last_seq", 0, HDR_EXPECTED_LAST_SEQ, "1"),
+        ("expected_last_subject_seq", 0, HDR_EXPECTED_LAST_SUBJECT_SEQ, "2"),
+        ("expected_last_msg_id", "a", HDR_EXPECTED_LAST_MSG_ID, "b"),
+        ("ttl_ns", 2 * SECOND, HDR_TTL, "3s"),
+    ],
+)
+def test_option_field_and_header_conflict(
+    kit: Kit, field: str, value: object, header: str, text: str
+) -> None:
+    """Every JetStream header option may come as a field too, but never as both disagreeing."""
+    s = kit.stream(allow_msg_ttl=True)
+    with pytest.raises(InvalidArgumentError) as info:
+        pub(s, headers={header: text}, **{field: value})
+    assert info.value.field == field
+    assert s.store.state().last_seq == 0
+
+
+def test_stream_hands_its_limits_to_the_store(kit: Kit) -> None:
+    """Opening a stream makes its store enforce the config's limits."""
+    s = kit.stream(max_msgs=3, max_age=10 * SECOND)
+    assert s.store.limits == store_limits(s.config)
 
 
 # -- expected-* preconditions ----------------------------------------------------------------
@@ -657,6 +687,27 @@ def test_decode_refuses_truncated_or_padded_bytes(entry: Entry, data: st.DataObj
     assert info.value.reason == "DATA_LOSS"
     with pytest.raises(RaftStreamError):
         decode(raw + b"\x00")
+
+
+@settings(max_examples=40)
+@given(st.lists(entries, min_size=1, max_size=5))
+def test_batch_round_trip(batch: list[Entry]) -> None:
+    """A batch of entries (one Raft entry) reads back as the same entries in order; a single
+    entry reads as a batch of one, so a log may mix both."""
+    assert decode_batch(encode_batch(batch)) == batch
+    assert decode_batch(encode(batch[0])) == [batch[0]]
+
+
+def test_batch_is_not_a_single_entry() -> None:
+    """decode refuses a batch rather than reading its first entry; batches are never empty."""
+    raw = encode_batch([Expire(ts_ns=1), Expire(ts_ns=2)])
+    with pytest.raises(RaftStreamError) as info:
+        decode(raw)
+    assert info.value.reason == "DATA_LOSS"
+    with pytest.raises(RaftStreamError):
+        decode_batch(raw[:-1])
+    with pytest.raises(InvalidArgumentError):
+        encode_batch([])
 
 
 @pytest.mark.parametrize("index,value", [(0, 2), (1, 99)], ids=["version", "kind"])
