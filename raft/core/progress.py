@@ -189,7 +189,7 @@ class Tracker:
         for peer in list(self.progress):
             if peer not in members:
                 del self.progress[peer]
-        for peer in members:
+        for peer in sorted(members):  # sorted: message order must not depend on hashing
             pr = self.progress.get(peer)
             if pr is None:
                 infl = Inflights(self._inflight_msgs_max, self._inflight_bytes_max)

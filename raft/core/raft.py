@@ -196,6 +196,7 @@ class Raft:
             self.election_elapsed = 0
             if self.cfg.check_quorum and not self._check_quorum():
                 return
+            repl.expire_snapshots(self)
             if self.lead_transferee != NONE:
                 self.lead_transferee = NONE  # transfer did not finish in an election timeout
         if self.heartbeat_elapsed >= self.cfg.heartbeat_tick:
@@ -209,7 +210,6 @@ class Raft:
         if not tracker.quorum_active(self.id):
             self.become_follower(self.term, NONE)
             return False
-        repl.expire_snapshots(self)
         tracker.reset_recent_active(self.id)
         return True
 

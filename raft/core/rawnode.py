@@ -295,6 +295,14 @@ class RaftNode:
     def term(self) -> int:
         return self._r.term
 
+    def log_term(self, index: int) -> int:
+        """Term of our log entry at ``index`` (stable or not); 0 if absent or compacted."""
+        return self._r.log.zero_term(index)
+
+    def first_index(self) -> int:
+        """First index still in the log (earlier ones live only in the snapshot)."""
+        return self._r.log.first_index()
+
     def status(self) -> Status:
         r = self._r
         progress: dict[str, PeerStatus] = {}

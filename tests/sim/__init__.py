@@ -1,0 +1,1 @@
+"""Deterministic simulation of raftstream's Raft core (see sim.py)."""
