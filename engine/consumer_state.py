@@ -70,13 +70,33 @@ class ConsumerState:
 
     delivered_consumer_seq: int = 0
     delivered_stream_seq: int = 0
-    ack_floor_consumer_seq: int = 0
-    ack_floor_stream_seq: int = 0
+    # Ordered by stream sequence: a new entry is always above every other (it is past the
+    # cursor), so insertion order is sequence order and the oldest entry is the first.
     pending: dict[int, Pending] = field(default_factory=dict)
     lps_queue: list[int] = field(default_factory=list)
     lps_end: int = 0
     paused_until_ns: int = 0
     started: bool = False
+
+    @property
+    def ack_floor_stream_seq(self) -> int:
+        """Every delivered stream sequence at or below this is settled.
+
+        Derived, never stored: just below the oldest pending message, or the cursor when
+        nothing is pending. It never moves backwards between resets: pending entries only
+        leave, and new ones are above the cursor.
+        """
+        if self.pending:
+            return next(iter(self.pending)) - 1
+        return self.delivered_stream_seq
+
+    @property
+    def ack_floor_consumer_seq(self) -> int:
+        """Every delivery with a consumer sequence at or below this is settled or superseded
+        by a redelivery (O(pending); for info, not hot paths)."""
+        if self.pending:
+            return min(p.consumer_seq for p in self.pending.values()) - 1
+        return self.delivered_consumer_seq
 
     def num_redelivered(self) -> int:
         return sum(1 for p in self.pending.values() if p.deliveries > 1)
@@ -242,7 +262,6 @@ def apply_op(
         state.paused_until_ns = op.until_ns
     elif isinstance(op, Start | Reset):
         _restart(state, op, changes)
-    _update_floor(state)
 
 
 def _restart(state: ConsumerState, op: Start | Reset, changes: Changes) -> None:
@@ -260,8 +279,6 @@ def _restart(state: ConsumerState, op: Start | Reset, changes: Changes) -> None:
     state.pending.clear()
     changes.reset = True
     state.delivered_stream_seq = seq - 1
-    state.ack_floor_stream_seq = seq - 1
-    state.ack_floor_consumer_seq = state.delivered_consumer_seq
 
 
 def _deliver(state: ConsumerState, config: ConsumerConfig, op: Deliver, changes: Changes) -> None:
@@ -279,6 +296,10 @@ def _deliver(state: ConsumerState, config: ConsumerConfig, op: Deliver, changes:
             continue
         _advance_cursor(state, seq)
         if track:
+            invariant(
+                not state.pending or seq > next(reversed(state.pending)),
+                "pending stays in stream sequence order",
+            )
             deadline = op.now_ns + config.ack_wait_for(1)
             state.pending[seq] = Pending(dseq, 1, deadline, op.now_ns)
             changes.dirty.add(seq)
@@ -365,28 +386,13 @@ def _drop(state: ConsumerState, seq: int, changes: Changes) -> None:
         changes.settled.append(seq)
 
 
-def _update_floor(state: ConsumerState) -> None:
-    """Move the ack floor up to just below the oldest pending message.
-
-    Both parts only grow between resets: pending stream sequences are all above the old
-    floor, and every consumer sequence a pending entry holds is above the old consumer floor.
-    """
-    if state.pending:
-        sseq = min(state.pending) - 1
-        cseq = min(p.consumer_seq for p in state.pending.values()) - 1
-    else:
-        sseq, cseq = state.delivered_stream_seq, state.delivered_consumer_seq
-    state.ack_floor_stream_seq = max(state.ack_floor_stream_seq, sseq)
-    state.ack_floor_consumer_seq = max(state.ack_floor_consumer_seq, cseq)
-
-
 # -- encoding ---------------------------------------------------------------------------------
 
 _STATE_VERSION = 1
 _Q = struct.Struct("<Q")
 _QQ = struct.Struct("<QQ")
 _PENDING = struct.Struct("<QQQqq")  # stream_seq, consumer_seq, deliveries, deadline, delivered
-_HEAD = struct.Struct("<BQQQQQqB")
+_HEAD = struct.Struct("<BQQQqB")
 _TAGS: dict[type, int] = {
     Start: 1,
     Deliver: 2,
@@ -507,8 +513,6 @@ def encode_meta(state: ConsumerState) -> bytes:
         _STATE_VERSION,
         state.delivered_consumer_seq,
         state.delivered_stream_seq,
-        state.ack_floor_consumer_seq,
-        state.ack_floor_stream_seq,
         state.lps_end,
         state.paused_until_ns,
         int(state.started),
@@ -519,15 +523,13 @@ def encode_meta(state: ConsumerState) -> bytes:
 def decode_meta(data: bytes) -> ConsumerState:
     """Inverse of ``encode_meta``: a state with an empty pending table."""
     r = _Reader(data)
-    version, dc, ds, fc, fs, lps_end, paused, started = r.take(_HEAD)
+    version, dc, ds, lps_end, paused, started = r.take(_HEAD)
     invariant(version == _STATE_VERSION, f"unknown consumer state version {version}")
     lps = list(r.seqs())
     r.done()
     return ConsumerState(
         delivered_consumer_seq=dc,
         delivered_stream_seq=ds,
-        ack_floor_consumer_seq=fc,
-        ack_floor_stream_seq=fs,
         lps_queue=lps,
         lps_end=lps_end,
         paused_until_ns=paused,
@@ -563,6 +565,7 @@ def decode_state(data: bytes) -> ConsumerState:
         invariant(r.pos + _PENDING.size <= len(data), "consumer snapshot truncated")
         seq, p = decode_pending(data[r.pos : r.pos + _PENDING.size])
         r.pos += _PENDING.size
+        invariant(not state.pending or seq > next(reversed(state.pending)), "pending order")
         state.pending[seq] = p
     r.done()
     return state

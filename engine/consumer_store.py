@@ -136,8 +136,10 @@ class MemoryConsumerStore:
             return None
         raw_meta = self._metas.get(key)
         state = decode_meta(raw_meta) if raw_meta is not None else ConsumerState()
-        for raw in self._pending.get(key, {}).values():
-            seq, p = decode_pending(raw)
+        rows = self._pending.get(key, {})
+        for seq in sorted(rows):  # the state keeps pending in sequence order
+            row_seq, p = decode_pending(rows[seq])
+            invariant(row_seq == seq, "pending row under its key")
             state.pending[seq] = p
         return _config_from(raw_cfg), state
 
