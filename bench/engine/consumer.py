@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from raftstream.engine.consumer import Consumer
-from raftstream.engine.consumer_config import ConsumerConfig
+from raftstream.engine.consumer_config import ConsumerConfig, DeliverPolicy
 from raftstream.engine.consumer_store import LmdbConsumerStore
 from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
 
@@ -60,7 +60,7 @@ def _build(env: Any, msgs: int) -> tuple[LmdbStreamStore, float]:
 
 def _consumer(store: LmdbStreamStore, cstore: LmdbConsumerStore, name: str, start: int) -> Consumer:
     config = ConsumerConfig(
-        durable_name=name, deliver_policy="by_start_sequence", opt_start_seq=start
+        durable_name=name, deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start
     )
     return Consumer.create(
         stream="BENCH", name=name, config=config, store=store, now_ns=0, state_store=cstore
