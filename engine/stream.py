@@ -69,6 +69,7 @@ from raftstream.errors import (
     LimitError,
     NotFoundError,
     PreconditionError,
+    RaftStreamError,
     invariant,
 )
 
@@ -137,6 +138,10 @@ class Expired:
 
 
 Result = PubAck | MsgDeleted | Purged | ConfigUpdated | Expired
+
+# Errors that refuse an entry. Each is raised before the entry writes anything (checks come
+# first; the store refuses an append before writing it), which ``Stream.apply`` relies on.
+_REFUSALS = (InvalidArgumentError, PreconditionError, LimitError, NotFoundError)
 
 
 class _DedupTable:
@@ -230,12 +235,29 @@ class Stream:
         """Apply one committed entry; return its result or raise a ``RaftStreamError``.
 
         Deterministic: the same entries on the same state give the same results and errors
-        on every replica. An entry that raises changes nothing except expiry due by its time.
+        on every replica. The entry runs in one store transaction (one fsync), which joins
+        the caller's if the caller batches several entries in one. A refused entry
+        (``InvalidArgumentError``, ``PreconditionError`` and its Expected* kinds,
+        ``LimitError``, ``NotFoundError``) is refused before anything is written, so it
+        changes nothing but the expiry due by its time, whether or not the caller batches.
+        Any other error (``DataLossError``, ``InvariantError``, a failed commit) aborts the
+        transaction and leaves this object unusable: reopen the stream from its store.
         """
         now = self._now(entry.ts_ns)
-        # Expiry first, as of the entry's (leader-stamped) time, so limits and preconditions
-        # see the stream as it is at that moment on every replica.
-        expired = self._store.expire(now)
+        refused: RaftStreamError | None = None
+        with self._store.transaction():
+            # Expiry first, as of the entry's (leader-stamped) time, so limits and
+            # preconditions see the stream as it is at that moment on every replica.
+            expired = self._store.expire(now)
+            try:
+                result = self._dispatch(entry, now, expired)
+            except _REFUSALS as err:
+                refused = err  # nothing was written: commit the expiry, refuse the entry
+        if refused is not None:
+            raise refused
+        return result
+
+    def _dispatch(self, entry: Entry, now: int, expired: int) -> Result:
         if isinstance(entry, Publish):
             return self._publish(entry, now)
         if isinstance(entry, DeleteMsg):
@@ -410,8 +432,7 @@ class Stream:
 
     def _update(self, e: UpdateConfig, now: int) -> ConfigUpdated:
         new = check_update(self._config, e.config)
-        with self._store.transaction():
-            self._store.update_limits(store_limits(new), now)
+        self._store.update_limits(store_limits(new), now)
         self._config = new
         # The window may have grown: rebuild so that the table holds exactly what a replica
         # opening the store now would read.

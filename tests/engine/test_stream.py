@@ -434,6 +434,25 @@ def test_max_age_expires_by_entry_time(kit: Kit) -> None:
     assert seqs(s) == [3]
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "in-caller-transaction"])
+def test_refused_entry_still_expires_and_writes_nothing_else(kit: Kit, batched: bool) -> None:
+    """Expiry is due by the entry's time whatever the entry's fate: a refused publish
+    removes what max_age says is gone and stores nothing, alone or batched by the caller."""
+    s = kit.stream(max_age=10 * SECOND)
+    pub(s)
+    pub(s, t=T0 + 5 * SECOND)
+    late = Publish(ts_ns=T0 + 11 * SECOND, subject="s.a", expected_last_seq=99)
+    if batched:
+        with s.store.transaction(), pytest.raises(ExpectedLastSeqError):
+            s.apply(late)
+    else:
+        with pytest.raises(ExpectedLastSeqError):
+            s.apply(late)
+    assert seqs(s) == [2]
+    assert s.store.state().last_seq == 2
+    assert s.apply(Expire(ts_ns=T0 + 11 * SECOND)) == Expired(expired=0)
+
+
 def test_max_msg_size_counts_headers_and_payload(kit: Kit) -> None:
     """max_msg_size: header + payload bytes above the limit are refused."""
     s = kit.stream(max_msg_size=10)
@@ -797,6 +816,24 @@ def test_two_replicas_apply_the_same_log_identically(log: list[Entry], restart_e
             b = Stream(b.config, b.store)
         assert outcome(a, raw) == outcome(b, raw), f"entry {i}: {log[i]}"
     assert snapshot(a) == snapshot(b)
+
+
+@settings(max_examples=30)
+@given(entry_logs(), st.integers(1, 8))
+def test_batched_apply_agrees_with_one_by_one(log: list[Entry], batch_size: int) -> None:
+    """A replica that applies entries in batches inside one store transaction (as the node
+    does, one fsync per batch) answers and ends like one that applies them one by one:
+    a refused entry changes the same things (only expiry) either way."""
+    raws = [encode(e) for e in log]
+    single = Stream(DET_CONFIG, MemoryStreamStore())
+    batched = Stream(DET_CONFIG, MemoryStreamStore())
+    expected = [outcome(single, r) for r in raws]
+    got: list[object] = []
+    for start in range(0, len(raws), batch_size):
+        with batched.store.transaction():
+            got.extend(outcome(batched, r) for r in raws[start : start + batch_size])
+    assert got == expected
+    assert snapshot(batched) == snapshot(single)
 
 
 @pytest.fixture(scope="module")
