@@ -67,6 +67,8 @@ class Network:
         self.replicas: dict[str, Replica] = {}
         self.filters: list[Filter] = []
         self.sent: list[Message] = []  # every message delivered, for inspection
+        # Rewrites (or drops, returning None) a message in flight: for scripted scenarios.
+        self.transform: Callable[[Message], Message | None] | None = None
         self.queue: list[Message] = []
         for i in self.ids:
             self.add(i, MemoryLog())
@@ -120,6 +122,11 @@ class Network:
     def deliver(self, m: Message) -> None:
         if any(f(m) for f in self.filters) or m.dst not in self.replicas:
             return
+        if self.transform is not None:
+            changed = self.transform(m)
+            if changed is None:
+                return
+            m = changed
         self.sent.append(m)
         self.replicas[m.dst].node.step(m)
 
