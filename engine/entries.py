@@ -180,20 +180,28 @@ class _Writer:
 
 
 class _Reader:
+    """Reads one encoded entry; every read is bounds-checked (``DataLossError``)."""
+
     def __init__(self, data: bytes) -> None:
-        self.view = memoryview(data)
+        self.data = bytes(data)
         self.pos = 0
 
-    def take(self, n: int) -> bytes:
+    def _need(self, n: int) -> int:
         end = self.pos + n
-        if end > len(self.view):
+        if end > len(self.data):
             raise DataLossError("entry truncated", offset=self.pos)
-        out = bytes(self.view[self.pos : end])
+        return end
+
+    def take(self, n: int) -> bytes:
+        end = self._need(n)
+        out = self.data[self.pos : end]
         self.pos = end
         return out
 
     def unpack(self, st: struct.Struct) -> int:
-        (v,) = st.unpack(self.take(st.size))
+        end = self._need(st.size)
+        (v,) = st.unpack_from(self.data, self.pos)
+        self.pos = end
         return int(v)
 
     def raw(self) -> bytes:
@@ -211,7 +219,7 @@ class _Reader:
         return self.unpack(_U64 if kind == "u" else _I64)
 
     def done(self) -> None:
-        if self.pos != len(self.view):
+        if self.pos != len(self.data):
             raise DataLossError("trailing bytes after entry", offset=self.pos)
 
 
@@ -487,6 +495,16 @@ def publish_options(e: Publish) -> PublishOptions:
     """Merge a publish's fields with its JetStream headers; ``InvalidArgumentError`` naming
     the field or header when one is malformed or the two disagree. Empty headers are unset."""
     h = e.headers
+    if not h:  # the common case, on the publish path: no header to parse or merge
+        return PublishOptions(
+            msg_id=e.msg_id or None,
+            expected_stream=e.expected_stream or None,
+            expected_last_seq=e.expected_last_seq,
+            expected_last_subject_seq=e.expected_last_subject_seq,
+            expected_last_subject_seq_subject=e.expected_last_subject_seq_subject or None,
+            expected_last_msg_id=e.expected_last_msg_id or None,
+            ttl_ns=None if e.ttl_ns is None else check_ttl(e.ttl_ns),
+        )
     ttl_text = h.get(HDR_TTL)
     return PublishOptions(
         msg_id=_merge("msg_id", e.msg_id or None, HDR_MSG_ID, h.get(HDR_MSG_ID) or None),

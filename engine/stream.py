@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from raftstream.engine.entries import (
@@ -142,6 +143,9 @@ Result = PubAck | MsgDeleted | Purged | ConfigUpdated | Expired
 # Errors that refuse an entry. Each is raised before the entry writes anything (checks come
 # first; the store refuses an append before writing it), which ``Stream.apply`` relies on.
 _REFUSALS = (InvalidArgumentError, PreconditionError, LimitError, NotFoundError)
+# Publishes repeat subjects: validate each distinct one once (bounded; errors are not cached).
+_SUBJECT_CACHE_ENTRIES_MAX = 4096
+_valid_subject = lru_cache(maxsize=_SUBJECT_CACHE_ENTRIES_MAX)(validate_subject)
 
 
 class _DedupTable:
@@ -277,7 +281,7 @@ class Stream:
 
     def _publish(self, e: Publish, now: int) -> PubAck:
         cfg = self._config
-        validate_subject(e.subject, "subject")
+        _valid_subject(e.subject)
         if not any(subject_matches(s, e.subject) for s in cfg.subjects):
             raise InvalidArgumentError("subject", f"{e.subject!r} is not captured by {cfg.name}")
         self._refuse_if_sealed("publish")
