@@ -23,9 +23,10 @@ class Rng(Protocol):
 class RaftConfig:
     """One replica of one group. Times are in ticks; the host decides how long a tick is.
 
-    ``voters`` and ``learners`` bootstrap a brand-new group only: once the log or a snapshot
-    holds a configuration, that one wins. A node joining an existing group passes none and
-    waits for the leader to send it the log or a snapshot.
+    ``voters`` and ``learners`` are the group's bootstrap membership: the same on every
+    replica ever created for the group, a node joining later included (it is not in them,
+    so it never campaigns; it waits for the leader's log or snapshot). Membership changes
+    in the log apply on top of them; a snapshot's membership replaces them.
 
     ``applied`` is the last index the state machine has already applied durably (0 when the
     state machine is rebuilt from the snapshot on every start): committed entries after it,

@@ -129,6 +129,10 @@ class RaftNode:
             raise ConfChangePendingError(
                 f"conf change at {r.pending_conf_index} not yet applied (applied {r.log.applied})"
             )
+        if not r.committed_in_term():
+            # The fix to single-server changes (Ongaro, raft-dev 2015): a change appended
+            # before the leader commits in its term could overlap one from a deposed leader.
+            raise ConfChangePendingError("the leader has not committed an entry of its term yet")
         data = change.encode()
         r.check_proposal(len(data))
         index = r.append_entries([Entry(0, 0, EntryType.CONF_CHANGE, data)])
