@@ -8,8 +8,10 @@ One ``Stream`` owns one ``StreamStore``. Every replica applies the same log of e
   whose clock runs behind cannot make time go backwards, and the bound is itself replicated
   state (the last append's stamp, persisted by the store), so a replica that restarted
   computes the same time as one that did not;
-- every error is a function of the entry and the replicated state, and is raised before
-  anything is written (or inside one store transaction, which rolls back).
+- every refusal is a function of the entry and the replicated state, and is raised before
+  the entry writes anything; the expiry due by the entry's time happens either way, so a
+  replica applying entries in batches (one store transaction) and one applying them one by
+  one stay identical.
 
 Publish follows JetStream's order: subject capture, sealed, deduplication (so a retried
 publish gets its original answer even when its preconditions no longer hold), expected
@@ -25,8 +27,9 @@ open by reading the messages of the last ``duplicate_window`` before the last ap
 drops entries that can never match again. Difference from JetStream: JetStream also keeps
 the ids of messages removed meanwhile (acked from a work queue, deleted, purged) until the
 server restarts; here they stop deduplicating when their message goes, because otherwise a
-replica that restarted would disagree with one that did not. Closing that gap needs the
-store to persist dedup records in the append's transaction (see the module report).
+replica that restarted would disagree with one that did not. Closing that gap needs a
+store API that persists dedup records in the append's transaction, which the store
+Protocol does not have yet.
 
 Retention. Interest and workqueue streams need the consumers' state; the consumer engine
 provides it through ``RetentionPolicyHook`` (below) and tells the stream when a message may
