@@ -637,6 +637,32 @@ def test_workqueue_keeps_until_acked(kit: Kit) -> None:
     assert seqs(s) == [2]
 
 
+def test_skipped_interest_sequence_counts_as_last_sequence(kit: Kit) -> None:
+    """JetStream's last sequence includes a sequence used by a publish nobody wanted, so
+    Nats-Expected-Last-Sequence sees it."""
+    s = kit.stream(retention=RetentionPolicy.INTEREST, hook=Consumers(c="s.a"))
+    pub(s, "s.b")
+    with pytest.raises(ExpectedLastSeqError):
+        pub(s, "s.a", expected_last_seq=0)
+    assert pub(s, "s.a", expected_last_seq=1).seq == 2
+
+
+def test_sealed_stream_keeps_acked_messages(kit: Kit) -> None:
+    """A sealed stream removes nothing: not by delete, purge or age, nor by acks."""
+    hook = Consumers(c="s.>")
+    s = kit.stream(retention=RetentionPolicy.INTEREST, hook=hook)
+    pub(s)
+    sealed = StreamConfig(
+        name="S", subjects=("s.>",), retention=RetentionPolicy.INTEREST, sealed=True
+    )
+    s.apply(UpdateConfig(ts_ns=T0, config=sealed))
+    hook.ack("c", 1)
+    assert not s.release(1)
+    del hook.filters["c"]
+    assert s.sweep_interest() == 0
+    assert seqs(s) == [1]
+
+
 def test_limits_retention_ignores_acks(kit: Kit) -> None:
     """Limits retention: acknowledgements never remove messages."""
     hook = Consumers(c="s.>")
