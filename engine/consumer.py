@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,7 +31,6 @@ from raftstream.engine.ack import AckKind, parse_ack_payload, parse_ack_subject
 from raftstream.engine.consumer_config import (
     UNLIMITED,
     ConsumerConfig,
-    DeliverPolicy,
     ReplayPolicy,
 )
 from raftstream.engine.consumer_pull import (
@@ -42,6 +42,7 @@ from raftstream.engine.consumer_pull import (
     WaitingRequest,
 )
 from raftstream.engine.consumer_push import FLOW_WINDOW_MSGS, Heartbeat, PushPlanner, PushStep
+from raftstream.engine.consumer_start import start_op
 from raftstream.engine.consumer_state import (
     Ack,
     Changes,
@@ -55,7 +56,6 @@ from raftstream.engine.consumer_state import (
     Pause,
     Progress,
     Reset,
-    Start,
     Term,
     apply_op,
 )
@@ -149,6 +149,11 @@ class Consumer:
         self._push = self._new_planner()
         self._last_active_ns = 0
         self._deleted = False
+        # A scan of the stream for new messages, live only inside one serving call (see
+        # ``_scanning``): one read transaction per chunk instead of one per message.
+        self._scan: Iterator[StoredMsg] | None = None
+        self._scan_peek: StoredMsg | None = None
+        self._scan_live = False
         self._rebuild_heap()
 
     # -- construction -------------------------------------------------------------------------
@@ -184,7 +189,7 @@ class Consumer:
         )
         if state_store is not None:
             state_store.put_config(c.key, config)
-        c._commit(c._start_op())
+        c._commit(start_op(config, store))
         if config.pause_until > now_ns:
             c._commit(Pause(until_ns=config.pause_until))
         c._last_active_ns = now_ns
@@ -242,52 +247,6 @@ class Consumer:
             replay_original=cfg.replay_policy is ReplayPolicy.ORIGINAL,
             flow_window_msgs=self._flow_window_msgs,
         )
-
-    def _start_op(self) -> Start:
-        """Where the deliver policy starts, read from the stream now (leader side)."""
-        st = self._store.state()
-        first = st.first_seq if st.msgs else st.last_seq + 1
-        first = max(first, 1)
-        policy = self._config.deliver_policy
-        if policy is DeliverPolicy.ALL:
-            return Start(start_seq=first)
-        if policy is DeliverPolicy.NEW:
-            return Start(start_seq=st.last_seq + 1)
-        if policy is DeliverPolicy.BY_START_SEQUENCE:
-            return Start(start_seq=max(self._config.opt_start_seq, first))
-        if policy is DeliverPolicy.BY_START_TIME:
-            return Start(start_seq=self._first_at_or_after(self._config.opt_start_time, first))
-        if policy is DeliverPolicy.LAST:
-            lasts = [m.seq for m in self._last_per_filter()]
-            return Start(start_seq=max(lasts) if lasts else st.last_seq + 1)
-        lps = sorted(
-            self._store.load_last(s).seq
-            for f in self._config.filters
-            for s in self._store.subjects_state(f)
-        )
-        start = lps[0] if lps else st.last_seq + 1
-        return Start(start_seq=start, lps=tuple(lps), lps_end=st.last_seq)
-
-    def _last_per_filter(self) -> list[StoredMsg]:
-        out = []
-        for f in self._config.filters:
-            try:
-                out.append(self._store.load_last(f))
-            except NotFoundError:
-                continue
-        return out
-
-    def _first_at_or_after(self, ts_ns: int, first: int) -> int:
-        """Binary search by stored time (stamped in sequence order by the leader)."""
-        lo, hi = first, self._store.state().last_seq + 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            msg = self._store.load_next(">", mid)
-            if msg is None or msg.ts >= ts_ns:
-                hi = mid
-            else:
-                lo = msg.seq + 1
-        return lo
 
     # -- applying ops ---------------------------------------------------------------------
 
@@ -453,13 +412,41 @@ class Consumer:
             if msg is not None:
                 return msg
             self._commit(Gone(stream_seqs=(state.lps_queue[0],)))
-        best: StoredMsg | None = None
         start = state.delivered_stream_seq + 1
-        for f in self._config.filters:
+        filters = self._config.filters
+        if self._scan_live and len(filters) == 1:
+            return self._scan_next(start, filters[0])
+        best: StoredMsg | None = None
+        for f in filters:
             msg = self._store.load_next(f, start)
             if msg is not None and (best is None or msg.seq < best.seq):
                 best = msg
         return best
+
+    def _scan_next(self, start: int, subject_filter: str) -> StoredMsg | None:
+        """The first message at or after ``start`` from the call's scan (created lazily).
+
+        Sound within one call: the cursor only grows, and the only store writes meanwhile
+        are retention removals of messages this consumer already settled.
+        """
+        if self._scan is None:
+            self._scan = self._store.iter_from(start, subject_filter)
+            self._scan_peek = None
+        while self._scan_peek is None or self._scan_peek.seq < start:
+            self._scan_peek = next(self._scan, None)
+            if self._scan_peek is None:
+                return None
+        return self._scan_peek
+
+    @contextmanager
+    def _scanning(self) -> Iterator[None]:
+        self._scan_live = True
+        try:
+            yield
+        finally:
+            self._scan_live = False
+            self._scan = None
+            self._scan_peek = None
 
     def _hand_out(self, msg: StoredMsg, now_ns: int) -> Delivery:
         """Commit the delivery of ``msg`` and describe it for the client."""
@@ -541,7 +528,17 @@ class Consumer:
         paused = self.is_paused(now_ns)
         if not paused and len(q):
             self.num_pending()  # validate the cache once; deliveries then keep it exact
-        while not paused and (w := q.head()) is not None:
+            with self._scanning():
+                self._fill(now_ns, events)
+        events.extend(q.finish_no_wait())
+        s = self._state
+        events.extend(q.heartbeats(now_ns, s.delivered_consumer_seq, s.delivered_stream_seq))
+        return events
+
+    def _fill(self, now_ns: int, events: list[PullEvent]) -> None:
+        """Hand messages to waiting requests, round-robin, while there are any."""
+        q = self._waiting
+        while (w := q.head()) is not None:
             msg = self._candidate(now_ns)
             if msg is None:
                 break
@@ -556,10 +553,6 @@ class Consumer:
                 q.pop_head()
             else:
                 q.rotate()
-        events.extend(q.finish_no_wait())
-        s = self._state
-        events.extend(q.heartbeats(now_ns, s.delivered_consumer_seq, s.delivered_stream_seq))
-        return events
 
     def fetch(self, batch: int, now_ns: int, *, max_bytes: int = 0) -> list[Delivery]:
         """A no_wait pull of up to ``batch`` messages; just the deliveries."""
@@ -585,28 +578,10 @@ class Consumer:
         self._check_live()
         if self._config.is_pull:
             raise PreconditionError("push_step on a pull consumer")
-        out: list[Delivery] = []
-        wake = 0
-        fc: str | None = None
         plan = self._push
         self.num_pending()  # validate the cache once; deliveries then keep it exact
-        while not self.is_paused(now_ns) and len(out) < max_msgs:
-            blocked = plan.blocked_until(now_ns)
-            if blocked is not None:
-                wake = blocked
-                break
-            msg = self._candidate(now_ns)
-            if msg is None:
-                break
-            at = plan.replay_at(msg.ts, now_ns) if msg.seq not in self._state.pending else now_ns
-            if at > now_ns:
-                wake = at
-                break
-            out.append(self._hand_out(msg, now_ns))
-            plan.sent(msg.size, now_ns)
-            fc = plan.flow_control_due()
-            if fc is not None:
-                break  # the window is used up: stall until the client answers
+        with self._scanning():
+            out, wake, fc = self._push_fill(now_ns, max_msgs)
         s = self._state
         hb: Heartbeat | None = None
         if not out:
@@ -616,6 +591,28 @@ class Consumer:
         return PushStep(
             deliveries=tuple(out), flow_control=fc, heartbeat=hb, wake_at_ns=min(times, default=0)
         )
+
+    def _push_fill(self, now_ns: int, max_msgs: int) -> tuple[list[Delivery], int, str | None]:
+        """Deliveries allowed now, the time to wake for more (0: none), and a flow-control
+        request when the window filled up."""
+        out: list[Delivery] = []
+        plan = self._push
+        while not self.is_paused(now_ns) and len(out) < max_msgs:
+            blocked = plan.blocked_until(now_ns)
+            if blocked is not None:
+                return out, blocked, None
+            msg = self._candidate(now_ns)
+            if msg is None:
+                break
+            at = plan.replay_at(msg.ts, now_ns) if msg.seq not in self._state.pending else now_ns
+            if at > now_ns:
+                return out, at, None
+            out.append(self._hand_out(msg, now_ns))
+            plan.sent(msg.size, now_ns)
+            fc = plan.flow_control_due()
+            if fc is not None:
+                return out, 0, fc  # the window is used up: stall until the client answers
+        return out, 0, None
 
     def flow_control_reply(self, reply: str) -> bool:
         """The client answered a flow-control request; True when delivery resumes."""

@@ -146,6 +146,8 @@ class PullRequest:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidArgumentError(name, "must be a non-negative integer")
+        if not isinstance(self.no_wait, bool):
+            raise InvalidArgumentError("no_wait", "must be a boolean")
         if self.batch < 1:
             raise InvalidArgumentError("batch", "must be at least 1")
         if self.idle_heartbeat and (not self.expires or self.idle_heartbeat * 2 > self.expires):

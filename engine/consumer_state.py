@@ -9,9 +9,29 @@ Sequences: ``stream_seq`` numbers messages in the stream; every delivery (first 
 redelivery) takes the next ``consumer_seq``. The ack floor is the pair below which every
 delivered message is settled (acked, terminated, or past max_deliver).
 
-Encoding (all integers little-endian): an op is one tag byte then its fields; a snapshot
-of the state is a version byte then the fields and the pending table. ``decode_op`` and
-``decode_state`` reject unknown tags/versions and trailing bytes with ``InvariantError``.
+Encoding (the replication entry format; integers little-endian, ``u64``/``i64``; a
+``seqs`` list is a ``u64`` count then that many ``u64``; text is a ``u64`` length then UTF-8):
+
+====  ============  ==============================================================
+tag   op            fields after the tag byte
+====  ============  ==============================================================
+1     Start         start_seq u64, lps_end u64, lps seqs
+2     Deliver       now_ns i64, stream_seqs seqs
+3     Ack           now_ns i64, stream_seqs seqs
+4     Nak           stream_seq u64, now_ns i64, delay_ns i64, consumer_seq u64
+5     Progress      stream_seq u64, now_ns i64, consumer_seq u64
+6     Term          stream_seq u64, reason text
+7     MaxDelivered  stream_seq u64
+8     Gone          stream_seqs seqs
+9     Pause         until_ns i64
+10    Reset         stream_seq u64
+====  ============  ==============================================================
+
+A snapshot (``encode_state``) is the meta record (version byte 1, delivered consumer and
+stream sequences, lps_end, paused_until_ns, started flag, lps seqs) then the pending rows
+(stream_seq, consumer_seq, deliveries, deadline_ns, delivered_ns). ``decode_op`` and
+``decode_state`` reject unknown tags/versions, truncation and trailing bytes with
+``InvariantError``.
 """
 
 from __future__ import annotations
