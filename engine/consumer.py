@@ -509,7 +509,9 @@ class Consumer:
             return f"Exceeded MaxRequestBatch of {cfg.max_batch}"
         if cfg.max_expires and (request.expires == 0 or request.expires > cfg.max_expires):
             return f"Exceeded MaxRequestExpires of {cfg.max_expires}ns"
-        if cfg.max_bytes and (request.max_bytes == 0 or request.max_bytes > cfg.max_bytes):
+        # As JetStream: a request must carry expires under max_expires, while max_bytes
+        # only caps requests that ask for a byte limit.
+        if cfg.max_bytes and request.max_bytes > cfg.max_bytes:
             return f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"
         return None
 

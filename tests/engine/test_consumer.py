@@ -341,6 +341,16 @@ def test_last_per_subject_then_new_messages(rig: Rig) -> None:
     assert c.info(0).num_pending == 0
 
 
+def test_last_per_subject_skips_a_message_deleted_before_delivery(rig: Rig) -> None:
+    """A start message that left the stream is skipped (and no longer counted pending)."""
+    for subj in ["a.1", "a.2", "a.3"]:
+        rig.publish(subj)
+    c = rig.consumer(deliver_policy="last_per_subject", filter_subject="a.*")
+    rig.store.delete(2)
+    assert seqs(c.fetch(5, 0)) == [1, 3]
+    assert c.info(0).num_pending == 0
+
+
 def test_filters_select_messages(rig: Rig) -> None:
     """A consumer sees only matching subjects; several filters merge in stream order."""
     for subj in ["a.1", "b.1", "c.1", "a.2", "b.2"]:
