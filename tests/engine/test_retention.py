@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_config import NS_PER_S, ConsumerConfig, RetentionKind
@@ -23,6 +26,7 @@ from raftstream.engine.retention import ConsumerSet
 from raftstream.engine.store import StreamStore
 from raftstream.engine.stream import Stream
 from raftstream.engine.stream_config import RetentionPolicy, StreamConfig
+from raftstream.engine.subjects import subject_matches
 from raftstream.errors import AlreadyExistsError, InvalidArgumentError
 
 S = NS_PER_S
@@ -177,3 +181,59 @@ def test_limits_streams_ignore_acks(store: StreamStore) -> None:
     x.ack(1, 1)
     assert r.stored() == [1]
     assert r.set.is_needed(1, "a.1")
+
+
+class InterestMachine(RuleBasedStateMachine):
+    """Interest retention against a model: a message is stored exactly while some live
+    consumer whose filter matches it has not settled it (acked or terminated)."""
+
+    FILTERS = {"x": "a.>", "y": ">", "z": "b.*"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rig = Rig(RetentionPolicy.INTEREST, MemoryStreamStore())
+        self.live = {name: self.rig.add(name, filter_subject=f) for name, f in self.FILTERS.items()}
+        self.subjects: dict[int, str] = {}
+        self.settled: dict[str, set[int]] = {name: set() for name in self.FILTERS}
+        self.now = 0
+
+    @rule(subject=st.sampled_from(["a.1", "a.2", "b.1", "b.2.x"]))
+    def publish(self, subject: str) -> None:
+        self.rig.publish(subject)
+        self.subjects[self.rig.stream.store.state().last_seq] = subject
+
+    @rule(name=st.sampled_from(sorted(FILTERS)), batch=st.integers(1, 4), term=st.booleans())
+    def fetch_and_settle(self, name: str, batch: int, term: bool) -> None:
+        c = self.live.get(name)
+        if c is None:
+            return
+        self.now += 1
+        got = c.fetch(batch, self.now)
+        if got:
+            seq = got[0].stream_seq
+            if term:
+                c.term(seq, self.now)
+            else:
+                c.ack(seq, self.now)
+            self.settled[name].add(seq)
+
+    @rule(name=st.sampled_from(sorted(FILTERS)))
+    def delete(self, name: str) -> None:
+        c = self.live.pop(name, None)
+        if c is not None:
+            c.delete()
+
+    @invariant()
+    def stored_is_what_someone_still_holds(self) -> None:
+        def held(seq: int, subject: str) -> bool:
+            return any(
+                subject_matches(self.FILTERS[n], subject) and seq not in self.settled[n]
+                for n in self.live
+            )
+
+        expected = [s for s, subj in sorted(self.subjects.items()) if held(s, subj)]
+        assert self.rig.stored() == expected
+
+
+TestInterestModel = InterestMachine.TestCase
+TestInterestModel.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)
