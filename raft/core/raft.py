@@ -322,7 +322,13 @@ class Raft:
                 return False
         if m.type == MT.PRE_VOTE or (m.type == MT.PRE_VOTE_RESP and not m.reject):
             return True  # pre-votes never change our term
+        elapsed = self.election_elapsed
         self.become_follower(m.term, m.src if m.type in _LEADER_MSGS else NONE)
+        if m.type == MT.VOTE:
+            # §5.2: only a leader's message or a granted vote resets the election timer. A
+            # candidate with a stale log that keeps raising the term must not keep us (who
+            # could win) from ever timing out.
+            self.election_elapsed = elapsed
         return True
 
     def _reject_stale(self, m: Message) -> None:

@@ -208,7 +208,9 @@ class RaftNode:
             or r.log.unstable.snapshot is not None
             or r.read_states
             or r.log.has_next_committed()
-            or self._hard_state() != self._prev_hs
+            or r.term != self._prev_hs.term
+            or r.vote != self._prev_hs.vote
+            or r.log.committed != self._prev_hs.commit
             or r.lead != self._prev_ss.leader
             or r.role != self._prev_ss.role
         )

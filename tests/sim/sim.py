@@ -20,8 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from raftstream.errors import DataLossError, LimitError, NoLeaderError, NotLeaderError
-from raftstream.raft.core import RaftConfig, RaftNode, TransferInProgressError
-from raftstream.raft.types import EntryType, Message, Ready, Role
+from raftstream.raft.core import (
+    ConfChangePendingError,
+    RaftConfig,
+    RaftNode,
+    TransferInProgressError,
+)
+from raftstream.raft.types import ConfChange, ConfChangeType, EntryType, Message, Ready, Role
 
 from .checkers import SafetyChecker
 from .kv import KV, Command
@@ -37,6 +42,7 @@ class SimParams:
 
     nodes: int
     groups: int
+    members: int  # initial voters of each group (the other nodes may join later)
     keys_per_group: int
     clients_per_group: int
     tick_us: int
@@ -51,9 +57,11 @@ class SimParams:
 
     @classmethod
     def from_rng(cls, rng: random.Random) -> SimParams:
+        nodes = rng.choice((3, 5))
         return cls(
-            nodes=rng.choice((3, 3, 5)),
+            nodes=nodes,
             groups=rng.choice((1, 2, 2)),
+            members=3,
             keys_per_group=2,
             clients_per_group=5,
             tick_us=10 * MS,
@@ -135,6 +143,10 @@ class Simulation:
         self.stats = {"msgs": 0, "dropped": 0, "crashes": 0, "corruptions": 0, "ops": 0}
         self.node_ids = [f"n{i}" for i in range(1, self.p.nodes + 1)]
         self.groups = [f"g{i}" for i in range(self.p.groups)]
+        self.bootstrap = {
+            g: tuple(sorted(self.rng.sample(self.node_ids, self.p.members))) for g in self.groups
+        }
+        self.stats["conf_changes"] = 0
         self.nodes: dict[str, Node] = {}
         for nid in self.node_ids:
             drift = self.rng.uniform(0.9, 1.1)  # clock skew between nodes
@@ -194,7 +206,7 @@ class Simulation:
             id=node.id,
             group=group,
             rng=random.Random(self.rng.getrandbits(64)),
-            voters=tuple(self.node_ids),
+            voters=self.bootstrap[group],
             election_tick=10,
             pre_vote=self.p.pre_vote,
             check_quorum=self.p.check_quorum,
@@ -362,9 +374,11 @@ class Simulation:
             self.blocked.clear()
         elif r < 0.75:
             self._fault_crash()
-        elif r < 0.85:
+        elif r < 0.78:
             self._fault_transfer()
-        elif r < 0.95 and self.rng.random() < self.p.p_corrupt:
+        elif r < 0.92:
+            self._fault_membership()
+        elif r < 0.97 and self.rng.random() < self.p.p_corrupt:
             self._fault_corrupt()
         self.at(self.rng.randrange(10 * MS, 40 * MS), self._fault)
 
@@ -392,9 +406,42 @@ class Simulation:
         for node in self.nodes.values():
             for g, rep in node.replicas.items():
                 if node.up and rep.raft is not None and rep.raft.role == Role.LEADER:
-                    to = self.rng.choice([i for i in self.node_ids if i != node.id])
+                    voters = rep.raft.status().conf.voters
+                    to = self.rng.choice([i for i in voters if i != node.id])
                     self._guarded(node, g, lambda r, to=to: r.transfer_leadership(to))
                     return
+
+    def _leader_of(self, group: str) -> Node | None:
+        for node in self.nodes.values():
+            raft = node.replicas[group].raft
+            if node.up and raft is not None and raft.role == Role.LEADER:
+                return node
+        return None
+
+    def _fault_membership(self) -> None:
+        """One single-server change: add a learner, promote one, or remove a voter (the
+        leader included), keeping at least three voters."""
+        g = self.rng.choice(self.groups)
+        node = self._leader_of(g)
+        if node is None:
+            return
+        raft = node.replicas[g].raft
+        assert raft is not None
+        conf = raft.status().conf
+        outside = [i for i in self.node_ids if i not in conf.voters + conf.learners]
+        if conf.learners and self.rng.random() < 0.7:
+            cc = ConfChange(ConfChangeType.ADD_VOTER, self.rng.choice(conf.learners))
+        elif outside and self.rng.random() < 0.7:
+            cc = ConfChange(ConfChangeType.ADD_LEARNER, self.rng.choice(outside))
+        elif len(conf.voters) > 3:
+            cc = ConfChange(ConfChangeType.REMOVE, self.rng.choice(conf.voters))
+        else:
+            return
+        try:
+            self._guarded(node, g, lambda r: r.propose_conf_change(cc) and None)
+            self.stats["conf_changes"] += 1
+        except (ConfChangePendingError, TransferInProgressError, LimitError):
+            pass
 
     def _fault_corrupt(self) -> None:
         if self.stats["corruptions"]:
@@ -496,8 +543,12 @@ class Simulation:
             leaders = [r for r in rafts if r.role == Role.LEADER]
             if len(leaders) != 1:
                 raise self.fail(f"{g}: {len(leaders)} leaders after healing")
-            commit = leaders[0].status().commit
-            lagging = [(r.node, r.applied) for r in live if r.applied < commit]
+            st = leaders[0].status()
+            members = st.conf.voters + st.conf.learners
+            commit = st.commit
+            lagging = [
+                (r.node, r.applied) for r in live if r.node in members and r.applied < commit
+            ]
             if lagging:
                 raise self.fail(f"{g}: replicas behind commit {commit} after healing: {lagging}")
 
