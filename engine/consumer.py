@@ -68,6 +68,7 @@ __all__ = ["ADVISORIES_MAX", "Consumer", "ConsumerInfo", "RetentionListener", "S
 
 ADVISORIES_MAX = 1024
 OUTBOX_OPS_MAX = 65536
+HEAP_SLACK_ENTRIES = 1024  # stale deadline entries tolerated before the heap is rebuilt
 
 
 class RetentionListener(Protocol):
@@ -287,6 +288,8 @@ class Consumer:
                 p = pending.get(seq)
                 if p is not None:
                     heapq.heappush(self._heap, (p.deadline_ns, seq))
+            if len(self._heap) > 2 * len(pending) + HEAP_SLACK_ENTRIES:
+                self._rebuild_heap()  # renewals (+WPI, -NAK) left too many stale entries
         self._advisories.extend(changes.events)
         if self._retention is not None and (changes.settled or changes.reset):
             self._retention.released(self, changes.settled, rescan=changes.reset)

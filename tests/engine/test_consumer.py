@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from raftstream.engine.consumer import Consumer
+from raftstream.engine.consumer import HEAP_SLACK_ENTRIES, Consumer
 from raftstream.engine.consumer_config import NS_PER_S, ConsumerConfig
 from raftstream.engine.consumer_state import (
     Ack,
     Deliver,
     EventKind,
+    Progress,
     decode_op,
     decode_state,
     encode_op,
@@ -547,3 +548,14 @@ def test_many_consumers_share_one_environment(tmp_path: Path) -> None:
 def test_ack_op_encoding_round_trip() -> None:
     op = Ack(stream_seqs=(1, 5, 2**63), now_ns=-5)
     assert decode_op(encode_op(op)) == op
+
+
+def test_repeated_progress_keeps_the_deadline_heap_bounded(rig: Rig) -> None:
+    """+WPI may be sent forever; stale deadline entries are compacted, not accumulated."""
+    rig.publish()
+    c = rig.consumer(ack_wait=10 * S)
+    c.fetch(1, 0)
+    c.apply_many(Progress(stream_seq=1, now_ns=t) for t in range(5000))
+    assert len(c._heap) <= 2 + HEAP_SLACK_ENTRIES  # internal, but the bound is the point
+    assert c.fetch(1, 4999 + 10 * S - 1) == []
+    assert seqs(c.fetch(1, 4999 + 10 * S)) == [1]
