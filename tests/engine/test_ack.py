@@ -84,6 +84,7 @@ _u64 = st.integers(0, 2**64 - 1)
 def test_build_then_parse_round_trips(
     stream: str, consumer: str, domain: str | None, n: int, s: int, c: int, t: int, p: int
 ) -> None:
+    """Every token the server builds parses back to the same metadata."""
     subject = build_ack_subject(
         stream=stream,
         consumer=consumer,
@@ -101,6 +102,7 @@ def test_build_then_parse_round_trips(
 
 
 def test_build_refuses_bad_tokens() -> None:
+    """Names with '.' would shift the token positions: refused."""
     with pytest.raises(InvalidArgumentError):
         build_ack_subject(
             stream="a.b",
@@ -146,6 +148,7 @@ def test_ack_payloads(payload: bytes, expected: AckCommand) -> None:
     [b"+OK", b"+ACK now", b"-NAK soon", b'-NAK {"delay": -1}', b"-NAK {", b"+NXT [1]", b"\xff"],
 )
 def test_bad_payloads_are_refused(payload: bytes) -> None:
+    """Unknown kinds and bad arguments are refused naming ack_payload."""
     with pytest.raises(InvalidArgumentError) as info:
         parse_ack_payload(payload)
     assert info.value.field == "ack_payload"

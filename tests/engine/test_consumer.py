@@ -184,6 +184,7 @@ def test_max_ack_pending_blocks_new_but_not_redeliveries(rig: Rig) -> None:
 
 
 def test_ack_settles_and_moves_the_floor(rig: Rig) -> None:
+    """+ACK settles a message; the ack floor rises only once everything below is settled."""
     for _ in range(3):
         rig.publish()
     c = rig.consumer(ack_wait=S)
@@ -376,6 +377,7 @@ def test_deleted_pending_message_is_dropped_not_redelivered(rig: Rig) -> None:
 
 
 def test_headers_only_sends_size_not_data(rig: Rig) -> None:
+    """headers_only: the payload is left out and Nats-Msg-Size carries its size."""
     rig.publish(data=b"12345")
     (d,) = rig.consumer(headers_only=True).fetch(1, 0)
     assert d.data == b"" and d.headers["Nats-Msg-Size"] == "5"
@@ -436,6 +438,7 @@ def test_info_reports_jetstream_counters(rig: Rig) -> None:
 
 
 def test_inactive_threshold_for_ephemerals(rig: Rig) -> None:
+    """inactive_threshold: an ephemeral with no request or ack for that long may be reaped."""
     cfg = ConsumerConfig(inactive_threshold=5 * S)
     c = Consumer.create(stream="S", name="e", config=cfg, store=rig.store, now_ns=0)
     assert not c.is_inactive(4 * S)
@@ -444,6 +447,7 @@ def test_inactive_threshold_for_ephemerals(rig: Rig) -> None:
 
 
 def test_delete_removes_state_and_refuses_later_calls(rig: Rig) -> None:
+    """Deleting a consumer removes its persisted state; the object refuses further use."""
     c = rig.consumer()
     c.delete()
     assert rig.cstore.names("S") == []
@@ -546,6 +550,7 @@ def test_many_consumers_share_one_environment(tmp_path: Path) -> None:
 
 
 def test_ack_op_encoding_round_trip() -> None:
+    """Replicated ops decode to what was encoded (full u64 range, negative times)."""
     op = Ack(stream_seqs=(1, 5, 2**63), now_ns=-5)
     assert decode_op(encode_op(op)) == op
 

@@ -83,6 +83,7 @@ def test_ack_none_means_no_ack_pending_limit() -> None:
 
 
 def test_max_ack_pending_minus_one_is_unlimited() -> None:
+    """max_ack_pending -1 means unlimited; below -1 is refused."""
     assert ConsumerConfig(max_ack_pending=-1).max_ack_pending == -1
     refused("max_ack_pending", max_ack_pending=-2)
 
@@ -100,6 +101,7 @@ def test_backoff_sets_ack_wait_and_repeats_last_value() -> None:
 
 
 def test_name_and_durable_must_agree() -> None:
+    """JetStream: name and durable_name must be equal when both are given."""
     assert ConsumerConfig(name="a", durable_name="a").consumer_name == "a"
     refused("name", name="a", durable_name="b")
 
@@ -112,6 +114,7 @@ def test_bad_names_are_refused(bad: str) -> None:
 
 
 def test_description_and_metadata_limits() -> None:
+    """description is at most 4 KiB; metadata keys are non-empty and bounded in size."""
     refused("description", description="x" * 4097)
     refused("metadata", metadata={"": "v"})
     refused("metadata", metadata={"k": "v" * (128 * 1024)})
@@ -130,17 +133,20 @@ def test_opt_start_seq_only_with_by_start_sequence() -> None:
 
 
 def test_opt_start_time_only_with_by_start_time() -> None:
+    """JetStream: opt_start_time requires deliver_policy by_start_time, and vice versa."""
     refused("opt_start_time", opt_start_time=5)
     refused("opt_start_time", deliver_policy="by_start_time")
     ConsumerConfig(deliver_policy="by_start_time", opt_start_time=5)
 
 
 def test_last_per_subject_needs_a_filter() -> None:
+    """JetStream: deliver_policy last_per_subject requires a filter subject."""
     refused("deliver_policy", deliver_policy="last_per_subject")
     ConsumerConfig(deliver_policy="last_per_subject", filter_subject="a.>")
 
 
 def test_unknown_enum_value_is_refused() -> None:
+    """Policies accept only JetStream's values; the field is named."""
     refused("deliver_policy", deliver_policy="sometimes")
     refused("ack_policy", ack_policy="maybe")
     refused("replay_policy", replay_policy="slow")
@@ -159,6 +165,7 @@ def test_backoff_rules() -> None:
 
 
 def test_negative_times_and_counts_are_refused() -> None:
+    """Durations and times are non-negative ns; counts are integers."""
     for name in ("ack_wait", "inactive_threshold", "pause_until"):
         refused(name, **{name: -1})
     refused("max_deliver", max_deliver=-2)
@@ -169,6 +176,7 @@ def test_negative_times_and_counts_are_refused() -> None:
 
 
 def test_filter_subject_and_filter_subjects_are_exclusive() -> None:
+    """JetStream: filter_subject and filter_subjects cannot both be set."""
     refused("filter_subjects", filter_subject="a", filter_subjects=("b",))
 
 
@@ -181,6 +189,7 @@ def test_filter_subjects_may_not_overlap() -> None:
 
 
 def test_bad_filters_are_refused() -> None:
+    """Filters follow the subject rules (no empty tokens, '>' last)."""
     refused("filter_subject", filter_subject="a..b")
     refused("filter_subjects", filter_subjects=("a.>.b",))
 
@@ -234,10 +243,12 @@ def test_pull_only_fields_refused_on_push(name: str) -> None:
     ],
 )
 def test_push_only_fields_refused_on_pull(name: str, value: object) -> None:
+    """JetStream refuses push settings on a pull consumer (no deliver subject)."""
     refused(name, **{name: value})
 
 
 def test_idle_heartbeat_minimum_is_100ms() -> None:
+    """idle_heartbeat is at least 100 ms."""
     refused("idle_heartbeat", idle_heartbeat=99 * NS_PER_MS, **PUSH)
     ConsumerConfig(idle_heartbeat=100 * NS_PER_MS, **PUSH)
 
@@ -260,15 +271,18 @@ def test_heartbeat_and_flow_control_refused_with_queue_group() -> None:
 
 
 def test_max_expires_minimum() -> None:
+    """max_expires, when set, is at least 100 ms; pull limits are non-negative."""
     refused("max_expires", max_expires=NS_PER_MS)
     refused("max_batch", max_batch=-1)
 
 
 def test_deliver_subject_must_be_literal() -> None:
+    """A deliver subject is published to, so it carries no wildcards."""
     refused("deliver_subject", deliver_subject="a.*")
 
 
 def test_misc_rules() -> None:
+    """sample_freq is a percentage, num_replicas 0..5, rate_limit_bps non-negative."""
     refused("sample_freq", sample_freq="101%")
     refused("sample_freq", sample_freq="often")
     assert ConsumerConfig(sample_freq="50%").sample_freq == "50%"
@@ -298,6 +312,7 @@ def test_immutable_fields_refused_on_update() -> None:
 
 
 def test_switching_pull_and_push_is_refused() -> None:
+    """JetStream: an update may not turn a pull consumer into a push one."""
     old = ConsumerConfig(durable_name="d")
     with pytest.raises(InvalidArgumentError) as info:
         check_update(old, ConsumerConfig(durable_name="d", **PUSH))
@@ -324,6 +339,7 @@ def test_mutable_fields_update() -> None:
 
 
 def test_json_uses_jetstream_names_ns_and_rfc3339() -> None:
+    """JSON form: JetStream names, durations in ns, times RFC 3339, zero values omitted."""
     c = ConsumerConfig(
         durable_name="d",
         deliver_policy="by_start_time",
@@ -340,17 +356,20 @@ def test_json_uses_jetstream_names_ns_and_rfc3339() -> None:
 
 
 def test_from_dict_rejects_unknown_keys_naming_them() -> None:
+    """An unknown key is refused, naming the key."""
     with pytest.raises(InvalidArgumentError) as info:
         ConsumerConfig.from_dict({"durable_name": "d", "ack_waitt": 5})
     assert info.value.field == "ack_waitt"
 
 
 def test_from_dict_accepts_ns_integers_for_times() -> None:
+    """Times may also be given as ns integers."""
     c = ConsumerConfig.from_dict({"pause_until": 5 * NS_PER_S})
     assert c.pause_until == 5 * NS_PER_S
 
 
 def test_rfc3339_parsing() -> None:
+    """RFC 3339 with fractions and offsets, as JetStream writes times."""
     assert parse_rfc3339_ns("1970-01-01T00:00:01Z") == NS_PER_S
     assert parse_rfc3339_ns("1970-01-01T01:00:00.5+01:00") == NS_PER_S // 2
     with pytest.raises(InvalidArgumentError):
@@ -378,4 +397,5 @@ def test_json_round_trip(c: ConsumerConfig) -> None:
 
 @given(st.integers(0, 2**63 - 1))
 def test_rfc3339_round_trip(ns: int) -> None:
+    """Times keep nanosecond precision through their text form."""
     assert parse_rfc3339_ns(format_rfc3339_ns(ns)) == ns

@@ -41,6 +41,7 @@ def statuses(events: list[PullEvent]) -> list[tuple[str, int, str]]:
 
 
 def test_batch_is_filled_and_request_completes_without_status() -> None:
+    """A request whose batch is filled ends without a status."""
     _, c = make(5)
     events = c.pull(PullRequest(batch=3, reply="r"), 0)
     assert msgs(events) == [1, 2, 3] and statuses(events) == []
@@ -64,6 +65,7 @@ def test_no_wait_partial_batch_is_408_with_pending_counts() -> None:
 
 
 def test_waiting_request_is_served_when_messages_arrive() -> None:
+    """A waiting request gets messages stored after it arrived."""
     store, c = make(0)
     assert c.pull(PullRequest(batch=2, expires=10 * S, reply="r"), 0) == []
     assert c.num_waiting == 1
@@ -154,6 +156,7 @@ def test_requests_are_served_round_robin() -> None:
 
 
 def test_delete_and_leadership_change_answer_waiting_requests() -> None:
+    """409 Leadership Change and 409 Consumer Deleted end waiting requests."""
     _, c = make(0)
     c.pull(PullRequest(expires=S, reply="r"), 0)
     assert statuses(c.leadership_lost()) == [("r", StatusCode.CONFLICT, "Leadership Change")]
@@ -162,6 +165,7 @@ def test_delete_and_leadership_change_answer_waiting_requests() -> None:
 
 
 def test_pull_on_push_consumer_is_409() -> None:
+    """JetStream: a pull request to a push consumer is a 409."""
     _, c = make(1, deliver_subject="d")
     assert statuses(c.pull(PullRequest(reply="r"), 0)) == [
         ("r", StatusCode.CONFLICT, "Consumer is push based")
@@ -169,6 +173,7 @@ def test_pull_on_push_consumer_is_409() -> None:
 
 
 def test_paused_consumer_keeps_requests_waiting() -> None:
+    """A paused consumer keeps requests waiting and serves them on resume."""
     _, c = make(2, pause_until=5 * S)
     assert msgs(c.pull(PullRequest(batch=2, expires=10 * S, reply="r"), 0)) == []
     assert c.num_waiting == 1 and c.next_wake_ns() == 5 * S
@@ -176,6 +181,7 @@ def test_paused_consumer_keeps_requests_waiting() -> None:
 
 
 def test_redelivery_reaches_a_waiting_request() -> None:
+    """A message whose ack wait expires goes to a waiting request."""
     _, c = make(1, ack_wait=S)
     c.fetch(1, 0)
     c.pull(PullRequest(batch=1, expires=10 * S, reply="r"), 0)

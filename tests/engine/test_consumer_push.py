@@ -34,6 +34,7 @@ def make(
 
 
 def test_push_delivers_in_order_up_to_max_msgs() -> None:
+    """Push delivers in stream order, at most max_msgs per step."""
     _, c = make(5)
     step = c.push_step(0, max_msgs=3)
     assert [d.stream_seq for d in step.deliveries] == [1, 2, 3]
@@ -85,6 +86,7 @@ def test_replay_original_keeps_the_stored_spacing() -> None:
 
 
 def test_push_step_on_pull_consumer_is_refused() -> None:
+    """Push planning is for push consumers only."""
     store = MemoryStreamStore()
     c = Consumer.create(
         stream="S", name="c", config=ConsumerConfig(durable_name="c"), store=store, now_ns=0
@@ -94,6 +96,7 @@ def test_push_step_on_pull_consumer_is_refused() -> None:
 
 
 def test_paused_push_consumer_sends_only_heartbeats() -> None:
+    """A paused push consumer keeps its heartbeats and resumes at pause_until."""
     _, c = make(1, idle_heartbeat=S, pause_until=10 * S)
     assert c.push_step(0).deliveries == ()
     assert c.push_step(S).heartbeat is not None

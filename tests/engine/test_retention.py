@@ -113,6 +113,7 @@ def test_term_and_max_deliveries_release_on_interest(store: StreamStore) -> None
 
 
 def test_ack_none_consumer_releases_on_delivery(store: StreamStore) -> None:
+    """Interest: an ack-none consumer settles a message when it delivers it."""
     r = Rig(RetentionPolicy.INTEREST, store)
     x = r.add("x", ack_policy="none")
     r.publish("a.1")
@@ -136,6 +137,7 @@ def test_deleting_the_last_interested_consumer_releases_holds(store: StreamStore
 
 
 def test_reset_of_an_interest_consumer_sweeps(store: StreamStore) -> None:
+    """Interest: messages a consumer skips by a reset are released."""
     r = Rig(RetentionPolicy.INTEREST, store)
     x = r.add("x")
     for _ in range(3):
@@ -174,6 +176,7 @@ def test_workqueue_refuses_overlapping_consumers(store: StreamStore) -> None:
 
 
 def test_limits_streams_ignore_acks(store: StreamStore) -> None:
+    """Limits retention: acks never remove messages."""
     r = Rig(RetentionPolicy.LIMITS, store)
     x = r.add("x")
     r.publish("a.1")
