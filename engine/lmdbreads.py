@@ -8,6 +8,7 @@ one, each read is its own read transaction. Threading: as the store, one thread 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,44 +17,75 @@ from raftstream.engine.lmdbrecords import (
     ID,
     SEQ,
     MsgHead,
+    PendingMsg,
     StoreDbs,
     StreamMeta,
+    decode_chunk,
     decode_count,
     decode_head,
     decode_msg,
+    encode_chunk,
     encode_count,
+    encode_msgs,
     hash_of,
+    msg_lead,
     subject_key,
-    verify_index,
 )
 from raftstream.engine.memstore import valid_filter
 from raftstream.engine.store import StoredMsg, StreamState
 from raftstream.engine.subjects import FWC, has_wildcards, subject_matches
 from raftstream.errors import DataLossError, InvariantError, NotFoundError, invariant
 
-__all__ = ["ITER_CHUNK_MSGS", "SUBJECT_WALK_SUBJECTS_MAX", "LmdbStreamReads", "SubjectCount"]
+__all__ = [
+    "ITER_CHUNK_MSGS",
+    "SEQ_MAX",
+    "SUBJECT_WALK_SUBJECTS_MAX",
+    "LmdbStreamReads",
+    "SubjectCount",
+    "seek_le",
+]
 
 ITER_CHUNK_MSGS = 256  # messages read per read transaction by iter_from
 # A wildcard load_next walks each matching subject's index when the stream has at most this
 # many subjects, and walks the messages otherwise.
 SUBJECT_WALK_SUBJECTS_MAX = 256
-_SEQ_MAX = b"\xff" * SEQ.size
+SEQ_MAX = b"\xff" * SEQ.size
 
 
 class SubjectCount:
-    """A subject's message count, cached by the store (the only writer of its stream).
+    """A subject's count and index chunks as cached by the store (its stream's only writer).
 
     ``count`` is current, ``stored`` is what the ``subj`` record holds; ``ikey`` is the
-    subject's index prefix (stream id + subject key).
+    subject's index prefix (stream id + subject key). ``chunks`` maps ``lo_seq`` to the chunks
+    read or written since the last commit, ``tail`` is the last chunk (None: start a new one
+    at the next append). ``tail_dirty`` marks a subject with unwritten chunks: the tail and
+    those in ``dirty`` (by ``lo_seq``); the store lists such subjects once.
     """
 
-    __slots__ = ("count", "ikey", "raw", "stored")
+    __slots__ = (
+        "chunks",
+        "count",
+        "dirty",
+        "ikey",
+        "lead",
+        "raw",
+        "stored",
+        "tail",
+        "tail_dirty",
+        "tail_lo",
+    )
 
     def __init__(self, raw: bytes, ikey: bytes, count: int) -> None:
         self.raw = raw
+        self.lead = msg_lead(raw, b"")  # its messages' record lead when they have no headers
         self.ikey = ikey
         self.count = count
         self.stored = count
+        self.chunks: dict[int, list[int]] = {}
+        self.tail: list[int] | None = None
+        self.tail_lo = 0
+        self.dirty: set[int] = set()
+        self.tail_dirty = False
 
 
 class LmdbStreamReads:
@@ -66,28 +98,27 @@ class LmdbStreamReads:
     _meta: StreamMeta
     _txn: Any
     _closed: bool
-    _pend_msgs: list[tuple[bytes, bytes]]
-    _pend_idx: list[tuple[bytes, bytes]]
+    _id: int
+    _pend_msgs: list[PendingMsg]
+    _pend_bytes: int
     _by_hash: dict[bytes, SubjectCount]
+    _dirty_subjects: list[SubjectCount]
 
     # -- Protocol reads ------------------------------------------------------------------------
 
     def load(self, seq: int) -> StoredMsg:
         """The message at ``seq``; ``NotFoundError`` if absent, ``DataLossError`` if corrupt."""
-        with self._reading() as txn:
+        with self._reading(index=False) as txn:
             return self._load(txn, seq)
 
     def load_last(self, subject_filter: str) -> StoredMsg:
         """The newest message matching the filter; ``NotFoundError`` when none does."""
         valid_filter(subject_filter, "subject_filter")
-        with self._reading() as txn:
+        with self._reading(index=subject_filter != FWC) as txn:
             if subject_filter == FWC:
-                best, ikey = self._last_in(txn, self._dbs.msgs, self._prefix), b""
+                best, ikey = self._last_stored(txn), b""
             else:
-                found = [
-                    (self._last_in(txn, self._dbs.sidx, k), k)
-                    for k in self._ikeys(txn, subject_filter)
-                ]
+                found = [(self._index_last(txn, k), k) for k in self._ikeys(txn, subject_filter)]
                 best, ikey = max(found, default=(0, b""))
             if best == 0:
                 raise NotFoundError(f"no message matches {subject_filter!r}")
@@ -102,7 +133,7 @@ class LmdbStreamReads:
         walk_messages = subject_filter == FWC or (
             has_wildcards(subject_filter) and self._meta.num_subjects > SUBJECT_WALK_SUBJECTS_MAX
         )
-        with self._reading() as txn:
+        with self._reading(index=not walk_messages) as txn:
             if walk_messages:
                 return self._scan_next(txn, start, subject_filter)
             found = []
@@ -132,15 +163,12 @@ class LmdbStreamReads:
             return 0
         if subject_filter == FWC and start == m.first_seq:
             return m.msgs
-        with self._reading() as txn:
+        with self._reading(index=subject_filter != FWC) as txn:
             if subject_filter == FWC:
-                return self._count_keys(txn, self._dbs.msgs, self._prefix + SEQ.pack(start))
+                return self._count_msgs(txn, start)
             total = 0
             for ikey, (count, _) in self._subject_counts(txn, subject_filter).items():
-                if start <= m.first_seq:
-                    total += count
-                else:
-                    total += self._count_keys(txn, self._dbs.sidx, ikey + SEQ.pack(start))
+                total += count if start <= m.first_seq else self._index_count(txn, ikey, start)
             return total
 
     def state(self, *, subjects_filter: str | None = None) -> StreamState:
@@ -149,7 +177,7 @@ class LmdbStreamReads:
         m = self._meta
         first_ts = 0
         if m.msgs:
-            with self._reading() as txn:
+            with self._reading(index=False) as txn:
                 first_ts = self._head(txn, m.first_seq).ts
         return StreamState(
             first_seq=m.first_seq,
@@ -166,7 +194,7 @@ class LmdbStreamReads:
     def subjects_state(self, subject_filter: str = ">") -> dict[str, int]:
         """Message count per subject matching the filter."""
         valid_filter(subject_filter, "subject_filter")
-        with self._reading() as txn:
+        with self._reading(index=False) as txn:
             counts = self._subject_counts(txn, subject_filter)
         return {raw.decode(): count for count, raw in counts.values()}
 
@@ -176,23 +204,43 @@ class LmdbStreamReads:
         if self._closed:
             raise InvariantError(f"stream store {self._name!r} used after close()")
 
-    def _wt(self) -> Any:
-        """The open write transaction, with the buffered appends written into it."""
+    def _wt_msgs(self) -> Any:
+        """The open write transaction, with the buffered message records written into it."""
         txn = self._txn
         invariant(txn is not None, "stream store write outside a transaction")
         if self._pend_msgs:
-            # putmulti writes the batch in one call into LMDB (the append path's main saving).
-            done, _ = txn.cursor(db=self._dbs.msgs).putmulti(self._pend_msgs)
-            invariant(done == len(self._pend_msgs), "not every buffered message was written")
-            done, _ = txn.cursor(db=self._dbs.sidx).putmulti(self._pend_idx)
-            invariant(done == len(self._pend_idx), "not every index entry was written")
+            # One putmulti for the batch: the append path's main saving over a put per call.
+            records = encode_msgs(self._id, self._pend_msgs)
+            done, _ = txn.cursor(db=self._dbs.msgs).putmulti(records)
+            invariant(done == len(records), "not every buffered message was written")
             self._pend_msgs = []
-            self._pend_idx = []
+            self._pend_bytes = 0
+        return txn
+
+    def _wt(self) -> Any:
+        """The open write transaction with every buffered write (messages, index) in it."""
+        txn = self._wt_msgs()
+        for subj in self._dirty_subjects:
+            if subj.tail is not None:
+                subj.dirty.add(subj.tail_lo)
+            for lo in subj.dirty:
+                key = subj.ikey + SEQ.pack(lo)
+                chunk = subj.chunks.get(lo)
+                if chunk:
+                    txn.put(key, encode_chunk(key, chunk), db=self._dbs.sidx)
+                    continue
+                txn.delete(key, db=self._dbs.sidx)
+                subj.chunks.pop(lo, None)
+                if subj.tail is chunk:
+                    subj.tail = None  # the next append starts a new chunk
+            subj.dirty.clear()
+            subj.tail_dirty = False
+        self._dirty_subjects = []
         return txn
 
     def _flush_counts(self) -> None:
         """Write the subject counts that changed since they were last stored."""
-        txn = self._wt()
+        txn = self._wt_msgs()
         for h, c in self._by_hash.items():
             if c.count == c.stored:
                 continue
@@ -204,11 +252,15 @@ class LmdbStreamReads:
             c.stored = c.count
 
     @contextmanager
-    def _reading(self) -> Iterator[Any]:
-        """The open write transaction (to see its writes) or a fresh read transaction."""
+    def _reading(self, *, index: bool) -> Iterator[Any]:
+        """The open write transaction (to see its writes) or a fresh read transaction.
+
+        ``index`` says whether the read uses the subject index, which is then written out
+        first; reads of messages only leave the buffered index chunks alone.
+        """
         self._check_open()
         if self._txn is not None:
-            yield self._wt()
+            yield self._wt() if index else self._wt_msgs()
             return
         with self._env.begin() as txn:
             yield txn
@@ -259,52 +311,64 @@ class LmdbStreamReads:
                 return int(SEQ.unpack_from(key, ID.size)[0])
         return self._meta.last_seq + 1
 
-    def _last_in(self, txn: Any, db: Any, prefix: bytes) -> int:
-        """The sequence ending the last key under ``prefix`` (an 8-byte seq suffix), or 0."""
-        cur = txn.cursor(db=db)
-        hi = prefix + _SEQ_MAX
-        # The last key <= hi: seek to the first key >= hi and step back (or to the DB's end).
-        found = (cur.key() == hi or cur.prev()) if cur.set_range(hi) else cur.last()
-        if not found:
+    def _last_stored(self, txn: Any) -> int:
+        """The newest stored sequence, or 0."""
+        cur = txn.cursor(db=self._dbs.msgs)
+        if not seek_le(cur, self._prefix, self._prefix + SEQ_MAX):
+            return 0
+        return int(SEQ.unpack_from(cur.key(), ID.size)[0])
+
+    def _count_msgs(self, txn: Any, start: int) -> int:
+        """Stored messages at or after ``start``."""
+        cur = txn.cursor(db=self._dbs.msgs)
+        if not cur.set_range(self._prefix + SEQ.pack(start)):
+            return 0
+        n = 0
+        for key in cur.iternext(keys=True, values=False):
+            if not key.startswith(self._prefix):
+                break
+            n += 1
+        return n
+
+    def _index_last(self, txn: Any, ikey: bytes) -> int:
+        """The newest sequence of the subject ``ikey`` in the index, or 0."""
+        cur = txn.cursor(db=self._dbs.sidx)
+        if not seek_le(cur, ikey, ikey + SEQ_MAX):
             return 0
         key, value = cur.item()
-        if not key.startswith(prefix) or len(key) != len(hi):
-            return 0
-        if db is self._dbs.sidx:
-            verify_index(key, value)
-        return int(SEQ.unpack_from(key, len(prefix))[0])
+        return decode_chunk(key, value)[-1]
+
+    def _index_chunks(self, txn: Any, ikey: bytes, start: int) -> Iterator[list[int]]:
+        """The subject's index chunks from the one that would hold ``start`` on, in order."""
+        cur = txn.cursor(db=self._dbs.sidx)
+        first = ikey + SEQ.pack(start)
+        found = seek_le(cur, ikey, first) or cur.set_range(first)
+        while found:
+            key, value = cur.item()
+            if not key.startswith(ikey) or len(key) != len(ikey) + SEQ.size:
+                return
+            yield decode_chunk(key, value)
+            found = cur.next()
 
     def _index_seqs(
         self, txn: Any, ikey: bytes, start: int, end: int, *, limit: int = 0
     ) -> list[int]:
         """Sequences of the subject ``ikey`` in [start, end) (end 0: none), at most ``limit``."""
-        cur = txn.cursor(db=self._dbs.sidx)
         out: list[int] = []
-        found = cur.set_range(ikey + SEQ.pack(start))
-        while found and (not limit or len(out) < limit):
-            key, value = cur.item()
-            if not key.startswith(ikey) or len(key) != len(ikey) + SEQ.size:
-                break
-            verify_index(key, value)
-            seq = int(SEQ.unpack_from(key, len(ikey))[0])
-            if end and seq >= end:
-                break
-            out.append(seq)
-            found = cur.next()
+        for chunk in self._index_chunks(txn, ikey, start):
+            for seq in chunk[bisect_left(chunk, start) :]:
+                if end and seq >= end:
+                    return out
+                out.append(seq)
+                if limit and len(out) >= limit:
+                    return out
         return out
 
-    def _count_keys(self, txn: Any, db: Any, start_key: bytes) -> int:
-        """Keys from ``start_key`` on that share its prefix (all but its last 8 bytes)."""
-        prefix = start_key[: -SEQ.size]
-        cur = txn.cursor(db=db)
-        if not cur.set_range(start_key):
-            return 0
-        n = 0
-        for key in cur.iternext(keys=True, values=False):
-            if not key.startswith(prefix):
-                break
-            n += 1
-        return n
+    def _index_count(self, txn: Any, ikey: bytes, start: int) -> int:
+        """How many sequences >= ``start`` the subject ``ikey`` has."""
+        return sum(
+            len(chunk) - bisect_left(chunk, start) for chunk in self._index_chunks(txn, ikey, start)
+        )
 
     def _subject_counts(self, txn: Any, subject_filter: str) -> dict[bytes, tuple[int, bytes]]:
         """(count, subject) by index prefix, for the subjects matching the filter."""
@@ -355,7 +419,7 @@ class LmdbStreamReads:
         match_all = subject_filter == FWC
         ikey = self._prefix + subject_key(subject_filter)[1] if literal else b""
         while seq <= self._meta.last_seq:
-            with self._reading() as txn:
+            with self._reading(index=literal) as txn:
                 if literal:
                     seqs = self._index_seqs(txn, ikey, seq, 0, limit=ITER_CHUNK_MSGS)
                     chunk = [self._load_indexed(txn, s, ikey) for s in seqs]
@@ -371,3 +435,11 @@ class LmdbStreamReads:
             if len(seqs) < ITER_CHUNK_MSGS:
                 return
             seq = seqs[-1] + 1
+
+
+def seek_le(cur: Any, prefix: bytes, key: bytes) -> bool:
+    """Put ``cur`` on the last key <= ``key``; True when that key starts with ``prefix``."""
+    # Seek to the first key >= ``key`` and step back unless it is ``key`` (or, past the end
+    # of the DB, take the DB's last key).
+    found = (cur.key() == key or cur.prev()) if cur.set_range(key) else cur.last()
+    return bool(found) and bool(cur.key().startswith(prefix))

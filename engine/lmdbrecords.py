@@ -4,13 +4,17 @@ Every value starts with a CRC-32 (``zlib.crc32``) over the record's key and the 
 value. CRC-32 detects every single-bit flip and every burst up to 32 bits, which is what
 storage corruption looks like; nothing here defends against a deliberate forger, so a
 cryptographic hash (blake2b costs several times more per append on the hot path) buys
-nothing. Covering the key catches a record that landed under the wrong key. A record that
-fails its checksum or does not parse raises ``DataLossError``: never wrong data.
+nothing. Covering the key catches a record that landed under the wrong key (a message record
+covers its stream id through the CRC's start value and its sequence through a copy in its
+head, which costs one CRC call per append instead of two). A record that fails its checksum
+or does not parse raises ``DataLossError``: never wrong data.
 
 Named DBs (a fixed set shared by every stream of a node, keys prefixed by the stream id):
 
 - ``msgs``: ``id(4) seq(8)`` -> message record
-- ``sidx``: ``id(4) subject_key(16) seq(8)`` -> seq(8); the per-subject sequence index
+- ``sidx``: ``id(4) subject_key(16) lo_seq(8)`` -> crc, seqs; the per-subject sequence index
+  in chunks of up to ``INDEX_CHUNK_SEQS_MAX`` ascending 8-byte sequences, all >= ``lo_seq``
+  and below the next chunk's ``lo_seq``
 - ``subj``: ``id(4) subject_key(16)`` -> crc, count(8), subject; per-subject counts
 - ``ttl``:  ``id(4) expires_at_ns(8) seq(8)`` -> seq(8); per-message TTL deadlines
 - ``meta``: ``N name`` -> stream id; ``C`` -> next stream id; ``M id(4)`` -> stream meta
@@ -18,11 +22,14 @@ Named DBs (a fixed set shared by every stream of a node, keys prefixed by the st
 ``subject_key`` is a 16-byte blake2b digest of the subject: subjects may be up to 4 KiB but
 LMDB keys stop at 511 bytes. The ``subj`` record keeps the subject itself.
 
-The two index DBs are key-only in spirit; their value repeats the sequence that ends the key,
-and a read that finds the two disagree raises ``DataLossError``. That is their checksum: it
-costs nothing on the append path (the 8 bytes are already packed for the key), and what a
-CRC of the key would add is covered by the cross-check every index lookup makes: the message
-an index entry leads to carries its own CRC, and its subject must hash to the entry's key.
+The subject index is chunked so that an append costs a list append, not an LMDB put: a
+transaction rewrites each subject's last chunk once (``INDEX_CHUNK_SEQS_MAX`` keeps a chunk
+under LMDB's overflow-page threshold of about 2 KB per node on 4 KiB pages).
+
+The TTL index is key-only in spirit; its value repeats the sequence that ends the key, and a
+read that finds the two disagree raises ``DataLossError``. That is its checksum: it costs
+nothing (the 8 bytes are already packed for the key), and a flipped bit elsewhere in the key
+leads to a message whose own CRC and deadline are checked before it is removed.
 """
 
 from __future__ import annotations
@@ -48,22 +55,28 @@ __all__ = [
     "CRC",
     "DB_NAMES",
     "ID",
+    "INDEX_CHUNK_SEQS_MAX",
+    "MSG_KEY",
     "SEQ",
     "MsgHead",
+    "PendingMsg",
     "StoreDbs",
     "StreamMeta",
     "checked_value",
+    "decode_chunk",
     "decode_count",
     "decode_head",
     "decode_id",
     "decode_meta",
     "decode_msg",
+    "encode_chunk",
     "encode_count",
     "encode_headers",
     "encode_meta",
-    "encode_msg",
+    "encode_msgs",
     "hash_of",
     "id_record",
+    "msg_lead",
     "open_dbs",
     "subject_key",
     "verify_index",
@@ -71,15 +84,18 @@ __all__ = [
 
 DB_NAMES = (b"rs.msgs", b"rs.sidx", b"rs.subj", b"rs.ttl", b"rs.meta")
 SUBJECT_KEY_BYTES = 16
+INDEX_CHUNK_SEQS_MAX = 224  # 4 + 224 * 8 bytes + a 28-byte key stays below ~2 KB
 _SUBJECT_CACHE_MAX = 4096
 
 CRC = struct.Struct(">I")
 ID = struct.Struct(">I")
 SEQ = struct.Struct(">Q")
 _COUNT = struct.Struct(">IQ")  # crc, count; the subject follows
-# crc, ts_ns, ttl_ns, size (StoredMsg.size), subject bytes, encoded header bytes
-_MSG_HEAD = struct.Struct(">IqqQHI")
-_MSG_BODY = struct.Struct(">qqQHI")  # _MSG_HEAD after the crc
+# crc, seq, ts_ns, ttl_ns, subject bytes, encoded header bytes
+_MSG_HEAD = struct.Struct(">IQqqHI")
+_MSG_VARYING = struct.Struct(">Qqq")  # seq, ts_ns, ttl_ns: the head's per-message part
+_MSG_LENS = struct.Struct(">HI")  # subject and header lengths: the rest of the head
+MSG_KEY = struct.Struct(">IQ")  # stream id, seq
 _HDR_COUNT = struct.Struct(">H")
 _HDR_PAIR = struct.Struct(">HI")
 _META_VERSION = 1
@@ -134,6 +150,21 @@ def checked_value(key: bytes, value: bytes) -> None:
         raise _loss("record", key)
 
 
+def encode_chunk(key: bytes, seqs: list[int]) -> bytes:
+    """A subject index chunk: CRC over key + the packed sequences."""
+    body = struct.pack(f">{len(seqs)}Q", *seqs)
+    return CRC.pack(crc32(body, crc32(key))) + body
+
+
+def decode_chunk(key: bytes, value: bytes) -> list[int]:
+    """The sequences of an index chunk (never empty); DataLossError when it fails."""
+    checked_value(key, value)
+    n, rest = divmod(len(value) - CRC.size, SEQ.size)
+    if rest or n == 0 or n > INDEX_CHUNK_SEQS_MAX:
+        raise _loss("subject index chunk", key)
+    return list(struct.unpack_from(f">{n}Q", value, CRC.size))
+
+
 def verify_index(key: bytes, value: bytes) -> None:
     """Raise DataLossError unless an index record's value repeats the sequence in its key."""
     if value != key[-SEQ.size :]:
@@ -171,12 +202,31 @@ def _decode_headers(raw: bytes, key: bytes) -> Mapping[str, str]:
     return out
 
 
-def encode_msg(
-    key: bytes, subject: bytes, hdrs: bytes, data: bytes, *, ts: int, ttl: int, size: int
-) -> bytes:
-    """A message record: head, subject, encoded headers, payload; CRC over key + the rest."""
-    body = b"".join((_MSG_BODY.pack(ts, ttl, size, len(subject), len(hdrs)), subject, hdrs, data))
-    return CRC.pack(crc32(body, crc32(key))) + body
+PendingMsg = tuple[int, bytes, bytes, int, int]
+"""An append not yet encoded: (seq, ``msg_lead``, payload, ts_ns, ttl_ns)."""
+
+
+def msg_lead(subject: bytes, hdrs: bytes) -> bytes:
+    """The part of a message record after seq/ts/ttl and before the payload: the lengths, the
+    subject and the encoded headers. Without headers it is the same for every message of a
+    subject, so the store computes it once per subject."""
+    return b"".join((_MSG_LENS.pack(len(subject), len(hdrs)), subject, hdrs))
+
+
+def encode_msgs(stream_id: int, pending: list[PendingMsg]) -> list[tuple[bytes, bytes]]:
+    """Message records (key, value) for a batch of appends of one stream.
+
+    A value is the CRC, then the head (which repeats the sequence), subject, encoded headers
+    and payload. The CRC starts from the CRC of the stream id, so it covers the whole key.
+    One tight loop per batch: this is the store's append cost, done at flush time.
+    """
+    pack_key, pack_head, pack_crc, join = MSG_KEY.pack, _MSG_VARYING.pack, CRC.pack, b"".join
+    seed = crc32(ID.pack(stream_id))
+    out = []
+    for seq, lead, data, ts, ttl in pending:
+        body = join((pack_head(seq, ts, ttl), lead, data))
+        out.append((pack_key(stream_id, seq), pack_crc(crc32(body, seed)) + body))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,14 +242,21 @@ class MsgHead:
 
 def decode_head(key: bytes, value: bytes) -> MsgHead:
     """Verify the record and return its head (DataLossError when it fails)."""
-    checked_value(key, value)
     if len(value) < _MSG_HEAD.size:
         raise _loss("message record", key)
-    _, ts, ttl, size, slen, hlen = _MSG_HEAD.unpack_from(value)
-    end = _MSG_HEAD.size + slen
-    if end + hlen > len(value):
+    crc, seq, ts, ttl, slen, hlen = _MSG_HEAD.unpack_from(value)
+    if crc != crc32(memoryview(value)[CRC.size :], crc32(key[: ID.size])):
         raise _loss("message record", key)
-    return MsgHead(SEQ.unpack_from(key, ID.size)[0], value[_MSG_HEAD.size : end], ts, ttl, size)
+    end = _MSG_HEAD.size + slen
+    if key[ID.size :] != SEQ.pack(seq) or end + hlen > len(value):
+        raise _loss("message record", key)
+    # StoredMsg.size: subject + header keys/values (the encoding less its framing) + payload.
+    size = len(value) - _MSG_HEAD.size
+    if hlen:
+        if hlen < _HDR_COUNT.size:
+            raise _loss("message headers", key)
+        size -= _HDR_COUNT.size + _HDR_PAIR.size * _HDR_COUNT.unpack_from(value, end)[0]
+    return MsgHead(seq, value[_MSG_HEAD.size : end], ts, ttl, size)
 
 
 def decode_msg(key: bytes, value: bytes) -> StoredMsg:

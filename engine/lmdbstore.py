@@ -19,6 +19,7 @@ and subject counts, so a second writer object would corrupt them.
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -27,21 +28,23 @@ from typing import Any
 
 import lmdb
 
-from raftstream.engine.lmdbreads import LmdbStreamReads, SubjectCount
+from raftstream.engine.lmdbreads import SEQ_MAX, LmdbStreamReads, SubjectCount, seek_le
 from raftstream.engine.lmdbrecords import (
     ID,
+    INDEX_CHUNK_SEQS_MAX,
     SEQ,
     MsgHead,
     StreamMeta,
+    decode_chunk,
     decode_count,
     decode_head,
     decode_id,
     decode_meta,
     encode_headers,
     encode_meta,
-    encode_msg,
     hash_of,
     id_record,
+    msg_lead,
     open_dbs,
     subject_key,
     verify_index,
@@ -64,10 +67,12 @@ DEFAULT_MAP_SIZE_BYTES = 64 * 1024**3  # address space only; the file grows as d
 NODE_MAX_DBS = 16  # the stream store uses 5 named DBs; the rest is for the Raft log storage
 NODE_READERS_MAX = 126
 STREAM_NAME_BYTES_MAX = 255
-PENDING_APPENDS_MAX = 4096  # buffered appends per transaction before they are written
+# Buffered appends are written once they hold this many bytes (counting a fixed overhead per
+# message, so many tiny messages also stay bounded: at most ~32 K of them).
+PENDING_BYTES_MAX = 4 * 1024 * 1024
+PENDING_MSG_OVERHEAD_BYTES = 128
 SUBJECT_CACHE_MAX = 4096  # cached subject counts kept between transactions
 PURGE_CHUNK_MSGS = 4096  # sequences collected per pass of a range purge or TTL expiry
-_SEQ_MAX = b"\xff" * SEQ.size
 
 
 def open_node_env(
@@ -115,11 +120,14 @@ class LmdbStreamStore(LmdbStreamReads):
         self._closed = False
         self._dropping = False
         self._pend_msgs = []
-        self._pend_idx = []
+        self._pend_bytes = 0
+        self._dirty_subjects = []
+        self._wide_subjects: list[SubjectCount] = []  # holding more chunks than their tail
         self._subjects: dict[str, SubjectCount] = {}
         self._by_hash = {}
         with env.begin(write=True) as txn:
-            self._prefix = ID.pack(self._stream_id(txn, raw_name))
+            self._id = self._stream_id(txn, raw_name)
+            self._prefix = ID.pack(self._id)
             self._meta_key = b"M" + self._prefix
             raw = txn.get(self._meta_key, db=self._dbs.meta)
             self._meta = decode_meta(self._meta_key, raw) if raw else StreamMeta()
@@ -197,20 +205,26 @@ class LmdbStreamStore(LmdbStreamReads):
             raise
         if len(self._by_hash) > SUBJECT_CACHE_MAX:
             self._forget_subjects()
+        for subj in self._wide_subjects:  # keep memory bounded: only tails stay cached
+            subj.chunks = {subj.tail_lo: subj.tail} if subj.tail is not None else {}
+        self._wide_subjects = []
 
     def _rollback(self, saved: StreamMeta) -> None:
         """Forget everything the aborted transaction changed in memory."""
         self._txn = None
         self._dropping = False
         self._pend_msgs = []
-        self._pend_idx = []
+        self._pend_bytes = 0
         self._forget_subjects()
         self._meta = saved
         self._limits_changed()
 
     def _forget_subjects(self) -> None:
+        """Drop cached counts and chunks (after an abort, or once everything is written)."""
         self._subjects.clear()
         self._by_hash.clear()
+        self._dirty_subjects = []
+        self._wide_subjects = []
 
     def _flush(self) -> None:
         """Write what the transaction keeps in memory: appends, subject counts, meta."""
@@ -253,6 +267,13 @@ class LmdbStreamStore(LmdbStreamReads):
             if stored != raw:
                 raise DataLossError(f"subject record for {raw!r} holds {stored!r}", key=key)
         c = self._by_hash[h] = SubjectCount(raw, key, count)
+        # Its index chunks are all written (a cached subject holds any unwritten ones), so the
+        # stored last chunk is the tail appends extend.
+        cur = self._txn.cursor(db=self._dbs.sidx)
+        if seek_le(cur, key, key + SEQ_MAX):
+            ckey, cvalue = cur.item()
+            c.tail_lo = int(SEQ.unpack_from(ckey, len(key))[0])
+            c.tail = c.chunks[c.tail_lo] = decode_chunk(ckey, cvalue)
         return c
 
     # -- appends ------------------------------------------------------------------------------
@@ -274,28 +295,36 @@ class LmdbStreamStore(LmdbStreamReads):
         if self._txn is None:
             with self.transaction():
                 return self.append(subject, data, headers=headers, now_ns=now_ns, ttl_ns=ttl_ns)
-        # The hot path: no LMDB call here; the record and its index entry are buffered for
-        # one putmulti each, counts and meta are written once at commit (see _flush).
+        # The hot path: no LMDB call and no encoding here. The message is buffered, encoded and
+        # written in one batch (encode_msgs + putmulti) before any read, removal or commit;
+        # the index entry goes into the subject's tail chunk; counts and meta are written at
+        # commit. ``data`` is kept by reference until then: bytes, never mutated.
         subj = self._subjects.get(subject) or self._subject(subject)
-        if now_ns < 0 or ttl_ns < 0 or now_ns + ttl_ns > TS_NS_MAX:
+        if ttl_ns or not 0 <= now_ns <= TS_NS_MAX:
             check_append_args(now_ns, ttl_ns)
+        raw = subj.raw
         if headers:
-            hdrs = encode_headers(headers)
+            lead = msg_lead(raw, encode_headers(headers))
             payload = len(data) + headers_size(headers)
         else:
-            hdrs = b""
+            lead = subj.lead
             payload = len(data)
-        size = payload + len(subj.raw)
+        size = payload + len(raw)
         if self._admission:
             self._check_admission(size, payload, subj.count)
+        self._pend_bytes += size + PENDING_MSG_OVERHEAD_BYTES
         m = self._meta
         seq = m.last_seq + 1
-        seq_b = SEQ.pack(seq)
-        key = self._prefix + seq_b
-        value = encode_msg(key, subj.raw, hdrs, data, ts=now_ns, ttl=ttl_ns, size=size)
-        self._pend_msgs.append((key, value))
-        self._pend_idx.append((subj.ikey + seq_b, seq_b))
+        self._pend_msgs.append((seq, lead, data, now_ns, ttl_ns))  # encoded by _wt_msgs
+        tail = subj.tail
+        if tail is None or len(tail) >= INDEX_CHUNK_SEQS_MAX:
+            tail = self._new_tail(subj, seq)
+        tail.append(seq)
+        if not subj.tail_dirty:
+            subj.tail_dirty = True
+            self._dirty_subjects.append(subj)
         if ttl_ns:
+            seq_b = SEQ.pack(seq)
             tkey = self._prefix + SEQ.pack(now_ns + ttl_ns) + seq_b
             self._txn.put(tkey, seq_b, db=self._dbs.ttl)
         if subj.count == 0:
@@ -309,9 +338,18 @@ class LmdbStreamStore(LmdbStreamReads):
         m.last_ts = now_ns
         if self._enforce:
             self._enforce_after_append(subj, now_ns)
-        elif len(self._pend_msgs) >= PENDING_APPENDS_MAX:
-            self._wt()
+        elif self._pend_bytes > PENDING_BYTES_MAX:
+            self._wt_msgs()
         return seq
+
+    def _new_tail(self, subj: SubjectCount, seq: int) -> list[int]:
+        """Start the subject's next index chunk at ``seq`` (the previous one is full or gone)."""
+        if subj.tail is not None:
+            subj.dirty.add(subj.tail_lo)  # its last appends are not written yet
+        tail: list[int] = []
+        subj.tail = subj.chunks[seq] = tail
+        subj.tail_lo = seq
+        return tail
 
     def _check_admission(self, size: int, payload: int, subject_count: int) -> None:
         """Refuse (before anything is written) what max_msg_size or discard new forbids."""
@@ -347,17 +385,17 @@ class LmdbStreamStore(LmdbStreamReads):
         lim = m.limits
         if limit_set(lim.max_msgs):
             while m.msgs > lim.max_msgs:
-                self._remove(self._head(self._wt(), m.first_seq))
+                self._remove(self._head(self._wt_msgs(), m.first_seq))
         if limit_set(lim.max_bytes):
             while m.msgs and m.bytes > lim.max_bytes:
-                self._remove(self._head(self._wt(), m.first_seq))
+                self._remove(self._head(self._wt_msgs(), m.first_seq))
 
     def _expire_age(self, now_ns: int) -> int:
         """Remove from the front while messages are ``max_age`` old (ts + max_age <= now)."""
         max_age = self._meta.limits.max_age_ns
         removed = 0
         while max_age > 0 and self._meta.msgs:
-            head = self._head(self._wt(), self._meta.first_seq)
+            head = self._head(self._wt_msgs(), self._meta.first_seq)
             if head.ts + max_age > now_ns:
                 break
             self._remove(head)
@@ -385,7 +423,7 @@ class LmdbStreamStore(LmdbStreamReads):
         if seq <= 0:
             return False
         with self.transaction():
-            txn = self._wt()
+            txn = self._wt_msgs()
             key = self._prefix + SEQ.pack(seq)
             raw = txn.get(key, db=self._dbs.msgs)
             if raw is None:
@@ -414,10 +452,10 @@ class LmdbStreamStore(LmdbStreamReads):
         """Remove messages past ``max_age`` or their TTL as of ``now_ns``; returns count."""
         with self.transaction():
             removed = self._expire_age(now_ns)
-            hi = self._prefix + SEQ.pack(now_ns) + _SEQ_MAX
+            hi = self._prefix + SEQ.pack(now_ns) + SEQ_MAX
             while True:
                 due: list[int] = []
-                cur = self._wt().cursor(db=self._dbs.ttl)
+                cur = self._wt_msgs().cursor(db=self._dbs.ttl)
                 found = cur.set_range(self._prefix)
                 while found and len(due) < PURGE_CHUNK_MSGS:
                     key, value = cur.item()
@@ -427,7 +465,7 @@ class LmdbStreamStore(LmdbStreamReads):
                     due.append(SEQ.unpack_from(value)[0])
                     found = cur.next()
                 for seq in due:
-                    self._remove(self._head(self._wt(), seq))
+                    self._remove(self._head(self._wt_msgs(), seq))
                 removed += len(due)
                 if len(due) < PURGE_CHUNK_MSGS:
                     return removed
@@ -440,12 +478,11 @@ class LmdbStreamStore(LmdbStreamReads):
 
     def _remove(self, head: MsgHead) -> None:
         """Remove one message and its index entries; update counters (in the open txn)."""
-        txn, dbs, m = self._wt(), self._dbs, self._meta
+        txn, dbs, m = self._wt_msgs(), self._dbs, self._meta
         seq_b = SEQ.pack(head.seq)
         txn.delete(self._prefix + seq_b, db=dbs.msgs)
         subj = self._subject_of(head.subject)
-        if not txn.delete(subj.ikey + seq_b, db=dbs.sidx):
-            raise DataLossError(f"subject index entry missing for sequence {head.seq}")
+        self._unindex(subj, head.seq)
         if head.ttl:
             txn.delete(self._prefix + SEQ.pack(head.ts + head.ttl) + seq_b, db=dbs.ttl)
         invariant(subj.count > 0, "subject count underflow")
@@ -457,6 +494,36 @@ class LmdbStreamStore(LmdbStreamReads):
         invariant(m.msgs >= 0 and m.bytes >= 0, "negative stream counters")
         if head.seq == m.first_seq:
             m.first_seq = self._next_stored(txn, head.seq + 1)
+
+    def _unindex(self, subj: SubjectCount, seq: int) -> None:
+        """Take ``seq`` out of its subject's index chunk (in memory; written by _wt)."""
+        lo = self._chunk_lo(subj, seq)
+        chunk = subj.chunks.get(lo)
+        if chunk is None:
+            key = subj.ikey + SEQ.pack(lo)
+            chunk = subj.chunks[lo] = decode_chunk(key, self._txn.get(key, db=self._dbs.sidx))
+            self._wide_subjects.append(subj)
+        i = bisect_left(chunk, seq)
+        if i == len(chunk) or chunk[i] != seq:
+            raise DataLossError(f"subject index entry missing for sequence {seq}", seq=seq)
+        del chunk[i]
+        if not subj.tail_dirty:
+            subj.tail_dirty = True
+            self._dirty_subjects.append(subj)
+        subj.dirty.add(lo)
+
+    def _chunk_lo(self, subj: SubjectCount, seq: int) -> int:
+        """``lo_seq`` of the chunk whose range holds ``seq``: the greatest one <= seq, among
+        the stored chunks and the cached ones (which may be newer than the stored)."""
+        cached = max((lo for lo in subj.chunks if lo <= seq), default=0)
+        cur = self._txn.cursor(db=self._dbs.sidx)
+        stored = 0
+        if seek_le(cur, subj.ikey, subj.ikey + SEQ.pack(seq)):
+            stored = int(SEQ.unpack_from(cur.key(), len(subj.ikey))[0])
+        lo = max(cached, stored)
+        if lo == 0:
+            raise DataLossError(f"no subject index chunk holds sequence {seq}", seq=seq)
+        return lo
 
     def _purge_all(self) -> int:
         m = self._meta
@@ -479,7 +546,7 @@ class LmdbStreamStore(LmdbStreamReads):
         end = req.before_seq if req.before_seq is not None else m.last_seq + 1
         removed = 0
         while removed < budget and m.msgs and m.first_seq < end:
-            heads = self._heads_from(self._wt(), m.first_seq, PURGE_CHUNK_MSGS)
+            heads = self._heads_from(self._wt_msgs(), m.first_seq, PURGE_CHUNK_MSGS)
             for head in heads[: budget - removed]:
                 if head.seq >= end:
                     break
@@ -507,7 +574,7 @@ class LmdbStreamStore(LmdbStreamReads):
         if req.keep is not None:
             victims = victims[: max(0, len(victims) - req.keep)]
         for seq in victims:
-            self._remove(self._head(self._wt(), seq))
+            self._remove(self._head(self._wt_msgs(), seq))
         return len(victims)
 
     # -- lifecycle ------------------------------------------------------------------------------
