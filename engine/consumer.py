@@ -144,6 +144,7 @@ class Consumer:
         self._heap: list[tuple[int, int]] = []
         self._dirty: set[int] = set()
         self._meta_dirty = False
+        self._config_dirty = False
         self._clear_pending = False
         self._pending_cache: tuple[tuple[int, int, int], int] | None = None
         self._waiting = WaitingQueue(max_waiting=config.max_waiting)
@@ -188,8 +189,7 @@ class Consumer:
             record_ops=record_ops,
             flow_window_msgs=flow_window_msgs,
         )
-        if state_store is not None:
-            state_store.put_config(c.key, config)
+        c._config_dirty = True  # written with the start state, in one transaction
         c._commit(start_op(config, store))
         if config.pause_until > now_ns:
             c._commit(Pause(until_ns=config.pause_until))
@@ -336,7 +336,9 @@ class Consumer:
 
     def flush(self) -> None:
         """Persist what changed since the last flush (one state-store write), if anything."""
-        if self._state_store is None or not (self._meta_dirty or self._dirty):
+        if self._state_store is None:
+            return
+        if not (self._meta_dirty or self._dirty or self._config_dirty):
             return
         pending = self._state.pending
         if self._clear_pending:
@@ -351,9 +353,11 @@ class Consumer:
             upserts=upserts,
             deletes=deletes,
             clear=self._clear_pending,
+            config=self._config if self._config_dirty else None,
         )
         self._dirty.clear()
         self._meta_dirty = False
+        self._config_dirty = False
         self._clear_pending = False
 
     def _rebuild_heap(self) -> None:
@@ -720,8 +724,8 @@ class Consumer:
         self._check_live()
         self._config = config
         self._push = self._new_planner()
-        if self._state_store is not None:
-            self._state_store.put_config(self.key, config)
+        self._config_dirty = True
+        self.flush()
 
     def leadership_lost(self) -> list[PullEvent]:
         """This replica stops leading: waiting requests get 409 Leadership Change."""

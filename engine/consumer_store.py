@@ -68,8 +68,6 @@ class ConsumerStateStore(Protocol):
     """Persists consumers' configs and states. Failure contract: ``DataLossError`` when a
     stored record fails its checksum; any other IO failure propagates unchanged."""
 
-    def put_config(self, key: ConsumerKey, config: ConsumerConfig) -> None: ...
-
     def write(
         self,
         key: ConsumerKey,
@@ -78,9 +76,11 @@ class ConsumerStateStore(Protocol):
         upserts: Mapping[int, Pending],
         deletes: Iterable[int],
         clear: bool,
+        config: ConsumerConfig | None = None,
     ) -> None:
-        """Store the state's meta part and change pending rows, atomically. ``clear`` drops
-        every pending row first (the upserts then hold the whole table)."""
+        """Store the state's meta part and change pending rows, atomically, with the config
+        when given. ``clear`` drops every pending row first (the upserts then hold the whole
+        table)."""
 
     def load(self, key: ConsumerKey) -> tuple[ConsumerConfig, ConsumerState] | None:
         """The stored config and state, or None if the consumer was never stored."""
@@ -109,9 +109,6 @@ class MemoryConsumerStore:
         self._metas: dict[ConsumerKey, bytes] = {}
         self._pending: dict[ConsumerKey, dict[int, bytes]] = {}
 
-    def put_config(self, key: ConsumerKey, config: ConsumerConfig) -> None:
-        self._configs[key] = _config_bytes(config)
-
     def write(
         self,
         key: ConsumerKey,
@@ -120,7 +117,10 @@ class MemoryConsumerStore:
         upserts: Mapping[int, Pending],
         deletes: Iterable[int],
         clear: bool,
+        config: ConsumerConfig | None = None,
     ) -> None:
+        if config is not None:
+            self._configs[key] = _config_bytes(config)
         rows = self._pending.setdefault(key, {})
         if clear:
             rows.clear()
@@ -181,10 +181,6 @@ class LmdbConsumerStore:
         self._meta = env.open_db(DB_META)
         self._rows = env.open_db(DB_PENDING)
 
-    def put_config(self, key: ConsumerKey, config: ConsumerConfig) -> None:
-        with self._env.begin(write=True) as txn:
-            txn.put(key.prefix + b"c", _seal(_config_bytes(config)), db=self._meta)
-
     def write(
         self,
         key: ConsumerKey,
@@ -193,9 +189,12 @@ class LmdbConsumerStore:
         upserts: Mapping[int, Pending],
         deletes: Iterable[int],
         clear: bool,
+        config: ConsumerConfig | None = None,
     ) -> None:
         prefix = key.prefix
         with self._env.begin(write=True) as txn:
+            if config is not None:
+                txn.put(prefix + b"c", _seal(_config_bytes(config)), db=self._meta)
             if clear:
                 self._drop_prefix(txn, self._rows, prefix)
             for seq in deletes:

@@ -564,3 +564,15 @@ def test_repeated_progress_keeps_the_deadline_heap_bounded(rig: Rig) -> None:
     assert len(c._heap) <= 2 + HEAP_SLACK_ENTRIES  # internal, but the bound is the point
     assert c.fetch(1, 4999 + 10 * S - 1) == []
     assert seqs(c.fetch(1, 4999 + 10 * S)) == [1]
+
+
+def test_config_update_is_persisted_with_the_state(rig: Rig) -> None:
+    """An allowed update (here ack_wait) takes effect at once and survives a reopen."""
+    rig.publish()
+    c = rig.consumer(ack_wait=S)
+    c.update_config(ConsumerConfig(durable_name="c", ack_wait=5 * S))
+    c.fetch(1, 0)
+    assert c.fetch(1, S) == []
+    again = rig.reopen()
+    assert again.config.ack_wait == 5 * S
+    assert seqs(again.fetch(1, 5 * S)) == [1]
