@@ -28,6 +28,9 @@ class RaftConfig:
     so it never campaigns; it waits for the leader's log or snapshot). Membership changes
     in the log apply on top of them; a snapshot's membership replaces them.
 
+    Membership changes need ``check_quorum``: its leader lease is what makes the members
+    ignore a removed server that keeps campaigning (thesis §4.2.3).
+
     ``applied`` is the last index the state machine has already applied durably (0 when the
     state machine is rebuilt from the snapshot on every start): committed entries after it,
     and only those, are handed out again after a restart.

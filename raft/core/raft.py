@@ -119,8 +119,23 @@ class Raft:
         driver has persisted that Ready's entries and hard state (see RaftNode.ready)."""
         self.msgs.append(m)
 
-    def msg(self, type_: MessageType, to: str, **kw: object) -> Message:
-        return Message(type_, self.group, self.id, to, self.term, **kw)  # type: ignore[arg-type]
+    def msg(
+        self,
+        type_: MessageType,
+        to: str,
+        *,
+        index: int = 0,
+        log_term: int = 0,
+        reject: bool = False,
+        reject_hint: int = 0,
+        context: bytes = b"",
+    ) -> Message:
+        """A message of our current term (no entries, no snapshot)."""
+        return Message(
+            type_, self.group, self.id, to, self.term,
+            log_term=log_term, index=index, reject=reject, reject_hint=reject_hint,
+            context=context,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ roles
     def promotable(self) -> bool:

@@ -420,7 +420,11 @@ class Simulation:
 
     def _fault_membership(self) -> None:
         """One single-server change: add a learner, promote one, or remove a voter (the
-        leader included), keeping at least three voters."""
+        leader included), keeping at least three voters. Only with check-quorum: a removed
+        server that keeps campaigning is ignored thanks to the leader lease (thesis
+        §4.2.3); without it plain Raft lets it disrupt the group forever."""
+        if not self.p.check_quorum:
+            return
         g = self.rng.choice(self.groups)
         node = self._leader_of(g)
         if node is None:
