@@ -572,13 +572,16 @@ class Consumer:
     def num_waiting(self) -> int:
         return len(self._waiting)
 
-    def next_wake_ns(self) -> int:
-        """The earliest time a timer should call ``poll`` (0: nothing timed is waiting)."""
+    def next_wake_ns(self, now_ns: int) -> int:
+        """The earliest time after ``now_ns`` a timer should call ``poll`` (or ``push_step``):
+        a request expiry or heartbeat, an ack deadline, the end of a pause; 0 when none.
+
+        The deadline heap may hold a stale entry, so a wake may find nothing to do.
+        """
         times = [self._waiting.next_wake_ns()] if len(self._waiting) else []
         times.extend(t for t, _ in self._heap[:1])
-        if self._state.paused_until_ns:
-            times.append(self._state.paused_until_ns)
-        return min((t for t in times if t), default=0)
+        times.append(self._state.paused_until_ns)
+        return min((t for t in times if t > now_ns), default=0)
 
     # -- push ---------------------------------------------------------------------------------
 
@@ -595,7 +598,7 @@ class Consumer:
         hb: Heartbeat | None = None
         if not out:
             hb = plan.heartbeat_due(now_ns, s.delivered_consumer_seq, s.delivered_stream_seq)
-        times = [t for t in (wake, plan.next_heartbeat_ns(), self.next_wake_ns()) if t]
+        times = [t for t in (wake, plan.next_heartbeat_ns(), self.next_wake_ns(now_ns)) if t]
         self.flush()
         return PushStep(
             deliveries=tuple(out), flow_control=fc, heartbeat=hb, wake_at_ns=min(times, default=0)

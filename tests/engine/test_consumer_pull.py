@@ -176,7 +176,7 @@ def test_paused_consumer_keeps_requests_waiting() -> None:
     """A paused consumer keeps requests waiting and serves them on resume."""
     _, c = make(2, pause_until=5 * S)
     assert msgs(c.pull(PullRequest(batch=2, expires=10 * S, reply="r"), 0)) == []
-    assert c.num_waiting == 1 and c.next_wake_ns() == 5 * S
+    assert c.num_waiting == 1 and c.next_wake_ns(0) == 5 * S
     assert msgs(c.poll(5 * S)) == [1, 2]
 
 
@@ -185,7 +185,7 @@ def test_redelivery_reaches_a_waiting_request() -> None:
     _, c = make(1, ack_wait=S)
     c.fetch(1, 0)
     c.pull(PullRequest(batch=1, expires=10 * S, reply="r"), 0)
-    assert c.next_wake_ns() == S
+    assert c.next_wake_ns(0) == S
     assert msgs(c.poll(S)) == [1]
 
 
@@ -198,3 +198,13 @@ def test_bad_requests_are_refused() -> None:
     with pytest.raises(InvalidArgumentError):
         PullRequest.from_dict({"batch": 1, "bogus": 1})
     assert PullRequest.from_dict({"batch": 3, "no_wait": True}).batch == 3
+
+
+def test_next_wake_is_always_in_the_future() -> None:
+    """A timer loop never spins: past deadlines and an ended pause are not wake times."""
+    _, c = make(1, ack_wait=S, pause_until=2 * S)
+    assert c.next_wake_ns(0) == 2 * S
+    assert c.next_wake_ns(3 * S) == 0
+    c.fetch(1, 3 * S)
+    assert c.next_wake_ns(3 * S) == 4 * S
+    assert c.next_wake_ns(5 * S) == 0
