@@ -162,6 +162,18 @@ def test_proposals_between_readies_are_batched(append_bytes_max: int, messages: 
     assert sum(len(m.entries) for m in appends) == 50
 
 
+def test_propose_many_appends_consecutive_entries_in_one_round() -> None:
+    net = _replicating_net()
+    before = len(sent(net, MT.APPEND, "a", "b"))
+    last = net["a"].propose_many([b"m%d" % i for i in range(20)])
+    net.stabilize()
+    assert len([m for m in sent(net, MT.APPEND, "a", "b")[before:] if m.entries]) == 1
+    assert net.replicas["b"].data()[-20:] == [b"m%d" % i for i in range(20)]
+    assert net.replicas["b"].applied[-1].index == last
+    with pytest.raises(NotLeaderError):
+        net["b"].propose_many([b"x"])
+
+
 def test_fast_backtracking_skips_a_term_per_round_trip() -> None:
     """On a rejected append the follower hints its last index with a term no greater than
     the leader's; the leader skips whole terms of conflicting entries, so a follower 50
