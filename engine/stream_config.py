@@ -15,8 +15,8 @@ capture the same subject; the meta group calls it with the other streams' config
 Implemented fields: name, description, subjects, subject_transform, retention,
 max_consumers, max_msgs, max_bytes, max_age, max_msgs_per_subject, max_msg_size, discard,
 discard_new_per_subject, storage, num_replicas, duplicate_window, sealed, deny_delete,
-deny_purge, allow_rollup_hdrs, allow_direct, first_seq, metadata, allow_msg_ttl.
-JetStream fields that belong to later issues (mirror, sources, placement, republish, ...) are
+deny_purge, allow_rollup_hdrs, allow_direct, first_seq, metadata, allow_msg_ttl, placement.
+JetStream fields that belong to later issues (mirror, sources, republish, ...) are
 refused by ``from_dict`` with a rule saying so, rather than silently ignored.
 """
 
@@ -49,7 +49,9 @@ __all__ = [
     "MAX_AGE_MIN_NS",
     "METADATA_BYTES_MAX",
     "NAME_BYTES_MAX",
+    "PLACEMENT_TAGS_MAX",
     "REPLICAS_MAX",
+    "Placement",
     "RetentionPolicy",
     "StorageType",
     "StreamConfig",
@@ -70,6 +72,10 @@ METADATA_BYTES_MAX = 128 * 1024
 REPLICAS_MAX = 5
 DUPLICATE_WINDOW_DEFAULT_NS = 120 * NS_PER_SECOND
 MAX_AGE_MIN_NS = 100 * 1_000_000
+# How many tags a placement may require: a handful in practice; a bound keeps a hostile
+# config from making placement quadratic.
+PLACEMENT_TAGS_MAX = 64
+PLACEMENT_NAME_BYTES_MAX = 255
 
 # JetStream fields this version does not implement yet; from_dict names the issue they wait
 # for instead of dropping them silently.
@@ -78,7 +84,6 @@ _DEFERRED_FIELDS: Mapping[str, str] = MappingProxyType(
         "mirror": "mirrors and sources issue",
         "sources": "mirrors and sources issue",
         "mirror_direct": "mirrors and sources issue",
-        "placement": "cluster issue",
         "republish": "a later issue",
         "compression": "a later issue",
         "consumer_limits": "a later issue",
@@ -231,6 +236,68 @@ def _render(ops: tuple[_Op, ...], src: tuple[str, ...], subject: tuple[str, ...]
     return ".".join(out)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """JetStream's stream ``placement``: where the meta leader may put the replicas.
+
+    ``cluster`` (None: any) names the cluster the replicas must be in; every tag in ``tags``
+    must be among the placement tags of each chosen node. Tags are a set: ``validate`` sorts
+    them (so two spellings of one set compare equal) and refuses duplicates, empty tags and
+    whitespace. Placement itself (``raftstream.cluster.placement``) reads these fields.
+    """
+
+    cluster: str | None = None
+    tags: tuple[str, ...] = ()
+
+    def validate(self) -> Placement:
+        """The normalised copy (tags sorted), or ``InvalidArgumentError`` naming
+        ``placement.cluster`` or ``placement.tags``."""
+        if self.cluster is not None:
+            _check_label("placement.cluster", self.cluster)
+        if len(self.tags) > PLACEMENT_TAGS_MAX:
+            raise InvalidArgumentError("placement.tags", f"at most {PLACEMENT_TAGS_MAX} tags")
+        for tag in self.tags:
+            _check_label("placement.tags", tag)
+        if len(set(self.tags)) != len(self.tags):
+            raise InvalidArgumentError("placement.tags", "duplicate tag")
+        return Placement(cluster=self.cluster, tags=tuple(sorted(self.tags)))
+
+    @property
+    def is_empty(self) -> bool:
+        return self.cluster is None and not self.tags
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.cluster is not None:
+            out["cluster"] = self.cluster
+        if self.tags:
+            out["tags"] = list(self.tags)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Placement:
+        for key in raw:
+            if key not in ("cluster", "tags"):
+                raise InvalidArgumentError(f"placement.{key}", "unknown field")
+        cluster = raw.get("cluster")
+        if cluster is not None and not isinstance(cluster, str):
+            raise InvalidArgumentError("placement.cluster", "must be a string")
+        tags = raw.get("tags") or ()
+        if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
+            raise InvalidArgumentError("placement.tags", "must be a list of strings")
+        return cls(cluster=cluster or None, tags=tuple(tags))
+
+
+def _check_label(field_name: str, value: object) -> None:
+    """A cluster name or a tag: a non-empty string without whitespace or control characters."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(field_name, "must be a non-empty string")
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise InvalidArgumentError(field_name, "must not contain whitespace or control characters")
+    if _utf8_len(field_name, value) > PLACEMENT_NAME_BYTES_MAX:
+        raise InvalidArgumentError(field_name, f"must be at most {PLACEMENT_NAME_BYTES_MAX} bytes")
+
+
 class RetentionPolicy(enum.StrEnum):
     """When messages leave the stream besides limits: never, on interest, or once consumed."""
 
@@ -277,6 +344,7 @@ class StreamConfig:
     first_seq: int = 0
     metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
     allow_msg_ttl: bool = False
+    placement: Placement | None = None
 
     def normalized(self) -> StreamConfig:
         """JetStream's defaults applied; no rule is checked (``validate`` does both)."""
@@ -296,6 +364,8 @@ class StreamConfig:
         _check_misc(cfg)
         if cfg.subject_transform is not None:
             cfg.subject_transform.validate()
+        if cfg.placement is not None:
+            cfg = replace(cfg, placement=cfg.placement.validate())
         return cfg
 
     def to_dict(self) -> dict[str, Any]:
@@ -309,7 +379,7 @@ class StreamConfig:
                 value = list(value)
             elif isinstance(value, Mapping):
                 value = dict(value)
-            elif isinstance(value, SubjectTransform):
+            elif isinstance(value, SubjectTransform | Placement):
                 value = value.to_dict()
             if value is not None:
                 out[f.name] = value
@@ -409,6 +479,10 @@ def _parse_field(key: str, value: object) -> Any:
         if not isinstance(value, Mapping):
             raise InvalidArgumentError(key, "must be an object with 'src' and 'dest'")
         return SubjectTransform.from_dict(value)
+    if key == "placement":
+        if not isinstance(value, Mapping):
+            raise InvalidArgumentError(key, "must be an object with 'cluster' and/or 'tags'")
+        return Placement.from_dict(value)
     return _parse_int(key, value)
 
 
@@ -446,6 +520,8 @@ def _normalize(cfg: StreamConfig) -> StreamConfig:
         deny_purge=deny_purge,
         allow_rollup_hdrs=rollup,
         metadata=MappingProxyType(dict(cfg.metadata)),
+        # An empty placement places like no placement: one spelling, so configs compare equal.
+        placement=None if cfg.placement is None or cfg.placement.is_empty else cfg.placement,
     )
 
 

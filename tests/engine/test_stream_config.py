@@ -17,6 +17,8 @@ from raftstream.engine.store import UNLIMITED, DiscardPolicy, StoreLimits
 from raftstream.engine.stream_config import (
     DUPLICATE_WINDOW_DEFAULT_NS,
     METADATA_BYTES_MAX,
+    PLACEMENT_TAGS_MAX,
+    Placement,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -487,3 +489,67 @@ def test_overlap_check_skips_the_stream_itself() -> None:
     """An update passes every stream, itself included: its old subjects never conflict."""
     mine = StreamConfig(name="A", subjects=("orders.*",))
     check_no_overlap(mine, [mine, StreamConfig(name="B", subjects=("x.>",))])
+
+
+# -- placement (the cluster issue) -----------------------------------------------------------
+
+
+def test_placement_round_trips_through_jetstream_json() -> None:
+    """JetStream's ``placement: {cluster, tags}`` is read and written back; tags are a set,
+    so their order is normalised and two spellings of one set compare equal."""
+    raw = {"name": "ORDERS", "placement": {"cluster": "east", "tags": ["ssd", "az1"]}}
+    cfg = StreamConfig.from_dict(raw).validate()
+    assert cfg.placement == Placement(cluster="east", tags=("az1", "ssd"))
+    assert cfg.to_dict()["placement"] == {"cluster": "east", "tags": ["az1", "ssd"]}
+    assert StreamConfig.from_dict(cfg.to_dict()).validate() == cfg
+    other = StreamConfig(name="ORDERS", placement=Placement(cluster="east", tags=("ssd", "az1")))
+    assert other.validate() == cfg
+
+
+def test_empty_placement_is_no_placement() -> None:
+    """An empty placement constrains nothing: it normalises to None and is not written."""
+    cfg = StreamConfig(name="ORDERS", placement=Placement()).validate()
+    assert cfg.placement is None
+    assert "placement" not in cfg.to_dict()
+    assert StreamConfig.from_dict({"name": "ORDERS", "placement": {}}).validate() == cfg
+
+
+@pytest.mark.parametrize(
+    ("placement", "field"),
+    [
+        (Placement(tags=("ssd", "ssd")), "placement.tags"),
+        (Placement(tags=("",)), "placement.tags"),
+        (Placement(tags=("a b",)), "placement.tags"),
+        (Placement(tags=tuple(f"t{i}" for i in range(PLACEMENT_TAGS_MAX + 1))), "placement.tags"),
+        (Placement(cluster=""), "placement.cluster"),
+        (Placement(cluster="east\n"), "placement.cluster"),
+    ],
+)
+def test_placement_rules_name_the_field(placement: Placement, field: str) -> None:
+    """Tags: non-empty, no whitespace, no duplicates, a bounded count; the cluster likewise."""
+    invalid(field, name="ORDERS", placement=placement)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"placement": ["ssd"]}, "placement"),
+        ({"placement": {"tags": "ssd"}}, "placement.tags"),
+        ({"placement": {"tags": [1]}}, "placement.tags"),
+        ({"placement": {"cluster": 3}}, "placement.cluster"),
+        ({"placement": {"zone": "a"}}, "placement.zone"),
+    ],
+)
+def test_placement_json_types_are_checked(raw: dict[str, Any], field: str) -> None:
+    """from_dict type-checks placement and refuses unknown placement keys, naming them."""
+    with pytest.raises(InvalidArgumentError) as info:
+        StreamConfig.from_dict({"name": "ORDERS", **raw})
+    assert info.value.field == field
+
+
+def test_placement_may_change_on_update() -> None:
+    """Placement is not immutable (JetStream moves a stream whose placement changes): the
+    meta leader re-places the replicas that no longer qualify."""
+    old = StreamConfig(name="ORDERS", placement=Placement(tags=("ssd",)))
+    new = StreamConfig(name="ORDERS", placement=Placement(tags=("hdd",)))
+    assert check_update(old, new).placement == Placement(tags=("hdd",))
