@@ -160,15 +160,22 @@ class UnavailableError(RaftStreamError):
 
 
 class NotLeaderError(UnavailableError):
-    """This replica is not the leader; ``leader`` (may be None) is the known leader's id."""
+    """This replica is not the leader; ``leader`` (may be None) is the known leader's id and
+    ``leader_addr`` (may be None) its client address (host:port), for a client to follow."""
 
     reason = "NOT_LEADER"
 
     def __init__(
-        self, message: str = "not the leader", *, leader: str | None = None, **details: Any
+        self,
+        message: str = "not the leader",
+        *,
+        leader: str | None = None,
+        leader_addr: str | None = None,
+        **details: Any,
     ) -> None:
-        super().__init__(message, leader=leader, **details)
+        super().__init__(message, leader=leader, leader_addr=leader_addr, **details)
         self.leader = leader
+        self.leader_addr = leader_addr
 
 
 class NoLeaderError(UnavailableError):
