@@ -1,0 +1,368 @@
+"""The node configuration: a TOML file (``[cluster]``, ``[raft]``, ``[limits]``) and CLI flags.
+
+``load_config(path=None, **overrides)`` reads the file with ``tomllib`` (when given), lays
+the flags over it (``--name --listen --data --peers ...`` map to the ``[cluster]`` keys of
+the same name; a flag left at ``None`` does not override), fills in defaults and validates
+everything before the node starts. Every refusal is an ``InvalidArgumentError`` whose
+``field`` is the TOML key (``cluster.listen``, ``limits.max_payload_bytes``) and whose
+message says where the value came from (the file's path, or the flag) and the rule broken.
+Unknown sections and keys are refused, never ignored: a typo must not silently leave a
+default in place.
+
+The result is a frozen ``NodeConfig`` (keyword-only); ``docs/configuration.md`` documents
+every key with its type, default and rule. Relative ``data`` paths are relative to the
+working directory of the process, as a flag's would be.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from raftstream.cluster.names import validate_node_name
+from raftstream.errors import InvalidArgumentError
+
+__all__ = [
+    "KIB",
+    "MIB",
+    "PAYLOAD_BYTES_CEILING",
+    "Address",
+    "Limits",
+    "NodeConfig",
+    "RaftSettings",
+    "load_config",
+    "parse_peers",
+]
+
+KIB = 1024
+MIB = 1024 * KIB
+# Issue 10: the payload limit is configurable but never above 64 MiB.
+PAYLOAD_BYTES_CEILING = 64 * MIB
+# Room a gRPC message needs beyond payload and headers (subject, ids, framing).
+_ENVELOPE_BYTES = 64 * KIB
+_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+_LABEL_BYTES_MAX = 255
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """A ``host:port`` (IPv6 hosts in brackets: ``[::1]:7101``). ``str()`` gives it back."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: object, field_name: str) -> Address:
+        """``InvalidArgumentError(field_name, ...)`` unless ``text`` is ``host:port`` with a
+        port in 1..65535 and a host without whitespace."""
+        if not isinstance(text, str) or not text:
+            raise InvalidArgumentError(field_name, "must be a 'host:port' string")
+        host, sep, port_text = text.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+            _check_ipv6(host, field_name)
+        elif ":" in host:
+            raise InvalidArgumentError(field_name, f"IPv6 hosts go in brackets: {text!r}")
+        if not sep or not host or any(c.isspace() or not c.isprintable() for c in host):
+            raise InvalidArgumentError(field_name, f"must be 'host:port', got {text!r}")
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise InvalidArgumentError(field_name, f"port must be 1 to 65535, got {text!r}")
+        return cls(host, int(port_text))
+
+
+def _check_ipv6(host: str, field_name: str) -> None:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        raise InvalidArgumentError(field_name, f"not an IPv6 address: {host!r}") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RaftSettings:
+    """``[raft]``: timing of every group on the node, in ticks of ``tick_ms``."""
+
+    tick_ms: int = 100
+    election_ticks: int = 6
+    heartbeat_ticks: int = 1
+    proposal_timeout_ms: int = 5_000
+    proposals_pending_max: int = 100_000
+    inbox_msgs_max: int = 200_000
+    snapshot_entries: int = 10_000
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _positive(f"raft.{f.name}", getattr(self, f.name))
+        if self.election_ticks <= self.heartbeat_ticks:
+            # A follower must hear several heartbeats before it may time out, or a healthy
+            # leader loses its followers to elections.
+            raise InvalidArgumentError("raft.election_ticks", "must exceed raft.heartbeat_ticks")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """``[limits]``: every bound a client can reach, the unit in each name."""
+
+    max_payload_bytes: int = 1 * MIB
+    headers_bytes_max: int = 64 * KIB
+    grpc_message_bytes_max: int = 4 * MIB
+    publish_batch_entries_max: int = 256
+    publish_batch_bytes_max: int = 4 * MIB
+    publish_async_pending_max: int = 4_096
+    pull_batch_max: int = 10_000
+    pull_waiting_max: int = 512
+    request_timeout_ms: int = 5_000
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            _positive(f"limits.{f.name}", getattr(self, f.name))
+        if self.max_payload_bytes > PAYLOAD_BYTES_CEILING:
+            raise InvalidArgumentError(
+                "limits.max_payload_bytes", f"must be at most {PAYLOAD_BYTES_CEILING} (64 MiB)"
+            )
+        message_bytes = self.max_payload_bytes + self.headers_bytes_max
+        if self.grpc_message_bytes_max < message_bytes + _ENVELOPE_BYTES:
+            raise InvalidArgumentError(
+                "limits.grpc_message_bytes_max",
+                "must hold the largest message: max_payload_bytes + headers_bytes_max + 64 KiB",
+            )
+        if self.publish_batch_bytes_max < message_bytes:
+            raise InvalidArgumentError(
+                "limits.publish_batch_bytes_max",
+                "must hold one largest message: max_payload_bytes + headers_bytes_max",
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    """A validated node configuration (see the module docstring and docs/configuration.md).
+
+    ``peers`` maps every node's name to its address, this node included, sorted by name;
+    ``tags`` are this node's placement tags, sorted; ``cluster_name`` is what a stream's
+    ``placement.cluster`` matches.
+    """
+
+    name: str
+    listen: Address
+    data: Path
+    peers: Mapping[str, Address]
+    metrics_listen: Address | None = None
+    cluster_name: str = "raftstream"
+    tags: tuple[str, ...] = ()
+    meta_voters_max: int = 5
+    raft: RaftSettings = field(default_factory=RaftSettings)
+    limits: Limits = field(default_factory=Limits)
+
+    def __post_init__(self) -> None:
+        validate_node_name(self.name, "cluster.name")
+        if not str(self.data):
+            raise InvalidArgumentError("cluster.data", "must be a directory path")
+        object.__setattr__(self, "peers", MappingProxyType(dict(sorted(self.peers.items()))))
+        _check_peers(self)
+        _check_label("cluster.cluster_name", self.cluster_name)
+        for tag in self.tags:
+            _check_label("cluster.tags", tag)
+        if len(set(self.tags)) != len(self.tags):
+            raise InvalidArgumentError("cluster.tags", "duplicate tag")
+        object.__setattr__(self, "tags", tuple(sorted(self.tags)))
+        if not 1 <= self.meta_voters_max <= 7:
+            raise InvalidArgumentError("cluster.meta_voters_max", "must be 1 to 7")
+        if self.metrics_listen is not None and self.metrics_listen == self.listen:
+            raise InvalidArgumentError("cluster.metrics_listen", "must differ from listen")
+
+    @property
+    def advertise(self) -> Address:
+        """The address other nodes reach this one at (its entry in ``peers``)."""
+        return self.peers[self.name]
+
+
+def _positive(field_name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(field_name, "must be an integer")
+    if value <= 0:
+        raise InvalidArgumentError(field_name, "must be positive")
+
+
+def _check_label(field_name: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(field_name, "must be a non-empty string")
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise InvalidArgumentError(field_name, "must not contain whitespace or control characters")
+    if len(value.encode("utf-8", "surrogatepass")) > _LABEL_BYTES_MAX:
+        raise InvalidArgumentError(field_name, f"must be at most {_LABEL_BYTES_MAX} bytes")
+
+
+def _check_peers(cfg: NodeConfig) -> None:
+    """Names valid, addresses distinct, this node among them and reachable where it listens."""
+    seen: dict[Address, str] = {}
+    for name, addr in cfg.peers.items():
+        validate_node_name(name, "cluster.peers")
+        if addr in seen:
+            raise InvalidArgumentError(
+                "cluster.peers", f"{seen[addr]!r} and {name!r} share the address {addr}"
+            )
+        seen[addr] = name
+    own = cfg.peers.get(cfg.name)
+    if own is None:
+        raise InvalidArgumentError("cluster.name", f"{cfg.name!r} is not in cluster.peers")
+    # The node listens where its peers will dial it, or on every interface at that port.
+    if cfg.listen.host in _WILDCARD_HOSTS:
+        if cfg.listen.port != own.port:
+            raise InvalidArgumentError(
+                "cluster.listen", f"port {cfg.listen.port} differs from peers' {own}"
+            )
+    elif cfg.listen != own:
+        raise InvalidArgumentError(
+            "cluster.listen", f"{cfg.listen} differs from this node's peers entry {own}"
+        )
+
+
+def parse_peers(value: object, field_name: str = "cluster.peers") -> dict[str, Address]:
+    """``n1=host:port,n2=host:port`` (the flag) or a TOML table ``{n1 = "host:port"}``."""
+    pairs: list[tuple[object, object]]
+    if isinstance(value, str):
+        pairs = []
+        for item in value.split(","):
+            name, sep, addr = item.strip().partition("=")
+            if not sep:
+                raise InvalidArgumentError(field_name, f"expected name=host:port, got {item!r}")
+            pairs.append((name.strip(), addr.strip()))
+    elif isinstance(value, Mapping):
+        pairs = list(value.items())
+    else:
+        raise InvalidArgumentError(field_name, "must be 'n1=host:port,...' or a table")
+    if not pairs:
+        raise InvalidArgumentError(field_name, "must name at least this node")
+    peers: dict[str, Address] = {}
+    for raw_name, addr in pairs:
+        name = validate_node_name(raw_name, field_name)
+        if name in peers:
+            raise InvalidArgumentError(field_name, f"peer {name!r} named twice")
+        peers[name] = Address.parse(addr, field_name)
+    return peers
+
+
+# -- loading --------------------------------------------------------------------------------
+
+_SECTIONS: Mapping[str, type[Any]] = {"cluster": NodeConfig, "raft": RaftSettings, "limits": Limits}
+_CLUSTER_KEYS = frozenset(f.name for f in fields(NodeConfig)) - {"raft", "limits"}
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
+    """The validated configuration from the TOML file at ``path`` and ``overrides``.
+
+    ``overrides`` are the ``[cluster]`` keys as CLI flags give them (``name``, ``listen``,
+    ``data``, ``peers``, ``metrics_listen``, ``cluster_name``, ``tags``, ``meta_voters_max``);
+    ``None`` values are ignored. Raises ``InvalidArgumentError`` naming the TOML key, with
+    the file or flag in the message, for an unreadable file, an unknown section or key, a
+    missing required key, a wrong type or a broken rule.
+    """
+    origin = str(path) if path is not None else "defaults"
+    raw = _read_toml(Path(path)) if path is not None else {}
+    sources: dict[str, str] = {}
+    for section, table in raw.items():
+        for key in table:
+            sources[f"{section}.{key}"] = origin
+    cluster = dict(raw.get("cluster", {}))
+    for key, value in overrides.items():
+        if key not in _CLUSTER_KEYS:
+            raise InvalidArgumentError(f"--{key}", "unknown option", f"--{key}: unknown option")
+        if value is not None:
+            cluster[key] = value
+            sources[f"cluster.{key}"] = f"--{key.replace('_', '-')}"
+    try:
+        return _build(cluster, raw.get("raft", {}), raw.get("limits", {}))
+    except InvalidArgumentError as exc:
+        where = sources.get(exc.field, "defaults" if exc.field in _known_keys() else origin)
+        raise InvalidArgumentError(
+            exc.field, exc.rule, f"{where}: {exc.field}: {exc.rule}"
+        ) from None
+
+
+def _known_keys() -> set[str]:
+    return {f"{s}.{f.name}" for s, cls in _SECTIONS.items() for f in fields(cls)}
+
+
+def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        with path.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except OSError as exc:
+        raise InvalidArgumentError(
+            "config", f"cannot read: {exc.strerror}", f"{path}: cannot read: {exc.strerror}"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgumentError("config", f"not valid TOML: {exc}", f"{path}: {exc}") from None
+    for section, table in raw.items():
+        if section not in _SECTIONS:
+            rule = f"unknown section [{section}] (known: cluster, raft, limits)"
+            raise InvalidArgumentError(section, rule, f"{path}: {rule}")
+        if not isinstance(table, dict):
+            raise InvalidArgumentError(section, "must be a table", f"{path}: [{section}] ...")
+    return raw
+
+
+def _build(cluster: dict[str, Any], raft: dict[str, Any], limits: dict[str, Any]) -> NodeConfig:
+    _check_keys("raft", raft, RaftSettings)
+    _check_keys("limits", limits, Limits)
+    _check_keys("cluster", cluster, NodeConfig)
+    for key in ("name", "listen", "data", "peers"):
+        if key not in cluster:
+            raise InvalidArgumentError(f"cluster.{key}", "is required")
+    kwargs: dict[str, Any] = {
+        "name": cluster["name"],
+        "listen": Address.parse(cluster["listen"], "cluster.listen"),
+        "data": _path(cluster["data"]),
+        "peers": parse_peers(cluster["peers"]),
+        "raft": RaftSettings(**raft),
+        "limits": Limits(**limits),
+    }
+    if cluster.get("metrics_listen") is not None:
+        kwargs["metrics_listen"] = Address.parse(
+            cluster["metrics_listen"], "cluster.metrics_listen"
+        )
+    if "tags" in cluster:
+        kwargs["tags"] = _tags(cluster["tags"])
+    for key in ("cluster_name", "meta_voters_max"):
+        if key in cluster:
+            kwargs[key] = cluster[key]
+    _check_types(kwargs)
+    return NodeConfig(**kwargs)
+
+
+def _check_keys(section: str, table: Mapping[str, Any], cls: type[Any]) -> None:
+    known = {f.name for f in fields(cls)} - {"raft", "limits"}
+    for key in table:
+        if key not in known:
+            raise InvalidArgumentError(f"{section}.{key}", "unknown key")
+
+
+def _check_types(kwargs: Mapping[str, Any]) -> None:
+    # Strings are checked by their rules in NodeConfig; an integer must not be a bool.
+    voters = kwargs.get("meta_voters_max", 5)
+    if isinstance(voters, bool) or not isinstance(voters, int):
+        raise InvalidArgumentError("cluster.meta_voters_max", "must be an integer")
+
+
+def _path(value: object) -> Path:
+    if isinstance(value, Path):
+        return value
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError("cluster.data", "must be a directory path")
+    return Path(value)
+
+
+def _tags(value: object) -> tuple[str, ...]:
+    """A TOML array of strings, or the flag's comma-separated list."""
+    if isinstance(value, str):
+        return tuple(t.strip() for t in value.split(",")) if value else ()
+    if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
+        raise InvalidArgumentError("cluster.tags", "must be a list of strings")
+    return tuple(value)

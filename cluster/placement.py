@@ -1,0 +1,218 @@
+"""Placement: which nodes host a stream's group. Run by the meta leader BEFORE proposing.
+
+The leader decides with its live view of the cluster (who is up, each node's free space),
+then puts the chosen peers in the entry (``AddStream``, ``UpdateStream``, ``ReassignGroup``),
+so every replica of the meta state applies the same choice; nothing here runs on apply.
+
+The rule (issue 5, as JetStream's ``selectPeerGroup``): among the live nodes that qualify
+(in ``placement.cluster`` when set, carrying every tag of ``placement.tags``, not removed,
+not already in the group), take the ones hosting the fewest groups first, then the ones
+with the most free space, then by name, so the choice is a pure function of its inputs.
+Taking the fewest-assets nodes first keeps the cluster balanced: when tags do not constrain,
+the assets of any two nodes never differ by more than one after any number of placements.
+
+Errors name ``num_replicas``: ``InvalidArgumentError`` when the cluster could never satisfy
+the request (fewer qualifying nodes than replicas, live or not), ``LimitError``
+(RESOURCE_EXHAUSTED, retriable once nodes come back) when enough nodes qualify but too few
+are live. All functions are pure; they never mutate their arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from raftstream.cluster.assignments import StreamAssignment
+from raftstream.cluster.meta import MetaState
+from raftstream.cluster.meta_entries import ReassignGroup
+from raftstream.cluster.names import validate_node_name
+from raftstream.engine.stream_config import REPLICAS_MAX, Placement, StreamConfig
+from raftstream.errors import InvalidArgumentError, LimitError, invariant
+
+__all__ = [
+    "NodeInfo",
+    "RepairPlan",
+    "place",
+    "plan_repairs",
+    "plan_stream_peers",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeInfo:
+    """The leader's view of one node: its placement ``cluster`` and ``tags`` (from the
+    node's config), its free space in bytes (as last reported), and whether it is live."""
+
+    name: str
+    cluster: str
+    tags: frozenset[str] = field(default_factory=frozenset)
+    free_bytes: int = 0
+    live: bool = True
+
+    def __post_init__(self) -> None:
+        validate_node_name(self.name, "name")
+        object.__setattr__(self, "tags", frozenset(self.tags))
+
+
+def _qualifies(node: NodeInfo, placement: Placement | None) -> bool:
+    if placement is None:
+        return True
+    if placement.cluster is not None and node.cluster != placement.cluster:
+        return False
+    return all(t in node.tags for t in placement.tags)
+
+
+def _rank_key(node: NodeInfo, assets: Mapping[str, int]) -> tuple[int, int, str]:
+    # Fewest groups first, then most free space, then the name: a total order, so every
+    # leader given the same view makes the same choice.
+    return (assets.get(node.name, 0), -node.free_bytes, node.name)
+
+
+def _check_request(
+    replicas: int, qualifying: Sequence[NodeInfo], placement: Placement | None
+) -> None:
+    if not 1 <= replicas <= REPLICAS_MAX:
+        raise InvalidArgumentError("num_replicas", f"must be 1 to {REPLICAS_MAX}")
+    if placement is not None and placement.cluster is not None and not qualifying:
+        raise InvalidArgumentError(
+            "placement.cluster", f"no node in cluster {placement.cluster!r} qualifies"
+        )
+
+
+def place(
+    *,
+    replicas: int,
+    nodes: Sequence[NodeInfo],
+    assets: Mapping[str, int],
+    placement: Placement | None = None,
+    exclude: Collection[str] = (),
+) -> tuple[str, ...]:
+    """Choose ``replicas`` distinct live nodes, preferred leader first (see the module).
+
+    ``assets`` counts the groups each node hosts (absent: 0); ``exclude`` are nodes that may
+    not be chosen (removed peers, the group's current peers). Raises ``InvalidArgumentError``
+    or ``LimitError`` naming ``num_replicas`` when too few nodes qualify.
+    """
+    qualifying = [n for n in nodes if n.name not in exclude and _qualifies(n, placement)]
+    _check_request(replicas, qualifying, placement)
+    if len(qualifying) < replicas:
+        where = "" if placement is None else f" matching placement {placement.to_dict()}"
+        raise InvalidArgumentError(
+            "num_replicas",
+            f"{replicas} replicas need as many qualifying nodes{where}; {len(qualifying)} do",
+        )
+    live = sorted((n for n in qualifying if n.live), key=lambda n: _rank_key(n, assets))
+    if len(live) < replicas:
+        raise LimitError(
+            f"{replicas} replicas need {replicas} live nodes; {len(live)} are up",
+            field="num_replicas",
+            rule="not enough live nodes",
+        )
+    chosen = tuple(n.name for n in live[:replicas])
+    invariant(len(set(chosen)) == replicas, "placement chose a node twice")
+    return chosen
+
+
+def plan_stream_peers(
+    *,
+    config: StreamConfig,
+    current: Sequence[str],
+    nodes: Sequence[NodeInfo],
+    assets: Mapping[str, int],
+    removed: Collection[str] = (),
+) -> tuple[str, ...]:
+    """The peers for ``UpdateStream`` of a group now on ``current``.
+
+    Current peers that still qualify (placement, not removed; live or not: a node that is
+    briefly down is not a reason to move data) are kept in their order; when the replica
+    count shrinks, the first ones stay (the preferred leader keeps its place); missing
+    replicas are placed as by ``place``. Errors as ``place``.
+    """
+    cfg = config.validate()
+    by_name = {n.name: n for n in nodes}
+    kept = [
+        p
+        for p in current
+        if p not in removed and p in by_name and _qualifies(by_name[p], cfg.placement)
+    ][: cfg.num_replicas]
+    missing = cfg.num_replicas - len(kept)
+    if missing == 0:
+        return tuple(kept)
+    added = place(
+        replicas=missing,
+        nodes=nodes,
+        assets=assets,
+        placement=cfg.placement,
+        exclude=set(removed) | set(kept),
+    )
+    return (*kept, *added)
+
+
+@dataclass(frozen=True, slots=True)
+class RepairPlan:
+    """``entries`` to propose, in order; ``short`` lists the groups that stay under their
+    replica count after them (no qualifying live node to take a replica; plan again when
+    one comes back), and ``stuck`` the groups left with no peer at all, for which no entry
+    can be proposed (an R1 stream whose only node was removed, with no node to take it)."""
+
+    entries: tuple[ReassignGroup, ...]
+    short: tuple[str, ...]
+    stuck: tuple[str, ...]
+
+
+def plan_repairs(*, state: MetaState, nodes: Sequence[NodeInfo], ts_ns: int) -> RepairPlan:
+    """``ReassignGroup`` entries that restore every group's replica count.
+
+    For each stream (in (account, name) order): peers removed from the cluster are dropped
+    and replacements placed among the live qualifying nodes, counting the groups this plan
+    already moved, so repairs spread over the cluster. Level-triggered: it reads only the
+    state, so the leader runs it after a ``PeerRemove`` applies and again on election (a
+    plan lost in a crash is simply made again). Every entry carries ``prior_peers``: an
+    entry made stale by a change in between is refused on apply, never misapplied.
+    """
+    removed = state.removed_peers
+    assets = state.assets()
+    entries: list[ReassignGroup] = []
+    short: list[str] = []
+    stuck: list[str] = []
+    for sa in state.all_streams():
+        peers = _repaired_peers(sa, nodes, assets, removed)
+        if not peers:
+            stuck.append(sa.group)
+            continue
+        if len(peers) < sa.config.num_replicas:
+            short.append(sa.group)
+        if peers == sa.peers:
+            continue
+        for p in set(sa.peers) - set(peers):
+            assets[p] = assets.get(p, 0) - 1
+        for p in set(peers) - set(sa.peers):
+            assets[p] = assets.get(p, 0) + 1
+        entries.append(
+            ReassignGroup(
+                account=sa.account,
+                stream=sa.name,
+                peers=peers,
+                prior_peers=sa.peers,
+                ts_ns=ts_ns,
+            )
+        )
+    return RepairPlan(tuple(entries), tuple(short), tuple(stuck))
+
+
+def _repaired_peers(
+    sa: StreamAssignment,
+    nodes: Sequence[NodeInfo],
+    assets: Mapping[str, int],
+    removed: Collection[str],
+) -> tuple[str, ...]:
+    """The group's peers without removed ones, topped up with as many as can be placed."""
+    kept = tuple(p for p in sa.peers if p not in removed)
+    missing = sa.config.num_replicas - len(kept)
+    if missing <= 0:
+        return kept
+    exclude = set(removed) | set(kept)
+    placement = sa.config.placement
+    candidates = [n for n in nodes if n.live and n.name not in exclude and _qualifies(n, placement)]
+    candidates.sort(key=lambda n: _rank_key(n, assets))
+    return (*kept, *(n.name for n in candidates[:missing]))
