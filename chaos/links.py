@@ -53,6 +53,12 @@ class LinkLimits:
     read_chunk_bytes: int = 32 * 1024
     inflight_bytes_max: int = 1024 * 1024
 
+    def __post_init__(self) -> None:
+        # The reader takes a whole read's worth of budget before reading: a smaller budget
+        # would block it forever.
+        if not 0 < self.read_chunk_bytes <= self.inflight_bytes_max:
+            raise ValueError(f"need 0 < read_chunk_bytes <= inflight_bytes_max: {self}")
+
 
 class ByteBudget:
     """Bytes a link may hold between reading its source and writing its destination."""

@@ -87,9 +87,13 @@ def _parse_head(head: bytes, limits: HttpLimits) -> tuple[str, str, str, dict[st
             raise BadRequest("malformed header line")
         key = name.lower()
         value = value.strip(" \t")
-        if key in headers and key == "content-length" and headers[key] != value:
-            raise BadRequest("conflicting Content-Length")
-        headers[key] = f"{headers[key]}, {value}" if key in headers and key != "host" else value
+        if key not in headers:
+            headers[key] = value
+        elif key in ("content-length", "host"):
+            if headers[key] != value:  # request smuggling guard: never pick one of two
+                raise BadRequest(f"conflicting {name}")
+        else:
+            headers[key] = f"{headers[key]}, {value}"
     return method, target, version, headers
 
 
@@ -195,6 +199,8 @@ class HttpServer:
         try:
             method, target, version, headers = _parse_head(head, limits)
             length = _body_length(headers, limits)
+            if length and headers.get("expect", "").lower() == "100-continue":
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits for it
             async with asyncio.timeout(limits.read_timeout_s):
                 body = await reader.readexactly(length)
         except BadRequest as exc:

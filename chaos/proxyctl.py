@@ -38,6 +38,8 @@ __all__ = ["TOXIPROXY_URL_ENV", "ProxyService", "start_toxiproxy"]
 TOXIPROXY_URL_ENV = "TOXIPROXY_URL"
 REAL_SERVER_BINARY = "toxiproxy-server"
 
+PORT_ATTEMPTS = 3  # a free port may be taken between picking it and the server binding it
+
 Kind = Literal["external", "real", "compat-process", "compat-thread"]
 
 
@@ -94,7 +96,7 @@ def start_toxiproxy(
     if external:
         url, kind = external.rstrip("/"), "external"
     elif binary is not None:
-        url, process = _start_real(binary)
+        url, process = _start_real(binary, startup_timeout_s)
         kind = "real"
     elif compat_mode == "thread":
         thread = ServerThread()
@@ -135,14 +137,27 @@ def free_loopback_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _start_real(binary: str) -> tuple[str, subprocess.Popen[Any]]:
-    port = free_loopback_port()
-    process = subprocess.Popen(
-        [binary, "-host", "127.0.0.1", "-port", str(port)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+def _start_real(binary: str, timeout_s: float) -> tuple[str, subprocess.Popen[Any]]:
+    """Start ``toxiproxy-server`` on a free port, retrying if another process took the port."""
+    for _ in range(PORT_ATTEMPTS):
+        port = free_loopback_port()
+        process = subprocess.Popen(
+            [binary, "-host", "127.0.0.1", "-port", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout_s
+        while process.poll() is None and time.monotonic() < deadline:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    return f"http://127.0.0.1:{port}", process
+            time.sleep(0.05)
+        if process.poll() is None:
+            _stop_process(process, timeout_s)
+            raise RuntimeError(f"{binary} did not listen on port {port} within {timeout_s} s")
+    raise RuntimeError(
+        f"{binary} exited at start {PORT_ATTEMPTS} times (last: {process.returncode})"
     )
-    return f"http://127.0.0.1:{port}", process
 
 
 def _start_compat_process(timeout_s: float) -> tuple[str, subprocess.Popen[str]]:

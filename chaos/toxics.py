@@ -6,11 +6,11 @@ a link to the next (see ``links.py``). The semantics follow Toxiproxy's toxics:
 
 - ``latency``: every chunk is delayed ``latency`` ms +/- ``jitter`` ms after it was read.
 - ``bandwidth``: at most ``rate`` KB/s (1 KB = 1000 bytes); 0 means unlimited.
-- ``timeout``: drops all data; closes the connection ``timeout`` ms after the toxic starts on
-  the link, or never if ``timeout`` is 0. Removing an applied timeout toxic closes the link,
-  as Toxiproxy's does (the bytes it dropped make the stream unusable anyway). Toxiproxy's Go
-  code restarts its timer after every chunk it drops; this one follows the documented
-  behaviour, a deadline counted from when the toxic starts.
+- ``timeout``: drops all data; closes the connection once ``timeout`` ms pass with no data on
+  the link, or never if ``timeout`` is 0. As in Toxiproxy's code (its README says "after
+  timeout"), the timer restarts at every chunk it drops, so a link that keeps sending is held
+  open; the harness then behaves the same on either server. Removing an applied timeout
+  toxic closes the link, as Toxiproxy's does (the dropped bytes make the stream unusable).
 - ``reset_peer``: at the first data (or end of stream) after the toxic starts, drops it,
   waits ``timeout`` ms and resets both sockets (TCP RST via SO_LINGER 0).
 - ``slow_close``: the end of stream is passed on ``delay`` ms late.
@@ -194,17 +194,18 @@ class Bandwidth:
 
 @dataclass(frozen=True, slots=True)
 class Timeout:
-    """Drop all data; close ``timeout`` ms after starting, or never when it is 0."""
+    """Drop all data; close after ``timeout`` ms without data, or never when it is 0."""
 
     TYPE: ClassVar[str] = "timeout"
     CLOSES_ON_REMOVAL: ClassVar[bool] = True
     timeout: int = 0
 
     async def pipe(self, stub: ToxicStub, rng: random.Random) -> None:
-        deadline_s = stub.now_s() + self.timeout / 1000.0 if self.timeout > 0 else None
+        idle_s = self.timeout / 1000.0 if self.timeout > 0 else None
         while True:
             try:
-                async with asyncio.timeout_at(deadline_s):
+                # A fresh timer per wait: each dropped chunk restarts it, as Toxiproxy's does.
+                async with asyncio.timeout(idle_s):
                     item = await stub.take()
             except TimeoutError:
                 stub.finish(End())

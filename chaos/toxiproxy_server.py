@@ -166,7 +166,7 @@ class Proxy:
         self._rng = rng
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
-        self._generation = 0  # bumped on stop; a connection dialled across a stop is dropped
+        self._handlers: set[asyncio.Task[Any]] = set()  # one per client, dialling or joined
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -216,12 +216,13 @@ class Proxy:
         if not self.enabled:
             return
         self.enabled = False
-        self._generation += 1
         server, self._server = self._server, None
         if server is not None:
             server.close()
         for conn in list(self._connections):
-            conn.close()
+            conn.close()  # at once, so clients see the drop before the API answers
+        for handler in list(self._handlers):
+            handler.cancel()  # also the clients still dialling upstream
         if server is not None:
             await server.wait_closed()
 
@@ -257,16 +258,24 @@ class Proxy:
             conn.links[spec.direction].remove_toxic(spec.name)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        generation = self._generation
-        if len(self._connections) >= self._settings.connections_max:
+        handler = asyncio.current_task()
+        if handler is None or len(self._handlers) >= self._settings.connections_max:
             writer.transport.abort()
             return
+        self._handlers.add(handler)
+        try:
+            await self._join(reader, writer)
+        finally:
+            self._handlers.discard(handler)
+            if not writer.transport.is_closing():
+                writer.transport.abort()
+
+    async def _join(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Dial upstream and run the connection until it ends (or the proxy stops)."""
         upstream = await self._dial()
-        if upstream is None or generation != self._generation:
+        if upstream is None:
             # As Toxiproxy: a client whose upstream cannot be reached is simply closed.
             writer.close()
-            if upstream is not None:
-                upstream[1].transport.abort()
             return
         conn = Connection(
             client=(reader, writer),

@@ -100,3 +100,20 @@ def test_a_toxiproxy_server_on_path_is_started_with_its_flags(
     finally:
         service.close()
     assert service.process is not None and service.process.returncode == 0
+
+
+def test_a_real_server_that_fails_to_start_is_retried_on_another_port(
+    bare_env: Path, upstreams: Callable[..., Upstream], tmp_path: Path
+) -> None:
+    # The first start fails (as when another process took the port), the second serves.
+    marker = tmp_path / "started-once"
+    shim = bare_env / proxyctl.REAL_SERVER_BINARY
+    shim.write_text(
+        "#!/bin/sh\n"
+        f'[ -e "{marker}" ] || {{ : > "{marker}"; exit 1; }}\n'
+        f'exec "{sys.executable}" -m raftstream.chaos.toxiproxy_server --host "$2" --port "$4"\n'
+    )
+    shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
+    with proxyctl.start_toxiproxy() as service:
+        assert service.kind == "real" and marker.exists()
+        assert echo_once(service, upstreams().address) == b"ping"

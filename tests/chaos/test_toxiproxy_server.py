@@ -291,6 +291,21 @@ def test_malformed_http_is_refused(server: ServerThread) -> None:
             assert recv_until_eof(sock).split(b" ")[1] == status
 
 
+def test_expect_continue_and_duplicate_content_length(server: ServerThread) -> None:
+    host, port = split_host_port(server.url.removeprefix("http://"))
+    body = b'{"name": "c", "upstream": "127.0.0.1:9"}'
+    head = b"POST /proxies HTTP/1.1\r\nConnection: close\r\nExpect: 100-continue\r\n"
+    with socket.create_connection((host, port), timeout=IO_TIMEOUT_S) as sock:
+        sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body))
+        assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(body)
+        assert b" 201 " in recv_until_eof(sock).split(b"\r\n")[0]
+    smuggled = b"GET /proxies HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n"
+    with socket.create_connection((host, port), timeout=IO_TIMEOUT_S) as sock:
+        sock.sendall(smuggled)
+        assert recv_until_eof(sock).split(b" ")[1] == b"400"
+
+
 def test_keep_alive_serves_several_requests_on_one_connection(server: ServerThread) -> None:
     with requests.Session() as session:
         for _ in range(3):
@@ -412,6 +427,23 @@ def test_timeout_drops_data_then_closes_after_timeout(
     assert echo.received_bytes == 0
 
 
+def test_timeout_timer_restarts_at_each_dropped_chunk(proxy: Proxy, connect: Connect) -> None:
+    """As Toxiproxy's timeout.go: a fresh timer per wait, so a chatty link is held open."""
+    proxy.add_toxic(type="timeout", stream="upstream", attributes={"timeout": 1000})
+    sock = connect(proxy)
+    chatter_end = time.monotonic() + 1.3  # longer than the timeout
+    while time.monotonic() < chatter_end:
+        sock.sendall(b".")
+        last_sent = time.monotonic()
+        time.sleep(0.05)
+    sock.settimeout(0.05)
+    with pytest.raises(TimeoutError):  # still open: no EOF, no reset
+        sock.recv(16)
+    sock.settimeout(IO_TIMEOUT_S)
+    assert recv_until_eof(sock) == b""
+    assert time.monotonic() - last_sent >= 1.0 - TIMER_SLACK_S
+
+
 def test_timeout_zero_holds_forever_and_removing_it_closes(proxy: Proxy, connect: Connect) -> None:
     proxy.add_toxic(type="timeout", attributes={"timeout": 0})
     sock = connect(proxy)
@@ -514,6 +546,17 @@ def test_toxicity_zero_never_applies(proxy: Proxy, connect: Connect) -> None:
     for _ in range(5):
         sock = connect(proxy)
         assert round_trip_s(sock, b"x" * 100) >= 0
+
+
+def test_toxicity_is_drawn_per_connection(proxy: Proxy, connect: Connect) -> None:
+    proxy.add_toxic(type="limit_data", stream="upstream", toxicity=0.5, attributes={"bytes": 0})
+    outcomes = []
+    for _ in range(30):
+        sock = connect(proxy)
+        sock.sendall(b"x")
+        outcomes.append(recv_or_reset(sock) == b"x")
+    # 30 fair draws all alike: probability 2**-29.
+    assert any(outcomes) and not all(outcomes)
 
 
 # --- data integrity while toxics change on a busy link ---------------------------------------
