@@ -48,7 +48,11 @@ class ToxicSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkLimits:
-    """Per-link buffer limits. ``inflight_bytes_max`` must be at least ``read_chunk_bytes``."""
+    """Per-link buffer limits. ``inflight_bytes_max`` must be at least ``read_chunk_bytes``.
+
+    The in-flight budget also caps a delayed link's throughput: with ``latency`` L, at most
+    ``inflight_bytes_max`` per L (1 MiB per 100 ms is about 10 MB/s).
+    """
 
     read_chunk_bytes: int = 32 * 1024
     inflight_bytes_max: int = 1024 * 1024

@@ -3,7 +3,7 @@
 Which server, in order:
 
 1. ``TOXIPROXY_URL`` (e.g. ``http://127.0.0.1:8474``): a server someone else runs; it is
-   used as is and left running on close.
+   used as is and left running on close, with whatever proxies the caller left on it.
 2. ``toxiproxy-server`` on PATH: started on a free loopback port, stopped on close.
 3. Otherwise the compatible server (``toxiproxy_server.py``), in a child process (default:
    proxied traffic then never competes with the harness for this process's GIL) or in a

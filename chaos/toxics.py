@@ -12,7 +12,9 @@ a link to the next (see ``links.py``). The semantics follow Toxiproxy's toxics:
   open; the harness then behaves the same on either server. Removing an applied timeout
   toxic closes the link, as Toxiproxy's does (the dropped bytes make the stream unusable).
 - ``reset_peer``: at the first data (or end of stream) after the toxic starts, drops it,
-  waits ``timeout`` ms and resets both sockets (TCP RST via SO_LINGER 0).
+  waits ``timeout`` ms and resets both sockets (TCP RST via SO_LINGER 0). Toxiproxy sets
+  SO_LINGER 0 when a link opens with the toxic in its chain, so there any close of such a
+  link is a reset; here only the toxic's own close is.
 - ``slow_close``: the end of stream is passed on ``delay`` ms late.
 - ``slicer``: chunks are cut into pieces of ``average_size`` +/- ``size_variation`` bytes,
   with ``delay`` microseconds after each piece.

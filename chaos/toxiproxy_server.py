@@ -95,7 +95,7 @@ class ServerSettings:
     """How proxies behave; shared by every proxy of a server."""
 
     allow_remote: bool = False  # bind non-loopback listen addresses
-    connections_max: int = 1024  # per proxy; further clients are closed at once
+    connections_max: int = 1024  # per proxy, dialling ones included; more are closed at once
     upstream_connect_timeout_s: float = 10.0
     stream_buffer_bytes: int = 64 * 1024  # asyncio StreamReader limit per socket
     link_limits: LinkLimits = field(default_factory=LinkLimits)

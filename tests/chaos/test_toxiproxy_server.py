@@ -203,6 +203,16 @@ def test_update_upstream_restarts_proxy_on_new_upstream(
     assert (echo.accepted, other.accepted) == (1, 1)
 
 
+def test_update_listen_moves_the_proxy(proxy: Proxy, connect: Connect) -> None:
+    old_host, old_port = split_host_port(proxy.listen)
+    moved = APIConsumer.post("/proxies/echo", json={"listen": "127.0.0.1:0"}).json()
+    assert moved["enabled"] and moved["listen"] != proxy.listen
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((old_host, old_port), timeout=IO_TIMEOUT_S).close()
+    proxy.listen = moved["listen"]
+    assert round_trip_s(connect(proxy)) >= 0
+
+
 def test_reset_enables_every_proxy_and_removes_every_toxic(
     toxiproxy: Toxiproxy, proxy: Proxy, echo: Upstream, connect: Connect
 ) -> None:
@@ -230,6 +240,10 @@ def test_populate_creates_then_keeps_unchanged_proxies(
     assert second.status_code == 201
     assert second.json()["proxies"][0]["listen"] == created["listen"]
     assert list(toxiproxy.proxies()) == ["pop"]
+    moved = [{"name": "pop", "upstream": "127.0.0.1:9", "listen": created["listen"]}]
+    third = APIConsumer.post("/populate", json=moved)
+    assert third.status_code == 201
+    assert APIConsumer.get("/proxies/pop").json()["upstream"] == "127.0.0.1:9"
 
 
 def test_client_side_populate_and_destroy_all(toxiproxy: Toxiproxy, echo: Upstream) -> None:
