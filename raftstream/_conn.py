@@ -1,0 +1,241 @@
+"""Connections of one client: gRPC channels, leader hints, and the retrying call.
+
+A ``Router`` belongs to the event loop of the client that made it; nothing here is
+thread-safe. It keeps one ``grpc.aio`` channel per server address (the seed servers plus
+leaders learned from hints, at most ``channels_max``) and, per route (a stream's name), the
+address of the leader the last NOT_LEADER hint named (at most ``leader_hints_max`` routes,
+least recently learned dropped first).
+
+``call`` runs one RPC with tenacity: every attempt gets the time left of the caller's
+timeout as its gRPC deadline, and attempts stop when that time is spent. What is retried:
+
+- NOT_LEADER and NO_LEADER: the server refused before applying anything, so a retry is
+  safe for every call. A NOT_LEADER hint (``leader_addr``) sends the next attempt there.
+- a server we could not connect to (nothing was sent): the next attempt tries the next one.
+- any other retriable error (UNAVAILABLE mid-call, a server-side timeout) only when the call
+  is ``idempotent``: such a failure is ambiguous, the request may have been applied.
+
+The last error is raised, typed (``raftstream.errors``), when attempts stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import grpc
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    wait_exponential,
+    wait_random,
+)
+
+from raftstream import errors
+from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.proto.errors import from_rpc_error
+
+__all__ = ["NotConnectedError", "Router", "Stubs"]
+
+T = TypeVar("T")
+
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    # Reconnect quickly after a node restarts: a client waits at most its timeout anyway.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+)
+RETRY_WAIT_INITIAL_S = 0.01
+RETRY_WAIT_MAX_S = 0.5
+
+
+class Stubs:
+    """The service stubs of one channel (made once per channel: stubs are not free)."""
+
+    __slots__ = ("addr", "channel", "cluster", "consume", "consumers", "publish", "streams")
+
+    def __init__(self, addr: str, channel: grpc.aio.Channel) -> None:
+        self.addr = addr
+        self.channel = channel
+        self.streams = pbg.StreamServiceStub(channel)
+        self.consumers = pbg.ConsumerServiceStub(channel)
+        self.publish = pbg.PublishServiceStub(channel)
+        self.consume = pbg.ConsumeServiceStub(channel)
+        self.cluster = pbg.ClusterServiceStub(channel)
+
+
+class NotConnectedError(errors.UnavailableError):
+    """No connection to a server could be made in time; nothing was sent to it."""
+
+    reason = "NOT_CONNECTED"
+
+
+def _is_transport_failure(exc: errors.RaftStreamError) -> bool:
+    """UNAVAILABLE without raftstream details: the connection, not a server's answer."""
+    return type(exc) in (errors.UnavailableError, NotConnectedError)
+
+
+class Router:
+    """The channels, leader hints and retry policy of one client (see the module docstring).
+
+    ``servers`` are ``host:port`` seed addresses, tried in turn. ``connect_timeout_s`` bounds
+    how long one attempt waits for a channel to connect before moving to the next server.
+    """
+
+    def __init__(
+        self,
+        servers: Sequence[str],
+        *,
+        connect_timeout_s: float,
+        channels_max: int = 64,
+        leader_hints_max: int = 1024,
+    ) -> None:
+        if not servers:
+            raise errors.InvalidArgumentError("servers", "at least one server address")
+        self._servers = list(dict.fromkeys(servers))
+        self._current = 0
+        self._connect_timeout_s = connect_timeout_s
+        self._channels_max = max(channels_max, len(self._servers))
+        self._leader_hints_max = leader_hints_max
+        self._channels: OrderedDict[str, Stubs] = OrderedDict()
+        self._hints: OrderedDict[str, str] = OrderedDict()
+        self._closed = False
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        return tuple(self._servers)
+
+    def hint(self, route: str) -> str | None:
+        """The leader address last hinted for ``route``, if any."""
+        return self._hints.get(route)
+
+    def target(self, route: str | None) -> str:
+        """The address a call on ``route`` goes to now: its hinted leader, else the current
+        server."""
+        hinted = self._hints.get(route) if route is not None else None
+        return hinted or self._servers[self._current]
+
+    def _stubs(self, addr: str) -> Stubs:
+        stubs = self._channels.get(addr)
+        if stubs is None:
+            if self._closed:
+                raise errors.UnavailableError("the client is closed")
+            self._evict_channel()
+            stubs = Stubs(addr, grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS))
+            self._channels[addr] = stubs
+        self._channels.move_to_end(addr)
+        return stubs
+
+    def _evict_channel(self) -> None:
+        """Close the least recently used non-seed channel when the pool is full."""
+        if len(self._channels) < self._channels_max:
+            return
+        for addr in self._channels:
+            if addr not in self._servers:
+                stubs = self._channels.pop(addr)
+                # Its calls fail UNAVAILABLE; the pool bound keeps a hint storm from leaking.
+                asyncio.get_running_loop().create_task(stubs.channel.close())
+                return
+
+    def _learn(self, route: str | None, exc: errors.RaftStreamError) -> str | None:
+        """Update hints from a failure; the address the next attempt should use, if any."""
+        if isinstance(exc, errors.NotLeaderError) and exc.leader_addr:
+            if route is not None:
+                self._hints[route] = exc.leader_addr
+                self._hints.move_to_end(route)
+                while len(self._hints) > self._leader_hints_max:
+                    self._hints.popitem(last=False)
+            return exc.leader_addr
+        if route is not None and isinstance(exc, errors.UnavailableError):
+            self._hints.pop(route, None)
+        if _is_transport_failure(exc):
+            self._current = (self._current + 1) % len(self._servers)
+        return None
+
+    async def connect(
+        self, route: str | None, *, timeout_s: float, addr: str | None = None
+    ) -> Stubs:
+        """A connected channel: to ``addr``, else the hinted leader of ``route``, else the
+        current server. Raises ``NotConnectedError`` (nothing sent) when it cannot connect
+        within ``min(timeout_s, connect_timeout_s)``, and moves on to the next server."""
+        target = addr or self.target(route)
+        stubs = self._stubs(target)
+        ch = stubs.channel
+        state = ch.get_state(try_to_connect=True)
+        if state == grpc.ChannelConnectivity.READY:
+            return stubs
+        wait_s = min(timeout_s, self._connect_timeout_s)
+        if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and len(self._servers) > 1:
+            wait_s = 0.0  # known down: try another server now rather than wait for a retry
+        try:
+            await asyncio.wait_for(ch.channel_ready(), timeout=wait_s)
+        except TimeoutError:
+            exc = NotConnectedError(f"cannot connect to {target}", addr=target)
+            self._learn(route, exc)
+            raise exc from None
+        return stubs
+
+    async def call(
+        self,
+        route: str | None,
+        invoke: Callable[[Stubs, float], Awaitable[T]],
+        *,
+        timeout_s: float,
+        idempotent: bool,
+    ) -> T:
+        """Run ``invoke(stubs, time_left_s)`` with retries (see the module docstring).
+
+        ``invoke`` must pass ``time_left_s`` as the RPC's ``timeout``. Raises the typed error
+        of the last attempt, or ``DeadlineExceededError`` if no attempt could start in time.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        next_addr: list[str | None] = [None]
+
+        def should_retry(exc: BaseException) -> bool:
+            if not isinstance(exc, errors.RaftStreamError):
+                return False
+            if isinstance(exc, errors.NotLeaderError | errors.NoLeaderError | NotConnectedError):
+                return True
+            return idempotent and exc.retriable
+
+        backoff = wait_exponential(
+            multiplier=RETRY_WAIT_INITIAL_S, max=RETRY_WAIT_MAX_S
+        ) + wait_random(0, RETRY_WAIT_INITIAL_S)
+
+        def wait(state: RetryCallState) -> float:
+            # Never sleep past the caller's deadline; the attempt after the sleep still runs.
+            return max(0.0, min(backoff(state), deadline - loop.time() - RETRY_WAIT_INITIAL_S))
+
+        def stop(state: RetryCallState) -> bool:
+            return loop.time() >= deadline - RETRY_WAIT_INITIAL_S
+
+        retrying = AsyncRetrying(
+            stop=stop, wait=wait, retry=retry_if_exception(should_retry), reraise=True
+        )
+        async for attempt in retrying:
+            with attempt:
+                left_s = deadline - loop.time()
+                if left_s <= 0:
+                    raise errors.DeadlineExceededError(f"no answer within {timeout_s:.3f}s")
+                stubs = await self.connect(route, timeout_s=left_s, addr=next_addr[0])
+                next_addr[0] = None
+                try:
+                    return await invoke(stubs, max(deadline - loop.time(), 0.001))
+                except grpc.RpcError as err:
+                    exc = from_rpc_error(err)
+                    exc.details.setdefault("addr", stubs.addr)
+                    next_addr[0] = self._learn(route, exc)
+                    raise exc from None
+        raise errors.InvariantError("tenacity ended without a result")  # pragma: no cover
+
+    async def close(self) -> None:
+        """Close every channel; calls in flight fail with CANCELLED."""
+        self._closed = True
+        channels, self._channels = list(self._channels.values()), OrderedDict()
+        await asyncio.gather(*(s.channel.close() for s in channels), return_exceptions=True)

@@ -1,0 +1,199 @@
+"""A pipelined, batched bidirectional call: requests carry client-chosen ids, results name them.
+
+Used for ``PublishStream`` (every request answered) and ``AckStream`` (only failed or sync
+acks answered). One ``Pipeline`` owns one gRPC call and three tasks on the event loop that
+created it: a writer that drains the send queue into batches (at most ``batch_msgs_max``
+items and about ``batch_bytes_max`` bytes per write; items that arrive while a write is in
+progress go out together in the next one), a reader that hands each result to its owner, and
+a watchdog that gives up when a result is overdue by ``result_timeout_s``.
+
+Failure: when the call ends for any reason (an error status, the server closing it, an
+overdue result, ``close()``), every entry not yet answered is handed to ``on_failed`` with
+the typed error, and the pipeline is ``dead``; the owner opens a new one for new requests.
+For such entries the outcome is unknown: the server may have applied them before the call
+broke.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from raftstream import errors
+from raftstream.proto.errors import from_rpc_error
+
+__all__ = ["Entry", "Pipeline"]
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """One request in a pipeline. ``request`` is the proto item (its ``id`` set by
+    ``submit``); ``future`` belongs to the owner, who resolves it; ``context`` is the owner's."""
+
+    request: Any
+    size_bytes: int
+    expects_result: bool
+    future: asyncio.Future[Any]
+    context: Any = None
+    id: int = 0
+    sent_at: float = field(default=0.0)
+
+
+class Pipeline:
+    """See the module docstring. Not thread-safe; every method runs on the creating loop.
+
+    ``batch_of(items)`` builds the request message from proto items; ``results_of(response)``
+    yields ``(id, result)`` pairs; ``on_result(entry, result)`` and ``on_failed(entry, exc)``
+    resolve entries (called on the loop, must not block); ``on_orphan(result)`` gets results
+    whose id is not waited for (a failed fire-and-forget ack). Entries that do not expect a
+    result are handed to ``on_result(entry, None)`` once written.
+    """
+
+    def __init__(
+        self,
+        call: Any,
+        *,
+        batch_of: Callable[[list[Any]], Any],
+        results_of: Callable[[Any], Iterable[tuple[int, Any]]],
+        on_result: Callable[[Entry, Any], None],
+        on_failed: Callable[[Entry, errors.RaftStreamError], None],
+        on_orphan: Callable[[Any], None],
+        queue_msgs_max: int,
+        batch_msgs_max: int,
+        batch_bytes_max: int,
+        result_timeout_s: float,
+        name: str,
+    ) -> None:
+        self._call = call
+        self._batch_of = batch_of
+        self._results_of = results_of
+        self._on_result = on_result
+        self._on_failed = on_failed
+        self._on_orphan = on_orphan
+        self._queue: asyncio.Queue[Entry] = asyncio.Queue(maxsize=queue_msgs_max)
+        self._inflight: dict[int, Entry] = {}
+        self._batch_msgs_max = batch_msgs_max
+        self._batch_bytes_max = batch_bytes_max
+        self._result_timeout_s = result_timeout_s
+        self._ids = itertools.count(1)
+        self._dead: errors.RaftStreamError | None = None
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._write_loop(), name=f"{name}-writer"),
+            loop.create_task(self._read_loop(), name=f"{name}-reader"),
+            loop.create_task(self._watchdog(), name=f"{name}-watchdog"),
+        ]
+
+    @property
+    def dead(self) -> bool:
+        return self._dead is not None
+
+    def __len__(self) -> int:
+        """Entries queued or awaiting their result."""
+        return self._queue.qsize() + len(self._inflight)
+
+    def submit(self, entry: Entry) -> None:
+        """Queue ``entry`` for sending. Raises ``LimitError`` when ``queue_msgs_max`` entries
+        are queued (owners bound their pending entries below that) and the pipeline's error
+        when it is dead (nothing was sent)."""
+        if self._dead is not None:
+            raise self._dead
+        entry.id = next(self._ids)
+        entry.request.id = entry.id
+        try:
+            self._queue.put_nowait(entry)
+        except asyncio.QueueFull:
+            raise errors.LimitError("pipeline send queue is full") from None
+
+    def _take_batch(self, first: Entry) -> list[Entry]:
+        batch, size = [first], first.size_bytes
+        while (
+            len(batch) < self._batch_msgs_max
+            and size < self._batch_bytes_max
+            and not self._queue.empty()
+        ):
+            entry = self._queue.get_nowait()
+            batch.append(entry)
+            size += entry.size_bytes
+        return batch
+
+    async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                batch = self._take_batch(await self._queue.get())
+                now = loop.time()
+                for entry in batch:
+                    # Registered before the write: a result may arrive before write returns,
+                    # and a failed write fails every entry of the batch through _fail.
+                    entry.sent_at = now
+                    self._inflight[entry.id] = entry
+                await self._call.write(self._batch_of([e.request for e in batch]))
+                for entry in batch:
+                    if not entry.expects_result:
+                        del self._inflight[entry.id]
+                        self._on_result(entry, None)
+        except asyncio.CancelledError:
+            raise
+        except grpc.RpcError as err:
+            self._fail(from_rpc_error(err))
+        except Exception as exc:  # the call broke under the write (e.g. already finished)
+            self._fail(errors.UnavailableError(f"stream write failed: {exc!r}"))
+
+    async def _read_loop(self) -> None:
+        try:
+            async for response in self._call:
+                for rid, result in self._results_of(response):
+                    entry = self._inflight.pop(rid, None)
+                    if entry is None:
+                        self._on_orphan(result)
+                    else:
+                        self._on_result(entry, result)
+            self._fail(errors.UnavailableError("the server ended the stream"))
+        except asyncio.CancelledError:
+            raise
+        except grpc.RpcError as err:
+            self._fail(from_rpc_error(err))
+
+    async def _watchdog(self) -> None:
+        loop = asyncio.get_running_loop()
+        period_s = self._result_timeout_s / 4
+        while self._dead is None:
+            await asyncio.sleep(period_s)
+            oldest = min((e.sent_at for e in self._inflight.values()), default=None)
+            if oldest is not None and loop.time() - oldest > self._result_timeout_s:
+                self._fail(
+                    errors.DeadlineExceededError(
+                        f"no result within {self._result_timeout_s:.3f}s; outcome unknown"
+                    )
+                )
+
+    def _fail(self, exc: errors.RaftStreamError) -> None:
+        """End the pipeline: cancel the call and hand every unanswered entry to on_failed."""
+        if self._dead is not None:
+            return
+        self._dead = exc
+        self._call.cancel()
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        entries = list(self._inflight.values())
+        self._inflight.clear()
+        while not self._queue.empty():
+            entries.append(self._queue.get_nowait())
+        for entry in entries:
+            self._on_failed(entry, exc)
+
+    async def close(self) -> None:
+        """Cancel the call now; unanswered entries fail with ``UnavailableError``."""
+        self._fail(errors.UnavailableError("the pipeline was closed"))
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,595 @@
+"""The raftstream client: ``connect`` and the ``Client`` it returns.
+
+A ``Client`` talks to the nodes over gRPC only (``raftstream.v1``) and belongs to the event
+loop that called ``connect``; use it from that loop only. Close it with ``await close()`` or
+``async with``; closing fails whatever is still pending (publish_async futures, queued acks).
+
+Every call takes an optional ``timeout`` in seconds (default: the client's), passed as the
+deadline of every RPC; retries (tenacity) happen within it. Calls follow NOT_LEADER hints to
+the leader's address and retry NO_LEADER and unreachable servers; calls that are safe to
+repeat (reads, creates of an identical config, updates) also retry other retriable failures.
+Calls that are not (deletes, purges, a publish without ``msg_id``) do not, because their
+outcome is then unknown: they may have been applied. Errors are ``raftstream.errors`` types.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from raftstream import errors
+from raftstream._conn import Router, Stubs
+from raftstream.config import AckPolicy, ConsumerConfig, StreamConfig
+from raftstream.models import (
+    ClusterInfo,
+    ConsumerInfo,
+    PauseInfo,
+    PubAck,
+    RawStreamMsg,
+    StreamInfo,
+)
+from raftstream.msg import Acker
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.publisher import Publisher, PublishOptions
+from raftstream.pull import PullSubscription
+
+__all__ = ["Client", "connect"]
+
+log = logging.getLogger("raftstream.client")
+T = TypeVar("T")
+
+DEFAULT_SERVERS = ("127.0.0.1:7101",)
+PUBLISH_ASYNC_PENDING_MSGS_MAX = 4000
+ACK_PENDING_MSGS_MAX = 16384
+# A paged listing stops after this many pages even if the server keeps announcing more.
+LIST_PAGES_MAX = 10_000
+
+
+def _log_error(exc: errors.RaftStreamError) -> None:
+    log.warning("raftstream: %s (%s)", exc, exc.reason)
+
+
+async def connect(
+    servers: Sequence[str] | str = DEFAULT_SERVERS,
+    *,
+    timeout: float = 5.0,
+    connect_timeout: float = 2.0,
+    publish_async_pending_msgs_max: int = PUBLISH_ASYNC_PENDING_MSGS_MAX,
+    publish_async_wait_stall: float | None = None,
+    ack_pending_msgs_max: int = ACK_PENDING_MSGS_MAX,
+    error_cb: Callable[[errors.RaftStreamError], None] | None = None,
+) -> Client:
+    """Connect to a raftstream cluster.
+
+    ``servers``: ``host:port`` addresses (a comma-separated string works too), tried in turn.
+    ``timeout``: the default per-call timeout, seconds. ``connect_timeout``: how long one
+    attempt waits for one server before trying the next. ``publish_async_pending_msgs_max``:
+    unanswered publish_async messages allowed at once; beyond it publish_async waits up to
+    ``publish_async_wait_stall`` seconds (default: ``timeout``). ``ack_pending_msgs_max``:
+    fire-and-forget acks queued at once. ``error_cb`` gets errors no call can raise (a
+    failed fire-and-forget ack); by default they are logged.
+
+    Raises ``UnavailableError`` when no server answers within ``timeout``.
+    """
+    if isinstance(servers, str):
+        servers = [s.strip() for s in servers.split(",") if s.strip()]
+    client = Client(
+        servers=servers,
+        timeout=timeout,
+        connect_timeout=connect_timeout,
+        publish_async_pending_msgs_max=publish_async_pending_msgs_max,
+        publish_async_wait_stall=publish_async_wait_stall,
+        ack_pending_msgs_max=ack_pending_msgs_max,
+        error_cb=error_cb,
+    )
+    try:
+        await client._router.call(None, _noop, timeout_s=timeout, idempotent=True)
+    except BaseException:
+        await client.close()
+        raise
+    return client
+
+
+async def _noop(stubs: Stubs, left_s: float) -> None:
+    """An attempt that only needs a connected channel (``Router.connect`` made one)."""
+
+
+class Client:
+    """A connection to a raftstream cluster; see the module docstring. Build with
+    ``await connect(...)``."""
+
+    def __init__(
+        self,
+        *,
+        servers: Sequence[str],
+        timeout: float,
+        connect_timeout: float,
+        publish_async_pending_msgs_max: int,
+        publish_async_wait_stall: float | None,
+        ack_pending_msgs_max: int,
+        error_cb: Callable[[errors.RaftStreamError], None] | None,
+    ) -> None:
+        self._timeout_s = timeout
+        self._router = Router(servers, connect_timeout_s=connect_timeout)
+        self._publisher = Publisher(
+            self._router,
+            timeout_s=timeout,
+            pending_msgs_max=publish_async_pending_msgs_max,
+            wait_stall_s=publish_async_wait_stall or timeout,
+        )
+        self._acker = Acker(
+            self._router,
+            timeout_s=timeout,
+            pending_msgs_max=ack_pending_msgs_max,
+            error_cb=error_cb or _log_error,
+        )
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        return self._router.servers
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    async def close(self) -> None:
+        """Close every connection. Pending publish_async futures and queued acks fail."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._publisher.close()
+        await self._acker.close()
+        await self._router.close()
+
+    async def _call(
+        self,
+        route: str | None,
+        invoke: Callable[[Stubs, float], Awaitable[T]],
+        *,
+        timeout: float | None,
+        idempotent: bool,
+    ) -> T:
+        if self._closed:
+            raise errors.UnavailableError("the client is closed")
+        timeout_s = timeout if timeout is not None else self._timeout_s
+        return await self._router.call(route, invoke, timeout_s=timeout_s, idempotent=idempotent)
+
+    # -- streams ------------------------------------------------------------------------------
+
+    async def add_stream(
+        self, config: StreamConfig | None = None, *, timeout: float | None = None, **params: Any
+    ) -> StreamInfo:
+        """Create a stream from ``config`` and/or JetStream field ``params`` (``params``
+        override ``config``). Idempotent for an identical config; ``AlreadyExistsError`` for a
+        different one; ``InvalidArgumentError`` names a refused field."""
+        cfg = _stream_config(config, params)
+        req = pb.CreateStreamRequest(config_json=json.dumps(cfg.to_dict()))
+
+        async def invoke(stubs: Stubs, left_s: float) -> StreamInfo:
+            return StreamInfo.from_pb(await stubs.streams.CreateStream(req, timeout=left_s))
+
+        return await self._call(cfg.name, invoke, timeout=timeout, idempotent=True)
+
+    async def update_stream(
+        self, config: StreamConfig | None = None, *, timeout: float | None = None, **params: Any
+    ) -> StreamInfo:
+        """Replace a stream's config (the complete new config, as ``add_stream`` takes it)."""
+        cfg = _stream_config(config, params)
+        req = pb.UpdateStreamRequest(config_json=json.dumps(cfg.to_dict()))
+
+        async def invoke(stubs: Stubs, left_s: float) -> StreamInfo:
+            return StreamInfo.from_pb(await stubs.streams.UpdateStream(req, timeout=left_s))
+
+        return await self._call(cfg.name, invoke, timeout=timeout, idempotent=True)
+
+    async def delete_stream(self, name: str, *, timeout: float | None = None) -> bool:
+        """Delete a stream with its messages and consumers. Not retried on an ambiguous
+        failure (it may have happened); ``NotFoundError`` when missing."""
+        req = pb.DeleteStreamRequest(name=name)
+
+        async def invoke(stubs: Stubs, left_s: float) -> bool:
+            await stubs.streams.DeleteStream(req, timeout=left_s)
+            return True
+
+        return await self._call(name, invoke, timeout=timeout, idempotent=False)
+
+    async def stream_info(
+        self,
+        name: str,
+        *,
+        subjects_filter: str | None = None,
+        deleted_details: bool = False,
+        timeout: float | None = None,
+    ) -> StreamInfo:
+        """A stream's config, state and replicas; with ``subjects_filter`` (``">"`` for all)
+        ``state.subjects`` holds message counts per matching subject."""
+        req = pb.StreamInfoRequest(
+            name=name, subjects_filter=subjects_filter or "", deleted_details=deleted_details
+        )
+
+        async def invoke(stubs: Stubs, left_s: float) -> StreamInfo:
+            return StreamInfo.from_pb(await stubs.streams.GetStreamInfo(req, timeout=left_s))
+
+        return await self._call(name, invoke, timeout=timeout, idempotent=True)
+
+    async def streams_info(
+        self, *, subject: str | None = None, timeout: float | None = None
+    ) -> list[StreamInfo]:
+        """Every stream's info (all pages), or those capturing ``subject``."""
+
+        async def page(stubs: Stubs, left_s: float, offset: int) -> tuple[list[Any], pb.Page]:
+            req = pb.ListStreamsRequest(offset=offset, subject=subject or "")
+            resp = await stubs.streams.ListStreams(req, timeout=left_s)
+            return [StreamInfo.from_pb(s) for s in resp.streams], resp.page
+
+        return await self._paged(page, timeout=timeout)
+
+    async def stream_names(
+        self, *, subject: str | None = None, timeout: float | None = None
+    ) -> list[str]:
+        """Every stream's name (all pages), or those capturing ``subject``."""
+
+        async def page(stubs: Stubs, left_s: float, offset: int) -> tuple[list[Any], pb.Page]:
+            req = pb.StreamNamesRequest(offset=offset, subject=subject or "")
+            resp = await stubs.streams.StreamNames(req, timeout=left_s)
+            return list(resp.names), resp.page
+
+        return await self._paged(page, timeout=timeout)
+
+    async def _paged(
+        self,
+        page: Callable[[Stubs, float, int], Awaitable[tuple[list[Any], pb.Page]]],
+        *,
+        timeout: float | None,
+    ) -> list[Any]:
+        """Collect every page (each page one retried call, all within one timeout)."""
+        out: list[Any] = []
+        for _ in range(LIST_PAGES_MAX):
+            offset = len(out)
+
+            async def invoke(
+                stubs: Stubs, left_s: float, offset: int = offset
+            ) -> tuple[list[Any], pb.Page]:
+                return await page(stubs, left_s, offset)
+
+            items, info = await self._call(None, invoke, timeout=timeout, idempotent=True)
+            out.extend(items)
+            if not items or len(out) >= info.total:
+                return out
+        raise errors.LimitError(f"listing exceeded {LIST_PAGES_MAX} pages")
+
+    async def purge_stream(
+        self,
+        name: str,
+        *,
+        subject: str | None = None,
+        seq: int | None = None,
+        keep: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """Remove messages (all; by ``subject`` filter; below ``seq``; all but the newest
+        ``keep``). Returns how many were purged. Not retried on an ambiguous failure."""
+        req = pb.PurgeStreamRequest(name=name)
+        if subject is not None:
+            req.subject = subject
+        if seq is not None:
+            req.seq = seq
+        if keep is not None:
+            req.keep = keep
+
+        async def invoke(stubs: Stubs, left_s: float) -> int:
+            return int((await stubs.streams.PurgeStream(req, timeout=left_s)).purged)
+
+        return await self._call(name, invoke, timeout=timeout, idempotent=False)
+
+    async def get_msg(
+        self,
+        stream: str,
+        seq: int | None = None,
+        *,
+        subject: str | None = None,
+        next: bool = False,
+        timeout: float | None = None,
+    ) -> RawStreamMsg:
+        """A stored message: by ``seq``; the last on ``subject``; or with ``next`` the first
+        on ``subject`` at or after ``seq``. ``NotFoundError`` when there is none."""
+        req = pb.GetMessageRequest(stream=stream)
+        if subject is None:
+            if seq is None:
+                raise errors.InvalidArgumentError("seq", "seq or subject is required")
+            req.seq = seq
+        elif next:
+            req.next_by_subject = subject
+            req.start_seq = seq or 0
+        else:
+            req.last_by_subject = subject
+
+        async def invoke(stubs: Stubs, left_s: float) -> RawStreamMsg:
+            resp = await stubs.streams.GetMessage(req, timeout=left_s)
+            return RawStreamMsg.from_pb(stream, resp.message)
+
+        return await self._call(stream, invoke, timeout=timeout, idempotent=True)
+
+    async def get_last_msg(
+        self, stream: str, subject: str, *, timeout: float | None = None
+    ) -> RawStreamMsg:
+        """The newest message on ``subject``; ``NotFoundError`` when there is none."""
+        return await self.get_msg(stream, subject=subject, timeout=timeout)
+
+    async def delete_msg(
+        self, stream: str, seq: int, *, no_erase: bool = False, timeout: float | None = None
+    ) -> bool:
+        """Remove one message (its bytes erased unless ``no_erase``)."""
+        req = pb.DeleteMessageRequest(stream=stream, seq=seq, no_erase=no_erase)
+
+        async def invoke(stubs: Stubs, left_s: float) -> bool:
+            await stubs.streams.DeleteMessage(req, timeout=left_s)
+            return True
+
+        return await self._call(stream, invoke, timeout=timeout, idempotent=False)
+
+    # -- consumers ----------------------------------------------------------------------------
+
+    async def add_consumer(
+        self,
+        stream: str,
+        config: ConsumerConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **params: Any,
+    ) -> ConsumerInfo:
+        """Create a consumer from ``config`` and/or JetStream field ``params``. Idempotent for
+        an identical config; ``AlreadyExistsError`` for a different one. Without a name or
+        durable name the consumer is ephemeral and the server names it."""
+        cfg = replace(config, **params) if config is not None else ConsumerConfig(**params)
+        req = pb.CreateConsumerRequest(stream=stream, config_json=json.dumps(cfg.to_dict()))
+
+        async def invoke(stubs: Stubs, left_s: float) -> ConsumerInfo:
+            return ConsumerInfo.from_pb(await stubs.consumers.CreateConsumer(req, timeout=left_s))
+
+        # An ephemeral create is not idempotent: a repeat would make a second consumer.
+        named = bool(cfg.name or cfg.durable_name)
+        return await self._call(stream, invoke, timeout=timeout, idempotent=named)
+
+    async def delete_consumer(
+        self, stream: str, consumer: str, *, timeout: float | None = None
+    ) -> bool:
+        req = pb.DeleteConsumerRequest(stream=stream, consumer=consumer)
+
+        async def invoke(stubs: Stubs, left_s: float) -> bool:
+            await stubs.consumers.DeleteConsumer(req, timeout=left_s)
+            return True
+
+        return await self._call(stream, invoke, timeout=timeout, idempotent=False)
+
+    async def consumer_info(
+        self, stream: str, consumer: str, *, timeout: float | None = None
+    ) -> ConsumerInfo:
+        req = pb.ConsumerInfoRequest(stream=stream, consumer=consumer)
+
+        async def invoke(stubs: Stubs, left_s: float) -> ConsumerInfo:
+            return ConsumerInfo.from_pb(await stubs.consumers.GetConsumerInfo(req, timeout=left_s))
+
+        return await self._call(stream, invoke, timeout=timeout, idempotent=True)
+
+    async def consumers_info(
+        self, stream: str, *, timeout: float | None = None
+    ) -> list[ConsumerInfo]:
+        """Every consumer of ``stream`` (all pages)."""
+
+        async def page(stubs: Stubs, left_s: float, offset: int) -> tuple[list[Any], pb.Page]:
+            req = pb.ListConsumersRequest(stream=stream, offset=offset)
+            resp = await stubs.consumers.ListConsumers(req, timeout=left_s)
+            return [ConsumerInfo.from_pb(c) for c in resp.consumers], resp.page
+
+        return await self._paged(page, timeout=timeout)
+
+    async def pause_consumer(
+        self, stream: str, consumer: str, pause_until_ns: int, *, timeout: float | None = None
+    ) -> PauseInfo:
+        """Stop delivery until ``pause_until_ns`` (ns since the epoch)."""
+        req = pb.PauseConsumerRequest(
+            stream=stream, consumer=consumer, pause_until_ns=pause_until_ns
+        )
+
+        async def invoke(stubs: Stubs, left_s: float) -> PauseInfo:
+            return PauseInfo.from_pb(await stubs.consumers.PauseConsumer(req, timeout=left_s))
+
+        return await self._call(stream, invoke, timeout=timeout, idempotent=True)
+
+    async def resume_consumer(
+        self, stream: str, consumer: str, *, timeout: float | None = None
+    ) -> PauseInfo:
+        req = pb.ResumeConsumerRequest(stream=stream, consumer=consumer)
+
+        async def invoke(stubs: Stubs, left_s: float) -> PauseInfo:
+            return PauseInfo.from_pb(await stubs.consumers.ResumeConsumer(req, timeout=left_s))
+
+        return await self._call(stream, invoke, timeout=timeout, idempotent=True)
+
+    # -- cluster ------------------------------------------------------------------------------
+
+    async def cluster_info(self, *, timeout: float | None = None) -> ClusterInfo:
+        """Nodes, the meta leader, and every group's leader and replicas with their lag."""
+
+        async def invoke(stubs: Stubs, left_s: float) -> ClusterInfo:
+            resp = await stubs.cluster.GetClusterInfo(pb.ClusterInfoRequest(), timeout=left_s)
+            return ClusterInfo.from_pb(resp)
+
+        return await self._call(None, invoke, timeout=timeout, idempotent=True)
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        msg_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None,
+        expected_last_subject_seq_subject: str | None = None,
+        expected_last_msg_id: str | None = None,
+        ttl_ns: int = 0,
+    ) -> PubAck:
+        """Publish one message; returns its PubAck once it is committed on a quorum.
+
+        A failed ``expected_*`` precondition raises its ``PreconditionError`` subclass. On a
+        timeout or a broken connection the message may or may not have been stored; with a
+        ``msg_id`` the SDK retries such failures itself (deduplicated by the stream).
+        """
+        options = PublishOptions(
+            headers=headers,
+            msg_id=msg_id,
+            expected_stream=expected_stream,
+            expected_last_seq=expected_last_seq,
+            expected_last_subject_seq=expected_last_subject_seq,
+            expected_last_subject_seq_subject=expected_last_subject_seq_subject,
+            expected_last_msg_id=expected_last_msg_id,
+            ttl_ns=ttl_ns,
+        )
+        if self._closed:
+            raise errors.UnavailableError("the client is closed")
+        return await self._publisher.publish(subject, payload, options, timeout_s=timeout)
+
+    async def publish_async(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        wait_stall: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        msg_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_seq: int | None = None,
+        expected_last_subject_seq: int | None = None,
+        expected_last_subject_seq_subject: str | None = None,
+        expected_last_msg_id: str | None = None,
+        ttl_ns: int = 0,
+    ) -> Awaitable[PubAck]:
+        """Queue one message on the pipelined publish stream; returns a future of its PubAck.
+
+        Waits (up to ``wait_stall`` seconds) while ``publish_async_pending_msgs_max``
+        messages are unanswered, then raises ``LimitError``. See ``raftstream.publisher``
+        for ordering and the ambiguity of failed futures.
+        """
+        options = PublishOptions(
+            headers=headers,
+            msg_id=msg_id,
+            expected_stream=expected_stream,
+            expected_last_seq=expected_last_seq,
+            expected_last_subject_seq=expected_last_subject_seq,
+            expected_last_subject_seq_subject=expected_last_subject_seq_subject,
+            expected_last_msg_id=expected_last_msg_id,
+            ttl_ns=ttl_ns,
+        )
+        if self._closed:
+            raise errors.UnavailableError("the client is closed")
+        return await self._publisher.publish_async(
+            subject, payload, options, wait_stall_s=wait_stall
+        )
+
+    async def publish_async_completed(self, *, timeout: float | None = None) -> None:
+        """Wait until every publish_async message is answered (``DeadlineExceededError``
+        after ``timeout`` seconds; None: the client's timeout)."""
+        await self._publisher.completed(timeout_s=timeout)
+
+    def publish_async_pending(self) -> int:
+        """publish_async messages not answered yet."""
+        return self._publisher.pending
+
+    # -- pull ---------------------------------------------------------------------------------
+
+    async def pull_subscribe(
+        self,
+        subject: str,
+        durable: str | None = None,
+        stream: str | None = None,
+        config: ConsumerConfig | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> PullSubscription:
+        """Bind to (or create) a pull consumer for ``subject``.
+
+        The stream is ``stream`` or the one stream capturing ``subject`` (``NotFoundError``
+        when none or several do). With a durable name (``durable`` or in ``config``), an
+        existing consumer is used if it is a pull consumer, else one is created with
+        ``filter_subject`` set to ``subject``; without one, an ephemeral consumer is made.
+        Pull consumers need ack policy explicit (``InvalidArgumentError`` otherwise).
+        """
+        cfg = config or ConsumerConfig()
+        if cfg.ack_policy is not AckPolicy.EXPLICIT:
+            raise errors.InvalidArgumentError("ack_policy", "a pull subscription needs explicit")
+        if not cfg.is_pull:
+            raise errors.InvalidArgumentError("deliver_subject", "a pull consumer has none")
+        stream = stream or await self._stream_for(subject, timeout=timeout)
+        name = durable or cfg.durable_name or cfg.name
+        info = None
+        if name:
+            info = await self._existing_consumer(stream, name, timeout=timeout)
+        if info is None:
+            if name and not (cfg.name or cfg.durable_name):
+                cfg = replace(cfg, durable_name=name)
+            if subject and not cfg.filter_subject and not cfg.filter_subjects:
+                cfg = replace(cfg, filter_subject=subject)
+            info = await self.add_consumer(stream, cfg, timeout=timeout)
+        elif not info.config.is_pull:
+            raise errors.InvalidArgumentError("durable", f"consumer {name!r} is a push consumer")
+        return self._pull_subscription(stream, info.name)
+
+    def _pull_subscription(self, stream: str, consumer: str) -> PullSubscription:
+        async def consumer_info() -> ConsumerInfo:
+            return await self.consumer_info(stream, consumer)
+
+        return PullSubscription(
+            router=self._router,
+            acker=self._acker,
+            stream=stream,
+            consumer=consumer,
+            timeout_s=self._timeout_s,
+            consumer_info=consumer_info,
+        )
+
+    async def _existing_consumer(
+        self, stream: str, name: str, *, timeout: float | None
+    ) -> ConsumerInfo | None:
+        try:
+            return await self.consumer_info(stream, name, timeout=timeout)
+        except errors.NotFoundError:
+            return None
+
+    async def _stream_for(self, subject: str, *, timeout: float | None) -> str:
+        if not subject:
+            raise errors.InvalidArgumentError("subject", "a subject or a stream is required")
+        names = await self.stream_names(subject=subject, timeout=timeout)
+        if len(names) != 1:
+            found = "no stream matches" if not names else f"several streams match: {names}"
+            raise errors.NotFoundError(f"{found} subject {subject!r}", subject=subject)
+        return names[0]
+
+
+def _stream_config(config: StreamConfig | None, params: Mapping[str, Any]) -> StreamConfig:
+    if config is None:
+        return StreamConfig(**params)
+    return replace(config, **params) if params else config

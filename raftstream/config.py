@@ -1,0 +1,290 @@
+"""The SDK's stream and consumer configurations: JetStream's field names, units and defaults.
+
+These mirror ``raftstream.engine.stream_config.StreamConfig`` and
+``raftstream.engine.consumer_config.ConsumerConfig`` field for field (a test compares them),
+but the SDK never imports the engine: they travel to the server as JetStream JSON
+(``to_dict``), where the engine's ``from_dict`` validates them and names any field it
+refuses. So these classes check nothing beyond types: the server is the one judge.
+
+Units, as in JetStream's JSON and the engine: durations (``max_age``, ``duplicate_window``,
+``ack_wait``, ``backoff``, ``inactive_threshold``, ``max_expires``, ``idle_heartbeat``) are
+integers of NANOSECONDS; the points in time ``opt_start_time`` and ``pause_until`` are
+integer ns since the Unix epoch here and RFC 3339 strings in the JSON. Stream count and size
+limits use -1 for unlimited. Defaults are the engine's pre-normalisation defaults; the
+normalised config (defaults filled in) comes back in ``StreamInfo.config`` /
+``ConsumerInfo.config``.
+
+Values are frozen dataclasses built with keyword arguments; sequences are stored as tuples
+and enum fields accept their string values.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+__all__ = [
+    "UNLIMITED",
+    "AckPolicy",
+    "ConsumerConfig",
+    "DeliverPolicy",
+    "DiscardPolicy",
+    "ReplayPolicy",
+    "RetentionPolicy",
+    "StorageType",
+    "StreamConfig",
+    "SubjectTransform",
+    "format_rfc3339_ns",
+    "parse_rfc3339_ns",
+]
+
+UNLIMITED = -1
+NS_PER_S = 1_000_000_000
+
+
+class RetentionPolicy(enum.StrEnum):
+    LIMITS = "limits"
+    INTEREST = "interest"
+    WORKQUEUE = "workqueue"
+
+
+class StorageType(enum.StrEnum):
+    FILE = "file"
+    MEMORY = "memory"
+
+
+class DiscardPolicy(enum.StrEnum):
+    OLD = "old"
+    NEW = "new"
+
+
+class DeliverPolicy(enum.StrEnum):
+    ALL = "all"
+    LAST = "last"
+    NEW = "new"
+    BY_START_SEQUENCE = "by_start_sequence"
+    BY_START_TIME = "by_start_time"
+    LAST_PER_SUBJECT = "last_per_subject"
+
+
+class AckPolicy(enum.StrEnum):
+    NONE = "none"
+    ALL = "all"
+    EXPLICIT = "explicit"
+
+
+class ReplayPolicy(enum.StrEnum):
+    INSTANT = "instant"
+    ORIGINAL = "original"
+
+
+E = TypeVar("E", bound=enum.StrEnum)
+
+
+def _set(obj: object, name: str, value: object) -> None:
+    # Frozen for users; __post_init__ is the one place that coerces input types.
+    object.__setattr__(obj, name, value)
+
+
+def _enum(kind: type[E], value: object, name: str) -> E:
+    try:
+        return kind(str(value))
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        raise ValueError(f"{name}: must be one of {choices}, got {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubjectTransform:
+    """JetStream's ``subject_transform``: stored subject = ``dest`` applied to ``src``."""
+
+    src: str
+    dest: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"src": self.src, "dest": self.dest}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamConfig:
+    """A stream's configuration (see the module docstring for units and defaults)."""
+
+    name: str
+    description: str = ""
+    subjects: tuple[str, ...] = ()
+    subject_transform: SubjectTransform | None = None
+    retention: RetentionPolicy = RetentionPolicy.LIMITS
+    max_consumers: int = UNLIMITED
+    max_msgs: int = UNLIMITED
+    max_bytes: int = UNLIMITED
+    max_age: int = 0  # ns; 0: no age limit
+    max_msgs_per_subject: int = UNLIMITED
+    max_msg_size: int = UNLIMITED
+    discard: DiscardPolicy = DiscardPolicy.OLD
+    discard_new_per_subject: bool = False
+    storage: StorageType = StorageType.FILE
+    num_replicas: int = 1
+    duplicate_window: int = 0  # ns; 0: the server's default (2 min, or max_age if smaller)
+    sealed: bool = False
+    deny_delete: bool = False
+    deny_purge: bool = False
+    allow_rollup_hdrs: bool = False
+    allow_direct: bool = False
+    first_seq: int = 0
+    metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+    allow_msg_ttl: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.subjects, str):
+            raise TypeError("subjects: a list of subjects, not one string")
+        _set(self, "subjects", tuple(self.subjects))
+        _set(self, "retention", _enum(RetentionPolicy, self.retention, "retention"))
+        _set(self, "discard", _enum(DiscardPolicy, self.discard, "discard"))
+        _set(self, "storage", _enum(StorageType, self.storage, "storage"))
+        _set(self, "metadata", MappingProxyType(dict(self.metadata)))
+        if isinstance(self.subject_transform, Mapping):
+            _set(self, "subject_transform", SubjectTransform(**self.subject_transform))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JetStream JSON, every field but an unset ``subject_transform``."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = _plain(value)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> StreamConfig:
+        """Read JetStream JSON (as the server sends it). Keys this SDK does not know are
+        ignored, so a newer server's fields do not break an older client."""
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in raw.items() if k in known and v is not None}
+        return cls(**kwargs)
+
+
+def _plain(value: object) -> object:
+    """A config value in its JSON form."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, SubjectTransform):
+        return value.to_dict()
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerConfig:
+    """A consumer's configuration (see the module docstring for units and defaults).
+
+    A pull consumer has no ``deliver_subject``; a push consumer has one (over gRPC it names
+    the push subscription rather than a NATS subject). An ephemeral consumer has neither
+    ``durable_name`` nor ``name``; the server chooses its name.
+    """
+
+    durable_name: str | None = None
+    name: str | None = None
+    description: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    inactive_threshold: int = 0
+    deliver_policy: DeliverPolicy = DeliverPolicy.ALL
+    opt_start_seq: int = 0
+    opt_start_time: int = 0  # ns since the epoch
+    ack_policy: AckPolicy = AckPolicy.EXPLICIT
+    ack_wait: int = 0
+    max_deliver: int = 0
+    backoff: tuple[int, ...] = ()
+    max_ack_pending: int = 0
+    filter_subject: str | None = None
+    filter_subjects: tuple[str, ...] = ()
+    replay_policy: ReplayPolicy = ReplayPolicy.INSTANT
+    rate_limit_bps: int = 0
+    sample_freq: str | None = None
+    headers_only: bool = False
+    max_waiting: int = 0
+    max_batch: int = 0
+    max_expires: int = 0
+    max_bytes: int = 0
+    deliver_subject: str | None = None
+    deliver_group: str | None = None
+    idle_heartbeat: int = 0
+    flow_control: bool = False
+    pause_until: int = 0  # ns since the epoch
+    num_replicas: int = 0
+    mem_storage: bool = False
+
+    def __post_init__(self) -> None:
+        _set(self, "deliver_policy", _enum(DeliverPolicy, self.deliver_policy, "deliver_policy"))
+        _set(self, "ack_policy", _enum(AckPolicy, self.ack_policy, "ack_policy"))
+        _set(self, "replay_policy", _enum(ReplayPolicy, self.replay_policy, "replay_policy"))
+        _set(self, "backoff", tuple(self.backoff))
+        if isinstance(self.filter_subjects, str):
+            raise TypeError("filter_subjects: a list of subjects, not one string")
+        _set(self, "filter_subjects", tuple(self.filter_subjects))
+        _set(self, "metadata", MappingProxyType(dict(self.metadata)))
+
+    @property
+    def is_pull(self) -> bool:
+        return not self.deliver_subject
+
+    def to_dict(self) -> dict[str, Any]:
+        """JetStream JSON: unset (zero, empty, None) values omitted, as JetStream omits them,
+        so the server applies its defaults; times as RFC 3339."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value in (None, "", 0, False, (), {}) and not isinstance(value, enum.Enum):
+                continue
+            if f.name in _TIME_FIELDS:
+                out[f.name] = format_rfc3339_ns(value)
+            else:
+                out[f.name] = _plain(value)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ConsumerConfig:
+        """Read JetStream JSON; unknown keys are ignored (see ``StreamConfig.from_dict``)."""
+        known = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in raw.items():
+            if key not in known or value is None:
+                continue
+            if key in _TIME_FIELDS and isinstance(value, str):
+                value = parse_rfc3339_ns(value)
+            kwargs[key] = value
+        return cls(**kwargs)
+
+
+_TIME_FIELDS = frozenset({"opt_start_time", "pause_until"})
+_RFC3339_RE = re.compile(
+    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$"
+)
+
+
+def parse_rfc3339_ns(text: str) -> int:
+    """Nanoseconds since the epoch from an RFC 3339 time (up to 9 fractional digits)."""
+    m = _RFC3339_RE.match(text)
+    if m is None:
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    zone = "+00:00" if m.group(3) == "Z" else m.group(3)
+    base = datetime.fromisoformat(m.group(1) + zone)
+    frac = int((m.group(2) or "0").ljust(9, "0"))
+    return int(base.timestamp()) * NS_PER_S + frac
+
+
+def format_rfc3339_ns(ns: int) -> str:
+    """RFC 3339 in UTC with nanoseconds, as JetStream writes times."""
+    seconds, frac = divmod(ns, NS_PER_S)
+    text = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    if frac:
+        text += "." + f"{frac:09d}".rstrip("0")
+    return text + "Z"

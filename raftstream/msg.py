@@ -1,0 +1,222 @@
+"""Delivered messages and their acknowledgements.
+
+A ``Msg`` belongs to the event loop of the client that received it. Its ack methods send the
+JetStream ack kinds for its ack token (``reply``):
+
+- ``ack()`` (+ACK), ``nak(delay)`` (-NAK), ``in_progress()`` (+WPI) and ``term(reason)``
+  (+TERM) are fire-and-forget: they return once the ack is queued on the client's pipelined
+  ``AckStream`` (waiting for room when ``ack_pending_msgs_max`` acks are queued). A failure
+  the server reports later goes to the client's ``error_cb``; a lost ack only means the
+  message is delivered again after its ack wait (at-least-once, as in JetStream).
+- ``ack_sync()`` answers once the ack is replicated: after it returns, the message is never
+  redelivered, not even after a leader failover. It raises the typed error otherwise.
+
+After a terminal ack (ack, ack_sync, nak, term) further acks on the same message are ignored,
+as ADR-15 asks; ``in_progress`` may be sent any number of times before one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Protocol
+
+from raftstream import errors
+from raftstream._conn import Router, Stubs
+from raftstream._pipeline import Entry, Pipeline
+from raftstream.models import MsgMetadata
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto.errors import from_error_message
+
+__all__ = ["Acker", "Msg"]
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+NS_PER_S = 1_000_000_000
+ACK_BATCH_MSGS_MAX = 4096
+ACK_BATCH_BYTES_MAX = 1024 * 1024
+ACK_OVERHEAD_BYTES = 16
+
+
+class AckSender(Protocol):
+    async def send(self, item: pb.AckItem, stream: str) -> None: ...
+
+    async def send_sync(
+        self, item: pb.AckItem, stream: str, *, timeout_s: float | None
+    ) -> None: ...
+
+
+class Msg:
+    """A message delivered by a consumer (see the module docstring)."""
+
+    __slots__ = ("_acked", "_metadata", "_sender", "data", "headers", "reply", "subject")
+
+    def __init__(
+        self,
+        *,
+        subject: str,
+        data: bytes,
+        headers: Mapping[str, str] | None,
+        reply: str,
+        sender: AckSender,
+    ) -> None:
+        self.subject = subject
+        self.data = data
+        self.headers: Mapping[str, str] = headers or _EMPTY
+        self.reply = reply
+        self._sender = sender
+        self._metadata: MsgMetadata | None = None
+        self._acked = False
+
+    def __repr__(self) -> str:
+        return f"Msg(subject={self.subject!r}, reply={self.reply!r}, data={len(self.data)} bytes)"
+
+    @property
+    def metadata(self) -> MsgMetadata:
+        """Parsed from the ack token (stream and consumer sequences, deliveries, pending)."""
+        if self._metadata is None:
+            self._metadata = MsgMetadata.from_reply(self.reply)
+        return self._metadata
+
+    @property
+    def acked(self) -> bool:
+        """True once a terminal ack was sent."""
+        return self._acked
+
+    async def _send(self, item: pb.AckItem, *, terminal: bool) -> None:
+        if self._acked:
+            return
+        if terminal:
+            self._acked = True
+        item.reply = self.reply
+        await self._sender.send(item, self.metadata.stream)
+
+    async def ack(self) -> None:
+        """+ACK, fire-and-forget."""
+        await self._send(pb.AckItem(kind=pb.ACK_KIND_ACK), terminal=True)
+
+    async def ack_sync(self, timeout: float | None = None) -> None:
+        """+ACK, answered once replicated; raises the typed error otherwise (the message may
+        then be redelivered). ``timeout`` in seconds (None: the client's)."""
+        if self._acked:
+            return
+        item = pb.AckItem(kind=pb.ACK_KIND_ACK, reply=self.reply, sync=True)
+        await self._sender.send_sync(item, self.metadata.stream, timeout_s=timeout)
+        self._acked = True
+
+    async def nak(self, delay: float | None = None) -> None:
+        """-NAK: redeliver after ``delay`` seconds (None or 0: at once)."""
+        delay_ns = int((delay or 0) * NS_PER_S)
+        await self._send(pb.AckItem(kind=pb.ACK_KIND_NAK, delay_ns=delay_ns), terminal=True)
+
+    async def in_progress(self) -> None:
+        """+WPI: still working on it; resets the ack wait."""
+        await self._send(pb.AckItem(kind=pb.ACK_KIND_PROGRESS), terminal=False)
+
+    async def term(self, reason: str = "") -> None:
+        """+TERM: never redeliver; ``reason`` is recorded by the server."""
+        await self._send(pb.AckItem(kind=pb.ACK_KIND_TERM, reason=reason), terminal=True)
+
+
+def _results(batch: pb.AckResultBatch) -> list[tuple[int, pb.AckResult]]:
+    return [(r.id, r) for r in batch.results]
+
+
+class Acker:
+    """The ack path of one client: pipelined fire-and-forget acks and unary sync acks.
+
+    One ``AckStream`` per leader address (the stream's hinted leader, else the current
+    server), opened on first use and replaced when it breaks. Belongs to the client's loop.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        *,
+        timeout_s: float,
+        pending_msgs_max: int,
+        error_cb: ErrorCallback,
+    ) -> None:
+        self._router = router
+        self._timeout_s = timeout_s
+        self._pending_msgs_max = pending_msgs_max
+        self._room = asyncio.Semaphore(pending_msgs_max)
+        self._error_cb = error_cb
+        self._pipes: dict[str, Pipeline] = {}
+        self._opening = asyncio.Lock()
+        self._last_reported: errors.RaftStreamError | None = None
+
+    async def send(self, item: pb.AckItem, stream: str) -> None:
+        """Queue a fire-and-forget ack (waits for room; see the module docstring)."""
+        await self._room.acquire()
+        loop = asyncio.get_running_loop()
+        entry = Entry(
+            request=item,
+            size_bytes=len(item.reply) + len(item.reason) + ACK_OVERHEAD_BYTES,
+            expects_result=False,
+            future=loop.create_future(),
+        )
+        try:
+            pipe = await self._pipeline(stream)
+            pipe.submit(entry)
+        except errors.RaftStreamError as exc:
+            self._settle(entry, None)
+            self._error_cb(exc)
+
+    async def send_sync(self, item: pb.AckItem, stream: str, *, timeout_s: float | None) -> None:
+        """One ack, answered once replicated; retried (an ack is idempotent) and
+        hint-following within ``timeout_s``. Raises the typed error."""
+
+        async def invoke(stubs: Stubs, left_s: float) -> None:
+            await stubs.consume.Ack(pb.AckRequest(ack=item), timeout=left_s)
+
+        await self._router.call(
+            stream, invoke, timeout_s=timeout_s or self._timeout_s, idempotent=True
+        )
+
+    def _settle(self, entry: Entry, result: object) -> None:
+        self._room.release()
+
+    def _failed(self, entry: Entry, exc: errors.RaftStreamError) -> None:
+        self._room.release()
+        if exc is not self._last_reported:  # one report per broken pipeline, not per ack
+            self._last_reported = exc
+            self._error_cb(exc)
+
+    def _orphan(self, result: pb.AckResult) -> None:
+        if result.HasField("error"):
+            self._error_cb(from_error_message(result.error))
+
+    async def _pipeline(self, stream: str) -> Pipeline:
+        addr = self._router.target(stream)
+        pipe = self._pipes.get(addr)
+        if pipe is not None and not pipe.dead:
+            return pipe
+        async with self._opening:
+            pipe = self._pipes.get(addr)
+            if pipe is None or pipe.dead:
+                stubs = await self._router.connect(stream, timeout_s=self._timeout_s, addr=addr)
+                pipe = Pipeline(
+                    stubs.consume.AckStream(),
+                    batch_of=lambda items: pb.AckBatch(acks=items),
+                    results_of=_results,
+                    on_result=self._settle,
+                    on_failed=self._failed,
+                    on_orphan=self._orphan,
+                    queue_msgs_max=self._pending_msgs_max,
+                    batch_msgs_max=ACK_BATCH_MSGS_MAX,
+                    batch_bytes_max=ACK_BATCH_BYTES_MAX,
+                    result_timeout_s=self._timeout_s,
+                    name="ack",
+                )
+                self._pipes[addr] = pipe
+            return pipe
+
+    async def close(self) -> None:
+        pipes, self._pipes = list(self._pipes.values()), {}
+        for pipe in pipes:
+            await pipe.close()
+
+
+class ErrorCallback(Protocol):
+    def __call__(self, exc: errors.RaftStreamError, /) -> None: ...

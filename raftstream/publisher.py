@@ -1,0 +1,249 @@
+"""Publishing: ``publish`` (one acknowledged message) and ``publish_async`` (pipelined).
+
+Both answer with a ``PubAck`` once the message is committed on a quorum (fsynced) and stored.
+
+Ambiguity. A publish that fails with a timeout, or whose connection breaks after it was sent,
+may or may not have been stored. ``publish`` retries on its own only what is safe: a refusal
+before anything was applied (NOT_LEADER, following the leader hint; NO_LEADER), a server it
+could not reach; with a ``msg_id`` it also retries ambiguous failures, because the stream's
+duplicate window turns a second copy into ``PubAck(duplicate=True)``. Give a ``msg_id`` to
+make retries (yours or the SDK's) exactly-once within the window.
+
+``publish_async`` sends over one ``PublishStream`` call per client, batching whatever is
+queued while the previous batch is being written. At most ``pending_msgs_max`` messages are
+unanswered at once; ``publish_async`` waits up to ``wait_stall`` seconds for room, then raises
+``LimitError``. Each returned future resolves to the ``PubAck`` or the typed error; a message
+refused with NOT_LEADER/NO_LEADER is resent with ``publish`` (hint-following, bounded by the
+client's timeout from when it was queued), so such retried messages may be stored out of
+order relative to later ones; use ``expected_last_seq`` / ``expected_last_subject_seq`` when
+order matters. When the call breaks, every unanswered future fails with the (retriable)
+error, outcome unknown as above. ``completed()`` waits until nothing is pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from raftstream import errors
+from raftstream._conn import Router, Stubs
+from raftstream._pipeline import Entry, Pipeline
+from raftstream.models import PubAck
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto.errors import from_error_message
+
+__all__ = ["PublishOptions", "Publisher"]
+
+BATCH_MSGS_MAX = 1024
+BATCH_BYTES_MAX = 1024 * 1024
+REQUEST_OVERHEAD_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishOptions:
+    """What a publish carries besides subject and payload (None: not given)."""
+
+    headers: Mapping[str, str] | None = None
+    msg_id: str | None = None
+    expected_stream: str | None = None
+    expected_last_seq: int | None = None
+    expected_last_subject_seq: int | None = None
+    expected_last_subject_seq_subject: str | None = None
+    expected_last_msg_id: str | None = None
+    ttl_ns: int = 0
+
+    def request(self, subject: str, payload: bytes) -> pb.PublishRequest:
+        req = pb.PublishRequest(subject=subject, data=payload, ttl_ns=self.ttl_ns)
+        if self.headers:
+            req.headers.update(self.headers)
+        if self.msg_id:
+            req.msg_id = self.msg_id
+        if self.expected_stream is not None:
+            req.expected_stream = self.expected_stream
+        if self.expected_last_seq is not None:
+            req.expected_last_seq = self.expected_last_seq
+        if self.expected_last_subject_seq is not None:
+            req.expected_last_subject_seq = self.expected_last_subject_seq
+        if self.expected_last_subject_seq_subject is not None:
+            req.expected_last_subject_seq_subject = self.expected_last_subject_seq_subject
+        if self.expected_last_msg_id is not None:
+            req.expected_last_msg_id = self.expected_last_msg_id
+        return req
+
+
+NO_OPTIONS = PublishOptions()
+
+
+def _size(req: pb.PublishRequest) -> int:
+    headers = sum(len(k) + len(v) for k, v in req.headers.items()) if req.headers else 0
+    return len(req.data) + len(req.subject) + headers + REQUEST_OVERHEAD_BYTES
+
+
+def _results(batch: pb.PublishResultBatch) -> list[tuple[int, pb.PublishResult]]:
+    return [(r.id, r) for r in batch.results]
+
+
+class Publisher:
+    """The publishing half of one client; belongs to the client's event loop."""
+
+    def __init__(
+        self, router: Router, *, timeout_s: float, pending_msgs_max: int, wait_stall_s: float
+    ) -> None:
+        if pending_msgs_max < 1:
+            raise errors.InvalidArgumentError("publish_async_pending_msgs_max", "at least 1")
+        self._router = router
+        self._timeout_s = timeout_s
+        self._wait_stall_s = wait_stall_s
+        self._pending_msgs_max = pending_msgs_max
+        self._room = asyncio.Semaphore(pending_msgs_max)
+        self._pending = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._pipe: Pipeline | None = None
+        self._opening = asyncio.Lock()
+        self._retries: set[asyncio.Task[None]] = set()
+
+    @property
+    def pending(self) -> int:
+        """Messages published with ``publish_async`` and not answered yet."""
+        return self._pending
+
+    async def publish(
+        self, subject: str, payload: bytes, options: PublishOptions, *, timeout_s: float | None
+    ) -> PubAck:
+        """One message, acknowledged (see the module docstring for retries and ambiguity)."""
+        req = options.request(subject, payload)
+
+        async def invoke(stubs: Stubs, left_s: float) -> PubAck:
+            return PubAck.from_pb(await stubs.publish.Publish(req, timeout=left_s))
+
+        return await self._router.call(
+            None,
+            invoke,
+            timeout_s=timeout_s or self._timeout_s,
+            idempotent=bool(options.msg_id),
+        )
+
+    async def publish_async(
+        self,
+        subject: str,
+        payload: bytes,
+        options: PublishOptions,
+        *,
+        wait_stall_s: float | None,
+    ) -> asyncio.Future[PubAck]:
+        """Queue one message; the future resolves to its PubAck or its typed error."""
+        await self._reserve(wait_stall_s if wait_stall_s is not None else self._wait_stall_s)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PubAck] = loop.create_future()
+        req = options.request(subject, payload)
+        entry = Entry(
+            request=req,
+            size_bytes=_size(req),
+            expects_result=True,
+            future=fut,
+            context=(loop.time() + self._timeout_s, subject, payload, options),
+        )
+        try:
+            pipe = await self._pipeline()
+            pipe.submit(entry)
+        except errors.RaftStreamError as exc:
+            self._resolve(entry, exc)
+        return fut
+
+    async def _reserve(self, wait_stall_s: float) -> None:
+        if self._room.locked():
+            try:
+                await asyncio.wait_for(self._room.acquire(), timeout=wait_stall_s)
+            except TimeoutError:
+                raise errors.LimitError(
+                    f"{self._pending_msgs_max} publishes pending for {wait_stall_s:.3f}s",
+                    pending_msgs=self._pending,
+                ) from None
+        else:
+            await self._room.acquire()
+        self._pending += 1
+        self._idle.clear()
+
+    def _resolve(self, entry: Entry, outcome: PubAck | BaseException) -> None:
+        """Settle one publish_async message and give its room back."""
+        if not entry.future.done():
+            if isinstance(outcome, BaseException):
+                entry.future.set_exception(outcome)
+            else:
+                entry.future.set_result(outcome)
+        self._pending -= 1
+        self._room.release()
+        if self._pending == 0:
+            self._idle.set()
+
+    async def _pipeline(self) -> Pipeline:
+        pipe = self._pipe
+        if pipe is not None and not pipe.dead:
+            return pipe
+        async with self._opening:
+            if self._pipe is None or self._pipe.dead:
+                stubs = await self._router.connect(None, timeout_s=self._timeout_s)
+                self._pipe = Pipeline(
+                    stubs.publish.PublishStream(),
+                    batch_of=lambda items: pb.PublishBatch(requests=items),
+                    results_of=_results,
+                    on_result=self._on_result,
+                    on_failed=self._resolve,
+                    on_orphan=lambda result: None,  # every publish is waited for
+                    queue_msgs_max=self._pending_msgs_max,
+                    batch_msgs_max=BATCH_MSGS_MAX,
+                    batch_bytes_max=BATCH_BYTES_MAX,
+                    result_timeout_s=self._timeout_s,
+                    name="publish",
+                )
+            return self._pipe
+
+    def _on_result(self, entry: Entry, result: pb.PublishResult) -> None:
+        if result.HasField("ack"):
+            self._resolve(entry, PubAck.from_pb(result.ack))
+            return
+        exc = from_error_message(result.error)
+        if isinstance(exc, errors.NotLeaderError | errors.NoLeaderError):
+            # Refused before anything was applied: resend with the hint-following publish.
+            task = asyncio.get_running_loop().create_task(self._resend(entry))
+            self._retries.add(task)
+            task.add_done_callback(self._retries.discard)
+            return
+        self._resolve(entry, exc)
+
+    async def _resend(self, entry: Entry) -> None:
+        deadline, subject, payload, options = entry.context
+        left_s = deadline - asyncio.get_running_loop().time()
+        outcome: Any
+        try:
+            if left_s <= 0:
+                raise errors.DeadlineExceededError("publish_async: no time left to resend")
+            outcome = await self.publish(subject, payload, options, timeout_s=left_s)
+        except errors.RaftStreamError as exc:
+            outcome = exc
+        except asyncio.CancelledError:
+            self._resolve(entry, errors.UnavailableError("the client was closed"))
+            raise
+        self._resolve(entry, outcome)
+
+    async def completed(self, *, timeout_s: float | None) -> None:
+        """Wait until no publish_async message is pending; ``DeadlineExceededError`` if that
+        takes longer than ``timeout_s`` (None: the client's timeout)."""
+        limit_s = timeout_s if timeout_s is not None else self._timeout_s
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=limit_s)
+        except TimeoutError:
+            raise errors.DeadlineExceededError(
+                f"{self._pending} publishes still pending after {limit_s:.3f}s",
+                pending_msgs=self._pending,
+            ) from None
+
+    async def close(self) -> None:
+        """Stop: pending publish_async futures fail with ``UnavailableError``."""
+        for task in list(self._retries):
+            task.cancel()
+        if self._pipe is not None:
+            await self._pipe.close()

@@ -1,0 +1,158 @@
+"""Small in-test gRPC servers for the SDK's unit tests (no node process exists yet).
+
+A ``FakeNode`` serves every ``raftstream.v1`` service on a free 127.0.0.1 port. Each RPC runs
+the handler the test installed for it (``node.on("Publish", fn)``), and every call is
+recorded with the deadline the client sent (``time_remaining``). A handler that raises a
+``RaftStreamError`` ends the call with the mapped status, as the node will. RPCs without a
+handler fail UNIMPLEMENTED. These servers exercise the SDK's own logic (hints, retries,
+pipelining, statuses); they model no stream semantics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from raftstream import errors
+from raftstream.proto import errors as pe
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
+
+SERVICES = {
+    "StreamService": pbg.add_StreamServiceServicer_to_server,
+    "ConsumerService": pbg.add_ConsumerServiceServicer_to_server,
+    "PublishService": pbg.add_PublishServiceServicer_to_server,
+    "ConsumeService": pbg.add_ConsumeServiceServicer_to_server,
+    "ClusterService": pbg.add_ClusterServiceServicer_to_server,
+}
+
+
+@dataclass
+class Call:
+    rpc: str
+    request: Any  # the request message; for client-streaming RPCs, None
+    time_remaining: float | None
+
+
+def _unary(node: FakeNode, name: str) -> Callable[..., Any]:
+    async def method(self: Any, request: Any, context: Any) -> Any:
+        node.calls.append(Call(name, request, context.time_remaining()))
+        handler = node.handlers.get(name)
+        if handler is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} not faked")
+        try:
+            return await handler(request, context)
+        except errors.RaftStreamError as exc:
+            await pe.abort(context, exc)
+
+    return method
+
+
+def _streaming(node: FakeNode, name: str, client_streaming: bool) -> Callable[..., Any]:
+    async def method(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
+        node.calls.append(
+            Call(name, None if client_streaming else request, context.time_remaining())
+        )
+        handler = node.handlers.get(name)
+        if handler is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} not faked")
+        try:
+            async for item in handler(request, context):
+                yield item
+        except errors.RaftStreamError as exc:
+            await pe.abort(context, exc)
+
+    return method
+
+
+def _servicer(node: FakeNode, service: str) -> Any:
+    base = getattr(pbg, f"{service}Servicer")
+    methods: dict[str, Any] = {}
+    for m in pb.DESCRIPTOR.services_by_name[service].methods:
+        if m.server_streaming:
+            methods[m.name] = _streaming(node, m.name, m.client_streaming)
+        elif m.client_streaming:
+            raise AssertionError("no client-streaming unary RPCs in the API")
+        else:
+            methods[m.name] = _unary(node, m.name)
+    return type(f"Fake{service}", (base,), methods)()
+
+
+class FakeNode:
+    """One fake server; ``addr`` once started. Handlers: ``async def (request, context)``
+    returning the response, or async generators for streamed responses."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, Callable[..., Any]] = {}
+        self.calls: list[Call] = []
+        self.addr = ""
+        self._server: grpc.aio.Server | None = None
+
+    def on(self, rpc: str, handler: Callable[..., Any]) -> None:
+        self.handlers[rpc] = handler
+
+    def calls_to(self, rpc: str) -> list[Call]:
+        return [c for c in self.calls if c.rpc == rpc]
+
+    async def start(self) -> str:
+        server = grpc.aio.server()
+        for service, add in SERVICES.items():
+            add(_servicer(self, service), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        self._server = server
+        self.addr = f"127.0.0.1:{port}"
+        return self.addr
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(None)
+            self._server = None
+
+
+class Nodes:
+    """Start ``count`` fake nodes; stop them all on exit."""
+
+    def __init__(self, count: int) -> None:
+        self.nodes = [FakeNode() for _ in range(count)]
+
+    async def __aenter__(self) -> list[FakeNode]:
+        for node in self.nodes:
+            await node.start()
+        return self.nodes
+
+    async def __aexit__(self, *exc: object) -> None:
+        for node in self.nodes:
+            await node.stop()
+
+
+def ack_token(seq: int, *, stream: str = "ORDERS", consumer: str = "C", delivered: int = 1) -> str:
+    return f"$JS.ACK._.$G.{stream}.{consumer}.{delivered}.{seq}.{seq}.{1_700_000_000 + seq}.0"
+
+
+def stream_info_pb(name: str, subjects: list[str] | None = None) -> pb.StreamInfo:
+    return pb.StreamInfo(
+        config_json=json.dumps({"name": name, "subjects": subjects or [name]}),
+        state=pb.StreamState(messages=0),
+        created_ns=1,
+    )
+
+
+def consumer_info_pb(stream: str, name: str, config: dict[str, Any]) -> pb.ConsumerInfo:
+    return pb.ConsumerInfo(stream=stream, name=name, config_json=json.dumps(config))
+
+
+async def wait_until(cond: Callable[[], bool], *, what: str, limit_s: float = 10.0) -> None:
+    """Poll ``cond`` (an event that has no awaitable of its own); fail after ``limit_s``.
+    A safety net against hangs, not a timed assertion."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit_s
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError(f"never happened: {what}")
+        await asyncio.sleep(0.005)

@@ -1,0 +1,265 @@
+"""The SDK's connection logic against fake servers: server fail-over, leader hints, retries
+bounded by the caller's timeout, idempotency, and the management calls' wire fields.
+
+docs/cluster-design.md "Errors" and ARCHITECTURE "Publish, end to end": a node that is not
+the leader answers NOT_LEADER with the leader's address in structured details; the SDK
+follows the hint and retries (tenacity), within the caller's deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from typing import Any
+
+import pytest
+
+import raftstream
+from raftstream import errors
+from raftstream.proto import raftstream_pb2 as pb
+
+from .fakes import Nodes, consumer_info_pb, stream_info_pb
+
+
+def free_dead_addr() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_connect_skips_an_unreachable_server():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            node.on("GetStreamInfo", lambda req, ctx: _info(req.name))
+            rs = await raftstream.connect([free_dead_addr(), node.addr], timeout=5)
+            async with rs:
+                info = await rs.stream_info("ORDERS")
+            assert info.config.name == "ORDERS"
+
+    run(main())
+
+
+async def _info(name: str) -> pb.StreamInfo:
+    return stream_info_pb(name)
+
+
+def test_connect_fails_typed_when_no_server_answers():
+    async def main() -> None:
+        with pytest.raises(errors.UnavailableError):
+            await raftstream.connect([free_dead_addr()], timeout=0.5, connect_timeout=0.1)
+
+    run(main())
+
+
+def test_not_leader_hint_is_followed_and_remembered_per_stream():
+    """A follower's NOT_LEADER names the leader's address: the SDK retries there, and later
+    calls for the same stream go straight to the leader."""
+
+    async def main() -> None:
+        async with Nodes(2) as (follower, leader):
+
+            async def refuse(req: Any, ctx: Any) -> Any:
+                raise errors.NotLeaderError(leader="n2", leader_addr=leader.addr)
+
+            async def create(req: Any, ctx: Any) -> pb.StreamInfo:
+                return pb.StreamInfo(config_json=req.config_json)
+
+            follower.on("CreateStream", refuse)
+            follower.on("GetStreamInfo", refuse)
+            leader.on("CreateStream", create)
+            leader.on("GetStreamInfo", lambda req, ctx: _info(req.name))
+            async with await raftstream.connect([follower.addr], timeout=5) as rs:
+                info = await rs.add_stream(name="ORDERS", subjects=["orders.>"])
+                assert info.config.subjects == ("orders.>",)
+                await rs.stream_info("ORDERS")
+            assert len(follower.calls_to("CreateStream")) == 1
+            assert len(leader.calls_to("CreateStream")) == 1
+            assert follower.calls_to("GetStreamInfo") == []
+            assert len(leader.calls_to("GetStreamInfo")) == 1
+
+    run(main())
+
+
+def test_retries_stop_at_the_callers_timeout_and_every_attempt_carries_a_deadline():
+    """NO_LEADER is retried with backoff until the timeout is spent; then the last typed
+    error is raised. Each attempt's deadline is what is left of the caller's timeout (not
+    compared with the clock: deadlines travel rounded, so only their order is checked)."""
+    timeout_s = 0.6
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            async def no_leader(req: Any, ctx: Any) -> Any:
+                raise errors.NoLeaderError("stream ORDERS has no leader")
+
+            node.on("GetStreamInfo", no_leader)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                with pytest.raises(errors.NoLeaderError):
+                    await rs.stream_info("ORDERS", timeout=timeout_s)
+            calls = node.calls_to("GetStreamInfo")
+            assert len(calls) >= 2
+            remaining = [c.time_remaining for c in calls]
+            # Every attempt carried a deadline, and they share one budget: the last attempt
+            # got what was left, not a fresh timeout of its own.
+            assert all(r is not None for r in remaining), remaining
+            assert remaining[-1] < remaining[0], remaining
+
+    run(main())
+
+
+def test_ambiguous_failures_are_retried_only_for_idempotent_calls():
+    """A bare UNAVAILABLE mid-call may hide an applied request: reads retry it, a delete
+    does not (its outcome is unknown, so it is reported)."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            failures = {"GetStreamInfo": 2, "DeleteStream": 2}
+
+            def flaky(rpc: str, answer: Any) -> Any:
+                async def handler(req: Any, ctx: Any) -> Any:
+                    if failures[rpc] > 0:
+                        failures[rpc] -= 1
+                        raise errors.UnavailableError("connection reset by peer")
+                    return answer
+
+                return handler
+
+            node.on("GetStreamInfo", flaky("GetStreamInfo", stream_info_pb("ORDERS")))
+            node.on("DeleteStream", flaky("DeleteStream", pb.DeleteStreamResponse()))
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                info = await rs.stream_info("ORDERS")
+                with pytest.raises(errors.UnavailableError):
+                    await rs.delete_stream("ORDERS")
+            assert info.config.name == "ORDERS"
+            assert len(node.calls_to("GetStreamInfo")) == 3
+            assert len(node.calls_to("DeleteStream")) == 1
+
+    run(main())
+
+
+def test_a_validation_error_is_raised_typed_at_once():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            async def refuse(req: Any, ctx: Any) -> Any:
+                raise errors.InvalidArgumentError("max_age", "must not be negative")
+
+            node.on("CreateStream", refuse)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                with pytest.raises(errors.InvalidArgumentError) as raised:
+                    await rs.add_stream(name="X", max_age=-1)
+            assert (raised.value.field, raised.value.rule) == ("max_age", "must not be negative")
+            assert len(node.calls_to("CreateStream")) == 1
+            sent = json.loads(node.calls_to("CreateStream")[0].request.config_json)
+            assert sent["max_age"] == -1 and sent["name"] == "X"
+
+    run(main())
+
+
+def test_listings_collect_every_page():
+    names = [f"S{i}" for i in range(5)]
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            async def list_streams(req: Any, ctx: Any) -> pb.ListStreamsResponse:
+                page = names[req.offset : req.offset + 2]
+                return pb.ListStreamsResponse(
+                    streams=[stream_info_pb(n) for n in page],
+                    page=pb.Page(total=len(names), offset=req.offset, limit=2),
+                )
+
+            async def stream_names(req: Any, ctx: Any) -> pb.StreamNamesResponse:
+                match = [n for n in names if req.subject in ("", n)]
+                return pb.StreamNamesResponse(
+                    names=match[req.offset : req.offset + 2],
+                    page=pb.Page(total=len(match), offset=req.offset, limit=2),
+                )
+
+            node.on("ListStreams", list_streams)
+            node.on("StreamNames", stream_names)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                infos = await rs.streams_info()
+                assert [i.config.name for i in infos] == names
+                assert await rs.stream_names(subject="S3") == ["S3"]
+            assert [c.request.offset for c in node.calls_to("ListStreams")] == [0, 2, 4]
+
+    run(main())
+
+
+def test_management_calls_send_their_fields():
+    """purge, get_msg (three ways), delete_msg, pause/resume, consumers: what goes on the
+    wire, and what comes back."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            node.on("PurgeStream", _answer(pb.PurgeStreamResponse(purged=7)))
+            msg = pb.Msg(subject="orders.1", seq=3, ts_ns=9, headers={"k": "v"}, data=b"x")
+            node.on("GetMessage", _answer(pb.GetMessageResponse(message=msg)))
+            node.on("DeleteMessage", _answer(pb.DeleteMessageResponse()))
+            pause = pb.PauseConsumerResponse(paused=True, pause_until_ns=50)
+            node.on("PauseConsumer", _answer(pause))
+            node.on("ResumeConsumer", _answer(pb.PauseConsumerResponse(paused=False)))
+            cinfo = consumer_info_pb("ORDERS", "C", {"durable_name": "C", "ack_policy": "all"})
+            node.on("CreateConsumer", _answer(cinfo))
+            node.on("DeleteConsumer", _answer(pb.DeleteConsumerResponse()))
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                assert await rs.purge_stream("ORDERS", subject="orders.1", keep=2) == 7
+                got = await rs.get_msg("ORDERS", 3)
+                assert (got.subject, got.seq, got.data, dict(got.headers)) == (
+                    "orders.1",
+                    3,
+                    b"x",
+                    {"k": "v"},
+                )
+                await rs.get_last_msg("ORDERS", "orders.1")
+                await rs.get_msg("ORDERS", 2, subject="orders.*", next=True)
+                assert await rs.delete_msg("ORDERS", 3, no_erase=True)
+                assert (await rs.pause_consumer("ORDERS", "C", 50)).paused
+                assert not (await rs.resume_consumer("ORDERS", "C")).paused
+                info = await rs.add_consumer("ORDERS", durable_name="C", ack_policy="all")
+                assert info.config.ack_policy is raftstream.AckPolicy.ALL
+                assert await rs.delete_consumer("ORDERS", "C")
+            purge = node.calls_to("PurgeStream")[0].request
+            assert purge.subject == "orders.1" and purge.keep == 2 and not purge.HasField("seq")
+            gets = [c.request for c in node.calls_to("GetMessage")]
+            assert [g.WhichOneof("by") for g in gets] == [
+                "seq",
+                "last_by_subject",
+                "next_by_subject",
+            ]
+            assert gets[2].start_seq == 2
+            assert node.calls_to("DeleteMessage")[0].request.no_erase
+            assert node.calls_to("PauseConsumer")[0].request.pause_until_ns == 50
+            created = json.loads(node.calls_to("CreateConsumer")[0].request.config_json)
+            assert created == {
+                "durable_name": "C",
+                "ack_policy": "all",
+                "deliver_policy": "all",
+                "replay_policy": "instant",
+            }
+
+    run(main())
+
+
+def _answer(response: Any) -> Any:
+    async def handler(req: Any, ctx: Any) -> Any:
+        return response
+
+    return handler
+
+
+def test_calls_after_close_fail_typed():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            rs = await raftstream.connect([node.addr], timeout=5)
+            await rs.close()
+            with pytest.raises(errors.UnavailableError):
+                await rs.stream_info("ORDERS")
+
+    run(main())
