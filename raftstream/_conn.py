@@ -190,7 +190,8 @@ class Router:
     ) -> T:
         """Run ``invoke(stubs, time_left_s)`` with retries (see the module docstring).
 
-        ``invoke`` must pass ``time_left_s`` as the RPC's ``timeout``. Raises the typed error
+        ``invoke`` must pass ``time_left_s`` as the RPC's ``timeout``; it may raise
+        ``grpc.RpcError`` or a typed error (hints are learned from either). Raises the typed error
         of the last attempt, or ``DeadlineExceededError`` if no attempt could start in time.
         """
         loop = asyncio.get_running_loop()
@@ -232,6 +233,10 @@ class Router:
                     exc.details.setdefault("addr", stubs.addr)
                     next_addr[0] = self._learn(route, exc)
                     raise exc from None
+                except errors.RaftStreamError as exc:  # invoke mapped it already
+                    exc.details.setdefault("addr", stubs.addr)
+                    next_addr[0] = self._learn(route, exc)
+                    raise
         raise errors.InvariantError("tenacity ended without a result")  # pragma: no cover
 
     async def close(self) -> None:

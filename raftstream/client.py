@@ -14,6 +14,7 @@ outcome is then unknown: they may have been applied. Errors are ``raftstream.err
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -487,7 +488,7 @@ class Client:
         expected_last_subject_seq_subject: str | None = None,
         expected_last_msg_id: str | None = None,
         ttl_ns: int = 0,
-    ) -> Awaitable[PubAck]:
+    ) -> asyncio.Future[PubAck]:
         """Queue one message on the pipelined publish stream; returns a future of its PubAck.
 
         Waits (up to ``wait_stall`` seconds) while ``publish_async_pending_msgs_max``

@@ -34,6 +34,7 @@ __all__ = [
     "ConsumerConfig",
     "DeliverPolicy",
     "DiscardPolicy",
+    "Placement",
     "ReplayPolicy",
     "RetentionPolicy",
     "StorageType",
@@ -110,6 +111,28 @@ class SubjectTransform:
         return {"src": self.src, "dest": self.dest}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """JetStream's stream ``placement``: the cluster (None: any) and the tags every chosen
+    node must carry."""
+
+    cluster: str | None = None
+    tags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tags, str):
+            raise TypeError("placement.tags: a list of tags, not one string")
+        _set(self, "tags", tuple(self.tags))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.cluster is not None:
+            out["cluster"] = self.cluster
+        if self.tags:
+            out["tags"] = list(self.tags)
+        return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class StreamConfig:
     """A stream's configuration (see the module docstring for units and defaults)."""
@@ -138,6 +161,7 @@ class StreamConfig:
     first_seq: int = 0
     metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
     allow_msg_ttl: bool = False
+    placement: Placement | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.subjects, str):
@@ -149,9 +173,11 @@ class StreamConfig:
         _set(self, "metadata", MappingProxyType(dict(self.metadata)))
         if isinstance(self.subject_transform, Mapping):
             _set(self, "subject_transform", SubjectTransform(**self.subject_transform))
+        if isinstance(self.placement, Mapping):
+            _set(self, "placement", Placement(**self.placement))
 
     def to_dict(self) -> dict[str, Any]:
-        """JetStream JSON, every field but an unset ``subject_transform``."""
+        """JetStream JSON, every field but an unset ``subject_transform``/``placement``."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -177,7 +203,7 @@ def _plain(value: object) -> object:
         return list(value)
     if isinstance(value, Mapping):
         return dict(value)
-    if isinstance(value, SubjectTransform):
+    if isinstance(value, SubjectTransform | Placement):
         return value.to_dict()
     return value
 

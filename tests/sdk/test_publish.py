@@ -1,0 +1,259 @@
+"""publish and publish_async against fake servers.
+
+ARCHITECTURE "Publish, end to end" and issue 5 "The SDK core": publish returns a PubAck and
+carries msg_id, headers and the expected-* preconditions; publish_async pipelines batches
+over PublishStream with one ack per message, correlated by id, with a bounded number pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import raftstream
+from raftstream import errors
+from raftstream.proto import errors as pe
+from raftstream.proto import raftstream_pb2 as pb
+
+from .fakes import Nodes, wait_until
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_publish_sends_msg_id_headers_and_every_precondition():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            async def publish(req: Any, ctx: Any) -> pb.PubAck:
+                return pb.PubAck(stream="ORDERS", seq=42, duplicate=bool(req.msg_id))
+
+            node.on("Publish", publish)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                ack = await rs.publish(
+                    "orders.1",
+                    b"hello",
+                    headers={"a": "1"},
+                    msg_id="m-1",
+                    expected_stream="ORDERS",
+                    expected_last_seq=0,
+                    expected_last_subject_seq=5,
+                    expected_last_subject_seq_subject="orders.*",
+                    expected_last_msg_id="m-0",
+                    ttl_ns=10**9,
+                )
+                plain = await rs.publish("orders.2")
+            assert (ack.stream, ack.seq, ack.duplicate) == ("ORDERS", 42, True)
+            assert not plain.duplicate
+            req, bare = (c.request for c in node.calls_to("Publish"))
+            assert (req.subject, req.data, dict(req.headers)) == ("orders.1", b"hello", {"a": "1"})
+            assert req.msg_id == "m-1" and req.ttl_ns == 10**9
+            # expected_last_seq=0 ("the stream is empty") must travel, not read as unset.
+            assert req.HasField("expected_last_seq") and req.expected_last_seq == 0
+            assert req.expected_stream == "ORDERS" and req.expected_last_subject_seq == 5
+            assert req.expected_last_subject_seq_subject == "orders.*"
+            assert req.expected_last_msg_id == "m-0"
+            for name in ("expected_stream", "expected_last_seq", "expected_last_msg_id"):
+                assert not bare.HasField(name)
+
+    run(main())
+
+
+def test_a_failed_precondition_is_typed_and_not_retried():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            async def refuse(req: Any, ctx: Any) -> Any:
+                raise errors.ExpectedLastSeqError("wrong last sequence: 3", last_seq=3)
+
+            node.on("Publish", refuse)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                with pytest.raises(errors.ExpectedLastSeqError) as raised:
+                    await rs.publish("orders.1", b"", expected_last_seq=1, msg_id="m")
+            assert raised.value.details["last_seq"] == "3"
+            assert len(node.calls_to("Publish")) == 1
+
+    run(main())
+
+
+def test_an_ambiguous_failure_is_retried_only_with_a_msg_id():
+    """Without msg_id a mid-call UNAVAILABLE may hide a stored message: it is raised. With
+    msg_id the duplicate window makes the retry safe, so the SDK retries."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            fail_next = [True]
+
+            async def flaky(req: Any, ctx: Any) -> pb.PubAck:
+                if fail_next[0]:
+                    fail_next[0] = False
+                    raise errors.UnavailableError("connection reset")
+                return pb.PubAck(stream="S", seq=1)
+
+            node.on("Publish", flaky)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                with pytest.raises(errors.UnavailableError):
+                    await rs.publish("a", b"1")
+                fail_next[0] = True
+                ack = await rs.publish("a", b"2", msg_id="id-2")
+            assert ack.seq == 1
+            assert [c.request.data for c in node.calls_to("Publish")] == [b"1", b"2", b"2"]
+
+    run(main())
+
+
+class PipelineServer:
+    """A PublishStream that records every batch and, once released, answers everything
+    received (held until then), in reverse order."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[pb.PublishRequest]] = []
+        self.received: list[pb.PublishRequest] = []
+        self.held = True
+        self.answer_error: dict[int, errors.RaftStreamError] = {}
+        self._wake: asyncio.Queue[bool] = asyncio.Queue()
+
+    def release(self) -> None:
+        self.held = False
+        self._wake.put_nowait(True)
+
+    async def _pump(self, requests: AsyncIterator[pb.PublishBatch]) -> None:
+        async for batch in requests:
+            self.batches.append(list(batch.requests))
+            self.received.extend(batch.requests)
+            self._wake.put_nowait(True)
+        self._wake.put_nowait(False)
+
+    async def handler(
+        self, requests: AsyncIterator[pb.PublishBatch], ctx: Any
+    ) -> AsyncIterator[pb.PublishResultBatch]:
+        pump = asyncio.ensure_future(self._pump(requests))
+        try:
+            while await self._wake.get():
+                if not self.held and self.received:
+                    reqs, self.received = self.received, []
+                    yield self._answer(reqs)
+        finally:
+            pump.cancel()
+
+    def _answer(self, reqs: list[pb.PublishRequest]) -> pb.PublishResultBatch:
+        out = pb.PublishResultBatch()
+        for req in reversed(reqs):  # answered out of order: correlation is by id only
+            seq = int(req.data.decode())
+            err = self.answer_error.get(seq)
+            if err is not None:
+                out.results.add(id=req.id, error=pe.to_error_message(err))
+            else:
+                out.results.add(id=req.id, ack=pb.PubAck(stream="S", seq=seq))
+        return out
+
+
+def test_publish_async_pipelines_and_correlates_acks_by_id():
+    """Many messages are in flight before the first ack; each future gets its own ack even
+    when the server answers a batch in reverse order."""
+    count = 50
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            server = PipelineServer()
+            node.on("PublishStream", server.handler)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                futures = [await rs.publish_async("s", str(i).encode()) for i in range(count)]
+                await wait_until(lambda: len(server.received) == count, what="all sent")
+                assert rs.publish_async_pending() == count
+                server.release()
+                futures.append(await rs.publish_async("s", str(count).encode()))
+                await rs.publish_async_completed()
+                acks = [await f for f in futures]
+            assert [a.seq for a in acks] == list(range(count + 1))
+            ids = [r.id for b in server.batches for r in b]
+            assert len(set(ids)) == len(ids) == count + 1
+
+    run(main())
+
+
+def test_publish_async_pending_is_bounded():
+    """With publish_async_pending_msgs_max unanswered, the next publish_async waits for room
+    and, after wait_stall, raises LimitError without sending anything."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            server = PipelineServer()
+            node.on("PublishStream", server.handler)
+            rs = await raftstream.connect([node.addr], timeout=5, publish_async_pending_msgs_max=4)
+            async with rs:
+                futures = [await rs.publish_async("s", str(i).encode()) for i in range(4)]
+                with pytest.raises(errors.LimitError):
+                    await rs.publish_async("s", b"99", wait_stall=0.05)
+                await wait_until(lambda: len(server.received) == 4, what="4 sent")
+                # Room comes only from answers: this one waits while the server holds them.
+                waiting = asyncio.ensure_future(rs.publish_async("s", b"4"))
+                for _ in range(20):
+                    await asyncio.sleep(0)
+                assert not waiting.done()
+                assert rs.publish_async_pending() == 4
+                server.release()
+                futures.append(await waiting)
+                await rs.publish_async_completed()
+                assert sorted([(await f).seq for f in futures]) == [0, 1, 2, 3, 4]
+            sent = [int(r.data) for b in server.batches for r in b]
+            assert sorted(sent) == [0, 1, 2, 3, 4]
+
+    run(main())
+
+
+def test_publish_async_resends_a_not_leader_refusal_to_the_hinted_leader():
+    async def main() -> None:
+        async with Nodes(2) as (follower, leader):
+            server = PipelineServer()
+            server.release()
+            server.answer_error[1] = errors.NotLeaderError(leader="n2", leader_addr="")
+            follower.on("PublishStream", server.handler)
+
+            async def refuse(req: Any, ctx: Any) -> Any:
+                raise errors.NotLeaderError(leader="n2", leader_addr=leader.addr)
+
+            async def publish(req: Any, ctx: Any) -> pb.PubAck:
+                return pb.PubAck(stream="S", seq=1001)
+
+            follower.on("Publish", refuse)
+            leader.on("Publish", publish)
+            async with await raftstream.connect([follower.addr], timeout=5) as rs:
+                f0 = await rs.publish_async("s", b"0")
+                f1 = await rs.publish_async("s", b"1")
+                assert (await f0).seq == 0
+                assert (await f1).seq == 1001
+            assert [c.request.data for c in leader.calls_to("Publish")] == [b"1"]
+
+    run(main())
+
+
+def test_publish_async_futures_fail_typed_when_the_stream_breaks():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            async def broken(
+                requests: AsyncIterator[pb.PublishBatch], ctx: Any
+            ) -> AsyncIterator[pb.PublishResultBatch]:
+                async for batch in requests:
+                    first = batch.requests[0]
+                    yield pb.PublishResultBatch(
+                        results=[pb.PublishResult(id=first.id, ack=pb.PubAck(stream="S", seq=1))]
+                    )
+                    raise errors.DataLossError("store checksum mismatch")
+
+            node.on("PublishStream", broken)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                futures = [await rs.publish_async("s", b"x") for _ in range(3)]
+                outcomes = await asyncio.gather(*futures, return_exceptions=True)
+                assert rs.publish_async_pending() == 0
+            # The first batch may hold one to three messages; the first of it was acked and
+            # every other one failed with the stream's error.
+            assert isinstance(outcomes[0], raftstream.PubAck)
+            assert all(isinstance(o, errors.DataLossError) for o in outcomes[1:])
+
+    run(main())

@@ -1,0 +1,295 @@
+"""pull_subscribe, fetch and acks against fake servers.
+
+Issue 5 "The SDK core" and the consumer issue's pull statuses (engine/consumer_pull.py):
+a fetch returns messages; 100 Idle Heartbeat is never surfaced; 404/408 end the request
+(an empty fetch raises a timeout, as JetStream clients do); 409 raises when nothing came.
+Messages carry ack, ack_sync, nak(delay), in_progress, term(reason) and metadata parsed
+from the ack token (ADR-15).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import raftstream
+from raftstream import errors
+from raftstream.proto import errors as pe
+from raftstream.proto import raftstream_pb2 as pb
+
+from .fakes import FakeNode, Nodes, ack_token, consumer_info_pb, wait_until
+
+NS = 1_000_000_000
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def msg(seq: int) -> pb.Msg:
+    return pb.Msg(subject=f"orders.{seq}", seq=seq, data=b"d%d" % seq, reply=ack_token(seq))
+
+
+def status(code: int, description: str) -> pb.FetchResponse:
+    return pb.FetchResponse(status=pb.PullStatus(code=code, description=description))
+
+
+def serve_fetch(node: FakeNode, *responses: pb.FetchResponse) -> None:
+    async def fetch(req: Any, ctx: Any) -> AsyncIterator[pb.FetchResponse]:
+        for resp in responses:
+            yield resp
+
+    node.on("Fetch", fetch)
+
+
+async def bound(rs: Any) -> Any:
+    """A PullSubscription on ORDERS/C without a lookup (stream given, consumer exists)."""
+    return rs._pull_subscription("ORDERS", "C")
+
+
+def test_fetch_returns_messages_skipping_heartbeats_and_sends_the_request():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            serve_fetch(
+                node,
+                status(100, "Idle Heartbeat"),
+                pb.FetchResponse(messages=[msg(1), msg(2)]),
+                status(100, "Idle Heartbeat"),
+                pb.FetchResponse(messages=[msg(3)], status=pb.PullStatus(code=408)),
+            )
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                sub = await bound(rs)
+                got = await sub.fetch(10, timeout=2.0, heartbeat=0.5)
+            assert [m.subject for m in got] == ["orders.1", "orders.2", "orders.3"]
+            assert got[1].data == b"d2"
+            meta = got[1].metadata
+            assert (meta.stream, meta.consumer, meta.stream_seq, meta.consumer_seq) == (
+                "ORDERS",
+                "C",
+                2,
+                2,
+            )
+            assert meta.account == "$G" and meta.domain is None
+            req = node.calls_to("Fetch")[0].request
+            assert (req.stream, req.consumer, req.batch) == ("ORDERS", "C", 10)
+            assert req.idle_heartbeat_ns == NS // 2
+            # The server must end the request (408) before the RPC deadline does.
+            assert 0 < req.expires_ns < 2 * NS
+
+    run(main())
+
+
+@pytest.mark.parametrize("code", [404, 408])
+def test_an_empty_fetch_raises_a_timeout(code: int):
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            serve_fetch(node, status(code, "No Messages" if code == 404 else "Request Timeout"))
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                with pytest.raises(errors.DeadlineExceededError):
+                    await (await bound(rs)).fetch(5, timeout=1.0)
+            assert len(node.calls_to("Fetch")) == 1  # a status is an answer: no retry
+
+    run(main())
+
+
+def test_a_409_raises_conflict_when_nothing_came_and_returns_messages_otherwise():
+    async def main() -> None:
+        async with Nodes(2) as (a, b):
+            serve_fetch(a, status(409, "Consumer Deleted"))
+            serve_fetch(b, pb.FetchResponse(messages=[msg(7)]), status(409, "Leadership Change"))
+            async with await raftstream.connect([a.addr], timeout=5) as rs:
+                with pytest.raises(errors.ConflictError) as raised:
+                    await (await bound(rs)).fetch(5, timeout=1.0)
+            assert raised.value.details["status"] == 409
+            assert raised.value.details["description"] == "Consumer Deleted"
+            async with await raftstream.connect([b.addr], timeout=5) as rs:
+                got = await (await bound(rs)).fetch(5, timeout=1.0)
+            assert [m.metadata.stream_seq for m in got] == [7]
+
+    run(main())
+
+
+def test_fetch_follows_a_not_leader_hint_before_the_first_message():
+    async def main() -> None:
+        async with Nodes(2) as (follower, leader):
+
+            async def refuse(req: Any, ctx: Any) -> AsyncIterator[pb.FetchResponse]:
+                raise errors.NotLeaderError(leader="n2", leader_addr=leader.addr)
+                yield pb.FetchResponse()  # pragma: no cover - makes this a generator
+
+            follower.on("Fetch", refuse)
+            serve_fetch(leader, pb.FetchResponse(messages=[msg(1)]))
+            async with await raftstream.connect([follower.addr], timeout=5) as rs:
+                got = await (await bound(rs)).fetch(1, timeout=2.0)
+            assert [m.metadata.stream_seq for m in got] == [1]
+            assert len(leader.calls_to("Fetch")) == 1
+
+    run(main())
+
+
+def test_messages_received_before_a_failure_are_returned():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            async def fail_midway(req: Any, ctx: Any) -> AsyncIterator[pb.FetchResponse]:
+                yield pb.FetchResponse(messages=[msg(1), msg(2)])
+                raise errors.NoLeaderError("leader lost")
+
+            node.on("Fetch", fail_midway)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                got = await (await bound(rs)).fetch(5, timeout=2.0)
+            assert [m.metadata.stream_seq for m in got] == [1, 2]
+            assert len(node.calls_to("Fetch")) == 1  # not retried: messages were delivered
+
+    run(main())
+
+
+class AckRecorder:
+    """AckStream that records acks and reports a failure for replies listed in ``fail``."""
+
+    def __init__(self) -> None:
+        self.items: list[pb.AckItem] = []
+        self.fail: dict[str, errors.RaftStreamError] = {}
+
+    async def handler(
+        self, batches: AsyncIterator[pb.AckBatch], ctx: Any
+    ) -> AsyncIterator[pb.AckResultBatch]:
+        async for batch in batches:
+            self.items.extend(batch.acks)
+            failed = [
+                pb.AckResult(id=a.id, error=pe.to_error_message(self.fail[a.reply]))
+                for a in batch.acks
+                if a.reply in self.fail
+            ]
+            if failed:
+                yield pb.AckResultBatch(results=failed)
+
+
+def test_ack_kinds_travel_with_their_arguments_and_terminal_acks_happen_once():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            serve_fetch(node, pb.FetchResponse(messages=[msg(i) for i in range(1, 6)]))
+            recorder = AckRecorder()
+            node.on("AckStream", recorder.handler)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                m1, m2, m3, m4, m5 = await (await bound(rs)).fetch(5, timeout=2.0)
+                await m1.ack()
+                await m1.ack()  # ignored: already acked
+                await m1.nak()  # ignored too
+                await m2.nak(1.5)
+                await m3.in_progress()
+                await m3.in_progress()
+                await m3.term("poison")
+                await m4.term()
+                await wait_until(lambda: len(recorder.items) == 6, what="6 acks sent")
+            got = [(a.reply, a.kind, a.delay_ns, a.reason, a.sync) for a in recorder.items]
+            assert got == [
+                (m1.reply, pb.ACK_KIND_ACK, 0, "", False),
+                (m2.reply, pb.ACK_KIND_NAK, int(1.5 * NS), "", False),
+                (m3.reply, pb.ACK_KIND_PROGRESS, 0, "", False),
+                (m3.reply, pb.ACK_KIND_PROGRESS, 0, "", False),
+                (m3.reply, pb.ACK_KIND_TERM, 0, "poison", False),
+                (m4.reply, pb.ACK_KIND_TERM, 0, "", False),
+            ]
+            assert m1.acked and m3.acked and not m5.acked
+
+    run(main())
+
+
+def test_ack_sync_waits_for_the_server_and_raises_its_error():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            serve_fetch(node, pb.FetchResponse(messages=[msg(1), msg(2)]))
+
+            async def ack(req: Any, ctx: Any) -> pb.AckResponse:
+                if req.ack.reply == ack_token(2):
+                    raise errors.NotFoundError("consumer C not found")
+                return pb.AckResponse()
+
+            node.on("Ack", ack)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                m1, m2 = await (await bound(rs)).fetch(2, timeout=2.0)
+                await m1.ack_sync()
+                with pytest.raises(errors.NotFoundError):
+                    await m2.ack_sync()
+                assert m1.acked and not m2.acked
+            sent = [c.request.ack for c in node.calls_to("Ack")]
+            assert [(a.reply, a.kind, a.sync) for a in sent] == [
+                (m1.reply, pb.ACK_KIND_ACK, True),
+                (m2.reply, pb.ACK_KIND_ACK, True),
+            ]
+
+    run(main())
+
+
+def test_a_failed_fire_and_forget_ack_reaches_the_error_callback():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            serve_fetch(node, pb.FetchResponse(messages=[msg(1), msg(2)]))
+            recorder = AckRecorder()
+            recorder.fail[ack_token(2)] = errors.NotFoundError("consumer C not found")
+            node.on("AckStream", recorder.handler)
+            reported: list[errors.RaftStreamError] = []
+            rs = await raftstream.connect([node.addr], timeout=5, error_cb=reported.append)
+            async with rs:
+                m1, m2 = await (await bound(rs)).fetch(2, timeout=2.0)
+                await m1.ack()
+                await m2.ack()
+                await wait_until(lambda: bool(reported), what="error reported")
+            assert len(reported) == 1 and isinstance(reported[0], errors.NotFoundError)
+
+    run(main())
+
+
+def test_pull_subscribe_finds_the_stream_and_creates_a_durable_pull_consumer():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            async def names(req: Any, ctx: Any) -> pb.StreamNamesResponse:
+                found = ["ORDERS"] if req.subject == "orders.new" else []
+                return pb.StreamNamesResponse(names=found, page=pb.Page(total=len(found)))
+
+            async def info(req: Any, ctx: Any) -> Any:
+                raise errors.NotFoundError(f"consumer {req.consumer} not found")
+
+            async def create(req: Any, ctx: Any) -> pb.ConsumerInfo:
+                return consumer_info_pb(req.stream, "worker", json.loads(req.config_json))
+
+            node.on("StreamNames", names)
+            node.on("GetConsumerInfo", info)
+            node.on("CreateConsumer", create)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                sub = await rs.pull_subscribe("orders.new", "worker")
+                assert (sub.stream, sub.consumer) == ("ORDERS", "worker")
+                with pytest.raises(errors.NotFoundError, match="no stream matches"):
+                    await rs.pull_subscribe("nowhere", "worker")
+            created = json.loads(node.calls_to("CreateConsumer")[0].request.config_json)
+            assert created["durable_name"] == "worker"
+            assert created["filter_subject"] == "orders.new"
+            assert created["ack_policy"] == "explicit"
+
+    run(main())
+
+
+def test_pull_subscribe_refuses_a_push_consumer_and_non_explicit_acks():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            async def info(req: Any, ctx: Any) -> pb.ConsumerInfo:
+                return consumer_info_pb("ORDERS", "pusher", {"deliver_subject": "push.x"})
+
+            node.on("GetConsumerInfo", info)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                with pytest.raises(errors.InvalidArgumentError, match="push consumer"):
+                    await rs.pull_subscribe("orders.x", "pusher", stream="ORDERS")
+                cfg = raftstream.ConsumerConfig(ack_policy="none")
+                with pytest.raises(errors.InvalidArgumentError) as raised:
+                    await rs.pull_subscribe("orders.x", "w", stream="ORDERS", config=cfg)
+                assert raised.value.field == "ack_policy"
+            assert node.calls_to("CreateConsumer") == []
+
+    run(main())
