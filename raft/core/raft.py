@@ -199,10 +199,11 @@ class Raft:
             self._tick_heartbeat()
             return
         self.election_elapsed += 1
-        if self.election_elapsed >= self.randomized_timeout:
+        # A node that cannot campaign (a learner, or a voter that does not know it was
+        # promoted yet) keeps counting, so its leader lease expires and it grants votes.
+        if self.election_elapsed >= self.randomized_timeout and self.promotable():
             self.election_elapsed = 0
-            if self.promotable():
-                self.hup(transfer=False)
+            self.hup(transfer=False)
 
     def _tick_heartbeat(self) -> None:
         self.heartbeat_elapsed += 1

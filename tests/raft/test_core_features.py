@@ -356,6 +356,25 @@ def test_promote_learner_then_it_counts() -> None:
     assert net["a"].status().commit >= index
 
 
+def test_learner_lease_expires_so_it_can_vote_once_promoted() -> None:
+    """A node that cannot campaign still lets its leader lease run out: a learner promoted
+    by a leader that then died must be able to vote for the next one."""
+    net = Network(["a", "b", "c"], election_tick=10)
+    net.elect("a")
+    _add_joiner(net, "d")
+    net["a"].propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"))
+    net.stabilize()
+    net.isolate("a")
+    for _ in range(10):
+        net.tick("d")
+    term = net["d"].term
+    for _ in range(30):  # from now on, every request is heard
+        net.tick("d")
+        net["d"].step(Message(MT.PRE_VOTE, "g", "b", "d", term + 1, log_term=9, index=99))
+        out = [m for m in net.drain("d") if m.type == MT.PRE_VOTE_RESP]
+        assert [(m.dst, m.reject) for m in out] == [("b", False)]
+
+
 def test_one_conf_change_at_a_time() -> None:
     """Thesis §4.1: a new change may start only once the previous one is applied."""
     net = Network(["a", "b", "c"])
