@@ -105,6 +105,7 @@ class Router:
         self._channels: OrderedDict[str, Stubs] = OrderedDict()
         self._hints: OrderedDict[str, str] = OrderedDict()
         self._closed = False
+        self._closing: set[asyncio.Task[None]] = set()  # channel closes in progress
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -139,7 +140,9 @@ class Router:
             if addr not in self._servers:
                 stubs = self._channels.pop(addr)
                 # Its calls fail UNAVAILABLE; the pool bound keeps a hint storm from leaking.
-                asyncio.get_running_loop().create_task(stubs.channel.close())
+                task = asyncio.get_running_loop().create_task(stubs.channel.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
                 return
 
     def _learn(self, route: str | None, exc: errors.RaftStreamError) -> str | None:

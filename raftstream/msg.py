@@ -118,6 +118,10 @@ class Msg:
         await self._send(pb.AckItem(kind=pb.ACK_KIND_TERM, reason=reason), terminal=True)
 
 
+async def _connected(stubs: Stubs, left_s: float) -> Stubs:
+    return stubs
+
+
 def _results(batch: pb.AckResultBatch) -> list[tuple[int, pb.AckResult]]:
     return [(r.id, r) for r in batch.results]
 
@@ -188,14 +192,17 @@ class Acker:
             self._error_cb(from_error_message(result.error))
 
     async def _pipeline(self, stream: str) -> Pipeline:
-        addr = self._router.target(stream)
-        pipe = self._pipes.get(addr)
+        """The live AckStream to the address acks for ``stream`` go to (opened if needed)."""
+        pipe = self._pipes.get(self._router.target(stream))
         if pipe is not None and not pipe.dead:
             return pipe
         async with self._opening:
-            pipe = self._pipes.get(addr)
+            # Through call(): a server that cannot be reached is skipped for the next.
+            stubs = await self._router.call(
+                stream, _connected, timeout_s=self._timeout_s, idempotent=True
+            )
+            pipe = self._pipes.get(stubs.addr)
             if pipe is None or pipe.dead:
-                stubs = await self._router.connect(stream, timeout_s=self._timeout_s, addr=addr)
                 pipe = Pipeline(
                     stubs.consume.AckStream(),
                     batch_of=lambda items: pb.AckBatch(acks=items),
@@ -209,7 +216,7 @@ class Acker:
                     result_timeout_s=self._timeout_s,
                     name="ack",
                 )
-                self._pipes[addr] = pipe
+                self._pipes[stubs.addr] = pipe
             return pipe
 
     async def close(self) -> None:

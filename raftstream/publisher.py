@@ -81,6 +81,11 @@ def _size(req: pb.PublishRequest) -> int:
     return len(req.data) + len(req.subject) + headers + REQUEST_OVERHEAD_BYTES
 
 
+async def _connected(stubs: Stubs, left_s: float) -> Stubs:
+    """An attempt that only needs a connected channel (``Router.call`` made one)."""
+    return stubs
+
+
 def _results(batch: pb.PublishResultBatch) -> list[tuple[int, pb.PublishResult]]:
     return [(r.id, r) for r in batch.results]
 
@@ -185,7 +190,10 @@ class Publisher:
             return pipe
         async with self._opening:
             if self._pipe is None or self._pipe.dead:
-                stubs = await self._router.connect(None, timeout_s=self._timeout_s)
+                # Through call(): a server that cannot be reached is skipped for the next.
+                stubs = await self._router.call(
+                    None, _connected, timeout_s=self._timeout_s, idempotent=True
+                )
                 self._pipe = Pipeline(
                     stubs.publish.PublishStream(),
                     batch_of=lambda items: pb.PublishBatch(requests=items),

@@ -257,3 +257,33 @@ def test_publish_async_futures_fail_typed_when_the_stream_breaks():
             assert all(isinstance(o, errors.DataLossError) for o in outcomes[1:])
 
     run(main())
+
+
+def test_after_the_stream_breaks_the_next_publish_async_opens_a_new_one():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            opened = [0]
+
+            async def handler(
+                requests: AsyncIterator[pb.PublishBatch], ctx: Any
+            ) -> AsyncIterator[pb.PublishResultBatch]:
+                opened[0] += 1
+                if opened[0] == 1:
+                    raise errors.UnavailableError("node shutting down")
+                async for batch in requests:
+                    yield pb.PublishResultBatch(
+                        results=[
+                            pb.PublishResult(id=r.id, ack=pb.PubAck(stream="S", seq=7))
+                            for r in batch.requests
+                        ]
+                    )
+
+            node.on("PublishStream", handler)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                with pytest.raises(errors.UnavailableError):
+                    await (await rs.publish_async("s", b"lost"))
+                ack = await (await rs.publish_async("s", b"kept"))
+            assert ack.seq == 7
+            assert opened[0] == 2
+
+    run(main())
