@@ -140,10 +140,10 @@ class Publisher:
         wait_stall_s: float | None,
     ) -> asyncio.Future[PubAck]:
         """Queue one message; the future resolves to its PubAck or its typed error."""
+        req = options.request(subject, payload)  # before reserving: a bad argument leaks no room
         await self._reserve(wait_stall_s if wait_stall_s is not None else self._wait_stall_s)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[PubAck] = loop.create_future()
-        req = options.request(subject, payload)
         entry = Entry(
             request=req,
             size_bytes=_size(req),

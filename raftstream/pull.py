@@ -132,12 +132,15 @@ class PullSubscription:
 
     def _request(self, batch: int, left_s: float, heartbeat: float | None) -> pb.FetchRequest:
         margin_s = min(left_s * EXPIRES_MARGIN_FRACTION, EXPIRES_MARGIN_MAX_S)
+        expires_ns = int((left_s - margin_s) * NS_PER_S)
         return pb.FetchRequest(
             stream=self._stream,
             consumer=self._consumer,
             batch=batch,
-            expires_ns=int((left_s - margin_s) * NS_PER_S),
-            idle_heartbeat_ns=int((heartbeat or 0) * NS_PER_S),
+            expires_ns=expires_ns,
+            # A pull request's heartbeat may be at most half its expiry (JetStream's rule);
+            # a retry has less time left, so the interval shrinks with it.
+            idle_heartbeat_ns=min(int((heartbeat or 0) * NS_PER_S), expires_ns // 2),
         )
 
     async def _one_request(

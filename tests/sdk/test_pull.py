@@ -293,3 +293,26 @@ def test_pull_subscribe_refuses_a_push_consumer_and_non_explicit_acks():
             assert node.calls_to("CreateConsumer") == []
 
     run(main())
+
+
+def test_a_fetch_whose_heartbeats_stop_is_abandoned_with_unavailable():
+    """With a heartbeat, silence for twice the interval means the server is gone: the
+    request is abandoned (and retried while time is left), never left hanging."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            silence = asyncio.Event()  # never set: the server says nothing until cancelled
+
+            async def silent(req: Any, ctx: Any) -> AsyncIterator[pb.FetchResponse]:
+                await silence.wait()
+                yield pb.FetchResponse()
+
+            node.on("Fetch", silent)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                # The last retry may end on the caller's deadline rather than on silence.
+                with pytest.raises((errors.UnavailableError, errors.DeadlineExceededError)):
+                    await (await bound(rs)).fetch(1, timeout=1.0, heartbeat=0.1)
+            # Abandoned and retried: a request left hanging would be the only call.
+            assert len(node.calls_to("Fetch")) >= 2
+
+    run(main())
