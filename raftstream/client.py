@@ -426,6 +426,97 @@ class Client:
 
         return await self._call(stream, invoke, timeout=timeout, idempotent=True)
 
+    async def update_consumer(
+        self, stream: str, config: ConsumerConfig, *, timeout: float | None = None
+    ) -> ConsumerInfo:
+        """Change an existing consumer (named in ``config``); immutable fields are refused
+        by name, a missing consumer is ``NotFoundError``."""
+        req = pb.UpdateConsumerRequest(stream=stream, config_json=json.dumps(config.to_dict()))
+
+        async def invoke(stubs: Stubs, left_s: float) -> ConsumerInfo:
+            return ConsumerInfo.from_pb(await stubs.consumers.UpdateConsumer(req, timeout=left_s))
+
+        return await self._call(stream, invoke, timeout=timeout, idempotent=True)
+
+    async def consumer_names(self, stream: str, *, timeout: float | None = None) -> list[str]:
+        """Every consumer name of ``stream`` (all pages)."""
+
+        async def page(stubs: Stubs, left_s: float, offset: int) -> tuple[list[Any], pb.Page]:
+            req = pb.ConsumerNamesRequest(stream=stream, offset=offset)
+            resp = await stubs.consumers.ConsumerNames(req, timeout=left_s)
+            return list(resp.names), resp.page
+
+        return await self._paged(page, timeout=timeout)
+
+    async def reset_consumer(
+        self, stream: str, consumer: str, seq: int | None = None, *, timeout: float | None = None
+    ) -> ConsumerInfo:
+        """Drop pending acks and restart delivery at ``seq`` (None: the deliver policy's
+        start). Not retried on an ambiguous failure."""
+        req = pb.ResetConsumerRequest(stream=stream, consumer=consumer)
+        if seq is not None:
+            req.seq = seq
+
+        async def invoke(stubs: Stubs, left_s: float) -> ConsumerInfo:
+            return ConsumerInfo.from_pb(await stubs.consumers.ResetConsumer(req, timeout=left_s))
+
+        return await self._call(stream, invoke, timeout=timeout, idempotent=False)
+
+    # -- leaders and peers (each moves leadership once: never retried when ambiguous) --------
+
+    async def stream_leader_stepdown(
+        self, stream: str, *, preferred: str | None = None, timeout: float | None = None
+    ) -> str | None:
+        """Move the stream's leadership (and its consumers'); returns the new leader if
+        known."""
+        req = pb.StreamStepDownRequest(stream=stream, preferred=preferred or "")
+
+        async def invoke(stubs: Stubs, left_s: float) -> str | None:
+            resp = await stubs.streams.StepDownStreamLeader(req, timeout=left_s)
+            return resp.leader or None
+
+        return await self._call(stream, invoke, timeout=timeout, idempotent=False)
+
+    async def consumer_leader_stepdown(
+        self,
+        stream: str,
+        consumer: str,
+        *,
+        preferred: str | None = None,
+        timeout: float | None = None,
+    ) -> str | None:
+        """As ``stream_leader_stepdown``: consumers replicate through their stream's group."""
+        req = pb.ConsumerStepDownRequest(
+            stream=stream, consumer=consumer, preferred=preferred or ""
+        )
+
+        async def invoke(stubs: Stubs, left_s: float) -> str | None:
+            resp = await stubs.consumers.StepDownConsumerLeader(req, timeout=left_s)
+            return resp.leader or None
+
+        return await self._call(stream, invoke, timeout=timeout, idempotent=False)
+
+    async def meta_leader_stepdown(
+        self, *, preferred: str | None = None, timeout: float | None = None
+    ) -> str | None:
+        """Ask the meta leader to step down; returns the new meta leader if known."""
+        req = pb.MetaStepDownRequest(preferred=preferred or "")
+
+        async def invoke(stubs: Stubs, left_s: float) -> str | None:
+            resp = await stubs.cluster.StepDownMetaLeader(req, timeout=left_s)
+            return resp.leader or None
+
+        return await self._call(None, invoke, timeout=timeout, idempotent=False)
+
+    async def remove_peer(self, peer: str, *, timeout: float | None = None) -> None:
+        """Remove a (dead) node; the meta leader re-places its replicas."""
+        req = pb.RemovePeerRequest(peer=peer)
+
+        async def invoke(stubs: Stubs, left_s: float) -> None:
+            await stubs.cluster.RemovePeer(req, timeout=left_s)
+
+        await self._call(None, invoke, timeout=timeout, idempotent=False)
+
     # -- cluster ------------------------------------------------------------------------------
 
     async def cluster_info(self, *, timeout: float | None = None) -> ClusterInfo:

@@ -15,7 +15,8 @@ normalised config (defaults filled in) comes back in ``StreamInfo.config`` /
 ``ConsumerInfo.config``.
 
 Values are frozen dataclasses built with keyword arguments; sequences are stored as tuples
-and enum fields accept their string values.
+and enum fields accept their string values (anything else is ``InvalidArgumentError`` naming
+the field, the only check made here).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
+
+from raftstream.errors import InvalidArgumentError
 
 __all__ = [
     "UNLIMITED",
@@ -97,7 +100,7 @@ def _enum(kind: type[E], value: object, name: str) -> E:
         return kind(str(value))
     except ValueError:
         choices = ", ".join(m.value for m in kind)
-        raise ValueError(f"{name}: must be one of {choices}, got {value!r}") from None
+        raise InvalidArgumentError(name, f"must be one of {choices}, got {value!r}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,7 +124,7 @@ class Placement:
 
     def __post_init__(self) -> None:
         if isinstance(self.tags, str):
-            raise TypeError("placement.tags: a list of tags, not one string")
+            raise InvalidArgumentError("placement.tags", "a list of tags, not one string")
         _set(self, "tags", tuple(self.tags))
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,7 +168,7 @@ class StreamConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.subjects, str):
-            raise TypeError("subjects: a list of subjects, not one string")
+            raise InvalidArgumentError("subjects", "a list of subjects, not one string")
         _set(self, "subjects", tuple(self.subjects))
         _set(self, "retention", _enum(RetentionPolicy, self.retention, "retention"))
         _set(self, "discard", _enum(DiscardPolicy, self.discard, "discard"))
@@ -254,7 +257,7 @@ class ConsumerConfig:
         _set(self, "replay_policy", _enum(ReplayPolicy, self.replay_policy, "replay_policy"))
         _set(self, "backoff", tuple(self.backoff))
         if isinstance(self.filter_subjects, str):
-            raise TypeError("filter_subjects: a list of subjects, not one string")
+            raise InvalidArgumentError("filter_subjects", "a list of subjects, not one string")
         _set(self, "filter_subjects", tuple(self.filter_subjects))
         _set(self, "metadata", MappingProxyType(dict(self.metadata)))
 
@@ -285,7 +288,7 @@ class ConsumerConfig:
             if key not in known or value is None:
                 continue
             if key in _TIME_FIELDS and isinstance(value, str):
-                value = parse_rfc3339_ns(value)
+                value = parse_rfc3339_ns(value, key)
             kwargs[key] = value
         return cls(**kwargs)
 
@@ -296,11 +299,12 @@ _RFC3339_RE = re.compile(
 )
 
 
-def parse_rfc3339_ns(text: str) -> int:
-    """Nanoseconds since the epoch from an RFC 3339 time (up to 9 fractional digits)."""
+def parse_rfc3339_ns(text: str, field_name: str = "time") -> int:
+    """Nanoseconds since the epoch from an RFC 3339 time (up to 9 fractional digits);
+    ``InvalidArgumentError`` naming ``field_name`` otherwise."""
     m = _RFC3339_RE.match(text)
     if m is None:
-        raise ValueError(f"not an RFC 3339 time: {text!r}")
+        raise InvalidArgumentError(field_name, f"must be an RFC 3339 time, got {text!r}")
     zone = "+00:00" if m.group(3) == "Z" else m.group(3)
     base = datetime.fromisoformat(m.group(1) + zone)
     frac = int((m.group(2) or "0").ljust(9, "0"))

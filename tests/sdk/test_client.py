@@ -263,3 +263,39 @@ def test_calls_after_close_fail_typed():
                 await rs.stream_info("ORDERS")
 
     run(main())
+
+
+def test_admin_calls_send_their_fields_and_are_not_retried_when_ambiguous():
+    """Step-downs, peer removal and consumer reset change leadership or state once: a bare
+    UNAVAILABLE is reported, never repeated; their requests carry what was asked."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            node.on("StepDownStreamLeader", _answer(pb.StepDownResponse(leader="n2")))
+            node.on("StepDownConsumerLeader", _answer(pb.StepDownResponse()))
+            node.on("StepDownMetaLeader", _answer(pb.StepDownResponse(leader="n3")))
+            cinfo = consumer_info_pb("ORDERS", "C", {"durable_name": "C"})
+            node.on("ResetConsumer", _answer(cinfo))
+            node.on("UpdateConsumer", _answer(cinfo))
+
+            async def gone(req: Any, ctx: Any) -> Any:
+                raise errors.UnavailableError("connection reset")
+
+            node.on("RemovePeer", gone)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                assert await rs.stream_leader_stepdown("ORDERS", preferred="n2") == "n2"
+                assert await rs.consumer_leader_stepdown("ORDERS", "C") is None
+                assert await rs.meta_leader_stepdown() == "n3"
+                await rs.reset_consumer("ORDERS", "C", 10)
+                cfg = raftstream.ConsumerConfig(durable_name="C", max_deliver=3)
+                await rs.update_consumer("ORDERS", cfg)
+                with pytest.raises(errors.UnavailableError):
+                    await rs.remove_peer("n4")
+            assert node.calls_to("StepDownStreamLeader")[0].request.preferred == "n2"
+            reset = node.calls_to("ResetConsumer")[0].request
+            assert reset.HasField("seq") and reset.seq == 10
+            updated = json.loads(node.calls_to("UpdateConsumer")[0].request.config_json)
+            assert updated["max_deliver"] == 3
+            assert len(node.calls_to("RemovePeer")) == 1
+
+    run(main())

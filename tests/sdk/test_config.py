@@ -99,9 +99,13 @@ def test_unknown_keys_from_a_newer_server_are_ignored():
     assert ccfg.durable_name == "d"
 
 
-def test_a_bad_enum_value_names_the_field():
-    with pytest.raises(ValueError, match="retention"):
+def test_a_bad_enum_value_or_a_lone_string_names_the_field():
+    with pytest.raises(errors.InvalidArgumentError) as raised:
         sdk.StreamConfig(name="S", retention="sometimes")
+    assert raised.value.field == "retention"
+    with pytest.raises(errors.InvalidArgumentError) as raised:
+        sdk.StreamConfig(name="S", subjects="orders.>")
+    assert raised.value.field == "subjects"
 
 
 V2 = "$JS.ACK.hub.ACC.ORDERS.worker.3.41.17.1700000000000000000.5"
