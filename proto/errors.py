@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -49,6 +50,7 @@ __all__ = [
 
 DOMAIN = "raftstream"
 INTERNAL_REASON = "INTERNAL"
+log = logging.getLogger("raftstream.proto.errors")
 
 # Without raftstream details, a status maps by code to the most specific class that has it.
 _BY_CODE: Mapping[e.Code, type[e.RaftStreamError]] = {
@@ -131,12 +133,23 @@ def to_error_message(exc: BaseException) -> pb.Error:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+async def _abort_mapped(
+    context: grpc.aio.ServicerContext, exc: Exception, method: Callable[..., Any]
+) -> NoReturn:
+    if not isinstance(exc, e.RaftStreamError):
+        # A bug: the client gets INTERNAL without the text; the traceback goes to the log.
+        log.error("bug in %s", method.__qualname__, exc_info=exc)
+    await abort(context, exc)
+
+
 def map_errors(method: F) -> F:
     """Wrap an aio servicer method so a raised exception ends the RPC with its mapped status.
 
     Works for coroutine methods (unary responses) and async generator methods (streamed
-    responses). ``(self, request_or_iterator, context)`` is the expected signature. Aborts
-    that grpc itself raises (``context.abort``) pass through untouched.
+    responses). ``(self, request_or_iterator, context)`` is the expected signature. A
+    ``RaftStreamError`` becomes its status; any other exception is a bug, logged with its
+    traceback and sent as INTERNAL; aborts the handler made itself (``context.abort``) and
+    cancellation pass through untouched.
     """
     if inspect.isasyncgenfunction(method):
         gen_method = cast(Callable[..., AsyncIterator[Any]], method)
@@ -146,8 +159,10 @@ def map_errors(method: F) -> F:
             try:
                 async for item in gen_method(self, request, context):
                     yield item
-            except e.RaftStreamError as exc:
-                await abort(context, exc)
+            except grpc.aio.AbortError:
+                raise  # the handler aborted on its own: its status stands
+            except Exception as exc:
+                await _abort_mapped(context, exc, method)
 
         return cast(F, stream_wrapper)
     unary_method = cast(Callable[..., Awaitable[Any]], method)
@@ -156,8 +171,10 @@ def map_errors(method: F) -> F:
     async def unary_wrapper(self: Any, request: Any, context: Any) -> Any:
         try:
             return await unary_method(self, request, context)
-        except e.RaftStreamError as exc:
-            await abort(context, exc)
+        except grpc.aio.AbortError:
+            raise  # the handler aborted on its own: its status stands
+        except Exception as exc:
+            await _abort_mapped(context, exc, method)
 
     return cast(F, unary_wrapper)
 

@@ -188,6 +188,27 @@ def test_a_bug_becomes_internal_without_leaking_its_text():
     assert not got.retriable
 
 
+def test_map_errors_sends_a_bug_as_internal_and_logs_it(caplog: pytest.LogCaptureFixture):
+    bug = {"x": lambda: ZeroDivisionError("secret-divisor")}
+
+    async def run() -> tuple[grpc.StatusCode, e.RaftStreamError]:
+        async with serve(bug) as addr, grpc.aio.insecure_channel(addr) as ch:
+            try:
+                await pbg.StreamServiceStub(ch).DeleteStream(
+                    pb.DeleteStreamRequest(name="x"), timeout=10
+                )
+            except grpc.aio.AioRpcError as err:
+                return err.code(), pe.from_rpc_error(err)
+        raise AssertionError("the call succeeded")
+
+    with caplog.at_level("ERROR", logger="raftstream.proto.errors"):
+        code, got = asyncio.run(run())
+    assert code == grpc.StatusCode.INTERNAL
+    assert "secret-divisor" not in got.message
+    assert "ZeroDivisionError" in got.message
+    assert any("DeleteStream" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
 def test_a_status_without_details_maps_by_code():
     """A plain UNAVAILABLE (no ErrorInfo) is a retriable UnavailableError."""
 
