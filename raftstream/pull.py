@@ -25,13 +25,14 @@ reached) is retried within the timeout: no message was delivered, so nothing is 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
 from raftstream import errors
 from raftstream._conn import Router, Stubs
+from raftstream.models import ConsumerInfo
 from raftstream.msg import AckSender, Msg
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import from_rpc_error
@@ -85,7 +86,7 @@ class PullSubscription:
         stream: str,
         consumer: str,
         timeout_s: float,
-        consumer_info: Callable[[], Any],
+        consumer_info: Callable[[], Awaitable[ConsumerInfo]],
     ) -> None:
         self._router = router
         self._acker = acker
@@ -102,7 +103,7 @@ class PullSubscription:
     def consumer(self) -> str:
         return self._consumer
 
-    async def consumer_info(self) -> Any:
+    async def consumer_info(self) -> ConsumerInfo:
         """The consumer's current ``ConsumerInfo``."""
         return await self._consumer_info()
 
