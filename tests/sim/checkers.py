@@ -1,6 +1,8 @@
 """Safety checkers of Raft §5, run by the simulator as every Ready is processed.
 
-- Election Safety (§5.2): at most one leader per term.
+- Election Safety (§5.2): at most one leader per term; and its foundation, one vote per
+  term per server (granted votes are watched on the wire, so a vote forgotten across a
+  crash is caught even when no second leader results).
 - Leader Append-Only (§5.3): a leader never overwrites or deletes entries of its term.
 - Log Matching (§5.3): checked inductively. Every (index, term) ever persisted anywhere is
   registered with its content and the term of the entry before it; any replica persisting
@@ -14,7 +16,7 @@
 from __future__ import annotations
 
 from raftstream.raft.core import RaftNode
-from raftstream.raft.types import Entry, EntryType, Ready, Role, Snapshot
+from raftstream.raft.types import Entry, EntryType, Message, MessageType, Ready, Role, Snapshot
 
 from .storage import SimStorage
 
@@ -28,6 +30,7 @@ class SafetyChecker:
         self.leaders: dict[tuple[str, int], str] = {}
         self.registry: dict[tuple[str, int, int], tuple[EntryType, bytes, int]] = {}
         self.committed: dict[str, dict[int, tuple[int, EntryType, bytes]]] = {}
+        self.votes: dict[tuple[str, int, str], str] = {}
         self.checks = 0
 
     def on_ready(self, node: str, group: str, raft: RaftNode, st: SimStorage, rd: Ready) -> None:
@@ -91,6 +94,16 @@ class SafetyChecker:
                     f"between replicas: {seen!r} vs {(e.type, e.data, prev_term)!r}"
                 )
             prev_term = e.term
+
+    def on_send(self, m: Message) -> None:
+        if m.type != MessageType.VOTE_RESP or m.reject:
+            return
+        other = self.votes.setdefault((m.group, m.term, m.src), m.dst)
+        if other != m.dst:
+            raise SafetyViolation(
+                f"Election Safety (§5.2): {m.src} voted for {other} and {m.dst} in "
+                f"{m.group} term {m.term}"
+            )
 
     def on_apply(self, node: str, group: str, e: Entry) -> None:
         got = (e.term, e.type, e.data)

@@ -26,7 +26,15 @@ from raftstream.raft.core import (
     RaftNode,
     TransferInProgressError,
 )
-from raftstream.raft.types import ConfChange, ConfChangeType, EntryType, Message, Ready, Role
+from raftstream.raft.types import (
+    ConfChange,
+    ConfChangeType,
+    EntryType,
+    Message,
+    MessageType,
+    Ready,
+    Role,
+)
 
 from .checkers import SafetyChecker
 from .kv import KV, Command
@@ -113,6 +121,7 @@ class Node:
     up: bool = True
     failed: bool = False  # disk corruption detected: down for good
     crash_after_fsync: bool = False
+    crash_after_vote: bool = False  # bounce right after granting a vote
 
 
 @dataclass
@@ -258,6 +267,13 @@ class Simulation:
                 return
             for m in rd.messages:
                 self._send(m)
+            if node.crash_after_vote and any(
+                m.type == MessageType.VOTE_RESP and not m.reject for m in rd.messages
+            ):
+                # The vote is out; what it promised must survive the crash (§5.2).
+                self._crash(node)
+                self.at(self.rng.randrange(200, 3 * MS), lambda: self._restart(node.id))
+                return
             self._apply(node, rep, rd)
             raft.advance(rd)
             self._serve_reads(rep, rd)
@@ -312,7 +328,7 @@ class Simulation:
     def _crash(self, node: Node, *, failed: bool = False) -> None:
         node.up = False
         node.failed = node.failed or failed
-        node.crash_after_fsync = False
+        node.crash_after_fsync = node.crash_after_vote = False
         self.stats["crashes"] += 1
         for rep in node.replicas.values():
             rep.raft = None
@@ -336,6 +352,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ network
     def _send(self, m: Message) -> None:
+        self.checker.on_send(m)
         self.stats["msgs"] += 1
         if (m.src, m.dst) in self.blocked or self.rng.random() < self.p_drop:
             self.stats["dropped"] += 1
@@ -380,7 +397,19 @@ class Simulation:
             self._fault_membership()
         elif r < 0.97 and self.rng.random() < self.p.p_corrupt:
             self._fault_corrupt()
+        elif r < 1.0:
+            self._fault_restart_all()
         self.at(self.rng.randrange(10 * MS, 40 * MS), self._fault)
+
+    def _fault_restart_all(self) -> None:
+        """Every node restarts at once (a power cut): elections start together, split votes
+        follow, and some nodes bounce right after voting."""
+        for node in self.nodes.values():
+            if node.up:
+                self._crash(node)
+                node.crash_after_vote = self.rng.random() < 0.5
+                delay = self.rng.randrange(1 * MS, 5 * MS)
+                self.at(delay, lambda nid=node.id: self._restart(nid))
 
     def _pick_node(self) -> str:
         """A random node, half the time the leader of some group (where faults hurt)."""
@@ -397,10 +426,17 @@ class Simulation:
         if not node.up:
             return
         if self.rng.random() < 0.3:
+            node.crash_after_vote = True
+            return
+        if self.rng.random() < 0.3:
             node.crash_after_fsync = True  # crash at its next fsync, before sending
         else:
             self._crash(node)
-        self.at(self.rng.randrange(20 * MS, 150 * MS), lambda: self._restart(node.id))
+        if self.rng.random() < 0.4:
+            down_us = self.rng.randrange(1 * MS, 10 * MS)  # a quick bounce, mid-election
+        else:
+            down_us = self.rng.randrange(20 * MS, 150 * MS)
+        self.at(down_us, lambda: self._restart(node.id))
 
     def _fault_transfer(self) -> None:
         for node in self.nodes.values():
@@ -462,7 +498,7 @@ class Simulation:
         self.blocked.clear()
         self.p_drop = self.p_dup = 0.0
         for nid, node in self.nodes.items():
-            node.crash_after_fsync = False
+            node.crash_after_fsync = node.crash_after_vote = False
             self._restart(nid)
 
     # ------------------------------------------------------------------ clients

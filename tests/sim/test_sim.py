@@ -86,6 +86,24 @@ def test_sim_catches_a_voting_bug(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.fail("no seed caught a candidate without an up-to-date log winning")
 
 
+def test_sim_catches_storage_that_forgets_votes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk that loses HardState.vote lets a restarted node vote twice in a term."""
+    persist = SimStorage.persist
+
+    def forgetful(self: SimStorage, rd: Ready) -> None:
+        persist(self, rd)
+        self._hard = HardState(self._hard.term, "", self._hard.commit)
+
+    monkeypatch.setattr(SimStorage, "persist", forgetful)
+    for seed in range(60):
+        try:
+            Simulation(seed).run()
+        except AssertionError as e:
+            assert "Election Safety" in str(e) and "--seed" in str(e)
+            return
+    pytest.fail("no seed caught a vote forgotten across a crash")
+
+
 # ---------------------------------------------------------------- checker self-tests
 def test_linearizability_accepts_concurrent_and_rejects_stale_read() -> None:
     ok = [
