@@ -123,9 +123,11 @@ class RaftNode:
         NoLeaderError when no leader is known, TransferInProgressError during a
         leadership transfer, LimitError when too many bytes are uncommitted. A returned
         index is no promise: the entry commits only if the entry applied at that index has
-        this term; after a leader change the outcome is unknown until then.
+        this term; after a leader change the outcome is unknown until then. Empty
+        ``data`` is refused (InvalidArgumentError): empty entries are the leaders' no-ops.
         """
         r = self._require_leader()
+        _check_data(data)
         r.check_proposal(len(data))
         return r.append_entries([Entry(0, 0, EntryType.NORMAL, data)])
 
@@ -136,6 +138,8 @@ class RaftNode:
         r = self._require_leader()
         if not datas:
             return r.log.last_index()
+        for d in datas:
+            _check_data(d)
         r.check_proposal(sum(len(d) for d in datas))
         return r.append_entries([Entry(0, 0, EntryType.NORMAL, d) for d in datas])
 
@@ -351,3 +355,8 @@ class RaftNode:
             lead_transferee=r.lead_transferee,
             progress=progress,
         )
+
+
+def _check_data(data: bytes) -> None:
+    if not data:
+        raise InvalidArgumentError("data", "must not be empty (empty entries are no-ops)")

@@ -526,6 +526,15 @@ def test_proposal_without_leader_fails_fast() -> None:
         net["a"].propose(b"x")
 
 
+def test_empty_proposal_is_refused() -> None:
+    net = Network(["a"])
+    net.elect("a")
+    with pytest.raises(InvalidArgumentError):
+        net["a"].propose(b"")
+    with pytest.raises(InvalidArgumentError):
+        net["a"].propose_many([b"x", b""])
+
+
 def test_uncommitted_bytes_are_bounded() -> None:
     net = Network(["a", "b", "c"], uncommitted_bytes_max=100)
     net.elect("a")
