@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +49,30 @@ def test_same_seed_replays_exactly() -> None:
     assert a.stats == b.stats
     assert a.history == b.history
     assert a.checker.leaders == b.checker.leaders
+
+
+_DIGEST = """
+import hashlib
+from tests.sim.sim import Simulation
+s = Simulation(11)
+s.run()
+state = (sorted(s.history.items()), sorted(s.checker.leaders.items()), s.stats)
+print(hashlib.sha256(repr(state).encode()).hexdigest())
+"""
+
+
+def test_seed_replays_exactly_across_processes() -> None:
+    """Replaying from the command line must not depend on string hashing (set order)."""
+    root = Path(__file__).resolve().parents[2]
+    digests = set()
+    for hashseed in ("1", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": hashseed}
+        out = subprocess.run(
+            [sys.executable, "-c", _DIGEST], cwd=root, env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1
 
 
 def test_runs_exercise_the_faults() -> None:
