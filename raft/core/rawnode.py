@@ -10,6 +10,11 @@ thread or event loop. The cycle is::
         transport: send rd.messages
         state machine: install rd.snapshot, apply rd.committed_entries; serve rd.read_states
         node.advance(rd)
+    # at any time, from the state machine's snapshot at its applied index:
+    snap = node.make_snapshot(applied, data); storage: keep snap, drop entries <= snap index
+
+``committed_entries`` may include entries of the same Ready's ``entries``: they are safe to
+apply because they are applied only after that Ready is persisted.
 
 ``tick``/``step``/``propose`` may also be called between ``ready()`` and ``advance()`` (their
 effects go into the next Ready), but ``ready()`` may not be called again before
