@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from raftstream.raft.core.log import CompactedError, entries_size
 from raftstream.raft.core.progress import Progress, ProgressState
-from raftstream.raft.types import NONE, Entry, Message, MessageType, Role
+from raftstream.raft.types import NONE, Entry, EntryType, Message, MessageType, Role
 
 if TYPE_CHECKING:
     from raftstream.raft.core.raft import Raft
@@ -193,9 +193,15 @@ def _handle_heartbeat_resp(r: Raft, m: Message, pr: Progress) -> None:
 
 
 def _handle_forwarded_proposal(r: Raft, m: Message) -> None:
-    if r.role != Role.LEADER or r.lead_transferee != NONE or not m.entries:
-        return  # dropped: the follower's caller learns through its own timeout
-    r.append_entries([Entry(0, 0, e.type, e.data) for e in m.entries])
+    """A follower's host forwarded proposals (the core itself never forwards). Dropped on
+    any refusal: the proposer learns through its own timeout."""
+    ents = [Entry(0, 0, EntryType.NORMAL, e.data) for e in m.entries if e.data]
+    if r.role != Role.LEADER or r.lead_transferee != NONE or not ents:
+        return
+    size = entries_size(ents)
+    if r.uncommitted_bytes and r.uncommitted_bytes + size > r.cfg.uncommitted_bytes_max:
+        return
+    r.append_entries(ents)
 
 
 # ---------------------------------------------------------------------- follower

@@ -526,6 +526,17 @@ def test_proposal_without_leader_fails_fast() -> None:
         net["a"].propose(b"x")
 
 
+def test_leader_accepts_forwarded_proposals() -> None:
+    """A host may forward proposals in a PROPOSE message; the leader appends them (only
+    normal commands: a forwarded configuration change is not honoured)."""
+    net = Network(["a", "b", "c"])
+    net.elect("a")
+    fwd = (Entry(0, 0, data=b"f1"), Entry(0, 0, data=b"f2"))
+    net["a"].step(Message(MT.PROPOSE, "g", "b", "a", net["a"].term, entries=fwd))
+    net.stabilize()
+    assert net.replicas["c"].data() == [b"f1", b"f2"]
+
+
 def test_empty_proposal_is_refused() -> None:
     net = Network(["a"])
     net.elect("a")
