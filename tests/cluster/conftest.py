@@ -1,8 +1,12 @@
-"""Builders shared by the cluster tests: entries with sensible defaults."""
+"""Shared by the cluster tests: entry builders with sensible defaults, and ``cluster3``
+(a real 3-node cluster on loopback, see ``node_harness.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from raftstream.cluster.meta_entries import (
     DEFAULT_ACCOUNT,
@@ -15,6 +19,8 @@ from raftstream.cluster.meta_entries import (
 )
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.stream_config import StreamConfig
+
+from .node_harness import LocalCluster
 
 ACC = DEFAULT_ACCOUNT
 PEERS3 = ("n1", "n2", "n3")
@@ -72,3 +78,21 @@ def delete_consumer(
     stream: str, name: str, *, account: str = ACC, ts_ns: int = 6
 ) -> DeleteConsumer:
     return DeleteConsumer(account=account, stream=stream, name=name, ts_ns=ts_ns)
+
+
+# -- real node processes (integration) ---------------------------------------------------------
+
+
+@pytest.fixture
+def cluster3() -> Iterator[LocalCluster]:
+    """A started 3-node cluster of real processes on loopback, in a temporary directory.
+    Always killed and removed afterwards; its nodes' log tails are printed on failure."""
+    c = LocalCluster(3)
+    try:
+        c.start_all()
+        yield c
+    except BaseException:
+        print(c.tails())
+        raise
+    finally:
+        c.close()

@@ -1,0 +1,182 @@
+"""What the gRPC servicers share: the node's groups, the meta state, routing to leaders.
+
+``ServiceContext`` belongs to the node's event loop. The account of a call is resolved in
+ONE place (``account_of``: today always ``$G``; later from the authenticated identity, see
+docs/cluster-design.md) and passed explicitly below.
+
+Routing: a request that needs a leader this node is not either fails NOT_LEADER with the
+leader's client address (reads, fetches: the SDK follows the hint), or is forwarded
+(``to_stream_leader``/``to_meta_leader``: meta changes, publishes, acks). A node that does
+not host a stream's group does not know its leader; it points at the group's first peer,
+which knows. Forwarding follows NOT_LEADER hints a bounded number of times (tenacity), within
+the caller's deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
+
+from raftstream.cluster.assignments import StreamAssignment
+from raftstream.cluster.config import NodeConfig
+from raftstream.cluster.forward import Forwarder, was_forwarded
+from raftstream.cluster.meta_entries import DEFAULT_ACCOUNT
+from raftstream.cluster.meta_group import MetaGroup
+from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.stream_leader import StreamGroup
+from raftstream.errors import NoLeaderError, NotFoundError, NotLeaderError, UnavailableError
+from raftstream.raft.host import RaftHost
+
+__all__ = ["ServiceContext", "account_of", "time_left"]
+
+R = TypeVar("R")
+FORWARD_HOPS_MAX = 4  # NOT_LEADER hints followed by one forwarded request
+FORWARD_RETRY_WAIT_S = 0.05  # between hops when a group has no leader yet
+META_CATCHUP_WAIT_S = 0.5  # a lagging meta replica gets this long before NOT_FOUND stands
+META_CATCHUP_POLL_S = 0.02
+
+
+def account_of(context: Any) -> str:
+    """The account the call acts in (the one place that decides it)."""
+    del context
+    return DEFAULT_ACCOUNT
+
+
+def time_left(context: Any) -> float | None:
+    """Seconds left before the client's deadline, or None when it set none."""
+    left = context.time_remaining()
+    return None if left is None else max(0.001, float(left))
+
+
+@dataclass(slots=True, kw_only=True)
+class ServiceContext:
+    config: NodeConfig
+    host: RaftHost
+    meta: MetaGroup
+    groups: dict[str, StreamGroup]
+    forwarder: Forwarder
+    metrics: NodeMetrics
+    peer_seen_ns: Callable[[], Mapping[str, int]]  # node -> last time it answered (ns)
+
+    @property
+    def node_id(self) -> str:
+        return self.config.name
+
+    def client_addr(self, node: str) -> str | None:
+        addr = self.config.peers.get(node)
+        return None if addr is None else str(addr)
+
+    # -- streams -------------------------------------------------------------------------------
+
+    def stream(self, account: str, name: str) -> StreamAssignment:
+        return self.meta.state.stream(account, name)
+
+    async def caught_up(self, lookup: Callable[[], R]) -> R:
+        """``lookup()`` against this node's meta state; on NotFoundError, when this node is
+        not the meta leader, wait (bounded) for its replica to apply what the leader just
+        committed: a client that created a stream through one node and then uses another
+        must not see NOT_FOUND because that node lags by a heartbeat."""
+        deadline = time.monotonic() + META_CATCHUP_WAIT_S
+        while True:
+            try:
+                return lookup()
+            except NotFoundError:
+                if self.meta.is_leader or time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(META_CATCHUP_POLL_S)
+
+    def local_group(self, sa: StreamAssignment) -> StreamGroup | None:
+        return self.groups.get(sa.group)
+
+    def hint_for(self, sa: StreamAssignment) -> UnavailableError:
+        """NOT_LEADER (or NO_LEADER) for a request about ``sa`` that needs its leader."""
+        g = self.groups.get(sa.group)
+        if g is not None:
+            return g.not_leader()
+        peer = sa.peers[0]
+        return NotLeaderError(
+            f"stream {sa.name!r} is not hosted here",
+            leader=peer,
+            leader_addr=self.client_addr(peer),
+        )
+
+    async def leader_group(self, account: str, name: str) -> StreamGroup:
+        """This node's group of stream ``name`` when it leads it (copies ready); else the
+        NOT_LEADER/NO_LEADER error (NOT_FOUND once the meta replica caught up)."""
+        sa = await self.caught_up(lambda: self.stream(account, name))
+        g = self.groups.get(sa.group)
+        if g is None or not g.ready:
+            raise self.hint_for(sa)
+        return g
+
+    async def to_stream_leader(
+        self,
+        sa: StreamAssignment,
+        method: str,
+        request: Any,
+        response_type: Callable[[bytes], R],
+        timeout_s: float | None,
+    ) -> R:
+        """Send ``request`` to the leader of ``sa``'s group (maybe this node, over loopback),
+        following NOT_LEADER hints; NO_LEADER is retried briefly, within ``timeout_s``."""
+        err = self.hint_for(sa)
+        addr = err.leader_addr if isinstance(err, NotLeaderError) else None
+        g = self.groups.get(sa.group)
+        if g is not None and g.is_leader:
+            addr = self.client_addr(self.node_id)
+        return await self._hop(
+            addr or self.client_addr(sa.peers[0]), method, request, response_type, timeout_s
+        )
+
+    async def to_meta_leader(
+        self,
+        method: str,
+        request: Any,
+        response_type: Callable[[bytes], R],
+        timeout_s: float | None,
+    ) -> R:
+        leader = self.meta.leader
+        addr = self.client_addr(leader) if leader else None
+        return await self._hop(addr, method, request, response_type, timeout_s)
+
+    async def _hop(
+        self,
+        addr: str | None,
+        method: str,
+        request: Any,
+        response_type: Callable[[bytes], R],
+        timeout_s: float | None,
+    ) -> R:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        target = [addr]
+
+        async def attempt() -> R:
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            try:
+                return await self.forwarder.unary(
+                    target[0], method, request, response_type, timeout_s=left
+                )
+            except NotLeaderError as exc:
+                if exc.leader_addr:
+                    target[0] = exc.leader_addr
+                raise
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type((NotLeaderError, NoLeaderError)),
+            stop=stop_after_attempt(FORWARD_HOPS_MAX),
+            wait=wait_fixed(FORWARD_RETRY_WAIT_S),
+            reraise=True,
+        )
+        async for a in retrying:
+            with a:
+                return await attempt()
+        raise NoLeaderError("no leader answered")  # pragma: no cover (reraise=True)
+
+    @staticmethod
+    def forwarded(context: Any) -> bool:
+        return was_forwarded(context)

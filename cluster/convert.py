@@ -1,0 +1,140 @@
+"""Engine and cluster values to ``raftstream.v1`` messages (one direction: the server's).
+
+Configs travel as JetStream JSON (``to_dict``), as the proto's conventions say. Requests
+are parsed here too (``parse_json``): a malformed document is INVALID_ARGUMENT naming
+``config_json``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
+from raftstream.engine.consumer import ConsumerInfo
+from raftstream.engine.consumer_pull import Delivery, PullStatus
+from raftstream.engine.store import StoredMsg, StreamState
+from raftstream.errors import InvalidArgumentError
+from raftstream.proto import raftstream_pb2 as pb
+
+__all__ = [
+    "consumer_info_pb",
+    "delivery_pb",
+    "group_info_pb",
+    "parse_json",
+    "pull_status_pb",
+    "stored_msg_pb",
+    "stream_info_pb",
+    "stream_state_pb",
+]
+
+
+def parse_json(text: str, field: str = "config_json") -> dict[str, Any]:
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgumentError(field, f"is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise InvalidArgumentError(field, "must be a JSON object")
+    return raw
+
+
+def group_info_pb(
+    group: str,
+    *,
+    leader: str | None,
+    term: int = 0,
+    commit: int = 0,
+    replicas: list[pb.ReplicaInfo] | None = None,
+) -> pb.GroupInfo:
+    return pb.GroupInfo(
+        name=group, leader=leader or "", term=term, commit_index=commit, replicas=replicas or []
+    )
+
+
+def stream_state_pb(
+    st: StreamState, *, consumers: int, subjects: Mapping[str, int] | None = None
+) -> pb.StreamState:
+    out = pb.StreamState(
+        messages=st.msgs,
+        bytes=st.bytes,
+        first_seq=st.first_seq,
+        first_ts_ns=st.first_ts,
+        last_seq=st.last_seq,
+        last_ts_ns=st.last_ts,
+        num_deleted=st.num_deleted,
+        num_subjects=st.num_subjects,
+        consumer_count=consumers,
+    )
+    if subjects:
+        out.subjects.update(subjects)
+    return out
+
+
+def stream_info_pb(
+    sa: StreamAssignment, state: pb.StreamState | None, cluster: pb.GroupInfo
+) -> pb.StreamInfo:
+    return pb.StreamInfo(
+        config_json=json.dumps(sa.config.to_dict()),
+        state=state or pb.StreamState(),
+        cluster=cluster,
+        created_ns=sa.created_ns,
+    )
+
+
+def consumer_info_pb(
+    ca: ConsumerAssignment, info: ConsumerInfo | None, cluster: pb.GroupInfo
+) -> pb.ConsumerInfo:
+    out = pb.ConsumerInfo(
+        stream=ca.stream,
+        name=ca.name,
+        created_ns=ca.created_ns,
+        config_json=json.dumps(ca.config.to_dict()),
+        cluster=cluster,
+    )
+    if info is not None:
+        out.delivered.CopyFrom(
+            pb.SequenceInfo(
+                consumer_seq=info.delivered.consumer_seq, stream_seq=info.delivered.stream_seq
+            )
+        )
+        out.ack_floor.CopyFrom(
+            pb.SequenceInfo(
+                consumer_seq=info.ack_floor.consumer_seq, stream_seq=info.ack_floor.stream_seq
+            )
+        )
+        out.num_ack_pending = info.num_ack_pending
+        out.num_redelivered = info.num_redelivered
+        out.num_waiting = info.num_waiting
+        out.num_pending = info.num_pending
+        out.paused = info.paused
+        out.pause_remaining_ns = info.pause_remaining_ns
+    return out
+
+
+def stored_msg_pb(m: StoredMsg) -> pb.Msg:
+    return pb.Msg(subject=m.subject, seq=m.seq, ts_ns=m.ts, headers=dict(m.headers), data=m.data)
+
+
+def delivery_pb(d: Delivery) -> pb.Msg:
+    m = d.msg
+    return pb.Msg(
+        subject=m.subject,
+        seq=m.seq,
+        ts_ns=m.ts,
+        headers=dict(d.headers),
+        data=d.data,
+        reply=d.reply,
+    )
+
+
+def pull_status_pb(s: PullStatus) -> pb.PullStatus:
+    return pb.PullStatus(
+        code=int(s.code),
+        description=s.description,
+        pending_msgs=s.pending_msgs,
+        pending_bytes=s.pending_bytes,
+        last_consumer_seq=s.last_consumer_seq,
+        last_stream_seq=s.last_stream_seq,
+    )

@@ -1,0 +1,360 @@
+"""The node process: one event loop, one gRPC server, the Raft host and every group.
+
+A ``Node`` owns, on the event loop that ran ``start()``:
+
+- one ``grpc.aio`` server on ``listen`` serving the client API (``raftstream.v1``), the Raft
+  service (``raftstream.raft.v1``, from ``raft/transport``), grpc health checking and
+  server reflection, with message sizes bounded by ``limits.grpc_message_bytes_max``;
+- the ``RaftHost`` driving the meta group (on every node) and the stream groups the meta
+  state assigns to this node (``cluster/meta_group.py`` starts and stops them);
+- the data directory: ``raft/`` holds the Raft logs of every group in one LMDB environment
+  (fsynced: it is what "acknowledged" rests on), ``store/`` the engine stores of every
+  stream in another, which is a cache rebuilt from the Raft logs at every start (wiped
+  here), so it needs no fsync (see ``cluster/stream_group.py``). Two environments because
+  ``LmdbLogStorage`` opens its own (one environment for both needs it to take an open one);
+- prometheus metrics on ``metrics_listen`` (when set) and structured logs (node, group,
+  term on every record that has them).
+
+A restart rebuilds everything from the node's own data: the meta group from its snapshot
+and log, then the stream groups it assigns here, each from its snapshot and log.
+
+Failure: ``start`` raises (and leaves nothing running) when the port or the data directory
+cannot be used. ``stop`` is graceful: health goes NOT_SERVING, the server stops taking calls
+(a short grace for those in flight), then the groups, the host, transport and storage close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from raftstream.cluster.assignments import StreamAssignment
+from raftstream.cluster.config import NodeConfig
+from raftstream.cluster.context import ServiceContext
+from raftstream.cluster.forward import Forwarder
+from raftstream.cluster.meta_group import META_GROUP, MetaGroup
+from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.services_cluster import ClusterServicer
+from raftstream.cluster.services_consume import ConsumeServicer
+from raftstream.cluster.services_consumers import ConsumerServicer
+from raftstream.cluster.services_publish import PublishServicer
+from raftstream.cluster.services_streams import StreamServicer
+from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
+from raftstream.engine.lmdbstore import open_node_env
+from raftstream.errors import InvariantError, NotFoundError, RaftStreamError
+from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.raft.host import HostConfig, RaftHost
+from raftstream.raft.storage import LmdbLogStorage
+from raftstream.raft.transport import GrpcTransport, GrpcTransportConfig
+
+__all__ = ["Node", "configure_logging", "run_node"]
+
+log = logging.getLogger(__name__)
+
+PEER_PROBE_INTERVAL_S = 1.0
+PEER_PROBE_TIMEOUT_S = 1.0
+STOP_GRACE_S = 1.0
+_SERVICE_NAMES = (
+    "raftstream.v1.StreamService",
+    "raftstream.v1.ConsumerService",
+    "raftstream.v1.PublishService",
+    "raftstream.v1.ConsumeService",
+    "raftstream.v1.ClusterService",
+    "raftstream.raft.v1.Raft",
+)
+
+
+class _Fields(logging.Filter):
+    """Every record gets ``node``, ``group`` and ``term`` (``-`` when it has none)."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__()
+        self._node = node
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "node"):
+            record.node = self._node
+        for name in ("group", "term"):
+            if not hasattr(record, name):
+                setattr(record, name, "-")
+        return True
+
+
+def configure_logging(node: str, level: int = logging.INFO) -> None:
+    """Structured one-line logs: time, level, node, group, term, logger, message."""
+    handler = logging.StreamHandler()
+    handler.addFilter(_Fields(node))
+    handler.setFormatter(
+        logging.Formatter(
+            "%(asctime)s %(levelname)s node=%(node)s group=%(group)s term=%(term)s "
+            "%(name)s: %(message)s"
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+class Node:
+    """One raftstream node (see the module docstring). Keyword-only: ``Node(config=...)``."""
+
+    def __init__(self, *, config: NodeConfig) -> None:
+        self.config = config
+        self.metrics = NodeMetrics(config.name)
+        self.groups: dict[str, StreamGroup] = {}
+        self._peer_seen: dict[str, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self._reconcile_lock = asyncio.Lock()
+        self._server: Any = None
+        self._health: health.aio.HealthServicer | None = None
+        self.bound_port = 0
+
+    # -- start ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        data = Path(cfg.data)
+        store_dir = data / "store"
+        # The engine stores are a cache of the Raft logs: rebuilt from them at every start.
+        shutil.rmtree(store_dir, ignore_errors=True)
+        self._storage = LmdbLogStorage(data / "raft")
+        self._env = open_node_env(store_dir, sync=False)
+        tcfg = GrpcTransportConfig()
+        peers = {n: str(a) for n, a in cfg.peers.items() if n != cfg.name}
+        self._transport = GrpcTransport(cfg.name, peers=peers, config=tcfg)
+        self.host = RaftHost(
+            cfg.name, storage=self._storage, transport=self._transport, config=_host_config(cfg)
+        )
+        msg_max = max(cfg.limits.grpc_message_bytes_max, tcfg.message_bytes_max)
+        options = [
+            ("grpc.max_send_message_length", msg_max),
+            ("grpc.max_receive_message_length", msg_max),
+        ]
+        self._forwarder = Forwarder(channel_options=options)
+        self.meta = MetaGroup(
+            node_id=cfg.name,
+            host=self.host,
+            metrics=self.metrics,
+            proposal_timeout_ms=cfg.raft.proposal_timeout_ms,
+            client_addr=self._client_addr,
+            reconcile=self._reconcile,
+        )
+        self.ctx = ServiceContext(
+            config=cfg,
+            host=self.host,
+            meta=self.meta,
+            groups=self.groups,
+            forwarder=self._forwarder,
+            metrics=self.metrics,
+            peer_seen_ns=lambda: self._peer_seen,
+        )
+        await self._start_server(options)
+        self.host.start()
+        replay_to = self._storage.log(META_GROUP).hard_state().commit
+        self.meta.start(list(cfg.peers), cfg.meta_voters_max, replay_to)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._monitor(), name="leadership-monitor"),
+            loop.create_task(self._probe_peers(), name="peer-prober"),
+        ]
+        if cfg.metrics_listen is not None:
+            self.metrics.serve(cfg.metrics_listen.host, cfg.metrics_listen.port)
+        await self._health_servicer().set("", health_pb2.HealthCheckResponse.SERVING)
+        log.info("node started on %s (data %s)", cfg.listen, data)
+
+    async def _start_server(self, options: list[tuple[str, int]]) -> None:
+        server = grpc.aio.server(options=options)
+        ctx = self.ctx
+        pbg.add_StreamServiceServicer_to_server(StreamServicer(ctx), server)
+        pbg.add_ConsumerServiceServicer_to_server(ConsumerServicer(ctx), server)
+        pbg.add_PublishServiceServicer_to_server(PublishServicer(ctx), server)
+        pbg.add_ConsumeServiceServicer_to_server(ConsumeServicer(ctx), server)
+        pbg.add_ClusterServiceServicer_to_server(ClusterServicer(ctx), server)
+        server.add_generic_rpc_handlers((self._transport.rpc_handler(),))
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        names = (
+            *_SERVICE_NAMES,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(names, server)
+        self.bound_port = int(server.add_insecure_port(str(self.config.listen)))
+        if self.bound_port == 0:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        await server.start()
+        self._server = server
+
+    def _health_servicer(self) -> health.aio.HealthServicer:
+        h = self._health
+        if h is None:
+            raise InvariantError("the health service starts with the server")
+        return h
+
+    def _client_addr(self, node: str) -> str | None:
+        addr = self.config.peers.get(node)
+        return None if addr is None else str(addr)
+
+    # -- groups -----------------------------------------------------------------------------
+
+    def _deps(self) -> GroupDeps:
+        return GroupDeps(
+            node_id=self.config.name,
+            host=self.host,
+            env=self._env,
+            limits=self.config.limits,
+            metrics=self.metrics,
+            proposal_timeout_ms=self.config.raft.proposal_timeout_ms,
+            client_addr=self._client_addr,
+            consumers_of=self._consumers_of,
+            stream_of=self._stream_of,
+        )
+
+    def _consumers_of(self, account: str, stream: str) -> tuple[Any, ...]:
+        try:
+            return self.meta.state.consumers_of(account, stream)
+        except NotFoundError:
+            return ()
+
+    def _stream_of(self, account: str, stream: str) -> StreamAssignment | None:
+        try:
+            return self.meta.state.stream(account, stream)
+        except NotFoundError:
+            return None
+
+    async def _reconcile(self, wanted_streams: tuple[StreamAssignment, ...]) -> None:
+        """Start the stream groups assigned here, stop the others, let leaders sequence
+        consumer and config changes (called by the meta group's reconciler)."""
+        async with self._reconcile_lock:
+            wanted = {sa.group: sa for sa in wanted_streams}
+            for group in [g for g in self.groups if g not in wanted]:
+                g = self.groups.pop(group)
+                await g.close(drop=True)
+                await self.host.remove_group(group)
+                self.metrics.forget_group(group)
+                log.info("stream group removed", extra={"group": group})
+            for group, sa in wanted.items():
+                if group not in self.groups:
+                    g = StreamGroup(self._deps(), sa)
+                    self.host.add_group(group, voters=sa.peers, state_machine=g.replica)
+                    self.groups[group] = g
+                    log.info("stream group started", extra={"group": group})
+            for g in self.groups.values():
+                g.reconcile()
+
+    # -- background work --------------------------------------------------------------------
+
+    async def _monitor(self) -> None:
+        """Leadership changes (RaftHost has no callback for them): look every tick."""
+        tick_s = self.config.raft.tick_ms / 1000
+        meta_leader: str | None = None
+        while True:
+            await asyncio.sleep(tick_s / 2)
+            for g in list(self.groups.values()):
+                try:
+                    g.check_leadership()
+                except RaftStreamError as exc:
+                    log.warning("leadership check failed: %r", exc, extra={"group": g.group})
+            st = self.host.status(META_GROUP)
+            self.metrics.observe_group(
+                META_GROUP, applied=st.applied, term=st.term, leader=st.leader == self.config.name
+            )
+            if st.leader != meta_leader:
+                meta_leader = st.leader
+                self.metrics.leader_changes.labels(META_GROUP).inc()
+                log.info(
+                    "meta leader is %s",
+                    meta_leader or "-",
+                    extra={"group": META_GROUP, "term": st.term},
+                )
+            self._observe_stores()
+
+    def _observe_stores(self) -> None:
+        for group, g in self.groups.items():
+            st = g.replica.store.state()
+            self.metrics.store_msgs.labels(group).set(st.msgs)
+            self.metrics.store_bytes.labels(group).set(st.bytes)
+
+    async def _probe_peers(self) -> None:
+        """Who is up (placement, cluster info): a health check per peer per interval."""
+        peers = {n: str(a) for n, a in self.config.peers.items() if n != self.config.name}
+        stubs = {
+            n: health_pb2_grpc.HealthStub(self._forwarder.channel(a)) for n, a in peers.items()
+        }
+        while True:
+
+            async def probe(name: str, stub: health_pb2_grpc.HealthStub) -> None:
+                with contextlib.suppress(grpc.RpcError):
+                    resp = await stub.Check(
+                        health_pb2.HealthCheckRequest(), timeout=PEER_PROBE_TIMEOUT_S
+                    )
+                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        self._peer_seen[name] = time.time_ns()
+
+            await asyncio.gather(*(probe(n, s) for n, s in stubs.items()))
+            await asyncio.sleep(PEER_PROBE_INTERVAL_S)
+
+    # -- stop -------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Graceful stop (see the module docstring). Idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace=STOP_GRACE_S)
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.meta.stop()
+        for g in list(self.groups.values()):
+            await g.close(drop=False)
+        await self.host.stop()
+        await self._transport.close()
+        await self._forwarder.close()
+        self._storage.close()
+        self._env.close()
+        log.info("node stopped")
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+
+def _host_config(cfg: NodeConfig) -> HostConfig:
+    r = cfg.raft
+    return HostConfig(
+        tick_ms=r.tick_ms,
+        election_tick=r.election_ticks,
+        heartbeat_tick=r.heartbeat_ticks,
+        proposal_timeout_ms=r.proposal_timeout_ms,
+        proposals_pending_max=r.proposals_pending_max,
+        inbox_msgs_max=r.inbox_msgs_max,
+        snapshot_entries=r.snapshot_entries,
+    )
+
+
+async def run_node(config: NodeConfig) -> None:
+    """Run a node until SIGINT or SIGTERM, then stop it gracefully."""
+    node = Node(config=config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await node.start()
+    try:
+        await stop.wait()
+    finally:
+        await node.stop()

@@ -1,0 +1,111 @@
+"""``raftstream.v1.ClusterService``: cluster info, meta leader step-down, peer removal.
+
+Cluster info is answered by any node from what it knows: every configured node (online when
+this node heard from it recently), the meta leader, and every group: the meta group and
+each stream's (leader and followers' lag are known only where this node hosts the group,
+and lag only on that group's leader; elsewhere the group is listed with its peers).
+
+Peer removal is a meta request (forwarded to the meta leader): it records the removal, so
+no new replica is placed on the peer. Re-placing the removed peer's existing replicas needs
+Raft membership changes in the stream groups, which ``RaftHost`` does not expose yet; the
+repair plan is therefore not proposed (see the cluster report).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from raftstream.cluster.context import ServiceContext, time_left
+from raftstream.cluster.meta_entries import PeerRemove
+from raftstream.cluster.meta_group import META_GROUP
+from raftstream.cluster.services_streams import PEER_LIVE_NS, group_info, step_down
+from raftstream.errors import InvalidArgumentError
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.proto.errors import map_errors
+
+__all__ = ["ClusterServicer"]
+
+_SVC = "/raftstream.v1.ClusterService/"
+
+
+class ClusterServicer(pbg.ClusterServiceServicer):
+    def __init__(self, ctx: ServiceContext) -> None:
+        self._ctx = ctx
+
+    @map_errors
+    async def GetClusterInfo(self, request: pb.ClusterInfoRequest, context: Any) -> pb.ClusterInfo:
+        ctx = self._ctx
+        now = time.time_ns()
+        seen = ctx.peer_seen_ns()
+        voters_max = ctx.config.meta_voters_max
+        nodes = []
+        for i, (name, addr) in enumerate(ctx.config.peers.items()):
+            last = seen.get(name, 0)
+            online = name == ctx.node_id or now - last < PEER_LIVE_NS
+            nodes.append(
+                pb.NodeInfo(
+                    name=name,
+                    addr=str(addr),
+                    online=online,
+                    last_seen_ns=0 if name == ctx.node_id or not last else now - last,
+                    voter=i < voters_max,
+                )
+            )
+        groups = [
+            pb.ClusterGroup(
+                kind=pb.GROUP_KIND_META,
+                group=group_info(ctx, META_GROUP, tuple(ctx.config.peers)),
+            )
+        ]
+        for sa in ctx.meta.state.all_streams():
+            groups.append(
+                pb.ClusterGroup(
+                    kind=pb.GROUP_KIND_STREAM,
+                    account=sa.account,
+                    stream=sa.name,
+                    group=group_info(ctx, sa.group, sa.peers),
+                )
+            )
+        return pb.ClusterInfo(
+            name=ctx.config.cluster_name,
+            meta_leader=ctx.meta.leader or "",
+            nodes=nodes,
+            groups=groups,
+            answered_by=ctx.node_id,
+        )
+
+    @map_errors
+    async def StepDownMetaLeader(
+        self, request: pb.MetaStepDownRequest, context: Any
+    ) -> pb.StepDownResponse:
+        ctx = self._ctx
+        if not ctx.meta.is_leader:
+            if ctx.forwarded(context):
+                raise ctx.meta.not_leader()
+            return await ctx.to_meta_leader(
+                _SVC + "StepDownMetaLeader",
+                request,
+                pb.StepDownResponse.FromString,
+                time_left(context),
+            )
+        return await step_down(ctx, META_GROUP, request.preferred)
+
+    @map_errors
+    async def RemovePeer(
+        self, request: pb.RemovePeerRequest, context: Any
+    ) -> pb.RemovePeerResponse:
+        ctx = self._ctx
+        if not ctx.meta.is_leader and not ctx.forwarded(context):
+            return await ctx.to_meta_leader(
+                _SVC + "RemovePeer", request, pb.RemovePeerResponse.FromString, time_left(context)
+            )
+        if request.peer not in ctx.config.peers:
+            raise InvalidArgumentError("peer", f"{request.peer!r} is not a node of this cluster")
+        if request.peer == ctx.node_id:
+            raise InvalidArgumentError("peer", "the meta leader cannot remove itself")
+        await ctx.meta.propose(
+            PeerRemove(peer=request.peer, ts_ns=time.time_ns()), time_left(context)
+        )
+        return pb.RemovePeerResponse()

@@ -1,0 +1,234 @@
+"""``raftstream.v1.ConsumeService``: pull ``Fetch``, ``Ack`` and ``AckStream``.
+
+Fetch is served by the stream leader (consumers replicate through their stream's group, so
+the stream leader is the consumer leader); elsewhere it fails NOT_LEADER with the leader's
+address before any response, and the SDK follows the hint. Deliveries reach the client only
+after their Deliver ops committed (``cluster/stream_leader.py``).
+
+Acks go to the stream leader as well: served here when this node leads, else forwarded one
+hop. An ack is answered after its op committed (a sync ack, and every unary ``Ack``), so an
+acknowledged ack survives the loss of any one node and an acked message is never
+redelivered after a failover. ``AckStream`` answers only failures and sync acks (proto).
+
+``Consume`` (push delivery) is not served yet: it fails FAILED_PRECONDITION saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator
+from typing import Any
+
+from raftstream.cluster.context import ServiceContext, account_of, time_left
+from raftstream.cluster.convert import delivery_pb, pull_status_pb
+from raftstream.cluster.stream_leader import PullHandle, StreamGroup
+from raftstream.engine.ack import parse_ack_subject
+from raftstream.engine.consumer import Consumer
+from raftstream.engine.consumer_pull import PullEvent
+from raftstream.errors import InvalidArgumentError, PreconditionError
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.proto.errors import map_errors, to_error_message
+
+__all__ = ["ConsumeServicer"]
+
+_ACK = "/raftstream.v1.ConsumeService/Ack"
+ACKS_INFLIGHT_MAX = 4096  # per AckStream call: reading stops while this many are unanswered
+FETCH_MSGS_PER_RESPONSE_MAX = 256
+EXPIRES_MARGIN_S = 0.05  # a request without expiry ends this long before the deadline
+
+
+def _fetch_request(request: pb.FetchRequest, left_s: float | None) -> dict[str, Any]:
+    if request.batch < 1:
+        raise InvalidArgumentError("batch", "must be at least 1")
+    expires = request.expires_ns
+    if expires <= 0 and left_s is not None and not request.no_wait:
+        expires = int(max(0.001, left_s - EXPIRES_MARGIN_S) * 1e9)
+    return {
+        "batch": request.batch,
+        "expires": max(0, expires),
+        "no_wait": request.no_wait,
+        "max_bytes": request.max_bytes,
+        "idle_heartbeat": max(0, request.idle_heartbeat_ns),
+    }
+
+
+def _decide_ack(c: Consumer, item: pb.AckItem, seq: int, cseq: int) -> Any:
+    """The leader copy's decision for one ack item, as a ``run`` callback."""
+
+    def decide(now: int) -> list[PullEvent]:
+        if item.kind == pb.ACK_KIND_NAK:
+            c.nak(seq, now, delay_ns=max(0, item.delay_ns), consumer_seq=cseq)
+        elif item.kind == pb.ACK_KIND_PROGRESS:
+            c.progress(seq, now, consumer_seq=cseq)
+        elif item.kind == pb.ACK_KIND_TERM:
+            c.term(seq, now, reason=item.reason)
+        else:
+            c.ack(seq, now)
+        return []
+
+    return decide
+
+
+class ConsumeServicer(pbg.ConsumeServiceServicer):
+    def __init__(self, ctx: ServiceContext) -> None:
+        self._ctx = ctx
+
+    # -- fetch -------------------------------------------------------------------------------
+
+    @map_errors
+    async def Fetch(
+        self, request: pb.FetchRequest, context: Any
+    ) -> AsyncIterator[pb.FetchResponse]:
+        left = time_left(context)
+        g = await self._ctx.leader_group(account_of(context), request.stream)
+        handle = await g.open_pull(request.consumer, _fetch_request(request, left), left)
+        try:
+            async for resp in _responses(handle, request.batch):
+                yield resp
+        finally:
+            handle.close()
+
+    @map_errors
+    async def Consume(
+        self, request_iterator: AsyncIterator[pb.ConsumeRequest], context: Any
+    ) -> AsyncIterator[pb.ConsumeResponse]:
+        """Push delivery: not served yet (see the module docstring)."""
+        raise PreconditionError("push delivery (Consume) is not served by this node yet")
+        yield pb.ConsumeResponse()  # an async generator, as the streamed response needs
+
+    # -- acks --------------------------------------------------------------------------------
+
+    async def ack_one(
+        self, item: pb.AckItem, account: str, timeout_s: float | None, forwarded: bool
+    ) -> pb.AckResponse:
+        """Apply one ack through the stream leader; answered once the op committed."""
+        meta = parse_ack_subject(item.reply)
+        sa = await self._ctx.caught_up(lambda: self._ctx.stream(account, meta.stream))
+        g = self._ctx.local_group(sa)
+        if g is None or not g.ready:
+            if forwarded:
+                raise self._ctx.hint_for(sa)
+            req = pb.AckRequest(ack=item)
+            return await self._ctx.to_stream_leader(
+                sa, _ACK, req, pb.AckResponse.FromString, timeout_s
+            )
+        return await self._ack_local(
+            g, item, meta.consumer, meta.stream_seq, meta.consumer_seq, timeout_s
+        )
+
+    async def _ack_local(
+        self,
+        g: StreamGroup,
+        item: pb.AckItem,
+        consumer: str,
+        seq: int,
+        cseq: int,
+        timeout_s: float | None,
+    ) -> pb.AckResponse:
+        c = g.leader_consumer(consumer)
+        await g.run(c, _decide_ack(c, item, seq, cseq), timeout_s)
+        if item.kind != pb.ACK_KIND_NEXT:
+            return pb.AckResponse()
+        req = {"batch": max(1, item.next_batch), "no_wait": True}
+        handle = await g.open_pull(consumer, req, timeout_s)
+        out = pb.AckResponse()
+        try:
+            async for resp in _responses(handle, req["batch"]):
+                out.messages.extend(resp.messages)
+                if resp.HasField("status"):
+                    out.status.CopyFrom(resp.status)
+        finally:
+            handle.close()
+        return out
+
+    @map_errors
+    async def Ack(self, request: pb.AckRequest, context: Any) -> pb.AckResponse:
+        forwarded = self._ctx.forwarded(context)
+        return await self.ack_one(request.ack, account_of(context), time_left(context), forwarded)
+
+    @map_errors
+    async def AckStream(
+        self, request_iterator: AsyncIterator[pb.AckBatch], context: Any
+    ) -> AsyncIterator[pb.AckResultBatch]:
+        account = account_of(context)
+        forwarded = self._ctx.forwarded(context)
+        timeout_s = self._ctx.config.limits.request_timeout_ms / 1000
+        room = asyncio.Semaphore(ACKS_INFLIGHT_MAX)
+        results: collections.deque[pb.AckResult | None] = collections.deque()
+        ready = asyncio.Event()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(item: pb.AckItem) -> None:
+            try:
+                await self.ack_one(item, account, timeout_s, forwarded)
+                if item.sync:
+                    results.append(pb.AckResult(id=item.id))
+            except Exception as exc:  # reported as this item's result; the call goes on
+                results.append(pb.AckResult(id=item.id, error=to_error_message(exc)))
+            finally:
+                room.release()
+                ready.set()
+
+        async def reader() -> None:
+            try:
+                async for batch in request_iterator:
+                    for item in batch.acks:
+                        await room.acquire()
+                        t = asyncio.ensure_future(one(item))
+                        tasks.add(t)
+                        t.add_done_callback(tasks.discard)
+            finally:
+                await asyncio.gather(*list(tasks), return_exceptions=True)
+                results.append(None)
+                ready.set()
+
+        rt = asyncio.get_running_loop().create_task(reader())
+        try:
+            while True:
+                await ready.wait()
+                ready.clear()
+                batch = []
+                done = False
+                while results:
+                    r = results.popleft()
+                    if r is None:
+                        done = True
+                        break
+                    batch.append(r)
+                if batch:
+                    yield pb.AckResultBatch(results=batch)
+                if done:
+                    return
+        finally:
+            rt.cancel()
+            for t in list(tasks):
+                t.cancel()
+
+
+async def _responses(handle: PullHandle, batch: int) -> AsyncIterator[pb.FetchResponse]:
+    """The FetchResponses of one pull: messages as they come (grouped when several are
+    queued), heartbeats, and the terminal status; ends when the batch is complete."""
+    got = 0
+    while got < batch:
+        ev = await handle.queue.get()
+        resp = pb.FetchResponse()
+        terminal = False
+        while True:
+            if ev.delivery is not None:
+                resp.messages.append(delivery_pb(ev.delivery))
+                got += 1
+            if ev.status is not None:
+                resp.status.CopyFrom(pull_status_pb(ev.status))
+                terminal = ev.status.terminal
+                break
+            if got >= batch or len(resp.messages) >= FETCH_MSGS_PER_RESPONSE_MAX:
+                break
+            try:
+                ev = handle.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                break
+        yield resp
+        if terminal:
+            return

@@ -1,0 +1,242 @@
+"""``raftstream.v1.ConsumerService``: consumer definitions and control.
+
+Definitions go through the meta group (create, update, delete: the meta leader answers;
+other nodes forward). The stream leader then *sequences* each definition into its stream's
+log (``StreamGroup.reconcile``), so a created consumer is answered only once its stream
+group has it (bounded by the caller's deadline). Info, pause, resume, reset and step-down
+act on the stream leader's copy of the consumer (NOT_LEADER elsewhere).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from raftstream.cluster.assignments import ConsumerAssignment
+from raftstream.cluster.context import ServiceContext, account_of, time_left
+from raftstream.cluster.convert import consumer_info_pb, parse_json
+from raftstream.cluster.meta import ConsumerAdded, ConsumerUpdated
+from raftstream.cluster.meta_entries import AddConsumer, DeleteConsumer, UpdateConsumer
+from raftstream.cluster.services_streams import group_info, step_down
+from raftstream.engine.consumer_config import ConsumerConfig, with_changes
+from raftstream.engine.consumer_pull import PullEvent
+from raftstream.errors import InvariantError, NotFoundError, UnavailableError
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.proto.errors import map_errors
+
+__all__ = ["ConsumerServicer"]
+
+_SVC = "/raftstream.v1.ConsumerService/"
+SEQUENCED_WAIT_S_MAX = 10.0  # a create waits at most this long for the stream group
+SEQUENCED_POLL_S = 0.05
+EPHEMERAL_NAME_BYTES = 8
+
+
+class ConsumerServicer(pbg.ConsumerServiceServicer):
+    def __init__(self, ctx: ServiceContext) -> None:
+        self._ctx = ctx
+
+    def _meta_local(self, context: Any) -> bool:
+        return self._ctx.meta.is_leader or self._ctx.forwarded(context)
+
+    async def _info(self, account: str, stream: str, name: str) -> pb.ConsumerInfo:
+        """The info from this node's leader copy (NOT_LEADER/NOT_FOUND otherwise)."""
+        ctx = self._ctx
+        g = await ctx.leader_group(account, stream)
+        ca = ctx.meta.state.consumer(account, stream, name)
+        c = g.leader_consumer(name)
+        sa = ctx.stream(account, stream)
+        return consumer_info_pb(ca, c.info(time.time_ns()), group_info(ctx, sa.group, sa.peers))
+
+    async def _sequenced_info(
+        self, ca: ConsumerAssignment, timeout_s: float | None
+    ) -> pb.ConsumerInfo:
+        """The info once the stream group has the consumer (it is sequenced after the meta
+        entry applies); on timeout the info from the definition alone."""
+        sa = self._ctx.stream(ca.account, ca.stream)
+        req = pb.ConsumerInfoRequest(stream=ca.stream, consumer=ca.name)
+        wait_s = min(timeout_s or SEQUENCED_WAIT_S_MAX, SEQUENCED_WAIT_S_MAX)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type((NotFoundError, UnavailableError)),
+            stop=stop_after_delay(max(0.0, wait_s - SEQUENCED_POLL_S)),
+            wait=wait_fixed(SEQUENCED_POLL_S),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    info = await self._ctx.to_stream_leader(
+                        sa, _SVC + "GetConsumerInfo", req, pb.ConsumerInfo.FromString, wait_s
+                    )
+                    if info.config_json and parse_json(info.config_json) != ca.config.to_dict():
+                        raise UnavailableError("the stream group has not applied the update yet")
+                    return info
+        except (NotFoundError, UnavailableError):
+            pass
+        return consumer_info_pb(ca, None, group_info(self._ctx, sa.group, sa.peers))
+
+    @map_errors
+    async def CreateConsumer(
+        self, request: pb.CreateConsumerRequest, context: Any
+    ) -> pb.ConsumerInfo:
+        if not self._meta_local(context):
+            return await self._ctx.to_meta_leader(
+                _SVC + "CreateConsumer", request, pb.ConsumerInfo.FromString, time_left(context)
+            )
+        meta = self._ctx.meta
+        if not meta.is_leader:
+            raise meta.not_leader()
+        account = account_of(context)
+        cfg = ConsumerConfig.from_dict(parse_json(request.config_json))
+        if cfg.consumer_name is None:  # ephemeral: the leader names it before proposing
+            cfg = with_changes(cfg, name=secrets.token_hex(EPHEMERAL_NAME_BYTES // 2).upper())
+        name = cfg.consumer_name or ""
+        exists = name in meta.state.consumer_names(account, request.stream).items
+        now = time.time_ns()
+        if request.action == pb.CONSUMER_ACTION_CREATE_OR_UPDATE and exists:
+            entry: AddConsumer | UpdateConsumer = UpdateConsumer(
+                account=account, stream=request.stream, config=cfg, ts_ns=now
+            )
+        else:
+            entry = AddConsumer(account=account, stream=request.stream, config=cfg, ts_ns=now)
+        result = await meta.propose(entry, time_left(context))
+        if not isinstance(result, ConsumerAdded | ConsumerUpdated):
+            raise InvariantError(f"consumer entry answered {result!r}")
+        ca = result.assignment
+        return await self._sequenced_info(ca, time_left(context))
+
+    @map_errors
+    async def UpdateConsumer(
+        self, request: pb.UpdateConsumerRequest, context: Any
+    ) -> pb.ConsumerInfo:
+        if not self._meta_local(context):
+            return await self._ctx.to_meta_leader(
+                _SVC + "UpdateConsumer", request, pb.ConsumerInfo.FromString, time_left(context)
+            )
+        cfg = ConsumerConfig.from_dict(parse_json(request.config_json))
+        entry = UpdateConsumer(
+            account=account_of(context), stream=request.stream, config=cfg, ts_ns=time.time_ns()
+        )
+        result = await self._ctx.meta.propose(entry, time_left(context))
+        if not isinstance(result, ConsumerUpdated):
+            raise InvariantError(f"UpdateConsumer answered {result!r}")
+        ca = result.assignment
+        return await self._sequenced_info(ca, time_left(context))
+
+    @map_errors
+    async def DeleteConsumer(
+        self, request: pb.DeleteConsumerRequest, context: Any
+    ) -> pb.DeleteConsumerResponse:
+        if not self._meta_local(context):
+            return await self._ctx.to_meta_leader(
+                _SVC + "DeleteConsumer",
+                request,
+                pb.DeleteConsumerResponse.FromString,
+                time_left(context),
+            )
+        entry = DeleteConsumer(
+            account=account_of(context),
+            stream=request.stream,
+            name=request.consumer,
+            ts_ns=time.time_ns(),
+        )
+        await self._ctx.meta.propose(entry, time_left(context))
+        return pb.DeleteConsumerResponse()
+
+    @map_errors
+    async def GetConsumerInfo(
+        self, request: pb.ConsumerInfoRequest, context: Any
+    ) -> pb.ConsumerInfo:
+        return await self._info(account_of(context), request.stream, request.consumer)
+
+    def _listed(self, ca: ConsumerAssignment) -> pb.ConsumerInfo:
+        ctx = self._ctx
+        sa = ctx.stream(ca.account, ca.stream)
+        g = ctx.local_group(sa)
+        info = None
+        if g is not None and g.ready:
+            info = g.leader_consumer(ca.name).info(time.time_ns())
+        return consumer_info_pb(ca, info, group_info(ctx, sa.group, sa.peers))
+
+    @map_errors
+    async def ListConsumers(
+        self, request: pb.ListConsumersRequest, context: Any
+    ) -> pb.ListConsumersResponse:
+        page = self._ctx.meta.state.list_consumers(
+            account_of(context), request.stream, offset=request.offset
+        )
+        return pb.ListConsumersResponse(
+            consumers=[self._listed(ca) for ca in page.items],
+            page=pb.Page(total=page.total, offset=page.offset, limit=page.limit),
+        )
+
+    @map_errors
+    async def ConsumerNames(
+        self, request: pb.ConsumerNamesRequest, context: Any
+    ) -> pb.ConsumerNamesResponse:
+        page = self._ctx.meta.state.consumer_names(
+            account_of(context), request.stream, offset=request.offset
+        )
+        return pb.ConsumerNamesResponse(
+            names=list(page.items),
+            page=pb.Page(total=page.total, offset=page.offset, limit=page.limit),
+        )
+
+    async def _pause(
+        self, context: Any, stream: str, consumer: str, until_ns: int
+    ) -> pb.PauseConsumerResponse:
+        g = await self._ctx.leader_group(account_of(context), stream)
+        c = g.leader_consumer(consumer)
+
+        def decide(now: int) -> list[PullEvent]:
+            c.pause(until_ns)
+            return []
+
+        await g.run(c, decide, time_left(context))
+        now = time.time_ns()
+        return pb.PauseConsumerResponse(
+            paused=c.is_paused(now),
+            pause_until_ns=until_ns,
+            pause_remaining_ns=max(0, until_ns - now),
+        )
+
+    @map_errors
+    async def PauseConsumer(
+        self, request: pb.PauseConsumerRequest, context: Any
+    ) -> pb.PauseConsumerResponse:
+        return await self._pause(context, request.stream, request.consumer, request.pause_until_ns)
+
+    @map_errors
+    async def ResumeConsumer(
+        self, request: pb.ResumeConsumerRequest, context: Any
+    ) -> pb.PauseConsumerResponse:
+        return await self._pause(context, request.stream, request.consumer, 0)
+
+    @map_errors
+    async def ResetConsumer(
+        self, request: pb.ResetConsumerRequest, context: Any
+    ) -> pb.ConsumerInfo:
+        account = account_of(context)
+        g = await self._ctx.leader_group(account, request.stream)
+        c = g.leader_consumer(request.consumer)
+        seq = request.seq if request.HasField("seq") else 0
+
+        def decide(now: int) -> list[PullEvent]:
+            c.reset(seq)
+            return []
+
+        await g.run(c, decide, time_left(context))
+        return await self._info(account, request.stream, request.consumer)
+
+    @map_errors
+    async def StepDownConsumerLeader(
+        self, request: pb.ConsumerStepDownRequest, context: Any
+    ) -> pb.StepDownResponse:
+        # Consumers replicate through their stream's group: its leadership moves.
+        g = await self._ctx.leader_group(account_of(context), request.stream)
+        g.leader_consumer(request.consumer)
+        return await step_down(self._ctx, g.group, request.preferred)

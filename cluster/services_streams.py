@@ -1,0 +1,298 @@
+"""``raftstream.v1.StreamService``: stream definitions (meta group) and stored messages.
+
+Definitions (create, update, delete) are meta requests: answered by the meta leader, which
+validates, places (``cluster/placement.py``) and proposes; any other node forwards them to
+it. Stream info, purge, message reads and deletes need the stream's leader (its store is
+the one that has applied everything it acknowledged); elsewhere they fail NOT_LEADER with
+the leader's address. Lists come from this node's meta state (every node has it); the
+per-stream state in a list is the local replica's when this node hosts one, else empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from raftstream.cluster.assignments import StreamAssignment
+from raftstream.cluster.context import ServiceContext, account_of, time_left
+from raftstream.cluster.convert import (
+    group_info_pb,
+    parse_json,
+    stored_msg_pb,
+    stream_info_pb,
+    stream_state_pb,
+)
+from raftstream.cluster.meta import StreamAdded, StreamUpdated
+from raftstream.cluster.meta_entries import AddStream, DeleteStream, UpdateStream
+from raftstream.cluster.meta_group import META_GROUP
+from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_peers
+from raftstream.cluster.raft_extras import followers, transfer_leadership, voters
+from raftstream.engine.entries import DeleteMsg, Purge
+from raftstream.engine.stream import Purged
+from raftstream.engine.stream_config import StreamConfig
+from raftstream.errors import (
+    InvalidArgumentError,
+    InvariantError,
+    NotFoundError,
+    UnavailableError,
+)
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.proto.errors import map_errors
+
+__all__ = ["StreamServicer", "cluster_nodes", "group_info"]
+
+_SVC = "/raftstream.v1.StreamService/"
+PEER_LIVE_NS = 5_000_000_000  # a peer heard from within this long counts as live
+STEP_DOWN_WAIT_S = 3.0  # how long a step-down waits to learn the new leader
+STEP_DOWN_POLL_S = 0.05
+
+
+def cluster_nodes(ctx: ServiceContext) -> list[NodeInfo]:
+    """The meta leader's view for placement: every configured peer; live if it answered a
+    health probe recently or is an active follower of the meta group (as its leader sees)."""
+    now = time.time_ns()
+    seen = ctx.peer_seen_ns()
+    _, progress = followers(ctx.host, META_GROUP)
+    active = {f.name for f in progress if f.active}
+    out = []
+    for name in ctx.config.peers:
+        live = name == ctx.node_id or name in active or now - seen.get(name, 0) < PEER_LIVE_NS
+        tags = frozenset(ctx.config.tags) if name == ctx.node_id else frozenset()
+        out.append(NodeInfo(name=name, cluster=ctx.config.cluster_name, tags=tags, live=live))
+    return out
+
+
+def group_info(ctx: ServiceContext, group: str, peers: tuple[str, ...]) -> pb.GroupInfo:
+    """The group's leader and replicas as this node knows them (lag only on the leader)."""
+    if group not in ctx.host.groups():
+        return group_info_pb(group, leader=None)
+    st = ctx.host.status(group)
+    commit, progress = followers(ctx.host, group)
+    now = time.time_ns()
+    seen = ctx.peer_seen_ns()
+    by_name = {f.name: f for f in progress}
+    replicas = []
+    for p in peers:
+        if p == st.leader:
+            continue
+        f = by_name.get(p)
+        lag = max(0, commit - f.match) if f is not None else 0
+        replicas.append(
+            pb.ReplicaInfo(
+                name=p,
+                current=f is not None and f.active and lag == 0,
+                offline=p != ctx.node_id and now - seen.get(p, 0) >= PEER_LIVE_NS,
+                lag=lag,
+            )
+        )
+    return group_info_pb(
+        group, leader=st.leader or None, term=st.term, commit=commit, replicas=replicas
+    )
+
+
+async def step_down(ctx: ServiceContext, group: str, preferred: str) -> pb.StepDownResponse:
+    """Hand this node's leadership of ``group`` to ``preferred`` (any other voter when
+    empty) and wait, bounded, to learn the new leader."""
+    candidates = [v for v in voters(ctx.host, group) if v != ctx.node_id]
+    if preferred:
+        if preferred not in candidates:
+            raise InvalidArgumentError("preferred", f"{preferred!r} is not another replica")
+        candidates = [preferred]
+    if not candidates:
+        raise InvalidArgumentError("preferred", "the group has no other replica")
+    transfer_leadership(ctx.host, group, candidates[0])
+    deadline = time.monotonic() + STEP_DOWN_WAIT_S
+    while time.monotonic() < deadline:
+        leader = ctx.host.leader(group)
+        if leader is not None and leader != ctx.node_id:
+            return pb.StepDownResponse(leader=leader)
+        await asyncio.sleep(STEP_DOWN_POLL_S)
+    raise UnavailableError("leadership did not move in time", group=group)
+
+
+class StreamServicer(pbg.StreamServiceServicer):
+    def __init__(self, ctx: ServiceContext) -> None:
+        self._ctx = ctx
+
+    def _meta_local(self, context: Any) -> bool:
+        """True when this node answers a meta request itself (it leads, or the request was
+        forwarded here: then NOT_LEADER is the answer, never a second hop)."""
+        return self._ctx.meta.is_leader or self._ctx.forwarded(context)
+
+    async def _info(self, sa: StreamAssignment, timeout_s: float | None) -> pb.StreamInfo:
+        """The stream's info from its leader (this node or another), waiting for a leader."""
+        req = pb.StreamInfoRequest(name=sa.name)
+        try:
+            return await self._ctx.to_stream_leader(
+                sa, _SVC + "GetStreamInfo", req, pb.StreamInfo.FromString, timeout_s
+            )
+        except UnavailableError:  # a brand-new group still electing: the definition stands
+            return stream_info_pb(sa, None, group_info_pb(sa.group, leader=None))
+
+    # -- definitions (meta) ------------------------------------------------------------------
+
+    @map_errors
+    async def CreateStream(self, request: pb.CreateStreamRequest, context: Any) -> pb.StreamInfo:
+        if not self._meta_local(context):
+            return await self._ctx.to_meta_leader(
+                _SVC + "CreateStream", request, pb.StreamInfo.FromString, time_left(context)
+            )
+        meta = self._ctx.meta
+        if not meta.is_leader:
+            raise meta.not_leader()
+        cfg = StreamConfig.from_dict(parse_json(request.config_json))
+        peers = place_stream(config=cfg, state=meta.state, nodes=cluster_nodes(self._ctx))
+        entry = AddStream(
+            account=account_of(context), config=cfg, peers=peers, ts_ns=time.time_ns()
+        )
+        result = await meta.propose(entry, time_left(context))
+        if not isinstance(result, StreamAdded):
+            raise InvariantError(f"AddStream answered {result!r}")
+        return await self._info(result.assignment, time_left(context))
+
+    @map_errors
+    async def UpdateStream(self, request: pb.UpdateStreamRequest, context: Any) -> pb.StreamInfo:
+        if not self._meta_local(context):
+            return await self._ctx.to_meta_leader(
+                _SVC + "UpdateStream", request, pb.StreamInfo.FromString, time_left(context)
+            )
+        meta = self._ctx.meta
+        if not meta.is_leader:
+            raise meta.not_leader()
+        cfg = StreamConfig.from_dict(parse_json(request.config_json))
+        account = account_of(context)
+        old = meta.state.stream(account, cfg.name)
+        peers = plan_stream_peers(
+            config=cfg,
+            current=old.peers,
+            nodes=cluster_nodes(self._ctx),
+            assets=meta.state.assets(),
+            removed=meta.state.removed_peers,
+        )
+        if set(peers) != set(old.peers):
+            raise InvalidArgumentError(
+                "num_replicas", "changing a stream's replicas is not supported yet"
+            )
+        entry = UpdateStream(
+            account=account, config=cfg, peers=peers, prior_peers=old.peers, ts_ns=time.time_ns()
+        )
+        result = await meta.propose(entry, time_left(context))
+        if not isinstance(result, StreamUpdated):
+            raise InvariantError(f"UpdateStream answered {result!r}")
+        return await self._info(result.assignment, time_left(context))
+
+    @map_errors
+    async def DeleteStream(
+        self, request: pb.DeleteStreamRequest, context: Any
+    ) -> pb.DeleteStreamResponse:
+        if not self._meta_local(context):
+            return await self._ctx.to_meta_leader(
+                _SVC + "DeleteStream",
+                request,
+                pb.DeleteStreamResponse.FromString,
+                time_left(context),
+            )
+        meta = self._ctx.meta
+        entry = DeleteStream(account=account_of(context), name=request.name, ts_ns=time.time_ns())
+        await meta.propose(entry, time_left(context))
+        return pb.DeleteStreamResponse()
+
+    # -- state (stream leader) ---------------------------------------------------------------
+
+    @map_errors
+    async def GetStreamInfo(self, request: pb.StreamInfoRequest, context: Any) -> pb.StreamInfo:
+        account = account_of(context)
+        g = await self._ctx.leader_group(account, request.name)
+        sa = self._ctx.stream(account, request.name)
+        store = g.replica.store
+        st = store.state()
+        subjects = (
+            store.subjects_state(request.subjects_filter) if request.subjects_filter else None
+        )
+        consumers = len(self._ctx.meta.state.consumers_of(account, sa.name))
+        state = stream_state_pb(st, consumers=consumers, subjects=subjects)
+        return stream_info_pb(sa, state, group_info(self._ctx, sa.group, sa.peers))
+
+    def _local_info(self, sa: StreamAssignment) -> pb.StreamInfo:
+        g = self._ctx.local_group(sa)
+        consumers = len(self._ctx.meta.state.consumers_of(sa.account, sa.name))
+        state = None if g is None else stream_state_pb(g.replica.store.state(), consumers=consumers)
+        return stream_info_pb(sa, state, group_info(self._ctx, sa.group, sa.peers))
+
+    @map_errors
+    async def ListStreams(
+        self, request: pb.ListStreamsRequest, context: Any
+    ) -> pb.ListStreamsResponse:
+        page = self._ctx.meta.state.list_streams(
+            account_of(context), offset=request.offset, subject=request.subject or None
+        )
+        return pb.ListStreamsResponse(
+            streams=[self._local_info(sa) for sa in page.items],
+            page=pb.Page(total=page.total, offset=page.offset, limit=page.limit),
+        )
+
+    @map_errors
+    async def StreamNames(
+        self, request: pb.StreamNamesRequest, context: Any
+    ) -> pb.StreamNamesResponse:
+        page = self._ctx.meta.state.stream_names(
+            account_of(context), offset=request.offset, subject=request.subject or None
+        )
+        return pb.StreamNamesResponse(
+            names=list(page.items),
+            page=pb.Page(total=page.total, offset=page.offset, limit=page.limit),
+        )
+
+    @map_errors
+    async def PurgeStream(
+        self, request: pb.PurgeStreamRequest, context: Any
+    ) -> pb.PurgeStreamResponse:
+        g = await self._ctx.leader_group(account_of(context), request.name)
+        entry = Purge(
+            ts_ns=time.time_ns(),
+            subject=request.subject if request.HasField("subject") else None,
+            seq=request.seq if request.HasField("seq") else None,
+            keep=request.keep if request.HasField("keep") else None,
+        )
+        result = await g.propose_stream(entry, time_left(context))
+        if not isinstance(result, Purged):
+            raise InvariantError(f"Purge answered {result!r}")
+        return pb.PurgeStreamResponse(purged=result.purged)
+
+    @map_errors
+    async def GetMessage(
+        self, request: pb.GetMessageRequest, context: Any
+    ) -> pb.GetMessageResponse:
+        g = await self._ctx.leader_group(account_of(context), request.stream)
+        store = g.replica.store
+        by = request.WhichOneof("by")
+        if by == "seq":
+            msg = store.load(request.seq)
+        elif by == "last_by_subject":
+            msg = store.load_last(request.last_by_subject)
+        elif by == "next_by_subject":
+            found = store.load_next(request.next_by_subject, max(1, request.start_seq))
+            if found is None:
+                raise NotFoundError("no message matches", field="next_by_subject")
+            msg = found
+        else:
+            raise InvalidArgumentError("by", "one of seq, last_by_subject, next_by_subject")
+        return pb.GetMessageResponse(message=stored_msg_pb(msg))
+
+    @map_errors
+    async def DeleteMessage(
+        self, request: pb.DeleteMessageRequest, context: Any
+    ) -> pb.DeleteMessageResponse:
+        g = await self._ctx.leader_group(account_of(context), request.stream)
+        entry = DeleteMsg(ts_ns=time.time_ns(), seq=request.seq, no_erase=request.no_erase)
+        await g.propose_stream(entry, time_left(context))
+        return pb.DeleteMessageResponse()
+
+    @map_errors
+    async def StepDownStreamLeader(
+        self, request: pb.StreamStepDownRequest, context: Any
+    ) -> pb.StepDownResponse:
+        g = await self._ctx.leader_group(account_of(context), request.stream)
+        return await step_down(self._ctx, g.group, request.preferred)

@@ -1,0 +1,524 @@
+"""The leader side of a stream group: publish batching, consumer decisions, pull waiters.
+
+``StreamGroup`` is what the node runs per stream group it hosts: the replica state machine
+(``StreamReplica``, registered with the ``RaftHost``) plus, while this node leads, the work
+only a leader does. Everything belongs to the node's event loop.
+
+Time: the leader stamps every entry and consumer op with its clock (``_now_ns``); replicas
+never read the clock, so they all compute the same state from the same log.
+
+Publishes: each waits in a bounded queue (``publish_queue_msgs_max``); on the next loop turn
+the queue is cut into Raft entries of at most ``publish_batch_entries_max`` publishes and
+``publish_batch_bytes_max`` bytes, each proposed at once (many in flight; the host also
+writes all of a round's entries with one fsync). A publish is answered from its entry's
+apply result: after commit, which needs the entry fsynced on a quorum (fsync-before-ack).
+
+Consumer decisions run on the leader copies (see ``cluster/stream_group.py``): the ops they
+record are proposed, and deliveries go to the client only once their Deliver ops committed,
+so a client never holds a delivery that a new leader does not know about (an ack to the new
+leader would otherwise be lost and the message redelivered).
+
+Failure: a proposal that fails leaves the leader copies ahead of the log by ops that may
+never commit, so the copies are dropped (waiting pulls get 409 Leadership Change) and a new
+barrier is proposed if this node still leads. Ambiguous outcomes (timeouts) are reported to
+the caller as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
+from raftstream.cluster.config import Limits
+from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.stream_entries import (
+    ConsumerDelete,
+    ConsumerPut,
+    LeaderBarrier,
+    StreamBatch,
+    encode,
+    ops_entry,
+)
+from raftstream.cluster.stream_group import StreamReplica, drain_events
+from raftstream.engine.consumer import Consumer
+from raftstream.engine.consumer_pull import PullEvent, PullRequest
+from raftstream.engine.entries import Entry as EngineEntry
+from raftstream.engine.entries import Expire, Publish, UpdateConfig
+from raftstream.engine.stream import PubAck
+from raftstream.errors import (
+    DeadlineExceededError,
+    LimitError,
+    NoLeaderError,
+    NotFoundError,
+    NotLeaderError,
+    RaftStreamError,
+    UnavailableError,
+)
+from raftstream.raft.host import RaftHost
+from raftstream.raft.types import Role
+
+__all__ = ["GroupDeps", "PullHandle", "StreamGroup"]
+
+log = logging.getLogger(__name__)
+
+PUBLISH_QUEUE_MSGS_MAX = 65_536  # publishes waiting for a Raft entry, per group
+PULL_QUEUE_EVENTS_SLACK = 64  # room in a pull's queue beyond its batch (statuses)
+POLL_INTERVAL_MAX_S = 1.0  # the leader's timer looks at expiry at least this often
+ANSWER_MARGIN_S = 0.05  # answer this long before the client's deadline (at most 10% of it)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupDeps:
+    """What a stream group needs from its node."""
+
+    node_id: str
+    host: RaftHost
+    env: Any
+    limits: Limits
+    metrics: NodeMetrics
+    proposal_timeout_ms: int
+    client_addr: Callable[[str], str | None]  # node name -> its client API address
+    consumers_of: Callable[[str, str], tuple[ConsumerAssignment, ...]]  # from the meta state
+    stream_of: Callable[[str, str], StreamAssignment | None]
+
+
+@dataclass(slots=True)
+class _PendingPublish:
+    entry: Publish
+    size_bytes: int
+    future: asyncio.Future[PubAck]
+
+
+class PullHandle:
+    """One pull request's events (deliveries after commit, statuses), in order."""
+
+    def __init__(self, reply: str, batch: int, close: Callable[[str], None]) -> None:
+        self.reply = reply
+        self.queue: asyncio.Queue[PullEvent] = asyncio.Queue(batch + PULL_QUEUE_EVENTS_SLACK)
+        self._close = close
+
+    def close(self) -> None:
+        self._close(self.reply)
+
+
+def answer_within(timeout_s: float | None) -> float | None:
+    """How long to wait for a commit: a little less than the client's time left, so the
+    client gets our UNAVAILABLE (no quorum in time) rather than its own DEADLINE_EXCEEDED."""
+    if timeout_s is None:
+        return None
+    return max(0.001, timeout_s - min(ANSWER_MARGIN_S, timeout_s / 10))
+
+
+def no_commit(what: str) -> UnavailableError:
+    """A proposal not committed in time: a quorum is likely lost; the outcome is unknown
+    (the entry may still commit), so only an idempotent request may be retried."""
+    return UnavailableError(f"{what}: not committed in time (no quorum?); the outcome is unknown")
+
+
+def _now_ns() -> int:
+    # The leader's clock, stamped into entries and ops: replicas never read theirs (they
+    # use the stamp), so every replica computes the same expiry, deadlines and state.
+    return time.time_ns()
+
+
+class StreamGroup:
+    """This node's replica of a stream group and, while it leads, the leader's work."""
+
+    def __init__(self, deps: GroupDeps, assignment: StreamAssignment) -> None:
+        self._d = deps
+        self.group = assignment.group
+        self.account = assignment.account
+        self.name = assignment.name
+        self.replica = StreamReplica(
+            node_id=deps.node_id,
+            assignment=assignment,
+            env=deps.env,
+            metrics=deps.metrics,
+            on_barrier=self._barrier_applied,
+            on_applied=self._applied,
+        )
+        self._term = 0  # the term of the leadership last seen
+        self._lead_term = 0  # nonzero: the leader copies are valid for this term
+        self._barrier_term = 0  # the term a barrier was proposed for
+        self._leaders: dict[str, Consumer] = {}
+        self._waiters: dict[str, asyncio.Queue[PullEvent]] = {}
+        self._reply_ids = itertools.count(1)
+        self._pubs: collections.deque[_PendingPublish] = collections.deque()
+        self._flush_scheduled = False
+        self._wake = asyncio.Event()
+        self._poller: asyncio.Task[None] | None = None
+        self._sequencing: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- leadership ----------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self._d.host.leader(self.group) == self._d.node_id
+
+    @property
+    def ready(self) -> bool:
+        """True while this node leads and its leader copies are valid."""
+        return self._lead_term != 0 and self.is_leader
+
+    def check_leadership(self) -> None:
+        """Called by the node's monitor: react to a change of role or term."""
+        st = self._d.host.status(self.group)
+        leading = st.role == Role.LEADER
+        if st.term != self._term or (not leading and self._lead_term):
+            if st.term != self._term:
+                self._d.metrics.leader_changes.labels(self.group).inc()
+            self._term = st.term
+            self._drop_leader_state("leadership changed")
+        if leading and self._barrier_term != st.term:
+            self._propose_barrier(st.term)
+        self._d.metrics.observe_group(self.group, applied=st.applied, term=st.term, leader=leading)
+
+    def _propose_barrier(self, term: int) -> None:
+        self._barrier_term = term
+        data = encode(LeaderBarrier(term, self._d.node_id))
+        try:
+            fut = self._d.host.propose(self.group, data)
+        except RaftStreamError:
+            self._barrier_term = 0  # try again on the next check
+            return
+        self._watch(fut, on_error=self._barrier_failed)
+
+    def _barrier_failed(self, exc: BaseException) -> None:
+        self._barrier_term = 0
+
+    def _barrier_applied(self, term: int) -> None:
+        st = self._d.host.status(self.group)
+        if st.role != Role.LEADER or st.term != term:
+            return
+        self._leaders = {n: self.replica.leader_copy(n) for n in self.replica.consumers}
+        self._lead_term = term
+        log.info("leading", extra={"node": self._d.node_id, "group": self.group, "term": term})
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll_loop())
+        self.reconcile()
+
+    def _drop_leader_state(self, why: str) -> None:
+        if self._lead_term:
+            log.info(why, extra={"node": self._d.node_id, "group": self.group, "term": self._term})
+        self._lead_term = 0
+        self._dispatch(drain_events(list(self._leaders.values())))
+        self._leaders.clear()
+        self._sequencing.clear()
+        self._fail_pubs(NotLeaderError("stream leadership changed; not proposed"))
+
+    def _proposal_failed(self, exc: BaseException) -> None:
+        """Ops of the leader copies may not commit: drop the copies, make them again."""
+        self._d.metrics.proposal_failures.labels("stream").inc()
+        self._drop_leader_state(f"a consumer proposal failed: {exc!r}")
+        self._barrier_term = 0
+
+    def _applied(self) -> None:
+        self._wake.set()
+        if self._lead_term:
+            self._sync_leader_copies()
+
+    def _sync_leader_copies(self) -> None:
+        """Follow consumer puts/deletes that just applied (level-triggered)."""
+        replicas = self.replica.consumers
+        for name in [n for n in self._leaders if n not in replicas]:
+            self._dispatch(self._leaders.pop(name).delete())
+        for name, c in replicas.items():
+            lc = self._leaders.get(name)
+            if lc is None:
+                self._leaders[name] = self.replica.leader_copy(name)
+            elif lc.config != c.config:
+                lc.update_config(c.config)
+
+    # -- proposals -----------------------------------------------------------------------------
+
+    def _propose(self, data: bytes, timeout_s: float | None = None) -> Awaitable[Any]:
+        timeout_ms = self._d.proposal_timeout_ms
+        within = answer_within(timeout_s)
+        if within is not None:
+            timeout_ms = max(1, min(timeout_ms, int(within * 1000)))
+        self._d.metrics.proposals.labels("stream").inc()
+        return self._d.host.propose(self.group, data, timeout_ms=timeout_ms)
+
+    def _watch(self, fut: Awaitable[Any], *, on_error: Callable[[BaseException], None]) -> None:
+        async def wait() -> None:
+            try:
+                await fut
+            except RaftStreamError as exc:
+                on_error(exc)
+
+        task = asyncio.get_running_loop().create_task(wait())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def not_leader(self) -> UnavailableError:
+        """The error for a request that needs the leader: NOT_LEADER with the leader's
+        client address when one is known, NO_LEADER otherwise."""
+        leader = self._d.host.leader(self.group)
+        if leader is None or leader == self._d.node_id:
+            return NoLeaderError(f"stream {self.name!r} has no leader yet", group=self.group)
+        return NotLeaderError(
+            f"not the leader of stream {self.name!r}",
+            leader=leader,
+            leader_addr=self._d.client_addr(leader),
+        )
+
+    def require_leader(self) -> None:
+        if not self.ready:
+            raise self.not_leader()
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    async def publish(self, entry_args: dict[str, Any], timeout_s: float | None) -> PubAck:
+        """Store one message; its PubAck once committed and applied (module docstring).
+        Raises the refusal (preconditions, limits), NotLeaderError/NoLeaderError, or an
+        ambiguous DeadlineExceededError/UnavailableError (the message may be stored)."""
+        if not self.is_leader:
+            raise self.not_leader()
+        if len(self._pubs) >= PUBLISH_QUEUE_MSGS_MAX:
+            raise LimitError("too many publishes waiting", limit="publish_queue_msgs_max")
+        entry = Publish(ts_ns=_now_ns(), **entry_args)
+        size = len(entry.data) + len(entry.subject) + sum(map(len, entry.headers)) + 64
+        fut: asyncio.Future[PubAck] = asyncio.get_running_loop().create_future()
+        self._pubs.append(_PendingPublish(entry, size, fut))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_publishes)
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), answer_within(timeout_s))
+        except TimeoutError:
+            raise no_commit("publish") from None
+
+    def _flush_publishes(self) -> None:
+        self._flush_scheduled = False
+        limits = self._d.limits
+        while self._pubs:
+            batch: list[_PendingPublish] = []
+            size = 0
+            while self._pubs and len(batch) < limits.publish_batch_entries_max:
+                p = self._pubs[0]
+                if batch and size + p.size_bytes > limits.publish_batch_bytes_max:
+                    break
+                batch.append(self._pubs.popleft())
+                size += p.size_bytes
+            self._propose_publishes(batch)
+
+    def _propose_publishes(self, batch: list[_PendingPublish]) -> None:
+        live = [p for p in batch if not p.future.done()]
+        if not live:
+            return
+        entries: tuple[EngineEntry, ...] = tuple(p.entry for p in live)
+        self._d.metrics.publish_batch_entries.observe(len(live))
+        try:
+            fut = self._propose(encode(StreamBatch(entries)))
+        except RaftStreamError as exc:
+            for p in live:
+                p.future.set_exception(exc)
+            return
+
+        async def resolve() -> None:
+            try:
+                results = await fut
+            except RaftStreamError as exc:
+                self._d.metrics.proposal_failures.labels("stream").inc()
+                results = [self._hinted(exc)] * len(live)
+            for p, r in zip(live, results, strict=True):
+                if p.future.done():
+                    continue
+                if isinstance(r, BaseException):
+                    p.future.set_exception(r)
+                else:
+                    self._d.metrics.published.inc()
+                    p.future.set_result(r)
+
+        task = asyncio.get_running_loop().create_task(resolve())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _hinted(self, exc: RaftStreamError) -> RaftStreamError:
+        if isinstance(exc, DeadlineExceededError):
+            return no_commit("publish")
+        return self.not_leader() if isinstance(exc, NotLeaderError) else exc
+
+    def _fail_pubs(self, exc: RaftStreamError) -> None:
+        while self._pubs:
+            p = self._pubs.popleft()
+            if not p.future.done():
+                p.future.set_exception(exc)
+
+    async def propose_stream(self, entry: EngineEntry, timeout_s: float | None) -> Any:
+        """Propose one engine entry (purge, delete, config) and return its result."""
+        if not self.is_leader:
+            raise self.not_leader()
+        results = await self._await(self._propose(encode(StreamBatch((entry,))), timeout_s))
+        result = results[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def _await(self, fut: Awaitable[Any]) -> Any:
+        try:
+            return await fut
+        except NotLeaderError:
+            raise self.not_leader() from None
+        except DeadlineExceededError:
+            raise no_commit("stream change") from None
+
+    # -- consumers: sequencing the meta group's definitions -----------------------------------
+
+    def reconcile(self) -> None:
+        """Leader: make the group's consumers and config match the meta state (proposes the
+        differences; level-triggered, so a lost proposal is made again on the next call)."""
+        if not self.ready:
+            return
+        now = _now_ns()
+        wanted = {ca.name: ca for ca in self._d.consumers_of(self.account, self.name)}
+        have = self.replica.consumers
+        for name, ca in wanted.items():
+            c = have.get(name)
+            if (c is None or c.config != ca.config) and name not in self._sequencing:
+                self._sequence(name, encode(ConsumerPut(name, ca.config, now)))
+        for name in have:
+            if name not in wanted and name not in self._sequencing:
+                self._sequence(name, encode(ConsumerDelete(name, now)))
+        sa = self._d.stream_of(self.account, self.name)
+        if sa is not None and sa.config != self.replica.stream.config:
+            key = "\x00config"
+            if key not in self._sequencing:
+                update = UpdateConfig(ts_ns=now, config=sa.config)
+                self._sequence(key, encode(StreamBatch((update,))))
+
+    def _sequence(self, key: str, data: bytes) -> None:
+        self._sequencing.add(key)
+        try:
+            fut = self._propose(data)
+        except RaftStreamError:
+            self._sequencing.discard(key)
+            return
+
+        async def wait() -> None:
+            with contextlib.suppress(RaftStreamError):
+                await fut
+            self._sequencing.discard(key)
+
+        task = asyncio.get_running_loop().create_task(wait())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def leader_consumer(self, name: str) -> Consumer:
+        """The leader copy of consumer ``name`` (NotLeader/NotFound otherwise)."""
+        self.require_leader()
+        c = self._leaders.get(name)
+        if c is None or c.deleted:
+            raise NotFoundError(
+                f"consumer {name!r} not found on stream {self.name!r}", field="name"
+            )
+        return c
+
+    async def run(
+        self, c: Consumer, decide: Callable[[int], list[PullEvent]], timeout_s: float | None
+    ) -> None:
+        """Run one decision of the leader copy ``c`` at the leader's time, propose the ops
+        it recorded, and deliver its events once they committed (module docstring)."""
+        events = decide(_now_ns())
+        ops = c.take_ops()
+        if ops:
+            try:
+                await self._propose(ops_entry(c.name, ops), timeout_s)
+            except RaftStreamError as exc:
+                self._proposal_failed(exc)
+                if isinstance(exc, DeadlineExceededError):
+                    raise no_commit("consumer op") from None
+                raise self._hinted(exc) from None
+        self._dispatch(events)
+
+    # -- pull requests -------------------------------------------------------------------------
+
+    async def open_pull(
+        self, consumer: str, request: dict[str, Any], timeout_s: float | None
+    ) -> PullHandle:
+        """Queue a pull request on the leader copy; its events arrive on the handle."""
+        c = self.leader_consumer(consumer)
+        reply = f"pull.{next(self._reply_ids)}"
+        handle = PullHandle(reply, int(request.get("batch", 1)), self._close_waiter)
+        self._waiters[reply] = handle.queue
+        req = PullRequest(reply=reply, **request)
+        try:
+            await self.run(c, lambda now: c.pull(req, now), timeout_s)
+        except BaseException:
+            handle.close()
+            raise
+        self._wake.set()
+        return handle
+
+    def _close_waiter(self, reply: str) -> None:
+        self._waiters.pop(reply, None)
+
+    def _dispatch(self, events: list[PullEvent]) -> None:
+        for e in events:
+            q = self._waiters.get(e.reply)
+            if q is None:
+                continue  # the client went away: an undelivered message is redelivered later
+            try:
+                q.put_nowait(e)
+            except asyncio.QueueFull:
+                log.warning("pull queue full; event dropped", extra={"group": self.group})
+
+    async def _poll_loop(self) -> None:
+        """Leader timer: serve waiting pulls on new data and deadlines; propose expiry."""
+        try:
+            while self.ready:
+                await self._poll_once()
+                timeout = self._next_wake_s()
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+        except RaftStreamError as exc:
+            log.info("poller stopped: %r", exc, extra={"group": self.group})
+        finally:
+            self._poller = None
+
+    async def _poll_once(self) -> None:
+        for c in list(self._leaders.values()):
+            if self.ready and not c.deleted and c.config.is_pull and c.num_waiting:
+                await self.run(c, c.poll, None)
+        await self._maybe_expire()
+
+    def _next_wake_s(self) -> float:
+        now = _now_ns()
+        wakes = [c.next_wake_ns(now) for c in self._leaders.values() if not c.deleted]
+        due = min((w for w in wakes if w), default=0)
+        if not due:
+            return POLL_INTERVAL_MAX_S
+        return max(0.001, min(POLL_INTERVAL_MAX_S, (due - now) / 1e9))
+
+    async def _maybe_expire(self) -> None:
+        cfg = self.replica.stream.config
+        st = self.replica.store.state()
+        if not st.msgs or not (cfg.max_age or cfg.allow_msg_ttl):
+            return
+        now = _now_ns()
+        if cfg.max_age and st.first_ts + cfg.max_age > now and not cfg.allow_msg_ttl:
+            return
+        with contextlib.suppress(RaftStreamError):
+            await self.propose_stream(Expire(ts_ns=now), None)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def close(self, *, drop: bool) -> None:
+        """Stop the leader's work and close (``drop``: delete) the store."""
+        self._drop_leader_state("group closed")
+        if self._poller is not None:
+            self._poller.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.replica.close(drop=drop)

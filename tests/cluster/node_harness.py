@@ -1,0 +1,203 @@
+"""Real node processes on 127.0.0.1 for integration tests.
+
+``LocalCluster`` starts ``python -m raftstream.cluster`` processes on free loopback ports,
+each with its own TOML config and data directory under one temporary directory, waits by
+POLLING (gRPC health, then the cluster info's meta leader) rather than sleeping fixed
+times, and ``close()`` always kills every process it started (by pid) and removes the
+directory. Node output goes to a log file per node; ``tails()`` shows the ends of them for
+a failing test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
+
+T = TypeVar("T")
+
+READY_TIMEOUT_S = 60.0  # generous: the machine is shared; the loop polls, it never sleeps this
+POLL_S = 0.05
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = READY_TIMEOUT_S) -> T:
+    """Poll ``probe`` until it returns something other than None (or raise TimeoutError)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(POLL_S)
+
+
+class LocalCluster:
+    """``n`` nodes ``n1..nN``; ``raft``: extra ``[raft]`` settings for every node."""
+
+    def __init__(self, n: int, *, raft: dict[str, int] | None = None) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="raftstream-it-"))
+        self.names = [f"n{i + 1}" for i in range(n)]
+        self.ports = {name: free_port() for name in self.names}
+        self.raft = {"tick_ms": 50, "election_ticks": 10, **(raft or {})}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: dict[str, Any] = {}
+
+    # -- addresses -------------------------------------------------------------------------
+
+    def addr(self, name: str) -> str:
+        return f"127.0.0.1:{self.ports[name]}"
+
+    @property
+    def servers(self) -> list[str]:
+        return [self.addr(n) for n in self.names]
+
+    def config_path(self, name: str) -> Path:
+        return self.root / f"{name}.toml"
+
+    def _write_config(self, name: str) -> Path:
+        peers = ", ".join(f'{n} = "{self.addr(n)}"' for n in self.names)
+        raft = "\n".join(f"{k} = {v}" for k, v in self.raft.items())
+        text = (
+            f'[cluster]\nname = "{name}"\nlisten = "{self.addr(name)}"\n'
+            f'data = "{self.root / name}"\npeers = {{ {peers} }}\n\n[raft]\n{raft}\n'
+        )
+        path = self.config_path(name)
+        path.write_text(text)
+        return path
+
+    # -- processes -------------------------------------------------------------------------
+
+    def start(self, name: str) -> None:
+        config = self._write_config(name)
+        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 (closed in close())
+        self._logs[name] = log
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "raftstream.cluster", "--config", str(config)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def start_all(self) -> None:
+        for name in self.names:
+            self.start(name)
+        for name in self.names:
+            self.wait_serving(name)
+        self.wait_meta_leader()
+
+    def kill(self, name: str) -> None:
+        """kill -9 (no graceful anything), then reap it."""
+        p = self.procs.pop(name, None)
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+    def stop(self, name: str) -> int:
+        """SIGTERM and wait: the graceful stop; returns the exit code."""
+        p = self.procs.pop(name)
+        p.send_signal(signal.SIGTERM)
+        return p.wait(timeout=30)
+
+    def close(self) -> None:
+        for name in list(self.procs):
+            self.kill(name)
+        for log in self._logs.values():
+            log.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def tails(self, lines: int = 30) -> str:
+        out = []
+        for name in self.names:
+            path = self.root / f"{name}.log"
+            if path.exists():
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+                out.append(f"--- {name} ---\n" + "\n".join(text))
+        return "\n".join(out)
+
+    # -- polling ---------------------------------------------------------------------------
+
+    def _health(self, name: str) -> bool:
+        with grpc.insecure_channel(self.addr(name)) as ch:
+            try:
+                resp = health_pb2_grpc.HealthStub(ch).Check(
+                    health_pb2.HealthCheckRequest(), timeout=1
+                )
+            except grpc.RpcError:
+                return False
+        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+
+    def wait_serving(self, name: str) -> None:
+        p = self.procs[name]
+
+        def probe() -> bool | None:
+            if p.poll() is not None:
+                raise RuntimeError(f"{name} exited with {p.returncode}:\n{self.tails()}")
+            return True if self._health(name) else None
+
+        wait_for(f"{name} serving", probe)
+
+    def cluster_info(self, name: str) -> pb.ClusterInfo | None:
+        with grpc.insecure_channel(self.addr(name)) as ch:
+            try:
+                return pbg.ClusterServiceStub(ch).GetClusterInfo(pb.ClusterInfoRequest(), timeout=2)
+            except grpc.RpcError:
+                return None
+
+    def wait_meta_leader(self) -> str:
+        def probe() -> str | None:
+            for name in self.procs:
+                info = self.cluster_info(name)
+                if info is not None and info.meta_leader:
+                    return str(info.meta_leader)
+            return None
+
+        return wait_for("a meta leader", probe)
+
+    def stream_leader(self, stream: str, account: str = "$G") -> str | None:
+        """The stream's leader as the live nodes report it (None: none known)."""
+        for name in self.procs:
+            info = self.cluster_info(name)
+            if info is None:
+                continue
+            for g in info.groups:
+                if g.stream == stream and g.account == account and g.group.leader:
+                    return str(g.group.leader)
+        return None
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def retry_async(fn: Callable[[], Any], *, timeout_s: float = READY_TIMEOUT_S) -> Any:
+    """Await ``fn()`` until it does not raise (the last error when time is up)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await fn()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(POLL_S * 4)

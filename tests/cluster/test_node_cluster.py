@@ -1,0 +1,129 @@
+"""Integration: a real 3-node cluster serving the SDK (issue 5, "Tests and numbers").
+
+Each test starts its own cluster of node processes on loopback (``cluster3``); the SDK
+(``raftstream.connect``) talks to it over gRPC exactly as an application would.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+import raftstream
+from raftstream import ConsumerConfig, StreamConfig, errors
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
+
+from .node_harness import LocalCluster, run
+
+pytestmark = pytest.mark.integration
+
+
+async def _connect(servers: list[str]) -> raftstream.Client:
+    return await raftstream.connect(servers=servers, timeout=15)
+
+
+def test_r3_stream_publish_fetch_ack(cluster3: LocalCluster) -> None:
+    """Create an R3 stream and a durable pull consumer, publish through every node (the
+    non-leaders forward), fetch everything once, ack it: the consumer's ack floor reaches
+    the last message and nothing is pending (issue 5: create, publish, fetch, ack)."""
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            info = await js.add_stream(
+                StreamConfig(name="ORDERS", subjects=("orders.>",), num_replicas=3)
+            )
+            assert info.config.num_replicas == 3
+            seqs = []
+            for i, server in enumerate(cluster3.servers * 10):
+                other = await raftstream.connect(servers=[server], timeout=15)
+                ack = await other.publish(f"orders.{i}", f"m{i}".encode())
+                await other.close()
+                assert ack.stream == "ORDERS" and not ack.duplicate
+                seqs.append(ack.seq)
+            assert seqs == list(range(1, 31))  # every publish stored once, in order
+            sub = await js.pull_subscribe("orders.>", durable="C1", stream="ORDERS")
+            got = []
+            while len(got) < 30:
+                for m in await sub.fetch(10, timeout=5):
+                    got.append(m.data)
+                    await m.ack_sync()
+            assert got == [f"m{i}".encode() for i in range(30)]
+            ci = await js.consumer_info("ORDERS", "C1")
+            assert (ci.ack_floor.stream_seq, ci.num_ack_pending, ci.num_pending) == (30, 0, 0)
+            si = await js.stream_info("ORDERS")
+            assert si.state.messages == 30 and si.cluster is not None
+            assert si.cluster.leader in cluster3.names
+            assert sorted(r.name for r in si.cluster.replicas) == sorted(
+                set(cluster3.names) - {si.cluster.leader}
+            )
+        finally:
+            await js.close()
+
+    run(body())
+
+
+def test_publish_async_dedup_and_workqueue_retention(cluster3: LocalCluster) -> None:
+    """Pipelined publishes are all acknowledged with distinct sequences; a repeated msg_id
+    is a duplicate answering the original sequence; on a workqueue stream an acked message
+    is removed on the leader (acks replicate, removal happens at apply on every replica)."""
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(
+                StreamConfig(name="WQ", subjects=("jobs.>",), num_replicas=3, retention="workqueue")
+            )
+            futs = [await js.publish_async("jobs.a", b"x%d" % i) for i in range(300)]
+            await js.publish_async_completed()
+            seqs = sorted(f.result().seq for f in futs)
+            assert seqs == list(range(1, 301))
+            first = await js.publish("jobs.b", b"once", msg_id="id-1")
+            again = await js.publish("jobs.b", b"once", msg_id="id-1")
+            assert again.duplicate and again.seq == first.seq
+            sub = await js.pull_subscribe("jobs.>", durable="W", stream="WQ")
+            msgs = await sub.fetch(100, timeout=5)
+            for m in msgs:
+                await m.ack_sync()
+            si = await js.stream_info("WQ")
+            assert si.state.messages == 301 - len(msgs)
+        finally:
+            await js.close()
+
+    run(body())
+
+
+def test_meta_requests_work_on_every_node(cluster3: LocalCluster) -> None:
+    """Stream and consumer definitions sent to any node reach the meta leader (forwarded)
+    and every node lists them; a second create with another config is ALREADY_EXISTS."""
+
+    async def body() -> None:
+        for i, server in enumerate(cluster3.servers):
+            js = await raftstream.connect(servers=[server], timeout=15)
+            await js.add_stream(StreamConfig(name=f"S{i}", subjects=(f"s{i}.>",)))
+            await js.add_consumer(f"S{i}", ConsumerConfig(durable_name="D"))
+            await js.close()
+        for server in cluster3.servers:
+            js = await raftstream.connect(servers=[server], timeout=15)
+            assert sorted(await js.stream_names()) == ["S0", "S1", "S2"]
+            with pytest.raises(errors.AlreadyExistsError):
+                await js.add_stream(StreamConfig(name="S0", subjects=("other.>",)))
+            await js.close()
+
+    run(body())
+
+
+def test_health_reflection_and_cluster_info(cluster3: LocalCluster) -> None:
+    """Every node serves grpc health (SERVING) and cluster info naming the one meta leader
+    and every node online."""
+    leaders = set()
+    for server in cluster3.servers:
+        with grpc.insecure_channel(server) as ch:
+            resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest())
+            assert resp.status == health_pb2.HealthCheckResponse.SERVING
+            info = pbg.ClusterServiceStub(ch).GetClusterInfo(pb.ClusterInfoRequest())
+            leaders.add(info.meta_leader)
+            assert sorted(n.name for n in info.nodes) == cluster3.names
+    assert len(leaders) == 1 and leaders.pop() in cluster3.names
