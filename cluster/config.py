@@ -241,11 +241,11 @@ def parse_peers(value: object, field_name: str = "cluster.peers") -> dict[str, A
     if not pairs:
         raise InvalidArgumentError(field_name, "must name at least this node")
     peers: dict[str, Address] = {}
-    for raw_name, addr in pairs:
+    for raw_name, raw_addr in pairs:
         name = validate_node_name(raw_name, field_name)
         if name in peers:
             raise InvalidArgumentError(field_name, f"peer {name!r} named twice")
-        peers[name] = Address.parse(addr, field_name)
+        peers[name] = Address.parse(raw_addr, field_name)
     return peers
 
 

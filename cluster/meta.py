@@ -71,6 +71,7 @@ from raftstream.errors import (
     AlreadyExistsError,
     ConflictError,
     InvalidArgumentError,
+    InvariantError,
     LimitError,
     NotFoundError,
     RaftStreamError,
@@ -188,19 +189,29 @@ class _Account:
         self.sublist = SubList(cache_entries_max=0)
 
     def put_stream(self, sa: StreamAssignment) -> None:
-        old = self.streams.get(sa.name)
-        if old is not None:
-            for s in old.config.subjects:
-                self.sublist.remove(Subscription(s, sa.name))
-        self.streams[sa.name] = sa
-        self.consumers.setdefault(sa.name, {})
-        for s in sa.config.subjects:
-            self.sublist.insert(Subscription(s, sa.name))
+        """Add or replace a stream (its consumers stay), keeping the subject index in step.
+        Called only after every check passed."""
+        try:
+            old = self.streams.get(sa.name)
+            if old is not None:
+                for s in old.config.subjects:
+                    self.sublist.remove(Subscription(s, sa.name))
+            self.streams[sa.name] = sa
+            self.consumers.setdefault(sa.name, {})
+            for s in sa.config.subjects:
+                self.sublist.insert(Subscription(s, sa.name))
+        except RaftStreamError as exc:
+            # The index disagreed with the streams: a bug, and the state is now half-changed.
+            # Never let it pass as a refusal (apply_data returns refusals as results).
+            raise InvariantError(f"subject index out of step: {exc}") from exc
 
     def drop_stream(self, name: str) -> dict[str, ConsumerAssignment]:
         sa = self.streams.pop(name)
-        for s in sa.config.subjects:
-            self.sublist.remove(Subscription(s, name))
+        try:
+            for s in sa.config.subjects:
+                self.sublist.remove(Subscription(s, name))
+        except RaftStreamError as exc:
+            raise InvariantError(f"subject index out of step: {exc}") from exc
         return self.consumers.pop(name)
 
     def configs_except(self, name: str) -> Iterator[StreamConfig]:
@@ -610,7 +621,7 @@ def _check_consumer_rules(
     subjects = sa.config.subjects if sa.config.subject_transform is None else None
     check_for_stream(
         config,
-        retention=RetentionKind(sa.config.retention.value),
+        retention=RetentionKind(sa.config.retention),
         stream_subjects=subjects,
         others=others,
     )

@@ -33,6 +33,7 @@ __all__ = [
     "NodeInfo",
     "RepairPlan",
     "place",
+    "place_stream",
     "plan_repairs",
     "plan_stream_peers",
 ]
@@ -111,6 +112,22 @@ def place(
     chosen = tuple(n.name for n in live[:replicas])
     invariant(len(set(chosen)) == replicas, "placement chose a node twice")
     return chosen
+
+
+def place_stream(
+    *, config: StreamConfig, state: MetaState, nodes: Sequence[NodeInfo]
+) -> tuple[str, ...]:
+    """The peers for ``AddStream`` of ``config``: ``place`` with the config's normalised
+    replica count and placement, the state's assets, and removed peers excluded.
+    ``InvalidArgumentError`` for an invalid config, else errors as ``place``."""
+    cfg = config.validate()
+    return place(
+        replicas=cfg.num_replicas,
+        nodes=nodes,
+        assets=state.assets(),
+        placement=cfg.placement,
+        exclude=state.removed_peers,
+    )
 
 
 def plan_stream_peers(

@@ -28,7 +28,7 @@ from raftstream.cluster.meta_entries import (
     encode_entry,
 )
 from raftstream.engine.consumer_config import ConsumerConfig
-from raftstream.engine.stream_config import Placement, StreamConfig
+from raftstream.engine.stream_config import Placement, StreamConfig, SubjectTransform
 from raftstream.errors import (
     AlreadyExistsError,
     Code,
@@ -523,7 +523,15 @@ def test_streams_for_node_and_assets() -> None:
 def _busy_state() -> MetaState:
     return state_with(
         add_stream("A", "a.>", peers=PEERS3, description="d", metadata={"k": "v"}),
-        add_stream("B", "b", account="OTHER", placement=Placement(tags=("ssd",))),
+        add_stream(
+            "B",
+            "b.*",
+            account="OTHER",
+            placement=Placement(tags=("ssd",)),
+            subject_transform=SubjectTransform(src="b.*", dest="bb.$1"),
+            sealed=False,
+            max_age=10**10,
+        ),
         add_consumer("A", "c1", filter_subject="a.x", backoff=(10**9, 2 * 10**9)),
         AddConsumer(account=ACC, stream="A", config=ConsumerConfig(name="eph"), ts_ns=7),
         PeerRemove(peer="n9", ts_ns=8),

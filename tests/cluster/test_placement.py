@@ -13,9 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftstream.cluster.meta import MetaState
+from raftstream.cluster.meta import MetaState, StreamAdded
 from raftstream.cluster.meta_entries import PeerRemove
-from raftstream.cluster.placement import NodeInfo, place, plan_repairs, plan_stream_peers
+from raftstream.cluster.placement import (
+    NodeInfo,
+    place,
+    place_stream,
+    plan_repairs,
+    plan_stream_peers,
+)
 from raftstream.engine.stream_config import Placement, StreamConfig
 from raftstream.errors import Code, ConflictError, InvalidArgumentError, LimitError
 
@@ -183,6 +189,28 @@ def test_placing_many_groups_stays_balanced(n: int, sizes: list[int], free: list
         for name in place(replicas=r, nodes=ns, assets=assets):
             assets[name] += 1
         assert max(assets.values()) - min(assets.values()) <= 1
+
+
+# -- new streams ------------------------------------------------------------------------------
+
+
+def test_a_new_stream_is_placed_from_the_meta_state() -> None:
+    """The leader places a new stream by the state's assets, never on a removed peer, with
+    the config's normalised replica count (0 means 1) and its placement."""
+    state = MetaState()
+    state.apply(add_stream("A", "a", peers=("n1", "n2")))
+    state.apply(PeerRemove(peer="n3", ts_ns=2))
+    assert place_stream(
+        config=StreamConfig(name="B", num_replicas=2), state=state, nodes=nodes(5)
+    ) == ("n4", "n5")
+    assert place_stream(
+        config=StreamConfig(name="B", num_replicas=0), state=state, nodes=nodes(4)
+    ) == ("n4",)
+    entry = add_stream("B", "b", peers=("n4", "n5"))
+    assert isinstance(state.apply(entry), StreamAdded)
+    with pytest.raises(InvalidArgumentError) as info:
+        place_stream(config=StreamConfig(name="bad.name"), state=state, nodes=nodes(3))
+    assert info.value.field == "name"
 
 
 # -- updates ----------------------------------------------------------------------------------
