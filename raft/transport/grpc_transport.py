@@ -134,6 +134,7 @@ class _PeerLink:
         while True:
             retrying = AsyncRetrying(
                 retry=retry_if_exception_type(Exception),
+                reraise=True,  # cancellation (not an Exception) ends the link as itself
                 wait=wait_exponential_jitter(
                     multiplier=self._cfg.reconnect_backoff_initial_ms / 1000,
                     max=self._cfg.reconnect_backoff_max_ms / 1000,

@@ -1,0 +1,490 @@
+"""``RaftHost``: one asyncio driver for every Raft group of a node.
+
+The driver loop is the only code that touches the cores (``RaftNode``). Each round it:
+
+1. ticks every group if a tick is due, steps the messages received since the last round
+   (coalesced heartbeats arrive already expanded per group) and hands queued proposals to
+   their groups;
+2. collects the Ready of every group that has one;
+3. writes all of them in ONE storage transaction with ONE fsync, on the single writer thread
+   (LMDB write transactions are bound to a thread; the event loop never blocks on disk);
+4. THEN sends their messages, one batch per peer for all groups (so one round's heartbeats
+   to a peer travel as one coalesced heartbeat);
+5. applies committed entries through each group's state machine and resolves proposals;
+6. ``advance()``s every core, then compacts logs whose state machine made a snapshot.
+
+While a round's write is in flight, incoming messages and proposals only queue (bounded);
+they are handled in the next round, which is where the batching comes from.
+
+Ownership: the host belongs to the event loop that ran ``start()``; its methods must be called
+on that loop. It uses, but does not own, the storage and the transport (close them after
+``stop()``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import heapq
+import itertools
+import logging
+import random
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from raftstream.errors import (
+    DeadlineExceededError,
+    InvalidArgumentError,
+    LimitError,
+    NotFoundError,
+    NotLeaderError,
+    RaftStreamError,
+    UnavailableError,
+)
+from raftstream.raft.core import RaftConfig, RaftNode
+from raftstream.raft.storage import GroupWrite, LogStorage
+from raftstream.raft.transport import Transport
+from raftstream.raft.types import NONE, Entry, EntryType, Message, Ready, Role, Snapshot
+
+__all__ = ["GroupStatus", "HostConfig", "RaftHost", "StateMachine"]
+
+log = logging.getLogger(__name__)
+
+
+class StateMachine(Protocol):
+    """What a group replicates into. Called on the host's event loop, in log order.
+
+    ``apply`` gets the committed commands (NORMAL entries with data; the leader's empty
+    no-ops and membership changes are not passed) and returns one result per entry, handed to
+    the proposer's awaitable. An exception halts the group (its replica would diverge).
+    ``snapshot`` returns the state after everything applied so far; ``restore`` replaces
+    the state by a snapshot's (on start, and when the leader sends one).
+    """
+
+    def apply(self, group: str, entries: Sequence[Entry]) -> Sequence[Any]: ...
+
+    def snapshot(self, group: str) -> bytes: ...
+
+    def restore(self, group: str, data: bytes) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostConfig:
+    """Timing and limits of a host. Ticks drive every core: heartbeats leave once per tick
+    (``heartbeat_tick=1``, so one coalesced heartbeat per peer per tick), and an election
+    starts after ``election_tick``..2x ticks without hearing from a leader."""
+
+    tick_ms: int = 100
+    election_tick: int = 6
+    heartbeat_tick: int = 1
+    proposal_timeout_ms: int = 5_000
+    proposals_pending_max: int = 100_000  # queued or in the log, not yet applied
+    inbox_msgs_max: int = 200_000  # received, not yet stepped
+    snapshot_entries: int = 10_000  # compact a group's log every this many applied entries
+    pre_vote: bool = True
+    check_quorum: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("tick_ms", "proposal_timeout_ms", "proposals_pending_max", "inbox_msgs_max"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgumentError(name, "must be positive")
+        if self.snapshot_entries <= 0:
+            raise InvalidArgumentError("snapshot_entries", "must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    group: str
+    leader: str
+    role: Role
+    term: int
+    applied: int
+    snapshot_index: int
+
+
+@dataclass(slots=True)
+class _Group:
+    name: str
+    node: RaftNode
+    sm: StateMachine
+    applied: int
+    # Proposals in the log, by index: (term at proposal, awaitable); resolved at apply.
+    waiting: dict[int, tuple[int, asyncio.Future[Any]]] = field(default_factory=dict)
+    compaction: Snapshot | None = None
+    halted: bool = False
+
+
+@dataclass(slots=True)
+class _Proposal:
+    group: str
+    data: bytes
+    future: asyncio.Future[Any]
+
+
+class RaftHost:
+    """Drives every Raft group of node ``node_id`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        node_id: str,
+        *,
+        storage: LogStorage,
+        transport: Transport,
+        config: HostConfig | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if transport.node_id != node_id:
+            raise InvalidArgumentError("transport", "must belong to this node")
+        self.node_id = node_id
+        self.config = config or HostConfig()
+        self._storage = storage
+        self._transport = transport
+        self._rng = rng or random.Random()
+        self._groups: dict[str, _Group] = {}
+        self._inbox: collections.deque[Message] = collections.deque()
+        self._proposals: collections.deque[_Proposal] = collections.deque()
+        self._pending = 0  # proposals queued or waiting, against proposals_pending_max
+        self._deadlines: list[tuple[float, int, asyncio.Future[Any]]] = []
+        self._seq = itertools.count()
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        # The one writer thread: every storage write happens there, one at a time.
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="raft-writer")
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._failure: BaseException | None = None
+        self.rounds = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Bind the transport and start the driver on the running loop."""
+        self._transport.bind(self._on_messages)
+        self._task = asyncio.create_task(self._run(), name=f"raft-host-{self.node_id}")
+
+    async def stop(self) -> None:
+        """Stop the driver; waiting proposals fail with UnavailableError (outcome unknown)."""
+        if self._task is not None:
+            # Not task.cancel(): a round may be writing, and the write must finish or not
+            # start; the loop checks the flag between rounds.
+            self._stopping = True
+            self._wake.set()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._fail_all(UnavailableError("raft host stopped; the outcome is unknown"))
+        self._writer.shutdown(wait=True)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the driver stopped on its own (a storage write failed), if it did."""
+        return self._failure
+
+    # ------------------------------------------------------------------ groups
+    def add_group(
+        self,
+        group: str,
+        *,
+        voters: Sequence[str],
+        state_machine: StateMachine,
+        learners: Sequence[str] = (),
+    ) -> None:
+        """Start this node's replica of ``group``. ``voters``/``learners`` bootstrap a new
+        group only; a group with durable state resumes from it (its state machine restored
+        from the stored snapshot, then fed the committed entries after it)."""
+        if group in self._groups:
+            raise InvalidArgumentError("group", f"{group} already runs here")
+        view = self._storage.log(group)
+        snap = view.snapshot()
+        if snap.meta.index > 0:
+            state_machine.restore(group, snap.data)
+        cfg = self.config
+        rc = RaftConfig(
+            id=self.node_id,
+            group=group,
+            rng=random.Random(self._rng.getrandbits(64)),
+            voters=tuple(voters),
+            learners=tuple(learners),
+            election_tick=cfg.election_tick,
+            heartbeat_tick=cfg.heartbeat_tick,
+            pre_vote=cfg.pre_vote,
+            check_quorum=cfg.check_quorum,
+        )
+        node = RaftNode(rc, view)
+        self._groups[group] = _Group(group, node, state_machine, applied=snap.meta.index)
+        self._dirty.add(group)
+        self._wake.set()
+
+    async def remove_group(self, group: str) -> None:
+        """Stop the replica of ``group`` and delete its log durably. Its waiting proposals
+        fail with NotFoundError (their outcome is unknown)."""
+        g = self._groups.pop(group, None)
+        if g is not None:
+            self._fail_group(g, NotFoundError(f"group {group} removed; outcome unknown"))
+        self._dirty.discard(group)
+        # On the writer thread, after any write already queued there (FIFO executor).
+        await asyncio.get_running_loop().run_in_executor(
+            self._writer, self._storage.remove_group, group
+        )
+
+    def groups(self) -> list[str]:
+        return sorted(self._groups)
+
+    def status(self, group: str) -> GroupStatus:
+        g = self._group(group)
+        n = g.node
+        snap_index = self._storage.log(group).snapshot_meta().index
+        return GroupStatus(group, n.leader, n.role, n.term, g.applied, snap_index)
+
+    def _group(self, group: str) -> _Group:
+        g = self._groups.get(group)
+        if g is None:
+            raise NotFoundError(f"no raft group {group} on {self.node_id}", group=group)
+        return g
+
+    # ------------------------------------------------------------------ proposals
+    def propose(self, group: str, data: bytes, *, timeout_ms: int | None = None) -> Awaitable[Any]:
+        """Propose ``data`` to ``group``; the awaitable resolves to the state machine's
+        result once the entry is applied here.
+
+        Fails with NotLeaderError (``leader`` hint) / NoLeaderError when this replica cannot
+        take proposals, LimitError when too many are pending, NotFoundError for an unknown
+        group. Ambiguous outcomes: DeadlineExceededError after ``timeout_ms`` and
+        UnavailableError on stop mean the entry may still commit; NotLeaderError after the
+        proposal was accepted means another entry took its index (it will never commit).
+        Many proposals may be in flight at once; they share rounds, fsyncs and batches.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        if self._failure is not None:
+            fut.set_exception(UnavailableError("raft host failed", cause=repr(self._failure)))
+            return fut
+        self._group(group)
+        if self._pending >= self.config.proposals_pending_max:
+            raise LimitError("too many raft proposals pending", limit="proposals_pending_max")
+        self._pending += 1
+        fut.add_done_callback(self._proposal_done)
+        timeout = self.config.proposal_timeout_ms if timeout_ms is None else timeout_ms
+        heapq.heappush(self._deadlines, (loop.time() + timeout / 1000, next(self._seq), fut))
+        self._proposals.append(_Proposal(group, data, fut))
+        self._wake.set()
+        return fut
+
+    def _proposal_done(self, _: asyncio.Future[Any]) -> None:
+        self._pending -= 1
+
+    def _expire_proposals(self, now: float) -> None:
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, _, fut = heapq.heappop(self._deadlines)
+            if not fut.done():
+                fut.set_exception(DeadlineExceededError("raft proposal timed out; may commit"))
+
+    def _take_proposals(self) -> None:
+        while self._proposals:
+            p = self._proposals.popleft()
+            if p.future.done():
+                continue
+            g = self._groups.get(p.group)
+            if g is None or g.halted:
+                p.future.set_exception(NotFoundError(f"raft group {p.group} is not running"))
+                continue
+            try:
+                index = g.node.propose(p.data)
+            except RaftStreamError as exc:
+                p.future.set_exception(exc)
+                continue
+            g.waiting[index] = (g.node.term, p.future)
+            self._dirty.add(p.group)
+
+    # ------------------------------------------------------------------ receiving
+    def _on_messages(self, messages: list[Message]) -> None:
+        """Transport handler (on the loop): queue for the next round, never step here."""
+        room = self.config.inbox_msgs_max - len(self._inbox)
+        if room <= 0:
+            return  # dropped: Raft resends what matters
+        self._inbox.extend(messages[:room])
+        self._wake.set()
+
+    def _step_inbox(self) -> None:
+        while self._inbox:
+            m = self._inbox.popleft()
+            g = self._groups.get(m.group)
+            if g is None or g.halted:
+                continue
+            try:
+                g.node.step(m)
+            except RaftStreamError as exc:
+                self._halt(g, exc)
+                continue
+            self._dirty.add(m.group)
+
+    # ------------------------------------------------------------------ the driver
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        tick_s = self.config.tick_ms / 1000
+        next_tick = loop.time() + tick_s
+        try:
+            while not self._stopping:
+                if not (self._inbox or self._proposals or self._dirty):
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(max(0.0, next_tick - loop.time())):
+                            await self._wake.wait()
+                    if self._stopping:
+                        break
+                now = loop.time()
+                if now >= next_tick:
+                    next_tick = max(next_tick + tick_s, now)
+                    self._tick_all()
+                    self._expire_proposals(now)
+                self._step_inbox()
+                self._take_proposals()
+                await self._round()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            log.critical("raft host %s stopped: %r", self.node_id, exc)
+            self._failure = exc
+            self._fail_all(UnavailableError("raft host failed; the outcome is unknown"))
+            raise
+
+    def _tick_all(self) -> None:
+        for name, g in self._groups.items():
+            if not g.halted:
+                g.node.tick()
+                self._dirty.add(name)
+
+    def _collect(self) -> list[tuple[_Group, Ready]]:
+        readies: list[tuple[_Group, Ready]] = []
+        for name in self._dirty:
+            g = self._groups.get(name)
+            if g is None or g.halted:
+                continue
+            try:
+                if g.node.has_ready():
+                    readies.append((g, g.node.ready()))
+            except RaftStreamError as exc:  # e.g. DataLossError reading the log: stop it
+                self._halt(g, exc)
+        self._dirty.clear()
+        return readies
+
+    async def _round(self) -> None:
+        readies = self._collect()
+        writes = self._writes(readies)
+        if writes:
+            # fsync-before-send: one transaction for every group; nothing leaves until done.
+            await asyncio.get_running_loop().run_in_executor(
+                self._writer, self._storage.write_batch, writes
+            )
+        if not readies:
+            return
+        self.rounds += 1
+        # Persist-before-send (Raft §5, and the core's Ready contract): the votes and
+        # appended entries these messages vouch for are durable now, so a crash cannot make
+        # this node forget a vote it granted or an entry it acknowledged.
+        self._send([rd for _, rd in readies])
+        for g, rd in readies:
+            self._apply(g, rd)
+            if not g.halted:
+                g.node.advance(rd)
+                self._maybe_snapshot(g)
+            self._dirty.add(g.name)  # advance may have produced more (next round)
+
+    def _writes(self, readies: list[tuple[_Group, Ready]]) -> list[GroupWrite]:
+        writes: list[GroupWrite] = []
+        in_round = set()
+        for g, rd in readies:
+            in_round.add(g.name)
+            compaction, g.compaction = g.compaction, None
+            if rd.snapshot is not None:
+                compaction = None  # the leader's snapshot supersedes our own
+            if rd.hard_state or rd.entries or rd.snapshot or compaction:
+                writes.append(
+                    GroupWrite(g.name, rd.hard_state, rd.entries, rd.snapshot, compaction)
+                )
+        for g in self._groups.values():
+            if g.compaction is not None and g.name not in in_round:
+                writes.append(GroupWrite(g.name, compaction=g.compaction))
+                g.compaction = None
+        return writes
+
+    def _send(self, readies: list[Ready]) -> None:
+        by_peer: dict[str, list[Message]] = collections.defaultdict(list)
+        for rd in readies:
+            for m in rd.messages:
+                by_peer[m.dst].append(m)
+        for peer, messages in by_peer.items():
+            self._transport.send(peer, messages)
+
+    # ------------------------------------------------------------------ applying
+    def _apply(self, g: _Group, rd: Ready) -> None:
+        try:
+            if rd.snapshot is not None:
+                g.sm.restore(g.name, rd.snapshot.data)
+                g.applied = rd.snapshot.meta.index
+                self._fail_waiting_through(g, g.applied)
+            if rd.committed_entries:
+                self._apply_entries(g, rd.committed_entries)
+        except Exception as exc:  # a state machine that failed has diverged: stop the group
+            self._halt(g, exc)
+
+    def _apply_entries(self, g: _Group, entries: Sequence[Entry]) -> None:
+        commands = [e for e in entries if e.type == EntryType.NORMAL and e.data]
+        results = g.sm.apply(g.name, commands) if commands else []
+        by_index = dict(zip((e.index for e in commands), results, strict=True))
+        for e in entries:
+            waiter = g.waiting.pop(e.index, None)
+            if waiter is None:
+                continue
+            term, fut = waiter
+            if fut.done():
+                continue
+            if term == e.term:
+                fut.set_result(by_index.get(e.index))
+            else:  # another leader's entry took this index: ours will never commit
+                leader = g.node.leader or None
+                fut.set_exception(NotLeaderError("raft proposal superseded", leader=leader))
+        g.applied = entries[-1].index
+
+    def _fail_waiting_through(self, g: _Group, index: int) -> None:
+        for i in [i for i in g.waiting if i <= index]:
+            _, fut = g.waiting.pop(i)
+            if not fut.done():
+                fut.set_exception(UnavailableError("raft log replaced by a snapshot; unknown"))
+
+    def _maybe_snapshot(self, g: _Group) -> None:
+        if g.compaction is not None:
+            return
+        snap_index = self._storage.log(g.name).snapshot_meta().index
+        if g.applied - snap_index < self.config.snapshot_entries:
+            return
+        try:
+            g.compaction = g.node.make_snapshot(g.applied, g.sm.snapshot(g.name))
+        except InvalidArgumentError:
+            return  # a membership change is not applied yet: try again later
+
+    # ------------------------------------------------------------------ failures
+    def _halt(self, g: _Group, exc: BaseException) -> None:
+        log.error("raft group %s halted on %s: %r", g.name, self.node_id, exc)
+        g.halted = True
+        self._fail_group(g, UnavailableError(f"raft group {g.name} halted: {exc!r}"))
+
+    def _fail_group(self, g: _Group, exc: RaftStreamError) -> None:
+        for _, fut in g.waiting.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        g.waiting.clear()
+
+    def _fail_all(self, exc: RaftStreamError) -> None:
+        for g in self._groups.values():
+            self._fail_group(g, exc)
+        while self._proposals:
+            p = self._proposals.popleft()
+            if not p.future.done():
+                p.future.set_exception(exc)
+
+    def leader(self, group: str) -> str | None:
+        """The leader this replica knows for ``group``, if any."""
+        lead = self._group(group).node.leader
+        return None if lead == NONE else lead

@@ -1,0 +1,257 @@
+"""RaftHost: three hosts in one process, over the in-memory twins and over gRPC + LMDB.
+
+Properties checked (Raft paper sections): a leader is elected per group (§5.2); proposals
+are applied in the same order on every replica (State Machine Safety, §5.4.3); a follower
+refuses proposals with a leader hint; after the leader is lost a new one is elected in a
+higher term and the group keeps committing (§5.2); a replica restarted from its data dir
+catches up, through an InstallSnapshot when the leader compacted its log (§7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftstream.errors import NotLeaderError
+from raftstream.raft.host import HostConfig, RaftHost
+from raftstream.raft.storage import LmdbLogStorage, LogStorage, MemoryLogStorage
+from raftstream.raft.transport import GrpcTransport, MemoryNetwork, MemoryTransport, Transport
+from raftstream.raft.types import Entry, Role
+
+NODES = ("n1", "n2", "n3")
+CFG = HostConfig(tick_ms=20, election_tick=10, heartbeat_tick=1, snapshot_entries=1_000_000)
+
+
+class ListMachine:
+    """Appends every command to a list per group; a snapshot is the list as JSON."""
+
+    def __init__(self) -> None:
+        self.applied: dict[str, list[bytes]] = {}
+        self.restores = 0
+
+    def apply(self, group: str, entries: Sequence[Entry]) -> Sequence[Any]:
+        log = self.applied.setdefault(group, [])
+        out = []
+        for e in entries:
+            log.append(e.data)
+            out.append(len(log))
+        return out
+
+    def snapshot(self, group: str) -> bytes:
+        return json.dumps([d.decode() for d in self.applied.get(group, [])]).encode()
+
+    def restore(self, group: str, data: bytes) -> None:
+        self.restores += 1
+        self.applied[group] = [d.encode() for d in json.loads(data)]
+
+
+async def until(cond: Callable[[], bool]) -> None:
+    """Poll ``cond`` (the whole test is bounded by ``run``'s ceiling, never by a timing)."""
+    while not cond():
+        await asyncio.sleep(0.01)
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    async def bounded() -> None:
+        await asyncio.wait_for(scenario(), timeout=120)
+
+    asyncio.run(bounded())
+
+
+def leader_of(hosts: dict[str, RaftHost], group: str) -> str | None:
+    leaders = [
+        n for n, h in hosts.items() if group in h.groups() and h.status(group).role == Role.LEADER
+    ]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+async def elected(hosts: dict[str, RaftHost], group: str) -> str:
+    await until(lambda: leader_of(hosts, group) is not None)
+    lead = leader_of(hosts, group)
+    assert lead is not None
+    return lead
+
+
+def start_memory_cluster(
+    groups: Sequence[str],
+) -> tuple[MemoryNetwork, dict[str, RaftHost], dict[str, ListMachine]]:
+    net = MemoryNetwork()
+    hosts: dict[str, RaftHost] = {}
+    machines: dict[str, ListMachine] = {}
+    for n in NODES:
+        storage: LogStorage = MemoryLogStorage()
+        transport: Transport = MemoryTransport(n, net)
+        hosts[n] = RaftHost(n, storage=storage, transport=transport, config=CFG)
+        machines[n] = ListMachine()
+        hosts[n].start()
+        for g in groups:
+            hosts[n].add_group(g, voters=NODES, state_machine=machines[n])
+    return net, hosts, machines
+
+
+async def stop_all(hosts: dict[str, RaftHost]) -> None:
+    for h in hosts.values():
+        await h.stop()
+
+
+def test_three_hosts_elect_propose_and_apply_in_the_same_order() -> None:
+    async def scenario() -> None:
+        _, hosts, machines = start_memory_cluster(["a", "b"])
+        try:
+            for g in ("a", "b"):
+                lead = await elected(hosts, g)
+                futures = [hosts[lead].propose(g, f"{g}-{i}".encode()) for i in range(50)]
+                results = await asyncio.gather(*futures)
+                assert results == list(range(1, 51))  # each entry's result from apply
+                want = [f"{g}-{i}".encode() for i in range(50)]
+                await until(
+                    lambda g=g: all(len(m.applied.get(g, [])) == 50 for m in machines.values())
+                )
+                assert all(m.applied[g] == want for m in machines.values())
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+def test_a_follower_refuses_proposals_with_a_leader_hint() -> None:
+    async def scenario() -> None:
+        _, hosts, _ = start_memory_cluster(["a"])
+        try:
+            lead = await elected(hosts, "a")
+            follower = next(n for n in NODES if n != lead)
+            await until(lambda: hosts[follower].leader("a") == lead)
+            with pytest.raises(NotLeaderError) as err:
+                await hosts[follower].propose("a", b"x")
+            assert err.value.leader == lead
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+def test_after_leader_loss_a_new_leader_commits_in_a_higher_term() -> None:
+    async def scenario() -> None:
+        net, hosts, machines = start_memory_cluster(["a"])
+        try:
+            lead = await elected(hosts, "a")
+            await hosts[lead].propose("a", b"before")
+            old_term = hosts[lead].status("a").term
+            net.set_down(lead, True)  # the leader is cut off from everyone
+            rest = {n: h for n, h in hosts.items() if n != lead}
+            new = await elected(rest, "a")
+            assert new != lead and rest[new].status("a").term > old_term
+            await rest[new].propose("a", b"after")
+            await until(
+                lambda: all(
+                    m.applied["a"] == [b"before", b"after"]
+                    for n, m in machines.items()
+                    if n != lead
+                )
+            )
+            net.set_down(lead, False)  # the old leader rejoins as a follower and catches up
+            await until(lambda: machines[lead].applied["a"] == [b"before", b"after"])
+            await until(lambda: hosts[lead].status("a").role == Role.FOLLOWER)
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+# --- real gRPC and LMDB on loopback ---
+
+
+class GrpcNode:
+    """One host with its LMDB data dir and gRPC transport; restartable on the same port."""
+
+    def __init__(self, name: str, data_dir: Path, config: HostConfig) -> None:
+        self.name = name
+        self.data_dir = data_dir
+        self.config = config
+        self.port = 0
+        self.machine = ListMachine()
+        self.host: RaftHost | None = None
+        self._transport: GrpcTransport | None = None
+        self._storage: LmdbLogStorage | None = None
+
+    async def start(self, peers: dict[str, int]) -> None:
+        self._storage = LmdbLogStorage(self.data_dir, map_size_bytes=64 << 20)
+        self._transport = GrpcTransport(self.name)
+        self.port = await self._transport.serve(f"127.0.0.1:{self.port}")
+        peers[self.name] = self.port
+        self.host = RaftHost(
+            self.name, storage=self._storage, transport=self._transport, config=self.config
+        )
+        self.host.start()
+
+    def connect(self, peers: dict[str, int]) -> None:
+        assert self._transport is not None
+        for n, port in peers.items():
+            if n != self.name:
+                self._transport.set_peer(n, f"127.0.0.1:{port}")
+
+    async def stop(self) -> None:
+        if self.host is not None:
+            await self.host.stop()
+        if self._transport is not None:
+            await self._transport.close()
+        if self._storage is not None:
+            self._storage.close()
+        self.host, self._transport, self._storage = None, None, None
+
+
+def test_grpc_lmdb_hosts_restart_one_and_it_catches_up_via_snapshot(tmp_path: Path) -> None:
+    cfg = HostConfig(tick_ms=20, election_tick=10, heartbeat_tick=1, snapshot_entries=30)
+    groups = ("g1", "g2", "g3")
+
+    async def scenario() -> None:
+        nodes = {n: GrpcNode(n, tmp_path / n, cfg) for n in NODES}
+        peers: dict[str, int] = {}
+        try:
+            for node in nodes.values():
+                await node.start(peers)
+            for node in nodes.values():
+                node.connect(peers)
+                assert node.host is not None
+                for g in groups:
+                    node.host.add_group(g, voters=NODES, state_machine=node.machine)
+            hosts = {n: node.host for n, node in nodes.items() if node.host is not None}
+            for g in groups:
+                lead = await elected(hosts, g)
+                await asyncio.gather(
+                    *(hosts[lead].propose(g, f"{g}:{i}".encode()) for i in range(10))
+                )
+            # Stop a follower of g1, then move g1 far past it: the leader compacts its log.
+            lead = await elected(hosts, "g1")
+            victim = next(n for n in NODES if n != lead)
+            await nodes[victim].stop()
+            rest = {n: h for n, h in hosts.items() if n != victim}
+            lead = await elected(rest, "g1")
+            await asyncio.gather(
+                *(rest[lead].propose("g1", f"g1:{i}".encode()) for i in range(10, 100))
+            )
+            await until(lambda: rest[lead].status("g1").snapshot_index > 10)
+            # Restart it from its data dir, with a state machine that starts empty.
+            node = nodes[victim]
+            node.machine = ListMachine()
+            await node.start(peers)
+            node.connect(peers)
+            assert node.host is not None
+            for g in groups:
+                node.host.add_group(g, voters=NODES, state_machine=node.machine)
+            want = [f"g1:{i}".encode() for i in range(100)]
+            await until(lambda: node.machine.applied.get("g1") == want)
+            assert node.machine.restores >= 1  # it caught up through a snapshot
+            for g in ("g2", "g3"):
+                await until(lambda g=g: len(node.machine.applied.get(g, [])) == 10)
+                assert node.machine.applied[g] == [f"{g}:{i}".encode() for i in range(10)]
+        finally:
+            for node in nodes.values():
+                await node.stop()
+
+    run(scenario)
