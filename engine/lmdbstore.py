@@ -451,24 +451,33 @@ class LmdbStreamStore(LmdbStreamReads):
     def expire(self, now_ns: int) -> int:
         """Remove messages past ``max_age`` or their TTL as of ``now_ns``; returns count."""
         with self.transaction():
-            removed = self._expire_age(now_ns)
-            hi = self._prefix + SEQ.pack(now_ns) + SEQ_MAX
-            while True:
-                due: list[int] = []
-                cur = self._wt_msgs().cursor(db=self._dbs.ttl)
-                found = cur.set_range(self._prefix)
-                while found and len(due) < PURGE_CHUNK_MSGS:
-                    key, value = cur.item()
-                    if not key.startswith(self._prefix) or key > hi:
-                        break
-                    verify_index(key, value)
-                    due.append(SEQ.unpack_from(value)[0])
-                    found = cur.next()
-                for seq in due:
-                    self._remove(self._head(self._wt_msgs(), seq))
-                removed += len(due)
-                if len(due) < PURGE_CHUNK_MSGS:
-                    return removed
+            return self._expire_age(now_ns) + self._expire_ttl(now_ns)
+
+    def _expire_ttl(self, now_ns: int) -> int:
+        """Remove the messages whose TTL deadline (ts + ttl) is at or before ``now_ns``."""
+        hi = self._prefix + SEQ.pack(now_ns) + SEQ_MAX
+        start = self._prefix
+        removed = 0
+        while True:
+            due: list[tuple[bytes, int]] = []
+            cur = self._wt_msgs().cursor(db=self._dbs.ttl)
+            found = cur.set_range(start)
+            while found and len(due) < PURGE_CHUNK_MSGS:
+                key, value = cur.item()
+                if not key.startswith(self._prefix) or key > hi:
+                    break
+                verify_index(key, value)
+                due.append((key, SEQ.unpack_from(value)[0]))
+                found = cur.next()
+            for key, seq in due:
+                head = self._head(self._wt_msgs(), seq)
+                if not head.ttl or self._prefix + SEQ.pack(head.ts + head.ttl) != key[:-8]:
+                    raise DataLossError(f"TTL index entry disagrees with message {seq}", seq=seq)
+                self._remove(head)
+            removed += len(due)
+            if len(due) < PURGE_CHUNK_MSGS:
+                return removed
+            start = due[-1][0] + b"\x00"  # resume after the last entry: always progress
 
     def _indexed_head(self, txn: Any, seq: int, subj: SubjectCount) -> MsgHead:
         head = self._head(txn, seq)
@@ -547,6 +556,7 @@ class LmdbStreamStore(LmdbStreamReads):
         removed = 0
         while removed < budget and m.msgs and m.first_seq < end:
             heads = self._heads_from(self._wt_msgs(), m.first_seq, PURGE_CHUNK_MSGS)
+            invariant(bool(heads) and heads[0].seq == m.first_seq, "first_seq is not stored")
             for head in heads[: budget - removed]:
                 if head.seq >= end:
                     break
