@@ -28,6 +28,7 @@ from raftstream.raft.types import (
     MessageType,
     ReadState,
     Role,
+    SnapshotMeta,
 )
 
 __all__ = ["TRANSFER_CONTEXT", "Raft"]
@@ -43,6 +44,8 @@ class Raft:
     """One replica of one group. Not thread-safe: one driver owns it."""
 
     __slots__ = (
+        "applied_conf",
+        "applied_conf_index",
         "bcast_pending",
         "cfg",
         "conf_index",
@@ -103,7 +106,12 @@ class Raft:
         if not conf.voters and not conf.learners:
             conf = ConfState(self.cfg.voters, self.cfg.learners)
         self.tracker.set_conf(conf, self.log.last_index() + 1)
+        # Two views of membership: the tracker's is the newest we know (a snapshot received
+        # from the leader replaces it at once, ``conf_index``); ``applied_conf`` is as of
+        # the applied index, which is what a local snapshot must record.
         self.conf_index = snap.meta.index
+        self.applied_conf = conf
+        self.applied_conf_index = snap.meta.index
         invariant(commit <= self.log.last_index(), f"hard state commit {commit} beyond log")
         self.log.commit_to(commit)
         self.log.applied = min(self.log.applied, self.log.committed)
@@ -445,22 +453,14 @@ class Raft:
 
     # ------------------------------------------------------------------ membership
     def apply_conf_change(self, index: int, cc: ConfChange) -> None:
-        """Apply one single-server change (thesis §4.1) once its entry is applied."""
-        voters = set(self.tracker.voters)
-        learners = set(self.tracker.learners)
-        if cc.type == ConfChangeType.ADD_VOTER:
-            voters.add(cc.node)
-            learners.discard(cc.node)
-        elif cc.type == ConfChangeType.ADD_LEARNER:
-            voters.discard(cc.node)
-            learners.add(cc.node)
-        else:
-            voters.discard(cc.node)
-            learners.discard(cc.node)
-        self.tracker.set_conf(
-            ConfState(tuple(sorted(voters)), tuple(sorted(learners))), self.log.last_index() + 1
-        )
-        self.conf_index = max(self.conf_index, index)
+        """Apply one single-server change (thesis §4.1) once its entry at ``index`` is
+        applied."""
+        self.applied_conf = conf_after(self.applied_conf, cc)
+        self.applied_conf_index = index
+        if index <= self.conf_index:
+            return  # a snapshot restored since then already holds a later membership
+        self.conf_index = index
+        self.tracker.set_conf(self.applied_conf, self.log.last_index() + 1)
         if self.role != Role.LEADER:
             return
         if self.id not in self.tracker.voters:
@@ -471,8 +471,29 @@ class Raft:
         self.maybe_commit()  # the quorum may have shrunk
         self.bcast_pending = True
 
+    def applied_snapshot(self, meta: SnapshotMeta) -> None:
+        """The driver installed a snapshot: membership as of the applied index is its."""
+        self.applied_conf = meta.conf
+        self.applied_conf_index = meta.index
+
     def validate_conf_change(self, cc: ConfChange) -> None:
         if not cc.node:
             raise InvalidArgumentError("node", "must not be empty")
         if cc.type == ConfChangeType.REMOVE and self.tracker.voters == {cc.node}:
             raise InvalidArgumentError("node", "cannot remove the last voter")
+
+
+def conf_after(conf: ConfState, cc: ConfChange) -> ConfState:
+    """Membership after one single-server change (a voter added as learner is demoted)."""
+    voters = set(conf.voters)
+    learners = set(conf.learners)
+    if cc.type == ConfChangeType.ADD_VOTER:
+        voters.add(cc.node)
+        learners.discard(cc.node)
+    elif cc.type == ConfChangeType.ADD_LEARNER:
+        voters.discard(cc.node)
+        learners.add(cc.node)
+    else:
+        voters.discard(cc.node)
+        learners.discard(cc.node)
+    return ConfState(tuple(sorted(voters)), tuple(sorted(learners)))

@@ -216,14 +216,16 @@ class RaftNode:
         """The state machine's snapshot ``data`` taken at applied ``index``: returns the
         Snapshot (with the term and membership at ``index``) for the driver to store,
         after which it may drop log entries up to ``index`` (LogView's first index moves
-        past it). ``index`` must be applied and not before the last applied membership
-        change (the membership recorded is the current one)."""
+        past it). ``index`` must be applied, and not before the last applied membership
+        change (the membership recorded is the one as of the applied index)."""
         r = self._r
-        if not r.conf_index <= index <= r.log.applied:
+        if not r.applied_conf_index <= index <= r.log.applied:
             raise InvalidArgumentError(
-                "index", f"must be in [{r.conf_index}, applied {r.log.applied}]"
+                "index", f"must be in [{r.applied_conf_index}, applied {r.log.applied}]"
             )
-        meta = SnapshotMeta(index, r.log.term(index), r.tracker.conf_state())
+        # Applied entries are stable (persisted before they were applied), so storage has
+        # the term even while a snapshot from the leader waits in the unstable log.
+        meta = SnapshotMeta(index, r.log.storage.term(index), r.applied_conf)
         return Snapshot(meta, data)
 
     # ------------------------------------------------------------------ outputs
@@ -288,6 +290,7 @@ class RaftNode:
         if rd.snapshot is not None:
             log.stable_snap_to(rd.snapshot.meta.index)
             log.applied_to(rd.snapshot.meta.index)
+            r.applied_snapshot(rd.snapshot.meta)
         if rd.entries:
             last = rd.entries[-1]
             log.stable_to(last.index, last.term)

@@ -375,6 +375,37 @@ def test_learner_lease_expires_so_it_can_vote_once_promoted() -> None:
         assert [(m.dst, m.reject) for m in out] == [("b", False)]
 
 
+def test_snapshot_arriving_mid_ready_wins_over_older_conf_change() -> None:
+    """A snapshot received between ready() and advance() holds a later membership than
+    the conf change that Ready applies: the change must not be replayed on top of it, and
+    a local snapshot taken meanwhile records the membership as of its own index."""
+    net = Network(["a", "b", "c"])
+    net.elect("a")
+    i = net["a"].propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"))
+    net.stabilize()
+    net["a"].propose_conf_change(ConfChange(ConfChangeType.REMOVE, "d"))
+    net.stabilize()
+    net.propose("a", b"x")
+    compact(net, "a")
+    snap = net.replicas["a"].storage.snapshot()
+    # c restarts with the change at i committed but not applied yet.
+    st = MemoryLog()
+    st.append(net.replicas["b"].storage.entries(1, i + 1, 1 << 20))
+    st.set_hard_state(HardState(net["a"].term, "", i))
+    rep = net.add("c", st, applied=i - 1)
+    rd = rep.node.ready()
+    assert [e.index for e in rd.committed_entries] == [i]
+    rep.node.step(Message(MT.SNAPSHOT, "g", "a", "c", net["a"].term, snapshot=snap))
+    rep.persist(rd)
+    rep.node.advance(rd)
+    local = rep.node.make_snapshot(i, b"")
+    assert local.meta.conf.learners == ("d",)  # as of index i
+    net.stabilize()
+    assert rep.installed == [snap]
+    assert net["c"].status().conf == snap.meta.conf == net["a"].status().conf
+    assert net["c"].status().conf.learners == ()
+
+
 def test_one_conf_change_at_a_time() -> None:
     """Thesis §4.1: a new change may start only once the previous one is applied."""
     net = Network(["a", "b", "c"])

@@ -62,6 +62,7 @@ class SimParams:
     p_corrupt: float  # chance this run corrupts one stored entry
     pre_vote: bool
     check_quorum: bool
+    write_us_max: int  # 0: each Ready is written at once; else writes take up to this
 
     @classmethod
     def from_rng(cls, rng: random.Random) -> SimParams:
@@ -81,6 +82,7 @@ class SimParams:
             p_corrupt=0.3,
             pre_vote=rng.random() < 0.75,
             check_quorum=rng.random() < 0.75,
+            write_us_max=rng.choice((0, 0, 500, 3 * MS)),
         )
 
 
@@ -111,6 +113,7 @@ class Replica:
     waiters: dict[int, list[Pending]] = field(default_factory=dict)
     reads: dict[bytes, Pending] = field(default_factory=dict)
     ready_reads: list[Pending] = field(default_factory=list)
+    writing: Ready | None = None  # a Ready whose write is in flight
 
 
 @dataclass
@@ -256,28 +259,52 @@ class Simulation:
             self._crash(node, failed=True)
 
     def _process_ready(self, node: Node, rep: Replica) -> None:
+        """The host's cycle. With ``write_us_max`` the write takes time: until it is done
+        the replica keeps stepping messages and ticking (the core's contract allows it),
+        and a crash meanwhile loses the write."""
         raft = rep.raft
         assert raft is not None
-        while node.up and raft.has_ready():
+        while node.up and rep.writing is None and raft.has_ready():
             rd = raft.ready()
             self.checker.on_ready(node.id, rep.group, raft, rep.storage, rd)
-            rep.storage.persist(rd)  # the fsync: nothing below happens before it
-            if node.crash_after_fsync:
-                self._crash(node)  # crashed after the fsync, before sending anything
+            if self.p.write_us_max:
+                rep.writing = rd
+                delay = self.rng.randrange(self.p.write_us_max)
+                self.at(delay, lambda rd=rd: self._write_done(node, rep, raft, rd))
                 return
-            for m in rd.messages:
-                self._send(m)
-            if node.crash_after_vote and any(
-                m.type == MessageType.VOTE_RESP and not m.reject for m in rd.messages
-            ):
-                # The vote is out; what it promised must survive the crash (§5.2).
-                self._crash(node)
-                self.at(self.rng.randrange(200, 3 * MS), lambda: self._restart(node.id))
+            if not self._finish_ready(node, rep, raft, rd):
                 return
-            self._apply(node, rep, rd)
-            raft.advance(rd)
-            self._serve_reads(rep, rd)
-            self._maybe_compact(rep)
+
+    def _write_done(self, node: Node, rep: Replica, raft: RaftNode, rd: Ready) -> None:
+        if rep.raft is not raft or rep.writing is not rd:
+            return  # crashed while writing: the write is lost
+        rep.writing = None
+        try:
+            if self._finish_ready(node, rep, raft, rd):
+                self._process_ready(node, rep)
+        except DataLossError:
+            self._crash(node, failed=True)
+
+    def _finish_ready(self, node: Node, rep: Replica, raft: RaftNode, rd: Ready) -> bool:
+        """Persist, send, apply, advance. False if the node crashed on the way."""
+        rep.storage.persist(rd)  # the fsync: nothing below happens before it
+        if node.crash_after_fsync:
+            self._crash(node)  # crashed after the fsync, before sending anything
+            return False
+        for m in rd.messages:
+            self._send(m)
+        if node.crash_after_vote and any(
+            m.type == MessageType.VOTE_RESP and not m.reject for m in rd.messages
+        ):
+            # The vote is out; what it promised must survive the crash (§5.2).
+            self._crash(node)
+            self.at(self.rng.randrange(200, 3 * MS), lambda: self._restart(node.id))
+            return False
+        self._apply(node, rep, rd)
+        raft.advance(rd)
+        self._serve_reads(rep, rd)
+        self._maybe_compact(rep)
+        return True
 
     def _apply(self, node: Node, rep: Replica, rd: Ready) -> None:
         if rd.snapshot is not None:
@@ -332,6 +359,7 @@ class Simulation:
         self.stats["crashes"] += 1
         for rep in node.replicas.values():
             rep.raft = None
+            rep.writing = None
             pending = [p for ps in rep.waiters.values() for p in ps]
             pending += list(rep.reads.values()) + rep.ready_reads
             rep.waiters, rep.reads, rep.ready_reads = {}, {}, []
