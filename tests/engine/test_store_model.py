@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -343,28 +344,34 @@ class StoresAgainstModel(RuleBasedStateMachine):
 
     @invariant()
     def lookups_agree(self) -> None:
+        """load_last / load_next / num_pending / iter_from for a few filters and starts."""
         m = self.model
-        starts = sorted({0, m.first, (m.first + m.last) // 2, m.last, m.last + 1})
-        for flt in FILTERS:
-            matching = sorted(s for s, msg in m.msgs.items() if subject_matches(flt, msg.subject))
-            for store in self.stores:
-                if matching:
-                    assert store.load_last(flt).seq == matching[-1]
-                else:
-                    try:
-                        store.load_last(flt)
-                        raise AssertionError(f"load_last({flt!r}) found a message")
-                    except NotFoundError:
-                        pass
-                assert store.subjects_state(flt) == {
-                    s: c for s, c in m.state().subjects.items() if subject_matches(flt, s)
-                }
-                for start in starts:
-                    after = [s for s in matching if s >= start]
-                    nxt = store.load_next(flt, start)
-                    assert (nxt.seq if nxt else None) == (after[0] if after else None)
-                    assert store.num_pending(start, flt) == len(after)
-                    assert [x.seq for x in store.iter_from(start, flt)] == after
+        for flt in ("a", "a.*", "*.c"):
+            for start in sorted({0, m.first, (m.first + m.last) // 2, m.last + 1}):
+                self._check_lookup(flt, start)
+
+    @rule(flt=st.sampled_from(FILTERS), data=st.data())
+    def lookup(self, flt: str, data: st.DataObject) -> None:
+        """Any filter from any start (drawn, so shrinking narrows it to the failing one)."""
+        self._check_lookup(flt, data.draw(st.integers(min_value=0, max_value=self.model.last + 2)))
+
+    def _check_lookup(self, flt: str, start: int) -> None:
+        m = self.model
+        matching = sorted(s for s, msg in m.msgs.items() if subject_matches(flt, msg.subject))
+        after = [s for s in matching if s >= start]
+        subjects = {s: c for s, c in m.state().subjects.items() if subject_matches(flt, s)}
+        for store in self.stores:
+            name = type(store).__name__
+            if matching:
+                assert store.load_last(flt).seq == matching[-1], name
+            else:
+                with pytest.raises(NotFoundError):
+                    store.load_last(flt)
+            assert store.subjects_state(flt) == subjects, name
+            nxt = store.load_next(flt, start)
+            assert (nxt.seq if nxt else None) == (after[0] if after else None), name
+            assert store.num_pending(start, flt) == len(after), name
+            assert [x.seq for x in store.iter_from(start, flt)] == after, name
 
 
 class _Abort(Exception):
