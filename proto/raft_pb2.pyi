@@ -18,6 +18,16 @@ its cores, and the cores' HEARTBEAT_RESP replies go back coalesced the same way 
 `heartbeat_responses`. A heartbeat that does not fit the compact form (any other field set)
 travels as an ordinary Message, so the encoding is lossless.
 
+Quiescence and liveness. A group whose followers have everything (nothing to send, nothing
+pending) is quiesced by its leader: the leader stops ticking it (no more heartbeats) and
+tells each follower once, in `quiesce`; a follower still following that leader in that
+term stops ticking it too. Any message of the group wakes it on either side. Instead of
+per-group heartbeats, each node sends every peer at least one Batch per tick (an empty
+one if it has nothing else): a node that stays silent for a few ticks is presumed down,
+and every quiesced group it leads (or follows) wakes up, so elections and check-quorum
+work exactly as without quiescence. A thousand idle groups then cost one tiny batch per
+peer per tick.
+
 Snapshots. A SNAPSHOT message never rides in a Batch: it is streamed on its own
 InstallSnapshot call in chunks of at most the sender's chunk size; the first chunk carries
 the message (with the snapshot's metadata, not its data). The receiver reassembles it (up to
@@ -271,6 +281,7 @@ class Batch(_message.Message):
     MESSAGES_FIELD_NUMBER: _builtins.int
     HEARTBEATS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_RESPONSES_FIELD_NUMBER: _builtins.int
+    QUIESCE_FIELD_NUMBER: _builtins.int
     src: _builtins.str
     dst: _builtins.str
     @_builtins.property
@@ -283,6 +294,10 @@ class Batch(_message.Message):
     def heartbeat_responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___Heartbeat]:
         """one per group it follows: HEARTBEAT_RESP"""
 
+    @_builtins.property
+    def quiesce(self) -> _containers.RepeatedCompositeFieldContainer[Global___Heartbeat]:
+        """Groups the sender leads and has quiesced (group, term; commit unused): see Quiescence."""
+
     def __init__(
         self,
         *,
@@ -291,10 +306,11 @@ class Batch(_message.Message):
         messages: _abc.Iterable[Global___Message] | None = ...,
         heartbeats: _abc.Iterable[Global___Heartbeat] | None = ...,
         heartbeat_responses: _abc.Iterable[Global___Heartbeat] | None = ...,
+        quiesce: _abc.Iterable[Global___Heartbeat] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "heartbeat_responses", b"heartbeat_responses", "heartbeats", b"heartbeats", "messages", b"messages", "src", b"src"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "heartbeat_responses", b"heartbeat_responses", "heartbeats", b"heartbeats", "messages", b"messages", "quiesce", b"quiesce", "src", b"src"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

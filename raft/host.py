@@ -16,6 +16,16 @@ The driver loop is the only code that touches the cores (``RaftNode``). Each rou
 While a round's write is in flight, incoming messages and proposals only queue (bounded);
 they are handled in the next round, which is where the batching comes from.
 
+Quiescence (as CockroachDB does it; proto/raft.proto describes the wire side). An idle group
+costs nothing: once a leader sees every follower holding its whole log, committed, and
+nothing changed over an election timeout, it stops ticking the group (no more heartbeats)
+and tells the followers, who stop ticking it too. Any message of the group or a proposal
+wakes it. Liveness moves to the node level: every tick each host sends every peer at least
+an empty batch; a peer silent for ``liveness_ticks`` wakes every quiesced group it leads or
+follows, and a woken follower is credited the ticks of that silence, so its election starts
+as if it had been ticking all along. Safety does not depend on any of this (Raft is safe
+under any timing); only how soon a dead leader is replaced does.
+
 Ownership: the host belongs to the event loop that ran ``start()``; its methods must be called
 on that loop. It uses, but does not own, the storage and the transport (close them after
 ``stop()``).
@@ -46,8 +56,17 @@ from raftstream.errors import (
 )
 from raftstream.raft.core import RaftConfig, RaftNode
 from raftstream.raft.storage import GroupWrite, LogStorage
-from raftstream.raft.transport import Transport
-from raftstream.raft.types import NONE, Entry, EntryType, Message, Ready, Role, Snapshot
+from raftstream.raft.transport import Inbound, Transport
+from raftstream.raft.types import (
+    NONE,
+    Entry,
+    EntryType,
+    Message,
+    MessageType,
+    Ready,
+    Role,
+    Snapshot,
+)
 
 __all__ = ["GroupStatus", "HostConfig", "RaftHost", "StateMachine"]
 
@@ -86,6 +105,8 @@ class HostConfig:
     snapshot_entries: int = 10_000  # compact a group's log every this many applied entries
     pre_vote: bool = True
     check_quorum: bool = True
+    quiesce: bool = True  # stop ticking idle groups (see the module docstring)
+    liveness_ticks: int = 2  # a peer silent for longer than this is presumed down (>= 2)
 
     def __post_init__(self) -> None:
         for name in ("tick_ms", "proposal_timeout_ms", "proposals_pending_max", "inbox_msgs_max"):
@@ -93,6 +114,8 @@ class HostConfig:
                 raise InvalidArgumentError(name, "must be positive")
         if self.snapshot_entries <= 0:
             raise InvalidArgumentError("snapshot_entries", "must be positive")
+        if self.liveness_ticks < 2:  # a ping per tick arrives up to a tick apart, plus jitter
+            raise InvalidArgumentError("liveness_ticks", "must be at least 2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +126,7 @@ class GroupStatus:
     term: int
     applied: int
     snapshot_index: int
+    quiet: bool
 
 
 @dataclass(slots=True)
@@ -113,8 +137,19 @@ class _Group:
     applied: int
     # Proposals in the log, by index: (term at proposal, awaitable); resolved at apply.
     waiting: dict[int, tuple[int, asyncio.Future[Any]]] = field(default_factory=dict)
+    members: frozenset[str] = frozenset()  # the other nodes of the group, as created
     compaction: Snapshot | None = None
     halted: bool = False
+    quiet: bool = False  # quiesced: not ticked (see "Quiescence" in the module docstring)
+    ticks_to_check: int = 0  # ticks until the leader next considers quiescing
+    last_check: tuple[int, int] = (-1, -1)  # (last index, commit) at the previous check
+
+
+@dataclass(frozen=True, slots=True)
+class _QuiesceNotice:
+    src: str
+    group: str
+    term: int
 
 
 @dataclass(slots=True)
@@ -144,12 +179,16 @@ class RaftHost:
         self._transport = transport
         self._rng = rng or random.Random()
         self._groups: dict[str, _Group] = {}
-        self._inbox: collections.deque[Message] = collections.deque()
+        self._inbox: collections.deque[Message | _QuiesceNotice] = collections.deque()
         self._proposals: collections.deque[_Proposal] = collections.deque()
         self._pending = 0  # proposals queued or waiting, against proposals_pending_max
         self._deadlines: list[tuple[float, int, asyncio.Future[Any]]] = []
         self._seq = itertools.count()
         self._dirty: set[str] = set()
+        self._peers: set[str] = set()  # every other node of any group here
+        self._heard: dict[str, float] = {}  # peer -> loop time of its last batch
+        self._quiesce_out: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
+        self._sent_since_tick: set[str] = set()
         self._wake = asyncio.Event()
         # The one writer thread: every storage write happens there, one at a time.
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="raft-writer")
@@ -161,7 +200,7 @@ class RaftHost:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         """Bind the transport and start the driver on the running loop."""
-        self._transport.bind(self._on_messages)
+        self._transport.bind(self._on_inbound)
         self._task = asyncio.create_task(self._run(), name=f"raft-host-{self.node_id}")
 
     async def stop(self) -> None:
@@ -212,7 +251,14 @@ class RaftHost:
             check_quorum=cfg.check_quorum,
         )
         node = RaftNode(rc, view)
-        self._groups[group] = _Group(group, node, state_machine, applied=snap.meta.index)
+        members = frozenset((*voters, *learners)) - {self.node_id}
+        self._groups[group] = _Group(
+            group, node, state_machine, applied=snap.meta.index, members=members
+        )
+        now = asyncio.get_running_loop().time()
+        for peer in members - self._peers:
+            self._peers.add(peer)
+            self._heard[peer] = now  # a grace period before it can be presumed down
         self._dirty.add(group)
         self._wake.set()
 
@@ -235,7 +281,7 @@ class RaftHost:
         g = self._group(group)
         n = g.node
         snap_index = self._storage.log(group).snapshot_meta().index
-        return GroupStatus(group, n.leader, n.role, n.term, g.applied, snap_index)
+        return GroupStatus(group, n.leader, n.role, n.term, g.applied, snap_index, g.quiet)
 
     def _group(self, group: str) -> _Group:
         g = self._groups.get(group)
@@ -295,23 +341,33 @@ class RaftHost:
                 p.future.set_exception(exc)
                 continue
             g.waiting[index] = (g.node.term, p.future)
+            g.quiet = False
             self._dirty.add(p.group)
 
     # ------------------------------------------------------------------ receiving
-    def _on_messages(self, messages: list[Message]) -> None:
+    def _on_inbound(self, inbound: Inbound) -> None:
         """Transport handler (on the loop): queue for the next round, never step here."""
+        self._heard[inbound.src] = asyncio.get_running_loop().time()
         room = self.config.inbox_msgs_max - len(self._inbox)
         if room <= 0:
             return  # dropped: Raft resends what matters
-        self._inbox.extend(messages[:room])
-        self._wake.set()
+        self._inbox.extend(inbound.messages[:room])
+        # After the batch's messages: the leader quiesced after sending them.
+        self._inbox.extend(_QuiesceNotice(inbound.src, g, t) for g, t in inbound.quiesce)
+        if inbound.messages or inbound.quiesce:
+            self._wake.set()
 
     def _step_inbox(self) -> None:
         while self._inbox:
             m = self._inbox.popleft()
+            if isinstance(m, _QuiesceNotice):
+                self._follow_quiesce(m)
+                continue
             g = self._groups.get(m.group)
             if g is None or g.halted:
                 continue
+            if m.type != MessageType.HEARTBEAT_RESP:
+                g.quiet = False  # the group is active again: tick it
             try:
                 g.node.step(m)
             except RaftStreamError as exc:
@@ -334,13 +390,16 @@ class RaftHost:
                     if self._stopping:
                         break
                 now = loop.time()
-                if now >= next_tick:
+                ticked = now >= next_tick
+                if ticked:
                     next_tick = max(next_tick + tick_s, now)
-                    self._tick_all()
+                    self._tick_all(now)
                     self._expire_proposals(now)
                 self._step_inbox()
                 self._take_proposals()
                 await self._round()
+                if ticked:  # after the tick's round: peers it sent nothing get a ping
+                    self._ping_peers()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -349,11 +408,76 @@ class RaftHost:
             self._fail_all(UnavailableError("raft host failed; the outcome is unknown"))
             raise
 
-    def _tick_all(self) -> None:
+    def _tick_all(self, now: float) -> None:
+        self._wake_groups_of_silent_peers(now)
+        check_every = self.config.election_tick
         for name, g in self._groups.items():
-            if not g.halted:
-                g.node.tick()
-                self._dirty.add(name)
+            if g.halted or g.quiet:
+                continue
+            g.node.tick()
+            self._dirty.add(name)
+            if self.config.quiesce and g.node.role == Role.LEADER:
+                g.ticks_to_check -= 1
+                if g.ticks_to_check <= 0:
+                    g.ticks_to_check = check_every
+                    self._maybe_quiesce(g)
+
+    # ------------------------------------------------------------------ quiescence
+    def _silent_peers(self, now: float) -> set[str]:
+        limit = self.config.liveness_ticks * self.config.tick_ms / 1000
+        return {p for p in self._peers if now - self._heard.get(p, now) > limit}
+
+    def _maybe_quiesce(self, g: _Group) -> None:
+        """Leader: quiesce ``g`` if nothing changed since the last check (so the followers
+        have heard the commit index), every follower holds the whole log, and all is
+        applied. Never while a member is presumed down: check-quorum needs the ticks."""
+        st = g.node.status()
+        state = (st.last_index, st.commit)
+        stable, g.last_check = g.last_check == state, state
+        if not stable or g.waiting or st.commit != st.last_index or st.applied != st.commit:
+            return
+        if any(p.match != st.last_index for n, p in st.progress.items() if n != self.node_id):
+            return
+        if g.members & self._silent_peers(asyncio.get_running_loop().time()):
+            return
+        g.quiet = True
+        for peer in st.progress:
+            if peer != self.node_id:
+                self._quiesce_out[peer].append((g.name, st.term))
+
+    def _follow_quiesce(self, q: _QuiesceNotice) -> None:
+        """Follower: stop ticking a group its current leader quiesced in its current term."""
+        g = self._groups.get(q.group)
+        n = g.node if g is not None else None
+        if g is None or n is None or g.halted or n.role != Role.FOLLOWER:
+            return
+        if n.leader == q.src and n.term == q.term:
+            g.quiet = True
+
+    def _wake_groups_of_silent_peers(self, now: float) -> None:
+        silent = self._silent_peers(now)
+        if not silent:
+            return
+        tick_s = self.config.tick_ms / 1000
+        for g in self._groups.values():
+            if not g.quiet or not (g.members & silent):
+                continue
+            lead = g.node.leader
+            if g.node.role == Role.LEADER or lead in silent:
+                g.quiet = False
+                self._dirty.add(g.name)
+            if lead in silent and g.node.role != Role.LEADER:
+                # Credit the silence: the election starts as if we had kept ticking.
+                missed = int((now - self._heard.get(lead, now)) / tick_s)
+                for _ in range(min(missed, 2 * self.config.election_tick)):
+                    g.node.tick()
+
+    def _ping_peers(self) -> None:
+        """Liveness: every peer gets at least one batch per tick (an empty one if need be),
+        so a peer silent for ``liveness_ticks`` (> 1) ticks is down or cut off."""
+        for peer in self._peers - self._sent_since_tick:
+            self._transport.send(peer, [], self._quiesce_out.pop(peer, []))
+        self._sent_since_tick.clear()
 
     def _collect(self) -> list[tuple[_Group, Ready]]:
         readies: list[tuple[_Group, Ready]] = []
@@ -388,7 +512,8 @@ class RaftHost:
             self._apply(g, rd)
             if not g.halted:
                 g.node.advance(rd)
-                self._maybe_snapshot(g)
+                if rd.committed_entries:
+                    self._maybe_snapshot(g)
             self._dirty.add(g.name)  # advance may have produced more (next round)
 
     def _writes(self, readies: list[tuple[_Group, Ready]]) -> list[GroupWrite]:
@@ -415,7 +540,8 @@ class RaftHost:
             for m in rd.messages:
                 by_peer[m.dst].append(m)
         for peer, messages in by_peer.items():
-            self._transport.send(peer, messages)
+            self._transport.send(peer, messages, self._quiesce_out.pop(peer, []))
+            self._sent_since_tick.add(peer)
 
     # ------------------------------------------------------------------ applying
     def _apply(self, g: _Group, rd: Ready) -> None:

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from raftstream.raft.types import Message, MessageType
 
-__all__ = ["MessageHandler", "Transport", "snapshot_failed"]
+__all__ = ["Inbound", "MessageHandler", "Transport", "snapshot_failed"]
 
-MessageHandler = Callable[[list[Message]], None]
-"""Receives the messages of one incoming batch, on the transport's event loop. Must not block:
-the host only queues them for its next round."""
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """What one incoming batch brought from node ``src`` (an empty one is a liveness ping)."""
+
+    src: str
+    messages: list[Message] = field(default_factory=list)
+    quiesce: list[tuple[str, int]] = field(default_factory=list)  # (group, leader's term)
+
+
+MessageHandler = Callable[[Inbound], None]
+"""Receives each incoming batch, on the transport's event loop. Must not block: the host only
+queues the messages for its next round."""
 
 
 class Transport(Protocol):
@@ -31,9 +42,13 @@ class Transport(Protocol):
         """Set the receiver of incoming messages; before it is bound, they are dropped."""
         ...
 
-    def send(self, peer: str, messages: Sequence[Message]) -> None:
+    def send(
+        self, peer: str, messages: Sequence[Message], quiesce: Sequence[tuple[str, int]] = ()
+    ) -> None:
         """Queue one round's messages for ``peer`` (all with ``src == node_id``, ``dst ==
-        peer``). Never blocks; when the peer's queue is full the oldest batches are dropped."""
+        peer``) and the groups this node quiesced. With nothing at all, sends an empty batch
+        (a liveness ping). Never blocks; when the peer's queue is full the oldest batches
+        are dropped."""
         ...
 
     async def close(self) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 
 from raftstream.errors import InvalidArgumentError, invariant
 from raftstream.proto import raft_pb2 as pb
+from raftstream.raft.transport.api import Inbound
 from raftstream.raft.types import (
     ConfState,
     Entry,
@@ -25,6 +26,7 @@ from raftstream.raft.types import (
 
 __all__ = [
     "SnapshotAssembler",
+    "batch_messages",
     "from_batch",
     "message_from_pb",
     "message_to_pb",
@@ -112,42 +114,51 @@ def _compact_heartbeat(m: Message) -> pb.Heartbeat | None:
 
 
 def to_batches(
-    src: str, dst: str, messages: Sequence[Message], batch_bytes_max: int
+    src: str,
+    dst: str,
+    messages: Sequence[Message],
+    batch_bytes_max: int,
+    quiesce: Sequence[tuple[str, int]] = (),
 ) -> list[pb.Batch]:
     """Pack ``messages`` (all from ``src`` to ``dst``, none a SNAPSHOT) into batches of at
     most ``batch_bytes_max`` encoded bytes each; a single larger message gets a batch of its
-    own (the gRPC message size limit is the caller's last line). Order is kept per group."""
-    batches: list[pb.Batch] = []
+    own (the gRPC message size limit is the caller's last line). Order is kept per group.
+    Always at least one batch: an empty one is a liveness ping."""
     cur = pb.Batch(src=src, dst=dst)
-    size = 0
+    cur.quiesce.extend(pb.Heartbeat(group=g, term=t) for g, t in quiesce)
+    batches: list[pb.Batch] = []
+    size, items = cur.ByteSize(), len(quiesce)
     for m in messages:
-        invariant(
-            m.src == src and m.dst == dst, f"message {m.src}->{m.dst} in a batch {src}->{dst}"
-        )
-        invariant(m.type != MessageType.SNAPSHOT, "snapshots are streamed, not batched")
+        if m.src != src or m.dst != dst or m.type == MessageType.SNAPSHOT:
+            invariant(False, f"{m.type.name} {m.src}->{m.dst} in a {src}->{dst} batch")
         hb = _compact_heartbeat(m)
         item: pb.Heartbeat | pb.Message = hb if hb is not None else message_to_pb(m)
-        item_bytes = item.ByteSize() + 8  # field tag and length prefix, roughly
-        if size and size + item_bytes > batch_bytes_max:
+        # Field tag and length prefix, roughly; a heartbeat's size is nearly its group id.
+        item_bytes = len(m.group) + 32 if hb is not None else item.ByteSize() + 8
+        if items and size + item_bytes > batch_bytes_max:
             batches.append(cur)
-            cur, size = pb.Batch(src=src, dst=dst), 0
+            cur, size, items = pb.Batch(src=src, dst=dst), 0, 0
         if isinstance(item, pb.Heartbeat):
             target = cur.heartbeats if m.type == MessageType.HEARTBEAT else cur.heartbeat_responses
             target.append(item)
         else:
             cur.messages.append(item)
         size += item_bytes
-    if size:
-        batches.append(cur)
+        items += 1
+    batches.append(cur)
     return batches
 
 
-def from_batch(batch: pb.Batch) -> list[Message]:
+def from_batch(batch: pb.Batch) -> Inbound:
     """Expand a batch: ordinary messages, then one HEARTBEAT (or HEARTBEAT_RESP) per group.
 
     Heartbeats carry no entries, so moving them after the batch's other messages changes
     nothing a core can observe beyond the reordering the network may do anyway.
     """
+    return Inbound(batch.src, batch_messages(batch), [(q.group, q.term) for q in batch.quiesce])
+
+
+def batch_messages(batch: pb.Batch) -> list[Message]:
     src, dst = batch.src, batch.dst
     out = [message_from_pb(p, src, dst) for p in batch.messages]
     for kind, beats in (

@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_ji
 
 from raftstream.errors import InvalidArgumentError
 from raftstream.proto import raft_pb2 as pb
-from raftstream.raft.transport.api import MessageHandler, Transport, snapshot_failed
+from raftstream.raft.transport.api import Inbound, MessageHandler, Transport, snapshot_failed
 from raftstream.raft.transport.convert import (
     SnapshotAssembler,
     from_batch,
@@ -165,7 +165,7 @@ class _PeerLink:
 
     def send_snapshot(self, m: Message) -> None:
         if len(self._snapshots) >= self._cfg.snapshots_inflight_max:
-            self._owner.deliver([snapshot_failed(m)])
+            self._owner.deliver(Inbound(self.peer, [snapshot_failed(m)]))
             return
         task = asyncio.create_task(self._stream_snapshot(m))
         self._snapshots.add(task)
@@ -180,7 +180,7 @@ class _PeerLink:
         except Exception as exc:  # the core retries: it needs to know, not the reason
             log.info("raft snapshot of %s to %s failed: %r", m.group, self.peer, exc)
         if not accepted:
-            self._owner.deliver([snapshot_failed(m)])
+            self._owner.deliver(Inbound(self.peer, [snapshot_failed(m)]))
 
     async def close(self) -> None:
         tasks = [self._task, *self._snapshots]
@@ -229,11 +229,11 @@ class GrpcTransport:
         elif link is not None:
             self._links[node] = link
 
-    def deliver(self, messages: list[Message]) -> bool:
-        """Hand incoming ``messages`` to the bound handler; False if none is bound."""
+    def deliver(self, inbound: Inbound) -> bool:
+        """Hand an incoming batch to the bound handler; False if none is bound."""
         if self._closed or self._handler is None:
             return False
-        self._handler(messages)
+        self._handler(inbound)
         return True
 
     def _link(self, peer: str) -> _PeerLink | None:
@@ -246,14 +246,16 @@ class GrpcTransport:
             link = self._links[peer] = _PeerLink(self, peer, address)
         return link
 
-    def send(self, peer: str, messages: Sequence[Message]) -> None:
-        if self._closed or not messages:
+    def send(
+        self, peer: str, messages: Sequence[Message], quiesce: Sequence[tuple[str, int]] = ()
+    ) -> None:
+        if self._closed:
             return
         link = self._link(peer)
         if link is None:
             return
         plain = [m for m in messages if m.type != MessageType.SNAPSHOT]
-        for batch in to_batches(self._node_id, peer, plain, self.config.batch_bytes_max):
+        for batch in to_batches(self._node_id, peer, plain, self.config.batch_bytes_max, quiesce):
             link.enqueue(batch)
         for m in messages:
             if m.type == MessageType.SNAPSHOT:
@@ -284,11 +286,11 @@ class GrpcTransport:
             if batch.dst != self._node_id:
                 continue  # meant for whoever had this address before us
             try:
-                messages = from_batch(batch)
+                inbound = from_batch(batch)
             except InvalidArgumentError as exc:
                 log.warning("raft: dropped a batch from %s: %s", batch.src, exc)
                 continue
-            self.deliver(messages)
+            self.deliver(inbound)
         return pb.SendAck(batches=count)
 
     async def _on_install_snapshot(
@@ -299,7 +301,7 @@ class GrpcTransport:
             if not assembler.add(chunk):
                 return pb.SnapshotAck(accepted=False)
         m = assembler.finish()
-        return pb.SnapshotAck(accepted=m is not None and self.deliver([m]))
+        return pb.SnapshotAck(accepted=m is not None and self.deliver(Inbound(m.src, [m])))
 
     async def serve(self, address: str) -> int:
         """Start a server for the Raft service on ``address``; return the bound port."""

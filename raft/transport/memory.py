@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 
 from raftstream.proto import raft_pb2 as pb
-from raftstream.raft.transport.api import MessageHandler, Transport, snapshot_failed
+from raftstream.raft.transport.api import Inbound, MessageHandler, Transport, snapshot_failed
 from raftstream.raft.transport.convert import from_batch, to_batches
 from raftstream.raft.types import Message, MessageType
 
@@ -68,12 +68,14 @@ class MemoryTransport:
     def bind(self, handler: MessageHandler) -> None:
         self._handler = handler
 
-    def send(self, peer: str, messages: Sequence[Message]) -> None:
+    def send(
+        self, peer: str, messages: Sequence[Message], quiesce: Sequence[tuple[str, int]] = ()
+    ) -> None:
         if self._closed:
             return
         loop = asyncio.get_running_loop()
         plain = [m for m in messages if m.type != MessageType.SNAPSHOT]
-        for batch in to_batches(self._node_id, peer, plain, self._batch_bytes_max):
+        for batch in to_batches(self._node_id, peer, plain, self._batch_bytes_max, quiesce):
             wire = batch.SerializeToString()
             self._network.batches_sent += 1
             loop.call_soon(self._deliver_batch, peer, wire)
@@ -88,14 +90,14 @@ class MemoryTransport:
 
     def _deliver_snapshot(self, peer: str, m: Message) -> None:
         target = self._network.route(self._node_id, peer)
-        if target is None or not target.receive([m]):
-            self.receive([snapshot_failed(m)])
+        if target is None or not target.receive(Inbound(self._node_id, [m])):
+            self.receive(Inbound(peer, [snapshot_failed(m)]))
 
-    def receive(self, messages: list[Message]) -> bool:
-        """Hand ``messages`` to the bound handler; False if nobody is listening."""
+    def receive(self, inbound: Inbound) -> bool:
+        """Hand ``inbound`` to the bound handler; False if nobody is listening."""
         if self._closed or self._handler is None:
             return False
-        self._handler(messages)
+        self._handler(inbound)
         return True
 
     async def close(self) -> None:

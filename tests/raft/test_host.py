@@ -24,7 +24,9 @@ from raftstream.raft.transport import GrpcTransport, MemoryNetwork, MemoryTransp
 from raftstream.raft.types import Entry, Role
 
 NODES = ("n1", "n2", "n3")
-CFG = HostConfig(tick_ms=20, election_tick=10, heartbeat_tick=1, snapshot_entries=1_000_000)
+CFG = HostConfig(
+    tick_ms=20, election_tick=10, heartbeat_tick=1, liveness_ticks=5, snapshot_entries=1_000_000
+)
 
 
 class ListMachine:
@@ -157,6 +159,36 @@ def test_after_leader_loss_a_new_leader_commits_in_a_higher_term() -> None:
             net.set_down(lead, False)  # the old leader rejoins as a follower and catches up
             await until(lambda: machines[lead].applied["a"] == [b"before", b"after"])
             await until(lambda: hosts[lead].status("a").role == Role.FOLLOWER)
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+def test_idle_groups_quiesce_and_wake_on_a_proposal_or_a_dead_leader() -> None:
+    """Quiescence changes only timing: an idle group stops ticking everywhere, a proposal
+    wakes and commits it, and a leader that goes silent is still replaced (§5.2)."""
+
+    async def scenario() -> None:
+        net, hosts, machines = start_memory_cluster(["a", "b"])
+        try:
+            for g in ("a", "b"):
+                lead = await elected(hosts, g)
+                await hosts[lead].propose(g, b"1")
+            await until(lambda: all(h.status(g).quiet for h in hosts.values() for g in "ab"))
+            rounds = {n: h.rounds for n, h in hosts.items()}
+            await asyncio.sleep(0.2)  # ten ticks: quiet groups produce no Ready at all
+            assert {n: h.rounds for n, h in hosts.items()} == rounds
+            lead = await elected(hosts, "a")
+            await hosts[lead].propose("a", b"2")  # wakes "a", leaves "b" quiet
+            await until(lambda: all(m.applied["a"] == [b"1", b"2"] for m in machines.values()))
+            assert all(h.status("b").quiet for h in hosts.values())
+            lead_b = await elected(hosts, "b")
+            net.set_down(lead_b, True)
+            rest = {n: h for n, h in hosts.items() if n != lead_b}
+            new = await elected(rest, "b")
+            await rest[new].propose("b", b"3")
+            await until(lambda: all(machines[n].applied["b"] == [b"1", b"3"] for n in rest))
         finally:
             await stop_all(hosts)
 

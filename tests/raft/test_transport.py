@@ -19,6 +19,7 @@ from raftstream.proto import raft_pb2 as pb
 from raftstream.raft.transport import (
     GrpcTransport,
     GrpcTransportConfig,
+    Inbound,
     MemoryNetwork,
     MemoryTransport,
     snapshot_failed,
@@ -74,7 +75,7 @@ plain_kinds = st.sampled_from([t for t in MT if t != MT.SNAPSHOT])
 def _wire(batches: list[pb.Batch]) -> list[Message]:
     out: list[Message] = []
     for b in batches:
-        out.extend(from_batch(pb.Batch.FromString(b.SerializeToString())))
+        out.extend(from_batch(pb.Batch.FromString(b.SerializeToString())).messages)
     return out
 
 
@@ -138,6 +139,15 @@ def _append(group: str, i: int, size: int, src: str = "a", dst: str = "b") -> Me
     )
 
 
+def test_quiesce_notices_and_liveness_pings_travel_in_batches() -> None:
+    """An empty round still makes one batch (a liveness ping), which can carry quiesce
+    notices: groups the sender leads and stopped heartbeating, with its term."""
+    (ping,) = to_batches("n1", "n2", [], 1 << 20)
+    assert from_batch(ping) == Inbound("n1", [], [])
+    (b,) = to_batches("n1", "n2", [], 1 << 20, quiesce=[("g1", 4), ("g2", 7)])
+    assert from_batch(pb.Batch.FromString(b.SerializeToString())).quiesce == [("g1", 4), ("g2", 7)]
+
+
 def test_batches_are_cut_at_batch_bytes_max_keeping_order() -> None:
     ms = [_append("g", i, 900, "n1", "n2") for i in range(20)]
     batches = to_batches("n1", "n2", ms, 4096)
@@ -154,9 +164,9 @@ def test_memory_transport_delivers_and_cuts_links() -> None:
         net = MemoryNetwork()
         a, b = MemoryTransport("a", net), MemoryTransport("b", net)
         got: list[Message] = []
-        b.bind(got.extend)
+        b.bind(lambda inb: got.extend(inb.messages))
         reports: list[Message] = []
-        a.bind(reports.extend)
+        a.bind(lambda inb: reports.extend(inb.messages))
         hb = Message(MT.HEARTBEAT, "g", "a", "b", 2, commit=1)
         snap = Message(MT.SNAPSHOT, "g", "a", "b", 2, snapshot=Snapshot(SnapshotMeta(5, 2), b"s"))
         a.send("b", [hb, snap])
@@ -200,8 +210,8 @@ def test_two_grpc_transports_exchange_batches_and_a_chunked_snapshot() -> None:
             b.set_peer("a", f"127.0.0.1:{port_a}")
             at_a: list[Message] = []
             at_b: list[Message] = []
-            a.bind(at_a.extend)
-            b.bind(at_b.extend)
+            a.bind(lambda inb: at_a.extend(inb.messages))
+            b.bind(lambda inb: at_b.extend(inb.messages))
             appends = [_append(f"g{i % 7}", i, 128) for i in range(100)]
             beats = [Message(MT.HEARTBEAT, f"g{i}", "a", "b", 3, commit=2) for i in range(50)]
             a.send("b", [*appends, *beats])
@@ -223,7 +233,7 @@ def test_snapshot_to_an_unreachable_peer_is_reported_rejected() -> None:
     async def scenario() -> None:
         a = GrpcTransport("a")
         reports: list[Message] = []
-        a.bind(reports.extend)
+        a.bind(lambda inb: reports.extend(inb.messages))
         try:
             probe = GrpcTransport("x")
             port = await probe.serve("127.0.0.1:0")
@@ -249,7 +259,7 @@ def test_sender_reconnects_after_the_peer_restarts() -> None:
             port = await b.serve("127.0.0.1:0")
             a.set_peer("b", f"127.0.0.1:{port}")
             first: list[Message] = []
-            b.bind(first.extend)
+            b.bind(lambda inb: first.extend(inb.messages))
             hb = Message(MT.HEARTBEAT, "g", "a", "b", 1)
             await _wait_until(lambda: bool(first), lambda: a.send("b", [hb]))
             await b.close()  # the peer goes away...
@@ -259,7 +269,7 @@ def test_sender_reconnects_after_the_peer_restarts() -> None:
             b2 = GrpcTransport("b")  # ...and comes back on the same port
             assert await b2.serve(f"127.0.0.1:{port}") == port
             second: list[Message] = []
-            b2.bind(second.extend)
+            b2.bind(lambda inb: second.extend(inb.messages))
             await _wait_until(lambda: bool(second), lambda: a.send("b", [hb]))
             assert second[0] == hb
         finally:
