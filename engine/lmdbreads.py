@@ -102,6 +102,7 @@ class LmdbStreamReads:
     _pend_msgs: list[PendingMsg]
     _pend_bytes: int
     _by_hash: dict[bytes, SubjectCount]
+    _first_ts: tuple[int, int]  # (first_seq, its ts) once known; (0, 0) when not
     _dirty_subjects: list[SubjectCount]
 
     # -- Protocol reads ------------------------------------------------------------------------
@@ -177,8 +178,13 @@ class LmdbStreamReads:
         m = self._meta
         first_ts = 0
         if m.msgs:
-            with self._reading(index=False) as txn:
-                first_ts = self._head(txn, m.first_seq).ts
+            seq, first_ts = self._first_ts
+            if seq != m.first_seq:
+                # Cached per first message: the stream state machine asks for state() on
+                # every entry, and a read here would flush the transaction's buffer.
+                with self._reading(index=False) as txn:
+                    first_ts = self._head(txn, m.first_seq).ts
+                self._first_ts = (m.first_seq, first_ts)
         return StreamState(
             first_seq=m.first_seq,
             last_seq=m.last_seq,

@@ -121,6 +121,7 @@ class LmdbStreamStore(LmdbStreamReads):
         self._dropping = False
         self._pend_msgs = []
         self._pend_bytes = 0
+        self._first_ts = (0, 0)
         self._dirty_subjects = []
         self._wide_subjects: list[SubjectCount] = []  # holding more chunks than their tail
         self._subjects: dict[str, SubjectCount] = {}
@@ -216,6 +217,7 @@ class LmdbStreamStore(LmdbStreamReads):
         self._pend_msgs = []
         self._pend_bytes = 0
         self._forget_subjects()
+        self._first_ts = (0, 0)
         self._meta = saved
         self._limits_changed()
 
@@ -332,6 +334,7 @@ class LmdbStreamStore(LmdbStreamReads):
         subj.count += 1
         if m.msgs == 0:
             m.first_seq = seq
+            self._first_ts = (seq, now_ns)
         m.msgs += 1
         m.bytes += size
         m.last_seq = seq
