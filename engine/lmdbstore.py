@@ -349,6 +349,7 @@ class LmdbStreamStore(LmdbStreamReads):
         """Start the subject's next index chunk at ``seq`` (the previous one is full or gone)."""
         if subj.tail is not None:
             subj.dirty.add(subj.tail_lo)  # its last appends are not written yet
+            self._wide_subjects.append(subj)  # the full chunk leaves the cache at commit
         tail: list[int] = []
         subj.tail = subj.chunks[seq] = tail
         subj.tail_lo = seq
