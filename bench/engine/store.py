@@ -32,7 +32,7 @@ BATCH_SIZES = (1, 100, 1000)
 # Messages per run for each batch size: enough transactions to average the fsync, small
 # enough that all runs of all sizes finish in well under a minute on a slow disk.
 MSGS_PER_RUN = {1: 200, 100: 5_000, 1000: 20_000}
-RUNS_DEFAULT = 5
+RUNS_DEFAULT = 7
 RUNS_MAX = 15
 MAP_SIZE_BYTES = 2 * 1024**3
 SUBJECTS = tuple(f"bench.orders.{i}" for i in range(8))

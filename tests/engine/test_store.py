@@ -378,3 +378,61 @@ def test_reopen_keeps_everything(store_kit: StoreKit) -> None:
     assert store.state(subjects_filter=">") == before
     assert store.limits.max_msgs == 10
     assert store.load_last("a").seq == 3
+
+
+# -- scale: iterator chunks, index chunks, long subjects -------------------------------------------
+
+
+def test_many_messages_across_index_and_read_chunks(store_kit: StoreKit) -> None:
+    """Subject lookups stay exact past the store's internal chunk sizes (hundreds of
+    messages on one subject, interleaved with another, deletes spread over them)."""
+    store = store_kit.make(name="many")
+    with store.transaction():
+        for i in range(1500):
+            store.append("hot" if i % 5 else "cold", i.to_bytes(2, "big"), now_ns=SEC_NS)
+    deleted = set(range(2, 1500, 7))
+    for seq in deleted:
+        store.delete(seq)
+    expected = [s for s in range(1, 1501) if (s - 1) % 5 and s not in deleted]
+    cold = [s for s in range(1, 1501) if not (s - 1) % 5 and s not in deleted]
+    assert [m.seq for m in store.iter_from(1, "hot")] == expected
+    assert store.num_pending(700, "hot") == len([s for s in expected if s >= 700])
+    nxt = store.load_next("hot", 901)
+    assert nxt is not None and nxt.seq == min(s for s in expected if s >= 901)
+    assert store.load_last("hot").seq == expected[-1]
+    store.delete(expected[-1])
+    assert store.load_last("hot").seq == expected[-2]
+    assert store.purge(subject="hot", keep=3) == len(expected) - 4
+    assert [m.seq for m in store.iter_from(1, "hot")] == expected[-4:-1]
+    store = store_kit.reopen(store, "many")
+    assert [m.seq for m in store.iter_from(1, "hot")] == expected[-4:-1]
+    assert store.subjects_state() == {"hot": 3, "cold": len(cold)}
+
+
+def test_per_subject_limit_trims_across_chunks(store_kit: StoreKit) -> None:
+    """max_msgs_per_subject keeps the newest N of a long-lived subject."""
+    store = store_kit.make(limits=StoreLimits(max_msgs_per_subject=250))
+    for batch in range(4):
+        with store.transaction():
+            for i in range(200):
+                store.append("kv.key", bytes([batch, i % 256]), now_ns=SEC_NS)
+    assert [m.seq for m in store.iter_from(1)] == list(range(551, 801))
+    assert store.load_last("kv.key").seq == 800
+
+
+def test_long_subjects_and_unicode_headers(store: StreamStore) -> None:
+    """Subjects may be up to 4 KiB (beyond LMDB's 511-byte keys); headers keep UTF-8."""
+    subject = ".".join(["t" * 60] * 60)  # 3659 bytes
+    seq = store.append(subject, b"x", headers={"Nats-Msg-Id": "é✓"}, now_ns=SEC_NS)
+    assert store.load_last(subject).seq == seq
+    assert store.load(seq).headers == {"Nats-Msg-Id": "é✓"}
+    assert store.subjects_state(subject) == {subject: 1}
+
+
+def test_negative_time_or_ttl_is_refused(store: StreamStore) -> None:
+    """Timestamps are leader-stamped nanoseconds since the epoch: never negative."""
+    with pytest.raises(InvalidArgumentError):
+        store.append("a", b"", now_ns=-1)
+    with pytest.raises(InvalidArgumentError):
+        store.append("a", b"", now_ns=SEC_NS, ttl_ns=-5)
+    assert store.state().msgs == 0
