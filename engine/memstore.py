@@ -44,6 +44,7 @@ __all__ = ["TS_NS_MAX", "MemoryStreamStore", "check_append_args"]
 
 TS_NS_MAX = 2**63 - 1  # timestamps and TTL deadlines are signed 64-bit nanoseconds
 
+NEXT_WALK_SEQS_MAX = 64  # sequences load_next walks before scanning a subject's own list
 # Valid subjects are cached so the append path validates a hot subject once (bounded).
 _SUBJECT_CACHE_MAX = 4096
 valid_subject = lru_cache(maxsize=_SUBJECT_CACHE_MAX)(validate_subject)
@@ -256,8 +257,11 @@ class MemoryStreamStore:
             seqs = self._subjects[subject]
             if start_seq <= next(iter(seqs)):
                 total += len(seqs)
-            else:
-                total += sum(1 for s in seqs if s >= start_seq)
+            else:  # count from the newest: O(pending), small for a caught-up consumer
+                for s in reversed(seqs):
+                    if s < start_seq:
+                        break
+                    total += 1
         return total
 
     def state(self, *, subjects_filter: str | None = None) -> StreamState:
@@ -435,10 +439,24 @@ class MemoryStreamStore:
                 yield msg
 
     def _next_of_subject(self, subject: str, seq: int) -> int | None:
-        """The first sequence >= ``seq`` of ``subject``, scanning the subject's messages."""
+        """The first sequence >= ``seq`` of ``subject``.
+
+        A consumer walking a subject finds its next message a few sequences on, so the
+        stream is walked first (up to ``NEXT_WALK_SEQS_MAX`` sequences); a sparse subject
+        then falls back to scanning its own sequences.
+        """
         seqs = self._subjects.get(subject)
-        if not seqs or next(reversed(seqs)) < seq:
+        if not seqs:
             return None
+        first, last = next(iter(seqs)), next(reversed(seqs))
+        if last < seq:
+            return None
+        if first >= seq:
+            return first
+        for s in range(seq, min(last, seq + NEXT_WALK_SEQS_MAX) + 1):
+            msg = self._msgs.get(s)
+            if msg is not None and msg.subject == subject:
+                return s
         return next(s for s in seqs if s >= seq)
 
     def _rollback(self) -> None:
