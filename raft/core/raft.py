@@ -252,7 +252,10 @@ class Raft:
         log = self.log
         if log.committed <= log.applied:
             return False
-        ents = log.slice(log.applied + 1, log.committed + 1, 1 << 62)
+        # Entries under a snapshot still waiting to be installed are covered by its
+        # membership, already in the tracker.
+        lo = max(log.applied + 1, log.first_index())
+        ents = log.slice(lo, log.committed + 1, 1 << 62)
         return any(e.type == EntryType.CONF_CHANGE for e in ents)
 
     def campaign(self, kind: MessageType, *, transfer: bool) -> None:

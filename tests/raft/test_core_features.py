@@ -406,6 +406,26 @@ def test_snapshot_arriving_mid_ready_wins_over_older_conf_change() -> None:
     assert net["c"].status().conf.learners == ()
 
 
+def test_election_timeout_with_snapshot_pending_install() -> None:
+    """A follower whose election timer fires while a received snapshot waits in its
+    Ready still campaigns (the snapshot's membership is already in force)."""
+    net = Network(["a", "b", "c"], election_tick=10)
+    net.elect("a")
+    net.isolate("c")
+    for i in range(5):
+        net.propose("a", b"x%d" % i)
+    compact(net, "a")
+    snap = net.replicas["a"].storage.snapshot()
+    c = net["c"]
+    c.step(Message(MT.SNAPSHOT, "g", "a", "c", net["a"].term, snapshot=snap))
+    for _ in range(40):
+        c.tick()
+    assert c.role in (Role.PRE_CANDIDATE, Role.CANDIDATE)
+    net.heal()
+    net.stabilize()
+    assert net.replicas["c"].installed == [snap]
+
+
 def test_one_conf_change_at_a_time() -> None:
     """Thesis §4.1: a new change may start only once the previous one is applied."""
     net = Network(["a", "b", "c"])
