@@ -181,6 +181,7 @@ class LmdbStreamStore(LmdbStreamReads):
         Nested blocks join the outermost one. An exception leaving the outermost block aborts
         it: nothing of the block is stored and the store's counters roll back. If commit
         itself fails the outcome is as LMDB reports it: an error means nothing was stored.
+        A full environment (LMDB's map size) aborts the block with ``LimitError``.
         """
         self._check_open()
         if self._txn is not None:
@@ -192,17 +193,21 @@ class LmdbStreamStore(LmdbStreamReads):
         try:
             yield
             self._flush()
-        except BaseException:
+        except BaseException as exc:
             self._rollback(saved)
             txn.abort()
+            if isinstance(exc, lmdb.MapFullError):
+                raise LimitError("node storage is full (LMDB map size)", limit="map_size") from exc
             raise
         self._txn = None
         try:
             # Durability point: with the environment's sync on, commit() returns after the
             # fsync, so a mutation that returned is on disk (fsync-before-ack).
             txn.commit()
-        except BaseException:
+        except BaseException as exc:
             self._rollback(saved)
+            if isinstance(exc, lmdb.MapFullError):
+                raise LimitError("node storage is full (LMDB map size)", limit="map_size") from exc
             raise
         if len(self._by_hash) > SUBJECT_CACHE_MAX:
             self._forget_subjects()

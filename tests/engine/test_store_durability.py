@@ -16,7 +16,7 @@ import pytest
 from raftstream.engine.lmdbrecords import DB_NAMES, MSG_KEY, SEQ, decode_id, subject_key
 from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
 from raftstream.engine.store import DiscardPolicy, StoreLimits
-from raftstream.errors import DataLossError
+from raftstream.errors import DataLossError, LimitError
 
 SEC_NS = 1_000_000_000
 MAP_SIZE_BYTES = 64 * 1024 * 1024
@@ -182,4 +182,17 @@ def test_streams_share_an_environment_without_touching_each_other(tmp_path: Path
     c = LmdbStreamStore(env, "B")  # the name is free again: a new, empty stream
     assert c.state().msgs == 0 and c.state().last_seq == 0
     assert a.append("same.subject", b"a", now_ns=SEC_NS) == 6
+    env.close()
+
+
+def test_full_environment_refuses_and_keeps_what_was_there(tmp_path: Path) -> None:
+    """A node out of storage refuses the write (a limit), and the stream stays usable."""
+    env = open_node_env(tmp_path, map_size_bytes=1024 * 1024)
+    store = LmdbStreamStore(env, "S")
+    store.append("a", b"kept", now_ns=SEC_NS)
+    with pytest.raises(LimitError), store.transaction():
+        for _ in range(2000):
+            store.append("a", b"z" * 1000, now_ns=SEC_NS)
+    assert store.state().msgs == 1
+    assert store.append("a", b"after", now_ns=SEC_NS) == 2
     env.close()
