@@ -85,7 +85,7 @@ __all__ = [
 DB_NAMES = (b"rs.msgs", b"rs.sidx", b"rs.subj", b"rs.ttl", b"rs.meta")
 SUBJECT_KEY_BYTES = 16
 INDEX_CHUNK_SEQS_MAX = 224  # 4 + 224 * 8 bytes + a 28-byte key stays below ~2 KB
-_SUBJECT_CACHE_MAX = 4096
+_SUBJECT_CACHE_ENTRIES_MAX = 4096
 
 CRC = struct.Struct(">I")
 ID = struct.Struct(">I")
@@ -121,7 +121,7 @@ def open_dbs(env: Any) -> StoreDbs:
     return StoreDbs(*(env.open_db(name) for name in DB_NAMES))
 
 
-@lru_cache(maxsize=_SUBJECT_CACHE_MAX)
+@lru_cache(maxsize=_SUBJECT_CACHE_ENTRIES_MAX)
 def subject_key(subject: str) -> tuple[bytes, bytes]:
     """Validate a literal subject once and return (utf-8 bytes, 16-byte index key)."""
     validate_subject(subject)
@@ -129,7 +129,7 @@ def subject_key(subject: str) -> tuple[bytes, bytes]:
     return raw, hashlib.blake2b(raw, digest_size=SUBJECT_KEY_BYTES).digest()
 
 
-@lru_cache(maxsize=_SUBJECT_CACHE_MAX)
+@lru_cache(maxsize=_SUBJECT_CACHE_ENTRIES_MAX)
 def hash_of(subject: bytes) -> bytes:
     """The index key of a stored subject; DataLossError if the stored bytes are no subject."""
     try:

@@ -71,7 +71,7 @@ STREAM_NAME_BYTES_MAX = 255
 # message, so many tiny messages also stay bounded: at most ~32 K of them).
 PENDING_BYTES_MAX = 4 * 1024 * 1024
 PENDING_MSG_OVERHEAD_BYTES = 128
-SUBJECT_CACHE_MAX = 4096  # cached subject counts kept between transactions
+SUBJECT_CACHE_ENTRIES_MAX = 4096  # cached subject counts kept between transactions
 PURGE_CHUNK_MSGS = 4096  # sequences collected per pass of a range purge or TTL expiry
 
 
@@ -209,7 +209,7 @@ class LmdbStreamStore(LmdbStreamReads):
             if isinstance(exc, lmdb.MapFullError):
                 raise LimitError("node storage is full (LMDB map size)", limit="map_size") from exc
             raise
-        if len(self._by_hash) > SUBJECT_CACHE_MAX:
+        if len(self._by_hash) > SUBJECT_CACHE_ENTRIES_MAX:
             self._forget_subjects()
         for subj in self._wide_subjects:  # keep memory bounded: only tails stay cached
             subj.chunks = {subj.tail_lo: subj.tail} if subj.tail is not None else {}

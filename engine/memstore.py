@@ -46,9 +46,9 @@ TS_NS_MAX = 2**63 - 1  # timestamps and TTL deadlines are signed 64-bit nanoseco
 
 NEXT_WALK_SEQS_MAX = 64  # sequences load_next walks before scanning a subject's own list
 # Valid subjects are cached so the append path validates a hot subject once (bounded).
-_SUBJECT_CACHE_MAX = 4096
-valid_subject = lru_cache(maxsize=_SUBJECT_CACHE_MAX)(validate_subject)
-valid_filter = lru_cache(maxsize=_SUBJECT_CACHE_MAX)(validate_filter)
+_SUBJECT_CACHE_ENTRIES_MAX = 4096
+valid_subject = lru_cache(maxsize=_SUBJECT_CACHE_ENTRIES_MAX)(validate_subject)
+valid_filter = lru_cache(maxsize=_SUBJECT_CACHE_ENTRIES_MAX)(validate_filter)
 
 
 def check_append_args(now_ns: int, ttl_ns: int) -> None:
