@@ -5,9 +5,11 @@ share a fixed set of named DBs (``engine/lmdbrecords.py`` has the layouts) and t
 apart by a 4-byte stream id allocated from the stream's name. A stream's counters and limits
 live in one meta record, written once per write transaction, so reopening is one read.
 
-Inside a write transaction, appends are buffered and written with one ``putmulti`` per DB
-when anything reads, removes or commits; subject counts and the meta record are written once
-at commit. That batch-level work is what keeps a 1000-append transaction near the raw floor.
+Inside a write transaction, appends are buffered, then encoded and written in one batch
+(``encode_msgs`` and one ``putmulti``) when anything reads, removes or commits; the subject
+index takes each sequence into an in-memory chunk, and chunks, subject counts and the meta
+record are written once per transaction. That batch-level work is what keeps a 1000-append
+transaction near the raw py-lmdb floor (``bench/engine/store.py``).
 
 Threading: a store is used by one thread at a time, and LMDB binds a write transaction to its
 thread, so all writes of a node come from its one writer thread. Transactions of two stores on
