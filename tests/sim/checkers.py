@@ -2,7 +2,8 @@
 
 - Election Safety (§5.2): at most one leader per term; and its foundation, one vote per
   term per server (granted votes are watched on the wire, so a vote forgotten across a
-  crash is caught even when no second leader results).
+  crash is caught even when no second leader results); a restarted server must hold, in
+  what it persisted, the last vote it was seen granting (persist-before-send).
 - Leader Append-Only (§5.3): a leader never overwrites or deletes entries of its term.
 - Log Matching (§5.3): checked inductively. Every (index, term) ever persisted anywhere is
   registered with its content and the term of the entry before it; any replica persisting
@@ -16,7 +17,16 @@
 from __future__ import annotations
 
 from raftstream.raft.core import RaftNode
-from raftstream.raft.types import Entry, EntryType, Message, MessageType, Ready, Role, Snapshot
+from raftstream.raft.types import (
+    Entry,
+    EntryType,
+    HardState,
+    Message,
+    MessageType,
+    Ready,
+    Role,
+    Snapshot,
+)
 
 from .storage import SimStorage
 
@@ -31,6 +41,7 @@ class SafetyChecker:
         self.registry: dict[tuple[str, int, int], tuple[EntryType, bytes, int]] = {}
         self.committed: dict[str, dict[int, tuple[int, EntryType, bytes]]] = {}
         self.votes: dict[tuple[str, int, str], str] = {}
+        self.last_vote: dict[tuple[str, str], tuple[int, str]] = {}
         self.checks = 0
 
     def on_ready(self, node: str, group: str, raft: RaftNode, st: SimStorage, rd: Ready) -> None:
@@ -98,11 +109,24 @@ class SafetyChecker:
     def on_send(self, m: Message) -> None:
         if m.type != MessageType.VOTE_RESP or m.reject:
             return
+        self.last_vote[(m.group, m.src)] = (m.term, m.dst)
         other = self.votes.setdefault((m.group, m.term, m.src), m.dst)
         if other != m.dst:
             raise SafetyViolation(
                 f"Election Safety (§5.2): {m.src} voted for {other} and {m.dst} in "
                 f"{m.group} term {m.term}"
+            )
+
+    def on_restart(self, node: str, group: str, hs: HardState) -> None:
+        """``hs`` is what ``node`` recovered: every vote it sent must be in it."""
+        seen = self.last_vote.get((group, node))
+        if seen is None:
+            return
+        term, candidate = seen
+        if hs.term < term or (hs.term == term and hs.vote != candidate):
+            raise SafetyViolation(
+                f"Election Safety (§5.2): {node} granted {candidate} its vote in {group} "
+                f"term {term} but restarted with {hs} (a vote sent before it was persisted)"
             )
 
     def on_apply(self, node: str, group: str, e: Entry) -> None:

@@ -231,6 +231,7 @@ class Simulation:
     def _start_replica(self, node: Node, group: str) -> None:
         rep = node.replicas[group]
         rep.storage.verify_all()  # a restart reads and checks the whole log
+        self.checker.on_restart(node.id, group, rep.storage.hard_state())
         rep.raft = RaftNode(self._config(node, group), rep.storage)
         snap = rep.storage.snapshot()
         rep.kv = KV()
