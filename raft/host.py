@@ -195,7 +195,8 @@ class RaftHost:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._failure: BaseException | None = None
-        self.rounds = 0
+        self.rounds = 0  # rounds that had work (a Ready), for observers and tests
+        self.ticks = 0
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -294,11 +295,13 @@ class RaftHost:
         """Propose ``data`` to ``group``; the awaitable resolves to the state machine's
         result once the entry is applied here.
 
-        Fails with NotLeaderError (``leader`` hint) / NoLeaderError when this replica cannot
-        take proposals, LimitError when too many are pending, NotFoundError for an unknown
-        group. Ambiguous outcomes: DeadlineExceededError after ``timeout_ms`` and
-        UnavailableError on stop mean the entry may still commit; NotLeaderError after the
-        proposal was accepted means another entry took its index (it will never commit).
+        Raises at once NotFoundError for an unknown group and LimitError when
+        ``proposals_pending_max`` are pending. The awaitable fails with NotLeaderError
+        (``leader`` hint) / NoLeaderError when this replica cannot take proposals (nothing
+        was appended: safe to retry elsewhere). Ambiguous outcomes: DeadlineExceededError
+        after ``timeout_ms`` and UnavailableError on stop mean the entry may still commit;
+        NotLeaderError after the proposal was accepted means another entry took its index
+        (it will never commit).
         Many proposals may be in flight at once; they share rounds, fsyncs and batches.
         """
         loop = asyncio.get_running_loop()
@@ -409,6 +412,7 @@ class RaftHost:
             raise
 
     def _tick_all(self, now: float) -> None:
+        self.ticks += 1
         self._wake_groups_of_silent_peers(now)
         check_every = self.config.election_tick
         for name, g in self._groups.items():

@@ -177,7 +177,9 @@ def test_idle_groups_quiesce_and_wake_on_a_proposal_or_a_dead_leader() -> None:
                 await hosts[lead].propose(g, b"1")
             await until(lambda: all(h.status(g).quiet for h in hosts.values() for g in "ab"))
             rounds = {n: h.rounds for n, h in hosts.items()}
-            await asyncio.sleep(0.2)  # ten ticks: quiet groups produce no Ready at all
+            ticks = {n: h.ticks for n, h in hosts.items()}
+            await until(lambda: all(h.ticks >= ticks[n] + 10 for n, h in hosts.items()))
+            # Ten ticks later: quiet groups produced no Ready at all (only liveness pings).
             assert {n: h.rounds for n, h in hosts.items()} == rounds
             lead = await elected(hosts, "a")
             await hosts[lead].propose("a", b"2")  # wakes "a", leaves "b" quiet
