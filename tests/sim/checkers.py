@@ -4,6 +4,8 @@
   term per server (granted votes are watched on the wire, so a vote forgotten across a
   crash is caught even when no second leader results); a restarted server must hold, in
   what it persisted, the last vote it was seen granting (persist-before-send).
+- Fsync-before-ack (§5.3 counts an entry once stored on a majority): a restarted server
+  still of the term of its last acknowledgement holds the entries it acknowledged.
 - Leader Append-Only (§5.3): a leader never overwrites or deletes entries of its term.
 - Log Matching (§5.3): checked inductively. Every (index, term) ever persisted anywhere is
   registered with its content and the term of the entry before it; any replica persisting
@@ -20,7 +22,6 @@ from raftstream.raft.core import RaftNode
 from raftstream.raft.types import (
     Entry,
     EntryType,
-    HardState,
     Message,
     MessageType,
     Ready,
@@ -42,6 +43,7 @@ class SafetyChecker:
         self.committed: dict[str, dict[int, tuple[int, EntryType, bytes]]] = {}
         self.votes: dict[tuple[str, int, str], str] = {}
         self.last_vote: dict[tuple[str, str], tuple[int, str]] = {}
+        self.last_ack: dict[tuple[str, str], tuple[int, int, int]] = {}
         self.checks = 0
 
     def on_ready(self, node: str, group: str, raft: RaftNode, st: SimStorage, rd: Ready) -> None:
@@ -117,8 +119,24 @@ class SafetyChecker:
                 f"{m.group} term {m.term}"
             )
 
-    def on_restart(self, node: str, group: str, hs: HardState) -> None:
-        """``hs`` is what ``node`` recovered: every vote it sent must be in it."""
+    def on_ack(self, group: str, node: str, term: int, index: int, entry_term: int) -> None:
+        """``node`` acknowledged (in ``term``) its log up to ``index`` (of ``entry_term``)."""
+        self.last_ack[(group, node)] = (term, index, entry_term)
+
+    def on_restart(self, node: str, group: str, st: SimStorage) -> None:
+        """What ``node`` recovered must hold every vote and acknowledgement it sent."""
+        hs = st.hard_state()
+        ack = self.last_ack.get((group, node))
+        if ack is not None and hs.term == ack[0]:
+            _, index, entry_term = ack
+            kept = st.last_index() >= index and (
+                index < st.first_index() - 1 or st.term(index) == entry_term
+            )
+            if not kept:
+                raise SafetyViolation(
+                    f"fsync-before-ack (§5.3): {node} acknowledged {group} up to {index} in "
+                    f"term {ack[0]} but restarted without it (last {st.last_index()})"
+                )
         seen = self.last_vote.get((group, node))
         if seen is None:
             return

@@ -186,7 +186,7 @@ class Simulation:
     def run(self) -> None:
         try:
             self._run()
-        except AssertionError as e:
+        except Exception as e:  # a checker, or an invariant of the core itself
             if "--seed" in str(e):
                 raise
             raise self.fail(f"{type(e).__name__}: {e}") from e
@@ -231,7 +231,7 @@ class Simulation:
     def _start_replica(self, node: Node, group: str) -> None:
         rep = node.replicas[group]
         rep.storage.verify_all()  # a restart reads and checks the whole log
-        self.checker.on_restart(node.id, group, rep.storage.hard_state())
+        self.checker.on_restart(node.id, group, rep.storage)
         rep.raft = RaftNode(self._config(node, group), rep.storage)
         snap = rep.storage.snapshot()
         rep.kv = KV()
@@ -382,6 +382,10 @@ class Simulation:
     # ------------------------------------------------------------------ network
     def _send(self, m: Message) -> None:
         self.checker.on_send(m)
+        if m.type == MessageType.APPEND_RESP and not m.reject and m.index:
+            st = self.nodes[m.src].replicas[m.group].storage
+            if m.index >= st.first_index() - 1:
+                self.checker.on_ack(m.group, m.src, m.term, m.index, st.term(m.index))
         self.stats["msgs"] += 1
         if (m.src, m.dst) in self.blocked or self.rng.random() < self.p_drop:
             self.stats["dropped"] += 1

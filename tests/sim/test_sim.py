@@ -131,6 +131,26 @@ def test_sim_catches_storage_that_forgets_votes(monkeypatch: pytest.MonkeyPatch)
     pytest.fail("no seed caught a vote forgotten across a crash")
 
 
+def test_sim_catches_storage_that_loses_acknowledged_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A write that silently drops its last entry breaks fsync-before-ack."""
+    persist = SimStorage.persist
+
+    def lossy(self: SimStorage, rd: Ready) -> None:
+        if len(rd.entries) > 1:
+            rd = dataclasses.replace(rd, entries=rd.entries[:-1])
+        persist(self, rd)
+
+    monkeypatch.setattr(SimStorage, "persist", lossy)
+    caught = []
+    for seed in range(5):
+        with pytest.raises(AssertionError, match="--seed") as exc:
+            Simulation(seed).run()
+        caught.append(str(exc.value))
+    assert any("fsync-before-ack" in c for c in caught)
+
+
 # ---------------------------------------------------------------- checker self-tests
 def test_linearizability_accepts_concurrent_and_rejects_stale_read() -> None:
     ok = [
