@@ -11,9 +11,11 @@ SEEDS ?= 200
 .PHONY: install test test-fast lint typecheck bench bench-engine bench-raft proto sim run clean
 
 $(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "installing a Java runtime for Spark (apt)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,audit]'
 	@touch $(STAMP)
 
 install: $(STAMP)
