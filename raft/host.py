@@ -41,7 +41,7 @@ import heapq
 import itertools
 import logging
 import random
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -68,7 +68,11 @@ from raftstream.raft.types import (
     Snapshot,
 )
 
-__all__ = ["GroupStatus", "HostConfig", "RaftHost", "StateMachine"]
+__all__ = ["FollowerInfo", "GroupStatus", "HostConfig", "LeaderChange", "RaftHost", "StateMachine"]
+
+LeaderChange = Callable[[str, str | None, Role], None]
+"""Called on the host's loop as ``(group, leader or None, this replica's role)`` after the
+round in which this replica learned of a new leader or changed role."""
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +133,16 @@ class GroupStatus:
     quiet: bool
 
 
+@dataclass(frozen=True, slots=True)
+class FollowerInfo:
+    """The leader's view of one follower: its match index, and whether it was heard from
+    within the last election timeout."""
+
+    name: str
+    match: int
+    active: bool
+
+
 @dataclass(slots=True)
 class _Group:
     name: str
@@ -141,6 +155,7 @@ class _Group:
     compaction: Snapshot | None = None
     halted: bool = False
     quiet: bool = False  # quiesced: not ticked (see "Quiescence" in the module docstring)
+    on_leader_change: LeaderChange | None = None
     ticks_to_check: int = 0  # ticks until the leader next considers quiescing
     last_check: tuple[int, int] = (-1, -1)  # (last index, commit) at the previous check
 
@@ -229,10 +244,13 @@ class RaftHost:
         voters: Sequence[str],
         state_machine: StateMachine,
         learners: Sequence[str] = (),
+        on_leader_change: LeaderChange | None = None,
     ) -> None:
         """Start this node's replica of ``group``. ``voters``/``learners`` bootstrap a new
         group only; a group with durable state resumes from it (its state machine restored
-        from the stored snapshot, then fed the committed entries after it)."""
+        from the stored snapshot, then fed the committed entries after it).
+        ``on_leader_change`` is called after each round that changed the known leader or
+        this replica's role (an exception from it is logged, never halts the group)."""
         if group in self._groups:
             raise InvalidArgumentError("group", f"{group} already runs here")
         view = self._storage.log(group)
@@ -254,7 +272,12 @@ class RaftHost:
         node = RaftNode(rc, view)
         members = frozenset((*voters, *learners)) - {self.node_id}
         self._groups[group] = _Group(
-            group, node, state_machine, applied=snap.meta.index, members=members
+            group,
+            node,
+            state_machine,
+            applied=snap.meta.index,
+            members=members,
+            on_leader_change=on_leader_change,
         )
         now = asyncio.get_running_loop().time()
         for peer in members - self._peers:
@@ -519,6 +542,16 @@ class RaftHost:
                 if rd.committed_entries:
                     self._maybe_snapshot(g)
             self._dirty.add(g.name)  # advance may have produced more (next round)
+            if rd.soft_state is not None and g.on_leader_change is not None:
+                self._notify_leader_change(g, rd.soft_state.leader, rd.soft_state.role)
+
+    def _notify_leader_change(self, g: _Group, leader: str, role: Role) -> None:
+        if g.on_leader_change is None:
+            return
+        try:
+            g.on_leader_change(g.name, leader or None, role)
+        except Exception:
+            log.exception("raft group %s: leader-change callback failed", g.name)
 
     def _writes(self, readies: list[tuple[_Group, Ready]]) -> list[GroupWrite]:
         writes: list[GroupWrite] = []
@@ -618,3 +651,33 @@ class RaftHost:
         """The leader this replica knows for ``group``, if any."""
         lead = self._group(group).node.leader
         return None if lead == NONE else lead
+
+    # ------------------------------------------------------------------ leadership
+    def transfer_leadership(self, group: str, to: str) -> None:
+        """Ask this node's leader replica of ``group`` to hand leadership to voter ``to``
+        (it catches ``to`` up, then sends TIMEOUT_NOW; abandoned after an election timeout).
+        Raises NotLeaderError here on a follower, InvalidArgumentError for a non-voter."""
+        g = self._group(group)
+        if g.node.role != Role.LEADER:
+            raise NotLeaderError(f"not the leader of {group}", leader=self.leader(group))
+        if to not in g.node.status().conf.voters:
+            raise InvalidArgumentError("to", f"{to!r} is not a voter of {group}")
+        g.node.transfer_leadership(to)
+        g.quiet = False  # the transfer needs ticks (its timeout) and messages
+        self._dirty.add(group)
+        self._wake.set()
+
+    def voters(self, group: str) -> tuple[str, ...]:
+        """The group's voters as this replica knows them (applied membership)."""
+        return tuple(self._group(group).node.status().conf.voters)
+
+    def followers(self, group: str) -> tuple[int, list[FollowerInfo]]:
+        """(commit index, each follower's progress) when this replica leads ``group``; the
+        list is empty on a follower (only a leader tracks progress)."""
+        st = self._group(group).node.status()
+        out = [
+            FollowerInfo(p, pr.match, pr.recent_active)
+            for p, pr in sorted(st.progress.items())
+            if p != st.id
+        ]
+        return st.commit, out

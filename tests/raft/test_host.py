@@ -137,6 +137,45 @@ def test_a_follower_refuses_proposals_with_a_leader_hint() -> None:
     run(scenario)
 
 
+def test_leadership_transfer_and_leader_change_callbacks() -> None:
+    """Leadership transfer (thesis §3.10) to a chosen voter; every replica reports the new
+    leader through its callback; the leader's view of followers shows them caught up."""
+
+    async def scenario() -> None:
+        net = MemoryNetwork()
+        seen: dict[str, list[tuple[str | None, Role]]] = {n: [] for n in NODES}
+        hosts = {}
+        for n in NODES:
+            hosts[n] = RaftHost(
+                n, storage=MemoryLogStorage(), transport=MemoryTransport(n, net), config=CFG
+            )
+            hosts[n].start()
+            hosts[n].add_group(
+                "a",
+                voters=NODES,
+                state_machine=ListMachine(),
+                on_leader_change=lambda g, lead, role, n=n: seen[n].append((lead, role)),
+            )
+        try:
+            lead = await elected(hosts, "a")
+            await hosts[lead].propose("a", b"x")
+            commit, followers = hosts[lead].followers("a")
+            assert {f.name for f in followers} == set(NODES) - {lead}
+            await until(lambda: all(f.match == commit for f in hosts[lead].followers("a")[1]))
+            assert hosts[lead].voters("a") == NODES
+            target = next(n for n in NODES if n != lead)
+            with pytest.raises(NotLeaderError):
+                hosts[target].transfer_leadership("a", target)
+            hosts[lead].transfer_leadership("a", target)
+            await until(lambda: leader_of(hosts, "a") == target)
+            await until(lambda: all(seen[n] and seen[n][-1][0] == target for n in NODES))
+            assert seen[target][-1] == (target, Role.LEADER)
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
 def test_after_leader_loss_a_new_leader_commits_in_a_higher_term() -> None:
     async def scenario() -> None:
         net, hosts, machines = start_memory_cluster(["a"])
