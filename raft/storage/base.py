@@ -145,6 +145,9 @@ class _View:
             raise CompactedError(f"{self._group}: entry {index} is compacted")
         if index > st.last_index:
             return 0
+        cached = self._storage.cached_entry(self._group, index)
+        if cached is not None:
+            return cached.term
         return self._storage.read_entries(st.prefix, index, index + 1, None)[0].term
 
     def entries(self, lo: int, hi: int, bytes_max: int | None = None) -> list[Entry]:
@@ -155,6 +158,9 @@ class _View:
             raise LogUnavailableError(f"{self._group}: entries to {hi} are beyond the log")
         if lo >= hi:
             return []
+        cached = self._storage.cached_entries(self._group, lo, hi, bytes_max)
+        if cached is not None:
+            return cached
         return self._storage.read_entries(st.prefix, lo, hi, bytes_max)
 
     def hard_state(self) -> HardState:
@@ -191,10 +197,59 @@ def take_entries(
 
 
 class LogStorageBase(abc.ABC):
-    """Group registry and views; subclasses provide the record reads and the writes."""
+    """Group registry, views and a tail cache; subclasses provide record reads and writes.
 
-    def __init__(self) -> None:
+    The tail cache keeps the last ``tail_cache_entries_max`` entries written per group, as
+    written (the core reads them back when they commit, a round or two later). It is
+    updated on the writer thread after a commit; readers only look keys up (atomic under
+    the GIL), and the host never reads a group while its write is in flight. It starts
+    empty on open, so everything read after a restart comes from disk, checksums verified.
+    """
+
+    def __init__(self, *, tail_cache_entries_max: int = 1024) -> None:
         self._states: dict[str, GroupState] = {}
+        self._tail: dict[str, dict[int, Entry]] = {}
+        self._tail_max = tail_cache_entries_max
+
+    def cache_written(self, group: str, plan: WritePlan) -> None:
+        """Writer thread, after the commit of ``plan``: mirror it in the tail cache."""
+        tail = self._tail.setdefault(group, {})
+        ct, tf = plan.compact_through, plan.truncate_from
+        if ct is not None or tf is not None:
+            for i in [
+                i for i in tail if (ct is not None and i <= ct) or (tf is not None and i >= tf)
+            ]:
+                del tail[i]
+        for e in plan.entries:
+            tail[e.index] = e
+        while len(tail) > self._tail_max:
+            del tail[next(iter(tail))]  # the oldest written
+
+    def drop_cache(self, group: str) -> None:
+        self._tail.pop(group, None)
+
+    def cached_entry(self, group: str, index: int) -> Entry | None:
+        tail = self._tail.get(group)
+        return None if tail is None else tail.get(index)
+
+    def cached_entries(
+        self, group: str, lo: int, hi: int, bytes_max: int | None
+    ) -> list[Entry] | None:
+        """Entries ``[lo, hi)`` with the size rule if the cache has all it needs, else None."""
+        tail = self._tail.get(group)
+        if not tail:
+            return None
+        out: list[Entry] = []
+        size = 0
+        for index in range(lo, hi):
+            entry = tail.get(index)
+            if entry is None:
+                return None
+            size += len(entry.data)
+            if out and bytes_max is not None and size > bytes_max:
+                break
+            out.append(entry)
+        return out
 
     def group_state(self, group: str) -> GroupState:
         return self._states.get(group) or GroupState(prefix=b"")

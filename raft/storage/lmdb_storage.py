@@ -53,8 +53,9 @@ class LmdbLogStorage(LogStorageBase):
         map_size_bytes: int = 1 << 30,
         readers_max: int = 126,
         sync: bool = True,
+        tail_cache_entries_max: int = 1024,
     ) -> None:
-        super().__init__()
+        super().__init__(tail_cache_entries_max=tail_cache_entries_max)
         os.makedirs(path, exist_ok=True)
         # sync=False exists for throwaway benchmarks only; it gives up durability on crash.
         self._env: Any = lmdb.open(
@@ -116,7 +117,7 @@ class LmdbLogStorage(LogStorageBase):
 
     def write_batch(self, writes: Sequence[GroupWrite]) -> None:
         check_unique_groups(writes)
-        new_states: list[tuple[str, GroupState]] = []
+        plans: list[tuple[str, WritePlan]] = []
         # One transaction for every group: one fsync at commit, whatever the group count.
         with self._env.begin(write=True) as txn:
             next_id = self._next_prefix_id
@@ -128,11 +129,12 @@ class LmdbLogStorage(LogStorageBase):
                     txn.put(w.group.encode("utf-8"), state.prefix, db=self._groups_db)
                 plan = plan_write(state, w, functools.partial(self._term_in, txn, state.prefix))
                 self._apply(txn, plan)
-                new_states.append((w.group, plan.state))
+                plans.append((w.group, plan))
         # Committed (and fsynced): only now may readers see the new bounds.
         self._next_prefix_id = next_id
-        for group, state in new_states:
-            self._states[group] = state
+        for group, plan in plans:
+            self._states[group] = plan.state
+            self.cache_written(group, plan)
 
     def _term_in(self, txn: Any, prefix: bytes, index: int) -> int:
         key = codec.entry_key(prefix, index)
@@ -176,6 +178,7 @@ class LmdbLogStorage(LogStorageBase):
                 txn.delete(state.prefix, db=db)
             txn.delete(group.encode("utf-8"), db=self._groups_db)
         self._states.pop(group, None)
+        self.drop_cache(group)
 
     def close(self) -> None:
         self._env.close()

@@ -41,8 +41,10 @@ class MemoryDisk:
 class MemoryLogStorage(LogStorageBase):
     """LogStorage on a MemoryDisk. Same threading contract as the LMDB storage."""
 
-    def __init__(self, disk: MemoryDisk | None = None) -> None:
-        super().__init__()
+    def __init__(
+        self, disk: MemoryDisk | None = None, *, tail_cache_entries_max: int = 1024
+    ) -> None:
+        super().__init__(tail_cache_entries_max=tail_cache_entries_max)
         self.disk = disk if disk is not None else MemoryDisk()
         for group, prefix in self.disk.registry.items():
             self._states[group] = self._load(prefix)
@@ -95,6 +97,7 @@ class MemoryLogStorage(LogStorageBase):
         for group, plan in plans:
             self._apply(group, plan)
             self._states[group] = plan.state
+            self.cache_written(group, plan)
 
     def _apply(self, group: str, plan: WritePlan) -> None:
         prefix = plan.state.prefix
@@ -117,6 +120,7 @@ class MemoryLogStorage(LogStorageBase):
     def remove_group(self, group: str) -> None:
         prefix = self.disk.registry.pop(group, None)
         self._states.pop(group, None)
+        self.drop_cache(group)
         if prefix is None:
             return
         for table in (self.disk.entries, self.disk.hard_states, self.disk.snap_metas):

@@ -229,6 +229,26 @@ def test_corrupted_last_entry_is_caught_on_open(backend: Backend) -> None:
         backend.open()
 
 
+def test_tail_cache_is_bounded_and_follows_truncation() -> None:
+    """Recent entries are served from memory as written; older ones come from the records
+    (checksums verified), and a truncated suffix never lingers in the cache (§5.3)."""
+    disk = MemoryDisk()
+    s = MemoryLogStorage(disk, tail_cache_entries_max=4)
+    s.write_batch([GroupWrite("g", None, ents(1, 11, 1))])
+    prefix = disk.registry["g"]
+    for i in (2, 9):  # damage an old and a recent record behind the storage's back
+        raw = bytearray(disk.entries[prefix][i])
+        raw[-1] ^= 0xFF
+        disk.entries[prefix][i] = bytes(raw)
+    log = s.log("g")
+    assert log.entries(7, 11) == list(ents(7, 11, 1))  # the last 4: from the cache
+    with pytest.raises(DataLossError):
+        log.entries(1, 4)  # not cached: read, verified, refused
+    s.write_batch([GroupWrite("g", None, ents(8, 9, 2))])  # truncates 9 and 10
+    assert log.last_index() == 8 and log.term(8) == 2
+    assert [e.term for e in log.entries(7, 9)] == [1, 2]
+
+
 def test_many_groups_in_one_batch(storage: LogStorage) -> None:
     writes = [GroupWrite(f"group-{i}", HardState(1, "n1", 0), ents(1, 4, 1)) for i in range(200)]
     txn_before = _lmdb_txn_id(storage)
