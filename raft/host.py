@@ -279,10 +279,7 @@ class RaftHost:
             members=members,
             on_leader_change=on_leader_change,
         )
-        now = asyncio.get_running_loop().time()
-        for peer in members - self._peers:
-            self._peers.add(peer)
-            self._heard[peer] = now  # a grace period before it can be presumed down
+        self._track_peers(members)
         self._dirty.add(group)
         self._wake.set()
 
@@ -371,9 +368,19 @@ class RaftHost:
             self._dirty.add(p.group)
 
     # ------------------------------------------------------------------ receiving
+    def _track_peers(self, peers: frozenset[str]) -> None:
+        """Ping ``peers`` every tick from now on, and watch for their silence."""
+        now = asyncio.get_running_loop().time()
+        for peer in peers - self._peers:
+            self._peers.add(peer)
+            self._heard[peer] = now  # a grace period before it can be presumed down
+
     def _on_inbound(self, inbound: Inbound) -> None:
         """Transport handler (on the loop): queue for the next round, never step here."""
-        self._heard[inbound.src] = asyncio.get_running_loop().time()
+        if inbound.src != self.node_id:  # not a report the transport made up locally
+            if inbound.src not in self._peers:
+                self._track_peers(frozenset((inbound.src,)))
+            self._heard[inbound.src] = asyncio.get_running_loop().time()
         room = self.config.inbox_msgs_max - len(self._inbox)
         if room <= 0:
             return  # dropped: Raft resends what matters
@@ -465,12 +472,15 @@ class RaftHost:
             return
         if any(p.match != st.last_index for n, p in st.progress.items() if n != self.node_id):
             return
+        # The current membership (it may have changed since add_group): these are the
+        # nodes whose silence must wake the group, and they must get our pings.
+        g.members = frozenset(st.progress) - {self.node_id}
+        self._track_peers(g.members)
         if g.members & self._silent_peers(asyncio.get_running_loop().time()):
             return
         g.quiet = True
-        for peer in st.progress:
-            if peer != self.node_id:
-                self._quiesce_out[peer].append((g.name, st.term))
+        for peer in g.members:
+            self._quiesce_out[peer].append((g.name, st.term))
 
     def _follow_quiesce(self, q: _QuiesceNotice) -> None:
         """Follower: stop ticking a group its current leader quiesced in its current term."""
@@ -487,13 +497,14 @@ class RaftHost:
             return
         tick_s = self.config.tick_ms / 1000
         for g in self._groups.values():
-            if not g.quiet or not (g.members & silent):
+            if not g.quiet:
                 continue
             lead = g.node.leader
-            if g.node.role == Role.LEADER or lead in silent:
+            is_leader = g.node.role == Role.LEADER
+            if (is_leader and g.members & silent) or (not is_leader and lead in silent):
                 g.quiet = False
                 self._dirty.add(g.name)
-            if lead in silent and g.node.role != Role.LEADER:
+            if lead in silent and not is_leader:
                 # Credit the silence: the election starts as if we had kept ticking.
                 missed = int((now - self._heard.get(lead, now)) / tick_s)
                 for _ in range(min(missed, 2 * self.config.election_tick)):

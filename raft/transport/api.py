@@ -13,7 +13,9 @@ __all__ = ["Inbound", "MessageHandler", "Transport", "snapshot_failed"]
 
 @dataclass(frozen=True, slots=True)
 class Inbound:
-    """What one incoming batch brought from node ``src`` (an empty one is a liveness ping)."""
+    """What one incoming batch brought from node ``src`` (an empty one is a liveness ping).
+    ``src`` is this node's own id for reports the transport makes up itself (a snapshot that
+    could not be delivered): they say nothing about the peer being alive."""
 
     src: str
     messages: list[Message] = field(default_factory=list)

@@ -165,7 +165,7 @@ class _PeerLink:
 
     def send_snapshot(self, m: Message) -> None:
         if len(self._snapshots) >= self._cfg.snapshots_inflight_max:
-            self._owner.deliver(Inbound(self.peer, [snapshot_failed(m)]))
+            self._owner.deliver(Inbound(self._owner.node_id, [snapshot_failed(m)]))
             return
         task = asyncio.create_task(self._stream_snapshot(m))
         self._snapshots.add(task)
@@ -180,7 +180,7 @@ class _PeerLink:
         except Exception as exc:  # the core retries: it needs to know, not the reason
             log.info("raft snapshot of %s to %s failed: %r", m.group, self.peer, exc)
         if not accepted:
-            self._owner.deliver(Inbound(self.peer, [snapshot_failed(m)]))
+            self._owner.deliver(Inbound(self._owner.node_id, [snapshot_failed(m)]))
 
     async def close(self) -> None:
         tasks = [self._task, *self._snapshots]

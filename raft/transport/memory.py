@@ -91,7 +91,7 @@ class MemoryTransport:
     def _deliver_snapshot(self, peer: str, m: Message) -> None:
         target = self._network.route(self._node_id, peer)
         if target is None or not target.receive(Inbound(self._node_id, [m])):
-            self.receive(Inbound(peer, [snapshot_failed(m)]))
+            self.receive(Inbound(self._node_id, [snapshot_failed(m)]))
 
     def receive(self, inbound: Inbound) -> bool:
         """Hand ``inbound`` to the bound handler; False if nobody is listening."""
