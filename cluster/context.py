@@ -62,10 +62,16 @@ class ServiceContext:
     forwarder: Forwarder
     metrics: NodeMetrics
     peer_seen_ns: Callable[[], Mapping[str, int]]  # node -> last time it answered (ns)
+    peer_down: Callable[[str], bool]  # True once a peer failed its probes for a while
 
     @property
     def node_id(self) -> str:
         return self.config.name
+
+    def peer_live(self, node: str) -> bool:
+        """This node, or a peer not known to be down (unknown counts as live: right after
+        a start nothing is known yet, and placement must not refuse a healthy cluster)."""
+        return node == self.node_id or not self.peer_down(node)
 
     def client_addr(self, node: str) -> str | None:
         addr = self.config.peers.get(node)

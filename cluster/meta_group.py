@@ -41,6 +41,7 @@ from raftstream.raft.types import Entry
 __all__ = ["META_GROUP", "MetaGroup", "meta_members"]
 
 META_GROUP = "meta"
+REPLAY_POLL_S = 0.02  # how often the reconciler looks whether the restart replay is done
 log = logging.getLogger(__name__)
 
 
@@ -117,8 +118,13 @@ class MetaGroup:
         while True:
             await self._trigger.wait()
             self._trigger.clear()
-            if self.applied < self._replayed_to:
-                continue  # still replaying the log of a restart: never act on a stale state
+            # The host's applied index, not the last command's: the log may end with a
+            # leader's empty entry, which is applied without reaching ``apply``.
+            if self._host.status(META_GROUP).applied < self._replayed_to:
+                # Still replaying the log of a restart: never act on a stale state.
+                await asyncio.sleep(REPLAY_POLL_S)
+                self._trigger.set()
+                continue
             try:
                 await self._reconcile(self.state.streams_for_node(self.node_id))
             except RaftStreamError as exc:

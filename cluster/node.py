@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 PEER_PROBE_INTERVAL_S = 1.0
 PEER_PROBE_TIMEOUT_S = 1.0
+PEER_DOWN_AFTER_S = 3.0  # a peer whose probes failed this long is down (placement, info)
 STOP_GRACE_S = 1.0
 _SERVICE_NAMES = (
     "raftstream.v1.StreamService",
@@ -113,6 +114,7 @@ class Node:
         self.metrics = NodeMetrics(config.name)
         self.groups: dict[str, StreamGroup] = {}
         self._peer_seen: dict[str, int] = {}
+        self._peer_failing: dict[str, float] = {}  # peer -> monotonic time probes began to fail
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._reconcile_lock = asyncio.Lock()
@@ -158,6 +160,7 @@ class Node:
             forwarder=self._forwarder,
             metrics=self.metrics,
             peer_seen_ns=lambda: self._peer_seen,
+            peer_down=self._peer_down,
         )
         await self._start_server(options)
         self.host.start()
@@ -247,7 +250,11 @@ class Node:
             for group, sa in wanted.items():
                 if group not in self.groups:
                     g = StreamGroup(self._deps(), sa)
-                    self.host.add_group(group, voters=sa.peers, state_machine=g.replica)
+                    g.replica.starting = True
+                    try:
+                        self.host.add_group(group, voters=sa.peers, state_machine=g.replica)
+                    finally:
+                        g.replica.starting = False
                     self.groups[group] = g
                     log.info("stream group started", extra={"group": group})
             for g in self.groups.values():
@@ -295,15 +302,24 @@ class Node:
         while True:
 
             async def probe(name: str, stub: health_pb2_grpc.HealthStub) -> None:
+                ok = False
                 with contextlib.suppress(grpc.RpcError):
                     resp = await stub.Check(
                         health_pb2.HealthCheckRequest(), timeout=PEER_PROBE_TIMEOUT_S
                     )
-                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
-                        self._peer_seen[name] = time.time_ns()
+                    ok = resp.status == health_pb2.HealthCheckResponse.SERVING
+                if ok:
+                    self._peer_seen[name] = time.time_ns()
+                    self._peer_failing.pop(name, None)
+                else:
+                    self._peer_failing.setdefault(name, time.monotonic())
 
             await asyncio.gather(*(probe(n, s) for n, s in stubs.items()))
             await asyncio.sleep(PEER_PROBE_INTERVAL_S)
+
+    def _peer_down(self, name: str) -> bool:
+        since = self._peer_failing.get(name)
+        return since is not None and time.monotonic() - since >= PEER_DOWN_AFTER_S
 
     # -- stop -------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from typing import Any
 from raftstream.cluster.context import ServiceContext, time_left
 from raftstream.cluster.meta_entries import PeerRemove
 from raftstream.cluster.meta_group import META_GROUP
-from raftstream.cluster.services_streams import PEER_LIVE_NS, group_info, step_down
+from raftstream.cluster.services_streams import group_info, step_down
 from raftstream.errors import InvalidArgumentError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
@@ -43,7 +43,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
         nodes = []
         for i, (name, addr) in enumerate(ctx.config.peers.items()):
             last = seen.get(name, 0)
-            online = name == ctx.node_id or now - last < PEER_LIVE_NS
+            online = ctx.peer_live(name)
             nodes.append(
                 pb.NodeInfo(
                     name=name,

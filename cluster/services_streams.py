@@ -25,7 +25,6 @@ from raftstream.cluster.convert import (
 )
 from raftstream.cluster.meta import StreamAdded, StreamUpdated
 from raftstream.cluster.meta_entries import AddStream, DeleteStream, UpdateStream
-from raftstream.cluster.meta_group import META_GROUP
 from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_peers
 from raftstream.cluster.raft_extras import followers, transfer_leadership, voters
 from raftstream.engine.entries import DeleteMsg, Purge
@@ -44,23 +43,24 @@ from raftstream.proto.errors import map_errors
 __all__ = ["StreamServicer", "cluster_nodes", "group_info"]
 
 _SVC = "/raftstream.v1.StreamService/"
-PEER_LIVE_NS = 5_000_000_000  # a peer heard from within this long counts as live
 STEP_DOWN_WAIT_S = 3.0  # how long a step-down waits to learn the new leader
 STEP_DOWN_POLL_S = 0.05
 
 
 def cluster_nodes(ctx: ServiceContext) -> list[NodeInfo]:
-    """The meta leader's view for placement: every configured peer; live if it answered a
-    health probe recently or is an active follower of the meta group (as its leader sees)."""
-    now = time.time_ns()
-    seen = ctx.peer_seen_ns()
-    _, progress = followers(ctx.host, META_GROUP)
-    active = {f.name for f in progress if f.active}
+    """The meta leader's view for placement: every configured peer, live unless its health
+    probes have been failing for a while."""
     out = []
     for name in ctx.config.peers:
-        live = name == ctx.node_id or name in active or now - seen.get(name, 0) < PEER_LIVE_NS
         tags = frozenset(ctx.config.tags) if name == ctx.node_id else frozenset()
-        out.append(NodeInfo(name=name, cluster=ctx.config.cluster_name, tags=tags, live=live))
+        out.append(
+            NodeInfo(
+                name=name,
+                cluster=ctx.config.cluster_name,
+                tags=tags,
+                live=ctx.peer_live(name),
+            )
+        )
     return out
 
 
@@ -70,8 +70,6 @@ def group_info(ctx: ServiceContext, group: str, peers: tuple[str, ...]) -> pb.Gr
         return group_info_pb(group, leader=None)
     st = ctx.host.status(group)
     commit, progress = followers(ctx.host, group)
-    now = time.time_ns()
-    seen = ctx.peer_seen_ns()
     by_name = {f.name: f for f in progress}
     replicas = []
     for p in peers:
@@ -83,7 +81,7 @@ def group_info(ctx: ServiceContext, group: str, peers: tuple[str, ...]) -> pb.Gr
             pb.ReplicaInfo(
                 name=p,
                 current=f is not None and f.active and lag == 0,
-                offline=p != ctx.node_id and now - seen.get(p, 0) >= PEER_LIVE_NS,
+                offline=not ctx.peer_live(p),
                 lag=lag,
             )
         )

@@ -105,6 +105,7 @@ class StreamReplica:
         self._store = LmdbStreamStore(env, self.group)
         self._store_fresh()
         self.applied = 0
+        self.starting = False  # True while the host adds the group (restores its own snapshot)
         self.stream = Stream(assignment.config, self._store)
         self.consumers: dict[str, Consumer] = {}
         self._cset = self._new_cset(assignment.config)
@@ -220,6 +221,9 @@ class StreamReplica:
 
     def restore(self, group: str, data: bytes) -> None:
         """Replace the whole state by the snapshot's (DataLossError: the replica halts)."""
+        import sys
+
+        print("DEBUG restore called", self.node_id, len(data), file=sys.stderr, flush=True)
         self._store.drop()
         self._store = LmdbStreamStore(self._env, self.group)
         header = restore_store(data, self._store)
@@ -237,9 +241,14 @@ class StreamReplica:
             )
             self._cset.add(c)
             self.consumers[img.name] = c
+        # At start the host restores the node's own snapshot; later, one the leader sent.
+        source = "its own snapshot" if self.starting else "a snapshot from the leader"
         log.info(
-            "restored from snapshot",
-            extra={"node": self.node_id, "group": self.group, "term": 0},
+            "restored from %s (last_seq %d, %d consumers)",
+            source,
+            header.last_seq,
+            len(header.consumers),
+            extra={"node": self.node_id, "group": self.group},
         )
 
     # -- for the leader ----------------------------------------------------------------------

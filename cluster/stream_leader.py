@@ -49,7 +49,7 @@ from raftstream.cluster.stream_entries import (
 )
 from raftstream.cluster.stream_group import StreamReplica, drain_events
 from raftstream.engine.consumer import Consumer
-from raftstream.engine.consumer_pull import PullEvent, PullRequest
+from raftstream.engine.consumer_pull import Delivery, PullEvent, PullRequest
 from raftstream.engine.entries import Entry as EngineEntry
 from raftstream.engine.entries import Expire, Publish, UpdateConfig
 from raftstream.engine.stream import PubAck
@@ -467,10 +467,21 @@ class StreamGroup:
             q = self._waiters.get(e.reply)
             if q is None:
                 continue  # the client went away: an undelivered message is redelivered later
+            if e.delivery is not None and self._settled_meanwhile(e.delivery):
+                continue
             try:
                 q.put_nowait(e)
             except asyncio.QueueFull:
                 log.warning("pull queue full; event dropped", extra={"group": self.group})
+
+    def _settled_meanwhile(self, d: Delivery) -> bool:
+        """True when the delivery was acked (or redelivered again) while its Deliver op was
+        being committed: sending it now would hand the client a message it already acked."""
+        c = self._leaders.get(d.consumer)
+        if c is None or not c.config.acks_required:
+            return False
+        p = c.state.pending.get(d.stream_seq)
+        return p is None or p.consumer_seq != d.consumer_seq
 
     async def _poll_loop(self) -> None:
         """Leader timer: serve waiting pulls on new data and deadlines; propose expiry."""

@@ -83,16 +83,27 @@ def delete_consumer(
 # -- real node processes (integration) ---------------------------------------------------------
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the item, so fixtures can tell a failed test."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
 @pytest.fixture
-def cluster3() -> Iterator[LocalCluster]:
+def cluster3(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     """A started 3-node cluster of real processes on loopback, in a temporary directory.
     Always killed and removed afterwards; its nodes' log tails are printed on failure."""
     c = LocalCluster(3)
     try:
         c.start_all()
         yield c
+        rep = getattr(request.node, "rep_call", None)
+        if rep is not None and rep.failed:
+            print(c.tails(60))
     except BaseException:
-        print(c.tails())
+        print(c.tails(60))
         raise
     finally:
         c.close()

@@ -166,14 +166,17 @@ class LocalCluster:
                 return None
 
     def wait_meta_leader(self) -> str:
+        """Wait until every running node names the same meta leader; return it."""
+
         def probe() -> str | None:
+            seen = set()
             for name in self.procs:
                 info = self.cluster_info(name)
-                if info is not None and info.meta_leader:
-                    return str(info.meta_leader)
-            return None
+                seen.add(info.meta_leader if info is not None else "")
+            leader = seen.pop() if len(seen) == 1 else ""
+            return str(leader) if leader else None
 
-        return wait_for("a meta leader", probe)
+        return wait_for("one meta leader known to every node", probe)
 
     def stream_leader(self, stream: str, account: str = "$G") -> str | None:
         """The stream's leader as the live nodes report it (None: none known)."""
