@@ -38,6 +38,7 @@ from raftstream.audit.readers import (
 )
 from raftstream.engine.consumer_store import DB_META, DB_PENDING, ConsumerKey, LmdbConsumerStore
 from raftstream.engine.entries import HDR_MSG_ID
+from raftstream.engine.store import StoredMsg
 from raftstream.errors import DataLossError
 
 __all__ = [
@@ -65,7 +66,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         [
             *[("node", _S), ("stream", _S), ("account", _S), ("seq", _I)],
             *[("raft_term", _I), ("raft_index", _I), ("ts_ns", _I), ("subject", _S)],
-            *[("msg_id", _S), ("hash", _S), ("size", _I)],
+            *[("msg_id", _S), ("hash", _S), ("origin_hash", _S), ("size", _I)],
             *[("origin_stream", _S), ("origin_seq", _I)],
         ]
     ),
@@ -224,6 +225,13 @@ def _origin(headers: Any) -> tuple[str | None, int | None]:
     return parts[0], int(parts[1])
 
 
+def _origin_hash(m: StoredMsg, origin: str) -> str:
+    """The content hash of a mirrored or sourced message as its origin stored it: the
+    source header (the only thing a mirror or source adds) left out."""
+    own = {k: v for k, v in m.headers.items() if k != HDR_STREAM_SOURCE}
+    return content_hash(m.subject, own, m.data)
+
+
 def _message_rows(node: NodeDir, part: Part) -> Iterator[dict[str, Any]]:
     account, stream = split_group(part.name)
     with ExitStack() as stack:
@@ -237,6 +245,7 @@ def _message_rows(node: NodeDir, part: Part) -> Iterator[dict[str, Any]]:
             msg_id = m.headers.get(HDR_MSG_ID)
             link = linker.link(lv.link_key(m.data, msg_id)) if m.seq >= linked_from else None
             origin_stream, origin_seq = _origin(m.headers)
+            h = content_hash(m.subject, m.headers, m.data)
             yield {
                 "node": node.name,
                 "stream": stream,
@@ -247,7 +256,8 @@ def _message_rows(node: NodeDir, part: Part) -> Iterator[dict[str, Any]]:
                 "ts_ns": m.ts,
                 "subject": m.subject,
                 "msg_id": msg_id,
-                "hash": content_hash(m.subject, m.headers, m.data),
+                "hash": h,
+                "origin_hash": h if origin_stream is None else _origin_hash(m, origin_stream),
                 "size": m.size,
                 "origin_stream": origin_stream,
                 "origin_seq": origin_seq,
