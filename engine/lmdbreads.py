@@ -22,6 +22,7 @@ from raftstream.engine.lmdbrecords import (
     StreamMeta,
     decode_chunk,
     decode_count,
+    decode_dedup,
     decode_head,
     decode_msg,
     encode_chunk,
@@ -30,13 +31,15 @@ from raftstream.engine.lmdbrecords import (
     hash_of,
     msg_lead,
     subject_key,
+    verify_dedup_index,
 )
 from raftstream.engine.memstore import valid_filter
-from raftstream.engine.store import StoredMsg, StreamState
+from raftstream.engine.store import DedupRecord, StoredMsg, StreamState, dedup_key
 from raftstream.engine.subjects import FWC, has_wildcards, subject_matches
 from raftstream.errors import DataLossError, InvariantError, NotFoundError, invariant
 
 __all__ = [
+    "DEDUP_ITER_CHUNK_RECORDS",
     "ITER_CHUNK_MSGS",
     "SEQ_MAX",
     "SUBJECT_WALK_SUBJECTS_MAX",
@@ -46,6 +49,7 @@ __all__ = [
 ]
 
 ITER_CHUNK_MSGS = 256  # messages read per read transaction by iter_from
+DEDUP_ITER_CHUNK_RECORDS = 256  # dedup records read per read transaction by dedup_iter
 # A wildcard load_next walks each matching subject's index when the stream has at most this
 # many subjects, and walks the messages otherwise.
 SUBJECT_WALK_SUBJECTS_MAX = 256
@@ -204,6 +208,64 @@ class LmdbStreamReads:
             counts = self._subject_counts(txn, subject_filter)
         return {raw.decode(): count for count, raw in counts.values()}
 
+    # -- Protocol: deduplication records ------------------------------------------------------
+
+    def dedup_get(self, msg_id: str) -> DedupRecord | None:
+        """The record of ``msg_id``, or None; ``DataLossError`` when it fails its checksum."""
+        with self._plain_reading() as txn:
+            return self._dedup_get(txn, msg_id)
+
+    def dedup_iter(self) -> Iterator[DedupRecord]:
+        """Every record in expiry order, ``DEDUP_ITER_CHUNK_RECORDS`` per read transaction
+        (as ``iter_from``: writes between chunks may or may not be seen)."""
+        self._check_open()
+        return self._dedup_walk()
+
+    def _dedup_get(self, txn: Any, msg_id: str) -> DedupRecord | None:
+        key = self._prefix + dedup_key(msg_id)
+        raw = txn.get(key, db=self._dbs.dedup)
+        if raw is None:
+            return None
+        rec = decode_dedup(key, raw)
+        # Another id with the same digest owns the slot: this id has no record.
+        return rec if rec.msg_id == msg_id else None
+
+    def _dedup_walk(self) -> Iterator[DedupRecord]:
+        start = self._prefix
+        while True:
+            with self._plain_reading() as txn:
+                chunk, start = self._dedup_chunk(txn, start, DEDUP_ITER_CHUNK_RECORDS)
+            yield from chunk
+            if len(chunk) < DEDUP_ITER_CHUNK_RECORDS:
+                return
+
+    def _dedup_chunk(self, txn: Any, start: bytes, limit: int) -> tuple[list[DedupRecord], bytes]:
+        """Up to ``limit`` records from the time index key ``start`` on, and where to resume."""
+        cur = txn.cursor(db=self._dbs.dedupt)
+        out: list[DedupRecord] = []
+        found = cur.set_range(start)
+        while found and len(out) < limit:
+            key, value = cur.item()
+            if not key.startswith(self._prefix):
+                break
+            out.append(self._dedup_indexed(txn, key, value))
+            start = key + b"\x00"  # keys have one length: the next key is the next record
+            found = cur.next()
+        return out, start
+
+    def _dedup_indexed(self, txn: Any, key: bytes, value: bytes) -> DedupRecord:
+        """The record a dedup time index entry leads to; ``DataLossError`` unless the entry
+        is well formed, its record exists and the record holds the entry's time."""
+        verify_dedup_index(key, value)
+        rkey = self._prefix + value
+        raw = txn.get(rkey, db=self._dbs.dedup)
+        if raw is None:
+            raise DataLossError("dedup time index points at a missing record", key=key)
+        rec = decode_dedup(rkey, raw)
+        if SEQ.unpack_from(key, ID.size)[0] != rec.ts_ns:
+            raise DataLossError("dedup time index disagrees with its record", key=key)
+        return rec
+
     # -- transactions and buffered writes -----------------------------------------------------
 
     def _check_open(self) -> None:
@@ -256,6 +318,17 @@ class LmdbStreamReads:
             else:
                 txn.put(key, encode_count(key, c.count, c.raw), db=self._dbs.subj)
             c.stored = c.count
+
+    @contextmanager
+    def _plain_reading(self) -> Iterator[Any]:
+        """The open write transaction as it is, or a fresh read transaction: for DBs the
+        store never buffers (dedup records), so nothing needs flushing first."""
+        self._check_open()
+        if self._txn is not None:
+            yield self._txn
+            return
+        with self._env.begin() as txn:
+            yield txn
 
     @contextmanager
     def _reading(self, *, index: bool) -> Iterator[Any]:

@@ -18,9 +18,13 @@ Named DBs (a fixed set shared by every stream of a node, keys prefixed by the st
 - ``subj``: ``id(4) subject_key(16)`` -> crc, count(8), subject; per-subject counts
 - ``ttl``:  ``id(4) expires_at_ns(8) seq(8)`` -> seq(8); per-message TTL deadlines
 - ``meta``: ``N name`` -> stream id; ``C`` -> next stream id; ``M id(4)`` -> stream meta
+- ``dedup``: ``id(4) dedup_key(16)`` -> crc, seq(8), ts_ns(8), msg id; a msg id's record
+- ``dedupt``: ``id(4) ts_ns(8) dedup_key(16)`` -> dedup_key(16); the records in expiry order
 
 ``subject_key`` is a 16-byte blake2b digest of the subject: subjects may be up to 4 KiB but
-LMDB keys stop at 511 bytes. The ``subj`` record keeps the subject itself.
+LMDB keys stop at 511 bytes. The ``subj`` record keeps the subject itself. Likewise a dedup
+record is keyed by ``dedup_key`` (``engine/store.py``) of its msg id and keeps the id, so two
+ids with one digest are told apart (the record belongs to the id it holds).
 
 The subject index is chunked so that an append costs a list append, not an LMDB put: a
 transaction rewrites each subject's last chunk once (``INDEX_CHUNK_SEQS_MAX`` keeps a chunk
@@ -29,7 +33,9 @@ under LMDB's overflow-page threshold of about 2 KB per node on 4 KiB pages).
 The TTL index is key-only in spirit; its value repeats the sequence that ends the key, and a
 read that finds the two disagree raises ``DataLossError``. That is its checksum: it costs
 nothing (the 8 bytes are already packed for the key), and a flipped bit elsewhere in the key
-leads to a message whose own CRC and deadline are checked before it is removed.
+leads to a message whose own CRC and deadline are checked before it is removed. The dedup
+time index works the same way: its value repeats the ``dedup_key`` ending its key, and the
+record it leads to must hold the time in the key.
 """
 
 from __future__ import annotations
@@ -43,10 +49,13 @@ from typing import Any
 from zlib import crc32
 
 from raftstream.engine.store import (
+    DEDUP_KEY_BYTES,
     EMPTY_HEADERS,
+    DedupRecord,
     DiscardPolicy,
     StoredMsg,
     StoreLimits,
+    dedup_key,
 )
 from raftstream.engine.subjects import validate_subject
 from raftstream.errors import DataLossError, InvalidArgumentError
@@ -65,12 +74,14 @@ __all__ = [
     "checked_value",
     "decode_chunk",
     "decode_count",
+    "decode_dedup",
     "decode_head",
     "decode_id",
     "decode_meta",
     "decode_msg",
     "encode_chunk",
     "encode_count",
+    "encode_dedup",
     "encode_headers",
     "encode_meta",
     "encode_msgs",
@@ -79,10 +90,11 @@ __all__ = [
     "msg_lead",
     "open_dbs",
     "subject_key",
+    "verify_dedup_index",
     "verify_index",
 ]
 
-DB_NAMES = (b"rs.msgs", b"rs.sidx", b"rs.subj", b"rs.ttl", b"rs.meta")
+DB_NAMES = (b"rs.msgs", b"rs.sidx", b"rs.subj", b"rs.ttl", b"rs.meta", b"rs.dedup", b"rs.dedupt")
 SUBJECT_KEY_BYTES = 16
 INDEX_CHUNK_SEQS_MAX = 224  # 4 + 224 * 8 bytes + a 28-byte key stays below ~2 KB
 _SUBJECT_CACHE_ENTRIES_MAX = 4096
@@ -91,6 +103,7 @@ CRC = struct.Struct(">I")
 ID = struct.Struct(">I")
 SEQ = struct.Struct(">Q")
 _COUNT = struct.Struct(">IQ")  # crc, count; the subject follows
+_DEDUP = struct.Struct(">IQq")  # crc, seq, ts_ns; the msg id follows
 # crc, seq, ts_ns, ttl_ns, subject bytes, encoded header bytes
 _MSG_HEAD = struct.Struct(">IQqqHI")
 _MSG_VARYING = struct.Struct(">Qqq")  # seq, ts_ns, ttl_ns: the head's per-message part
@@ -114,6 +127,8 @@ class StoreDbs:
     subj: Any
     ttl: Any
     meta: Any
+    dedup: Any
+    dedupt: Any
 
 
 def open_dbs(env: Any) -> StoreDbs:
@@ -169,6 +184,34 @@ def verify_index(key: bytes, value: bytes) -> None:
     """Raise DataLossError unless an index record's value repeats the sequence in its key."""
     if value != key[-SEQ.size :]:
         raise _loss("index record", key)
+
+
+def verify_dedup_index(key: bytes, value: bytes) -> None:
+    """Raise DataLossError unless a dedup time index value repeats the key's dedup_key."""
+    if len(key) != ID.size + SEQ.size + DEDUP_KEY_BYTES or value != key[-DEDUP_KEY_BYTES:]:
+        raise _loss("dedup time index record", key)
+
+
+def encode_dedup(key: bytes, seq: int, ts_ns: int, msg_id: bytes) -> bytes:
+    """A dedup record: CRC over key + (seq, ts_ns, msg id)."""
+    body = _DEDUP.pack(0, seq, ts_ns)[CRC.size :] + msg_id
+    return CRC.pack(crc32(body, crc32(key))) + body
+
+
+def decode_dedup(key: bytes, value: bytes) -> DedupRecord:
+    """Verify a dedup record: its checksum, and that the id it holds has the key's digest
+    (so a record is never read as another id's). DataLossError when either fails."""
+    checked_value(key, value)
+    if len(value) <= _DEDUP.size:
+        raise _loss("dedup record", key)
+    _, seq, ts_ns = _DEDUP.unpack_from(value)
+    try:
+        msg_id = value[_DEDUP.size :].decode()
+    except UnicodeDecodeError as exc:
+        raise _loss("dedup record id", key) from exc
+    if key[ID.size :] != dedup_key(msg_id):
+        raise _loss("dedup record id", key)
+    return DedupRecord(msg_id, seq, ts_ns)
 
 
 def encode_headers(headers: Mapping[str, str]) -> bytes:

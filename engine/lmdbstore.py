@@ -4,6 +4,7 @@ One ``lmdb.Environment`` per node holds every stream (and, later, the Raft logs)
 share a fixed set of named DBs (``engine/lmdbrecords.py`` has the layouts) and tell their keys
 apart by a 4-byte stream id allocated from the stream's name. A stream's counters and limits
 live in one meta record, written once per write transaction, so reopening is one read.
+Deduplication records (at most one per publish) go straight into the open transaction.
 
 Inside a write transaction, appends are buffered, then encoded and written in one batch
 (``encode_msgs`` and one ``putmulti``) when anything reads, removes or commits; the subject
@@ -39,9 +40,11 @@ from raftstream.engine.lmdbrecords import (
     StreamMeta,
     decode_chunk,
     decode_count,
+    decode_dedup,
     decode_head,
     decode_id,
     decode_meta,
+    encode_dedup,
     encode_headers,
     encode_meta,
     hash_of,
@@ -51,12 +54,16 @@ from raftstream.engine.lmdbrecords import (
     subject_key,
     verify_index,
 )
-from raftstream.engine.memstore import TS_NS_MAX, check_append_args
+from raftstream.engine.memstore import check_append_args
 from raftstream.engine.store import (
+    DEDUP_EXPIRE_RECORDS_MAX,
     EMPTY_HEADERS,
+    TS_NS_MAX,
     DiscardPolicy,
     PurgeRequest,
     StoreLimits,
+    check_dedup_args,
+    dedup_key,
     headers_size,
     limit_set,
     normalize_purge,
@@ -66,7 +73,7 @@ from raftstream.errors import DataLossError, InvalidArgumentError, LimitError, i
 __all__ = ["DEFAULT_MAP_SIZE_BYTES", "NODE_MAX_DBS", "LmdbStreamStore", "open_node_env"]
 
 DEFAULT_MAP_SIZE_BYTES = 64 * 1024**3  # address space only; the file grows as data does
-NODE_MAX_DBS = 16  # the stream store uses 5 named DBs; the rest is for the Raft log storage
+NODE_MAX_DBS = 16  # the stream store uses 7 named DBs (DB_NAMES), consumers 2; the rest spare
 NODE_READERS_MAX = 126
 STREAM_NAME_BYTES_MAX = 255
 # Buffered appends are written once they hold this many bytes (counting a fixed overhead per
@@ -75,6 +82,7 @@ PENDING_BYTES_MAX = 4 * 1024 * 1024
 PENDING_MSG_OVERHEAD_BYTES = 128
 SUBJECT_CACHE_ENTRIES_MAX = 4096  # cached subject counts kept between transactions
 PURGE_CHUNK_MSGS = 4096  # sequences collected per pass of a range purge or TTL expiry
+_NO_DEDUP_RECORDS = TS_NS_MAX + 1  # a dedup floor above any record's time: there are none
 
 
 def open_node_env(
@@ -128,6 +136,10 @@ class LmdbStreamStore(LmdbStreamReads):
         self._wide_subjects: list[SubjectCount] = []  # holding more chunks than their tail
         self._subjects: dict[str, SubjectCount] = {}
         self._by_hash = {}
+        # No dedup record of the stream is older than this (0 says nothing: times are >= 0).
+        # Lets the dedup_expire of every applied entry return without an LMDB call when no
+        # record is due; raised by expiry, lowered by puts, reset when a transaction aborts.
+        self._dedup_floor_ns = 0
         with env.begin(write=True) as txn:
             self._id = self._stream_id(txn, raw_name)
             self._prefix = ID.pack(self._id)
@@ -225,6 +237,7 @@ class LmdbStreamStore(LmdbStreamReads):
         self._pend_bytes = 0
         self._forget_subjects()
         self._first_ts = (0, 0)
+        self._dedup_floor_ns = 0
         self._meta = saved
         self._limits_changed()
 
@@ -422,6 +435,59 @@ class LmdbStreamStore(LmdbStreamReads):
             if self._meta.msgs == 0:
                 self._meta.first_seq = seq
 
+    # -- deduplication records ----------------------------------------------------------------
+
+    def dedup_put(self, msg_id: str, seq: int, ts_ns: int) -> None:
+        """Record ``msg_id`` -> (``seq``, ``ts_ns``) in the open transaction (or its own),
+        replacing the id's record and its time index entry."""
+        check_dedup_args(msg_id, seq, ts_ns)
+        with self.transaction():
+            txn, dbs = self._txn, self._dbs
+            h = dedup_key(msg_id)
+            key = self._prefix + h
+            old = txn.get(key, db=dbs.dedup)
+            if old is not None:
+                # The id's older record leaves the time index too. On a digest collision the
+                # slot held another id's record, which is replaced: deterministic (every
+                # replica puts the same ids), and it only shortens that id's protection.
+                prev = decode_dedup(key, old)
+                if not txn.delete(self._prefix + SEQ.pack(prev.ts_ns) + h, db=dbs.dedupt):
+                    raise DataLossError("dedup record has no time index entry", key=key)
+            txn.put(key, encode_dedup(key, seq, ts_ns, msg_id.encode()), db=dbs.dedup)
+            txn.put(self._prefix + SEQ.pack(ts_ns) + h, h, db=dbs.dedupt)
+            self._dedup_floor_ns = min(self._dedup_floor_ns, ts_ns)
+
+    def dedup_expire(self, before_ts_ns: int, *, limit: int = DEDUP_EXPIRE_RECORDS_MAX) -> int:
+        """Remove up to ``limit`` records older than ``before_ts_ns``, in time index order."""
+        self._check_open()
+        if before_ts_ns <= self._dedup_floor_ns or limit <= 0:
+            return 0  # none is that old: the common case costs no LMDB call
+        with self.transaction():
+            return self._expire_dedup(min(before_ts_ns, _NO_DEDUP_RECORDS), limit)
+
+    def _expire_dedup(self, before_ts_ns: int, limit: int) -> int:
+        txn = self._txn
+        hi = self._prefix + SEQ.pack(before_ts_ns)  # every key of a record older sorts below
+        cur = txn.cursor(db=self._dbs.dedupt)
+        found = cur.set_range(self._prefix)
+        removed = 0
+        while found and removed < limit:
+            key, value = cur.item()
+            if not key.startswith(self._prefix) or key >= hi:
+                break
+            self._dedup_indexed(txn, key, value)  # checks before removing
+            txn.delete(self._prefix + value, db=self._dbs.dedup)
+            found = cur.delete()  # and moves to the next entry
+            removed += 1
+        # The cursor is on the oldest record left (if any): the new floor.
+        key = cur.key() if found else b""
+        self._dedup_floor_ns = (
+            int(SEQ.unpack_from(key, ID.size)[0])
+            if key.startswith(self._prefix)
+            else _NO_DEDUP_RECORDS
+        )
+        return removed
+
     # -- removal ------------------------------------------------------------------------------
 
     def delete(self, seq: int, *, erase: bool = False) -> bool:
@@ -548,16 +614,21 @@ class LmdbStreamStore(LmdbStreamReads):
     def _purge_all(self) -> int:
         m = self._meta
         removed = m.msgs
-        txn = self._wt()
-        for db in (self._dbs.msgs, self._dbs.sidx, self._dbs.subj, self._dbs.ttl):
-            cur = txn.cursor(db=db)
-            found = cur.set_range(self._prefix)
-            while found and cur.key().startswith(self._prefix):
-                found = cur.delete()
+        # Dedup records stay: JetStream keeps msg ids through a purge.
+        self._delete_prefixed((self._dbs.msgs, self._dbs.sidx, self._dbs.subj, self._dbs.ttl))
         self._forget_subjects()  # their records are gone; cached counts would resurrect them
         m.msgs = m.bytes = m.num_subjects = 0
         m.first_seq = m.last_seq + 1
         return removed
+
+    def _delete_prefixed(self, dbs: tuple[Any, ...]) -> None:
+        """Delete every key of this stream from each of ``dbs``."""
+        txn = self._wt()
+        for db in dbs:
+            cur = txn.cursor(db=db)
+            found = cur.set_range(self._prefix)
+            while found and cur.key().startswith(self._prefix):
+                found = cur.delete()
 
     def _purge_range(self, req: PurgeRequest) -> int:
         """Purge without a subject: below ``before_seq``, or all but the newest ``keep``."""
@@ -607,8 +678,10 @@ class LmdbStreamStore(LmdbStreamReads):
         self._forget_subjects()
 
     def drop(self) -> None:
-        """Delete the stream: every record and its name. The store is closed afterwards."""
+        """Delete the stream: every record (dedup records too) and its name. The store is
+        closed afterwards."""
         with self.transaction():
             self._purge_all()
+            self._delete_prefixed((self._dbs.dedup, self._dbs.dedupt))
             self._dropping = True
         self.close()

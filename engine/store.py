@@ -5,11 +5,17 @@ Two implementations share this Protocol and one test suite: ``LmdbStreamStore``
 owned by one thread at a time (the caller serialises access); it never reads the clock:
 every time it needs (``max_age``, per-message TTL) comes in as ``now_ns`` from the caller,
 which in a cluster is the leader's stamp carried by the Raft entry.
+
+Besides messages, a store keeps the stream's deduplication records (msg id -> the sequence
+and time it was first stored as), written in the same transaction as the append they belong
+to. They live apart from the messages: removing a message (delete, purge, limits, acks)
+leaves its record, as JetStream keeps an id for the whole duplicate window.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -20,14 +26,20 @@ from raftstream.engine.subjects import FWC, validate_filter
 from raftstream.errors import InvalidArgumentError
 
 __all__ = [
+    "DEDUP_EXPIRE_RECORDS_MAX",
+    "DEDUP_KEY_BYTES",
     "EMPTY_HEADERS",
+    "TS_NS_MAX",
     "UNLIMITED",
+    "DedupRecord",
     "DiscardPolicy",
     "PurgeRequest",
     "StoreLimits",
     "StoredMsg",
     "StreamState",
     "StreamStore",
+    "check_dedup_args",
+    "dedup_key",
     "headers_size",
     "limit_set",
     "msg_size",
@@ -36,6 +48,12 @@ __all__ = [
 
 UNLIMITED = -1
 EMPTY_HEADERS: Mapping[str, str] = MappingProxyType({})
+TS_NS_MAX = 2**63 - 1  # timestamps and TTL deadlines are signed 64-bit nanoseconds
+DEDUP_KEY_BYTES = 16
+# Records one ``dedup_expire`` call removes by default: a publish adds at most one record, so
+# an apply that expires up to this many drains any backlog (a window's worth of ids after a
+# quiet spell) without one entry paying for all of it.
+DEDUP_EXPIRE_RECORDS_MAX = 1024
 
 
 class DiscardPolicy(enum.StrEnum):
@@ -98,6 +116,41 @@ class StreamState:
     num_deleted: int = 0  # interior sequences missing between first_seq and last_seq
     num_subjects: int = 0
     subjects: Mapping[str, int] = field(default_factory=dict)  # only when asked for
+
+
+@dataclass(frozen=True, slots=True)
+class DedupRecord:
+    """A msg id's deduplication record: the sequence its publish was answered with and the
+    (leader-stamped) time it was recorded at, which the duplicate window is measured from."""
+
+    msg_id: str
+    seq: int
+    ts_ns: int
+
+
+def dedup_key(msg_id: str) -> bytes:
+    """The fixed-size key of a msg id (a 16-byte blake2b digest of its UTF-8 bytes).
+
+    Ids may be long and LMDB keys are short, so the LMDB store keys records by this digest
+    (keeping the id in the value); records of equal ``ts_ns`` expire in the order of this
+    key on both stores, so bounded expiry removes the same records everywhere.
+    """
+    return hashlib.blake2b(msg_id.encode(), digest_size=DEDUP_KEY_BYTES).digest()
+
+
+def check_dedup_args(msg_id: str, seq: int, ts_ns: int) -> None:
+    """Refuse (``InvalidArgumentError``) what no dedup record can hold (shared by both stores):
+    an empty or non-UTF-8 id, a sequence below 1, a time outside 0..``TS_NS_MAX``."""
+    if not msg_id:
+        raise InvalidArgumentError("msg_id", "must not be empty")
+    try:
+        msg_id.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgumentError("msg_id", "must be valid UTF-8") from None
+    if seq < 1:
+        raise InvalidArgumentError("seq", "must be positive")
+    if not 0 <= ts_ns <= TS_NS_MAX:
+        raise InvalidArgumentError("ts_ns", f"must be in 0..{TS_NS_MAX}")
 
 
 def limit_set(value: int) -> bool:
@@ -171,6 +224,11 @@ class StreamStore(Protocol):
     ``max_msgs``, ``max_bytes`` and ``max_age`` remove the oldest messages until they hold.
     Age expiry walks from the first message and stops at the first young one (timestamps are
     the leader's and grow with the sequence).
+
+    Deduplication records (``dedup_*``) join the open transaction like every write, so a
+    publish and its record commit or roll back together. No message operation touches them
+    (delete, purge, limits and expiry of messages leave them, as JetStream keeps ids for the
+    whole duplicate window); ``dedup_expire`` removes them, and dropping the stream does.
     """
 
     @property
@@ -230,5 +288,20 @@ class StreamStore(Protocol):
 
     def subjects_state(self, subject_filter: str = ">") -> dict[str, int]:
         """Message count per subject matching the filter."""
+
+    def dedup_put(self, msg_id: str, seq: int, ts_ns: int) -> None:
+        """Record ``msg_id`` as published at ``seq`` at ``ts_ns``, replacing its record if it
+        has one. ``InvalidArgumentError`` (nothing written) as ``check_dedup_args``."""
+
+    def dedup_get(self, msg_id: str) -> DedupRecord | None:
+        """The record of ``msg_id``, or None; it may be older than the caller's window (the
+        caller measures the window; ``dedup_expire`` only bounds how long records stay)."""
+
+    def dedup_expire(self, before_ts_ns: int, *, limit: int = DEDUP_EXPIRE_RECORDS_MAX) -> int:
+        """Remove up to ``limit`` records with ``ts_ns < before_ts_ns``, in ``dedup_iter``
+        order; returns how many. Deterministic: the same calls leave the same records."""
+
+    def dedup_iter(self) -> Iterator[DedupRecord]:
+        """Every record, ordered by (``ts_ns``, ``dedup_key(msg_id)``): the expiry order."""
 
     def close(self) -> None: ...

@@ -18,18 +18,15 @@ publish gets its original answer even when its preconditions no longer hold), ex
 stream / last sequence / last subject sequence / last msg id, rollup and TTL permissions,
 ``max_msg_size``, interest, then the append and the rollup purge in one transaction.
 
-Deduplication. The table maps a msg id to the (sequence, timestamp) of the newest message
-that carried it. A publish is a duplicate while that message is STILL STORED and younger
-than ``duplicate_window`` at the entry's time. The table is therefore a cache of a function
-of the stored messages (msg ids are stored in the ``Nats-Msg-Id`` header), and is rebuilt on
-open by reading the messages of the last ``duplicate_window`` before the last append's stamp
-(and again when the config changes, as the window may grow). Pruning (by entry time) only
-drops entries that can never match again. Difference from JetStream: JetStream also keeps
-the ids of messages removed meanwhile (acked from a work queue, deleted, purged) until the
-server restarts; here they stop deduplicating when their message goes, because otherwise a
-replica that restarted would disagree with one that did not. Closing that gap needs a
-store API that persists dedup records in the append's transaction, which the store
-Protocol does not have yet.
+Deduplication. A publish with a msg id is a duplicate while the stream's dedup record of
+that id (``StreamStore.dedup_*``) is younger than ``duplicate_window`` at the entry's time;
+it is answered with the recorded sequence and ``duplicate=true`` and stores nothing. The
+record is written in the transaction of the append it belongs to and outlives its message,
+as in JetStream: an id keeps deduplicating for the whole window after its message was acked
+from a work queue, deleted, purged or dropped by a limit. Records are replicated state, not
+a cache: every replica writes the same records on the same entries and expires them on the
+same entries (``dedup_expire`` as of each entry's time, a bounded amount per entry), so a
+replica that restarted reads from its store exactly what one that did not holds.
 
 Retention. Interest and workqueue streams need the consumers' state; the consumer engine
 provides it through ``RetentionPolicyHook`` (below) and tells the stream when a message may
@@ -39,7 +36,7 @@ consumers' own deterministic apply path, so every replica makes them in the same
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -151,46 +148,13 @@ _SUBJECT_CACHE_ENTRIES_MAX = 4096
 _valid_subject = lru_cache(maxsize=_SUBJECT_CACHE_ENTRIES_MAX)(validate_subject)
 
 
-class _DedupTable:
-    """msg id -> (seq, ts_ns) of the newest stored message that carried it; see the module
-    docstring for why this is a cache of a function of the stored messages."""
-
-    def __init__(self) -> None:
-        # Insertion order is timestamp order (stamps never go backwards, see Stream._now).
-        self._ids: dict[str, tuple[int, int]] = {}
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def lookup(self, msg_id: str, now_ns: int, window_ns: int) -> tuple[int, int] | None:
-        hit = self._ids.get(msg_id)
-        if hit is None or now_ns - hit[1] >= window_ns:
-            return None
-        return hit
-
-    def record(self, msg_id: str, seq: int, ts_ns: int) -> None:
-        self._ids.pop(msg_id, None)  # re-inserted at the end: order stays by timestamp
-        self._ids[msg_id] = (seq, ts_ns)
-
-    def prune(self, now_ns: int, window_ns: int) -> None:
-        """Drop entries too old to match any entry at ``now_ns`` or later."""
-        while self._ids:
-            msg_id, (_, ts) = next(iter(self._ids.items()))
-            if now_ns - ts < window_ns:
-                return
-            del self._ids[msg_id]
-
-    def clear(self) -> None:
-        self._ids.clear()
-
-
 class Stream:
     """A stream's deterministic state machine over its store.
 
     Owned by one thread (the one applying the log). ``apply`` is the way to change the
     stream; ``release``/``sweep_interest`` are for the consumer engine (see
-    ``RetentionPolicyHook``). Opening a ``Stream`` on a store that already holds messages
-    (a restart) rebuilds the deduplication table from them.
+    ``RetentionPolicyHook``). Opening a ``Stream`` on a store that already holds a stream
+    (a restart) reads nothing: its dedup records are in the store.
     """
 
     def __init__(
@@ -206,13 +170,11 @@ class Stream:
         self._config = config.validate()
         self._store = store
         self._retention = retention
-        self._dedup = _DedupTable()
         state = store.state()
         if store.limits != store_limits(self._config):
             store.update_limits(store_limits(self._config), state.last_ts)
         if state.last_seq == 0 and self._config.first_seq > 1:
             store.skip(self._config.first_seq)
-        self._rebuild_dedup()
 
     @property
     def config(self) -> StreamConfig:
@@ -229,8 +191,9 @@ class Stream:
 
     @property
     def dedup_ids(self) -> int:
-        """How many msg ids the deduplication table holds (for stats and tests)."""
-        return len(self._dedup)
+        """How many dedup records the store holds, including any past the window that a
+        later entry has yet to expire. Walks them all: for tests and diagnostics."""
+        return sum(1 for _ in self._store.dedup_iter())
 
     def set_retention_hook(self, hook: RetentionPolicyHook | None) -> None:
         """Attach the consumer engine (consumers may be created after the stream)."""
@@ -256,6 +219,7 @@ class Stream:
             # Expiry first, as of the entry's (leader-stamped) time, so limits and
             # preconditions see the stream as it is at that moment on every replica.
             expired = self._store.expire(now)
+            self._expire_dedup(now)
             try:
                 result = self._dispatch(entry, now, expired)
             except _REFUSALS as err:
@@ -275,6 +239,13 @@ class Stream:
             return self._update(entry, now)
         invariant(isinstance(entry, Expire), f"unknown entry type {type(entry).__name__}")
         return Expired(expired=expired)
+
+    def _expire_dedup(self, now: int) -> None:
+        # Drop records that a lookup at ``now`` can no longer match (nor a later one, as
+        # leader stamps grow). Driven by the entry's time and bounded per entry, so every
+        # replica, batched or not, restarted or not, expires the same records at the same
+        # entry; a lookup still measures the window itself, as a due record may remain.
+        self._store.dedup_expire(now - self._config.duplicate_window + 1)
 
     def _now(self, ts_ns: int) -> int:
         # Leader-stamped time, never below the last append's stamp: a new leader whose clock
@@ -300,49 +271,51 @@ class Stream:
         self._check_permissions(opts)
         headers = dict(e.headers)
         if opts.msg_id is not None:
-            headers[HDR_MSG_ID] = opts.msg_id  # stored so the dedup table can be rebuilt
+            # Part of the message, as in JetStream (expected-last-msg-id reads it back).
+            headers[HDR_MSG_ID] = opts.msg_id
         if cfg.max_msg_size > 0 and headers_size(headers) + len(e.data) > cfg.max_msg_size:
             raise LimitError(
                 f"message size exceeds max_msg_size {cfg.max_msg_size}",
                 limit="max_msg_size",
             )
         if cfg.retention is RetentionPolicy.INTEREST and not self._has_interest(subject):
-            # JetStream: no consumer wants it, so the sequence is used but nothing is stored.
+            # JetStream: no consumer wants it, so the sequence is used but nothing is stored;
+            # its msg id is still recorded, so a retry gets the same answer.
             seq = self._store.state().last_seq + 1
-            self._store.skip(seq + 1)
+            with self._store.transaction():
+                self._store.skip(seq + 1)
+                self._record_msg_id(opts, seq, now)
             return PubAck(stream=cfg.name, seq=seq)
         seq = self._store_msg(subject, e.data, headers, now, opts)
-        if opts.msg_id is not None:
-            self._dedup.prune(now, cfg.duplicate_window)
-            self._dedup.record(opts.msg_id, seq, now)
         return PubAck(stream=cfg.name, seq=seq)
 
     def _store_msg(
         self, subject: str, data: bytes, headers: dict[str, str], now: int, opts: PublishOptions
     ) -> int:
-        """Append and, for a rollup, purge the older messages: one transaction."""
+        """Append, record the msg id and, for a rollup, purge the older messages: one
+        transaction, so the message and its dedup record commit (or not) together."""
         with self._store.transaction():
             seq = self._store.append(
                 subject, data, headers=headers, now_ns=now, ttl_ns=opts.ttl_ns or 0
             )
+            self._record_msg_id(opts, seq, now)
             if opts.rollup is Rollup.SUBJECT:
                 self._store.purge(subject=subject, keep=1)
             elif opts.rollup is Rollup.ALL:
                 self._store.purge(keep=1)
         return seq
 
-    def _find_duplicate(self, msg_id: str, now: int) -> int | None:
-        hit = self._dedup.lookup(msg_id, now, self._config.duplicate_window)
-        if hit is None or not self._is_stored(hit[0]):
-            return None
-        return hit[0]
+    def _record_msg_id(self, opts: PublishOptions, seq: int, now: int) -> None:
+        if opts.msg_id is not None:
+            self._store.dedup_put(opts.msg_id, seq, now)
 
-    def _is_stored(self, seq: int) -> bool:
-        try:
-            self._store.load(seq)
-        except NotFoundError:
-            return False
-        return True
+    def _find_duplicate(self, msg_id: str, now: int) -> int | None:
+        """The sequence ``msg_id`` was stored as, if that was within the window before
+        ``now``; whether the message is still stored does not matter (JetStream)."""
+        rec = self._store.dedup_get(msg_id)
+        if rec is None or now - rec.ts_ns >= self._config.duplicate_window:
+            return None
+        return rec.seq
 
     def _check_expected(self, opts: PublishOptions, subject: str) -> None:
         """JetStream's expected-* headers, each failing with its own error class."""
@@ -440,39 +413,10 @@ class Stream:
     def _update(self, e: UpdateConfig, now: int) -> ConfigUpdated:
         new = check_update(self._config, e.config)
         self._store.update_limits(store_limits(new), now)
+        # A new duplicate_window applies from the next entry; records already expired stay
+        # gone (JetStream does not bring ids back when the window grows).
         self._config = new
-        # The window may have grown: rebuild so that the table holds exactly what a replica
-        # opening the store now would read.
-        self._rebuild_dedup()
         return ConfigUpdated(config=new)
-
-    # -- the dedup table on open ----------------------------------------------------------
-
-    def _rebuild_dedup(self) -> None:
-        """Read the msg ids of the messages stamped within ``duplicate_window`` of the last
-        append; every later entry's time is at least that stamp (``_now``)."""
-        self._dedup.clear()
-        state = self._store.state()
-        if state.msgs == 0:
-            return
-        since = state.last_ts - self._config.duplicate_window
-        for msg in self._iter_newer_than(since, state.first_seq, state.last_seq):
-            msg_id = msg.headers.get(HDR_MSG_ID)
-            if msg_id:
-                self._dedup.record(msg_id, msg.seq, msg.ts)
-
-    def _iter_newer_than(self, ts_ns: int, first: int, last: int) -> Iterator[StoredMsg]:
-        """Stored messages with ``ts > ts_ns``: a binary search over sequences (stamps grow
-        with the sequence), then a forward walk."""
-        lo, hi = first, last + 1  # find the first seq whose next message is newer
-        while lo < hi:
-            mid = (lo + hi) // 2
-            msg = self._store.load_next(">", mid)
-            if msg is None or msg.ts > ts_ns:
-                hi = mid
-            else:
-                lo = msg.seq + 1
-        return self._store.iter_from(lo)
 
     # -- retention: called by the consumer engine ------------------------------------------
 

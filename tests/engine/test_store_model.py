@@ -13,7 +13,10 @@ reading of the rules is easy to check against the JetStream documentation:
 - discard new: max_msgs / max_bytes (and max_msgs_per_subject with discard_new_per_subject)
   refuse the message and nothing changes; max_msg_size refuses under either policy;
 - purge ``seq`` is exclusive and, without a subject, compacts (first_seq >= seq);
-- an empty stream that used sequences has first_seq = last_seq + 1.
+- an empty stream that used sequences has first_seq = last_seq + 1;
+- dedup records (msg id -> seq, ts) are untouched by every message operation; a put
+  replaces the id's record; ``dedup_expire`` removes up to ``limit`` records older than its
+  bound in (ts, ``dedup_key``) order; all of it commits or aborts with its transaction.
 """
 
 from __future__ import annotations
@@ -31,13 +34,22 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
 from raftstream.engine.memstore import MemoryStreamStore
-from raftstream.engine.store import DiscardPolicy, StoredMsg, StoreLimits, StreamState
+from raftstream.engine.store import (
+    DEDUP_EXPIRE_RECORDS_MAX,
+    DedupRecord,
+    DiscardPolicy,
+    StoredMsg,
+    StoreLimits,
+    StreamState,
+    dedup_key,
+)
 from raftstream.engine.subjects import subject_matches
 from raftstream.errors import InvalidArgumentError, LimitError, NotFoundError
 
 SEC_NS = 1_000_000_000
 SUBJECTS = ["a", "a.b", "a.c", "b.c", "c"]
 FILTERS = [">", "a", "a.*", "*.c", "b.>", "*", "a.b", "zz"]
+MSG_IDS = ["x1", "x2", "x3", "é✓", "long-" + "z" * 600]
 MAP_SIZE_BYTES = 64 * 1024 * 1024
 
 
@@ -54,6 +66,17 @@ class Model:
     first: int = 0
     last: int = 0
     last_ts: int = 0
+    dedup: dict[str, DedupRecord] = field(default_factory=dict)
+
+    def dedup_records(self) -> list[DedupRecord]:
+        """The records in expiry order: time, then the id's digest."""
+        return sorted(self.dedup.values(), key=lambda r: (r.ts_ns, dedup_key(r.msg_id)))
+
+    def dedup_expire(self, before_ts_ns: int, *, limit: int) -> int:
+        due = [r for r in self.dedup_records() if r.ts_ns < before_ts_ns][:limit]
+        for r in due:
+            del self.dedup[r.msg_id]
+        return len(due)
 
     def count(self, subject: str) -> int:
         return sum(1 for m in self.msgs.values() if m.subject == subject)
@@ -242,6 +265,8 @@ class StoresAgainstModel(RuleBasedStateMachine):
                             with contextlib.suppress(LimitError):
                                 self._append_to(store, msg)
                         store.purge(subject="a.>")
+                        store.dedup_put("aborted", 1, self.now_ns)
+                        store.dedup_expire(self.now_ns + 10 * SEC_NS)
                         raise _Abort
                 except _Abort:
                     pass
@@ -261,6 +286,28 @@ class StoresAgainstModel(RuleBasedStateMachine):
                     except LimitError:
                         results.append(-1)
             assert results == model_results, type(store).__name__
+
+    @rule(
+        msg_id=st.sampled_from(MSG_IDS),
+        seq=st.integers(min_value=1, max_value=40),
+        dt_ns=st.sampled_from([-2 * SEC_NS, 0, 0, SEC_NS]),
+    )
+    def dedup_put(self, msg_id: str, seq: int, dt_ns: int) -> None:
+        """Record a msg id (sometimes stamped before the last record: any order is legal)."""
+        ts = max(0, self.now_ns + dt_ns)
+        self.model.dedup[msg_id] = DedupRecord(msg_id, seq, ts)
+        for store in self.stores:
+            store.dedup_put(msg_id, seq, ts)
+
+    @rule(
+        dt_ns=st.sampled_from([-SEC_NS, 0, SEC_NS, 3 * SEC_NS]),
+        limit=st.sampled_from([1, 2, DEDUP_EXPIRE_RECORDS_MAX]),
+    )
+    def dedup_expire(self, dt_ns: int, limit: int) -> None:
+        """Bounded expiry of records older than a time near now: both stores remove the
+        same records (oldest first, ties by digest)."""
+        before = self.now_ns + dt_ns
+        self._all(lambda t: t.dedup_expire(before, limit=limit))
 
     @rule(data=st.data(), erase=st.booleans())
     def delete(self, data: st.DataObject, erase: bool) -> None:
@@ -341,6 +388,14 @@ class StoresAgainstModel(RuleBasedStateMachine):
         expected = [self.model.msgs[s] for s in sorted(self.model.msgs)]
         for store in self.stores:
             assert list(store.iter_from(0)) == expected
+
+    @invariant()
+    def dedup_records_agree(self) -> None:
+        expected = self.model.dedup_records()
+        for store in self.stores:
+            assert list(store.dedup_iter()) == expected, type(store).__name__
+            for msg_id in MSG_IDS:
+                assert store.dedup_get(msg_id) == self.model.dedup.get(msg_id)
 
     @invariant()
     def lookups_agree(self) -> None:

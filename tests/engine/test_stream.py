@@ -179,14 +179,15 @@ def test_duplicate_answers_original_sequence_and_stores_nothing(kit: Kit) -> Non
 
 
 def test_msg_id_is_stored_as_header(kit: Kit) -> None:
-    """The msg id travels in Nats-Msg-Id, also when given as a field (it rebuilds dedup)."""
+    """The msg id travels in Nats-Msg-Id, also when given as a field, as JetStream stores
+    the header with the message (expected-last-msg-id reads it)."""
     s = kit.stream()
     pub(s, msg_id="m1")
     assert s.store.load(1).headers[HDR_MSG_ID] == "m1"
 
 
 def test_duplicate_window_expires_by_entry_time(kit: Kit) -> None:
-    """duplicate_window: a msg id is a duplicate only while its message is younger than
+    """duplicate_window: a msg id is a duplicate only while its record is younger than
     the window, measured with the entries' times."""
     s = kit.stream(duplicate_window=5 * SECOND)
     pub(s, msg_id="m1")
@@ -195,8 +196,8 @@ def test_duplicate_window_expires_by_entry_time(kit: Kit) -> None:
     assert ack == PubAck(stream="S", seq=2, duplicate=False)
 
 
-def test_dedup_table_is_pruned_by_entry_time(kit: Kit) -> None:
-    """Ids older than the window leave the table when a later entry's time passes them."""
+def test_dedup_records_are_pruned_by_entry_time(kit: Kit) -> None:
+    """Ids older than the window leave the store when a later entry's time passes them."""
     s = kit.stream(duplicate_window=5 * SECOND)
     for i in range(5):
         pub(s, msg_id=f"m{i}")
@@ -206,8 +207,8 @@ def test_dedup_table_is_pruned_by_entry_time(kit: Kit) -> None:
 
 
 def test_dedup_survives_reopen(kit: Kit) -> None:
-    """The dedup table is rebuilt from the stored messages on open: a retry after a
-    restart is still a duplicate, and an id outside the window is not."""
+    """Dedup records are in the store: a retry after a restart is still a duplicate, and
+    an id outside the window is not."""
     s = kit.stream(duplicate_window=10 * SECOND)
     pub(s, msg_id="old")
     pub(s, msg_id="m1", t=T0 + 8 * SECOND)
@@ -226,13 +227,14 @@ def test_dedup_comes_before_preconditions(kit: Kit) -> None:
     assert pub(s, msg_id="m1", expected_last_seq=0).duplicate
 
 
-def test_removed_message_no_longer_deduplicates(kit: Kit) -> None:
-    """Documented difference from JetStream: dedup is a function of the stored messages, so
-    once a message is removed its id is free again (on every replica alike)."""
+def test_removed_message_still_deduplicates(kit: Kit) -> None:
+    """JetStream keeps a msg id for the whole duplicate window, whatever became of its
+    message: a retry after the message was deleted answers the original sequence."""
     s = kit.stream()
     pub(s, msg_id="m1")
     s.apply(DeleteMsg(ts_ns=T0, seq=1))
-    assert pub(s, msg_id="m1") == PubAck(stream="S", seq=2)
+    assert pub(s, msg_id="m1") == PubAck(stream="S", seq=1, duplicate=True)
+    assert s.store.state().msgs == 0
 
 
 def test_msg_id_field_and_header_must_agree(kit: Kit) -> None:
@@ -561,15 +563,18 @@ def test_update_refused_leaves_config_unchanged(kit: Kit) -> None:
     assert s.config == before
 
 
-def test_update_growing_duplicate_window_rebuilds_dedup(kit: Kit) -> None:
-    """After the window grows, ids of stored messages within the new window deduplicate,
-    exactly as on a replica that opened the store after the update."""
+def test_update_growing_duplicate_window(kit: Kit) -> None:
+    """After the window grows, ids still recorded deduplicate within the new window; ids
+    that had expired under the old window stay expired (JetStream does not bring them
+    back), identically on a replica that reopens its store after the update."""
     s = kit.stream(duplicate_window=2 * SECOND)
-    pub(s, msg_id="m1")
-    pub(s, msg_id="m2", t=T0 + 5 * SECOND)
+    pub(s, msg_id="m0")
+    pub(s, msg_id="m1", t=T0 + 5 * SECOND)  # m0 expires at this entry
     wider = StreamConfig(name="S", subjects=("s.>",), duplicate_window=60 * SECOND)
     s.apply(UpdateConfig(ts_ns=T0 + 6 * SECOND, config=wider))
-    assert pub(s, msg_id="m1", t=T0 + 7 * SECOND).duplicate
+    s = kit.reopen(s)
+    assert pub(s, msg_id="m1", t=T0 + 9 * SECOND) == PubAck(stream="S", seq=2, duplicate=True)
+    assert pub(s, msg_id="m0", t=T0 + 9 * SECOND) == PubAck(stream="S", seq=3)
 
 
 # -- retention hook --------------------------------------------------------------------------
@@ -834,19 +839,21 @@ def outcome(s: Stream, raw: bytes) -> object:
 
 
 def snapshot(s: Stream) -> tuple[object, ...]:
+    """Everything replicated: counters, messages, dedup records (in expiry order), config."""
     st_ = s.store.state()
     msgs = [
         (m.seq, m.subject, m.data, m.ts, dict(m.headers), m.ttl_ns) for m in s.store.iter_from(1)
     ]
-    return (st_.first_seq, st_.last_seq, st_.msgs, st_.bytes, st_.last_ts, msgs, s.config)
+    dedup = list(s.store.dedup_iter())
+    return (st_.first_seq, st_.last_seq, st_.msgs, st_.bytes, st_.last_ts, msgs, dedup, s.config)
 
 
 @settings(max_examples=40)
 @given(entry_logs(), st.integers(1, 8))
 def test_two_replicas_apply_the_same_log_identically(log: list[Entry], restart_every: int) -> None:
     """Replicated state machine: two replicas applying the same encoded entries produce the
-    same results and errors and end in the same state, also when one of them reopens its
-    stream every few entries (rebuilding its dedup table from the store)."""
+    same results and errors and end in the same state (dedup records included), also when
+    one of them reopens its stream every few entries."""
     raws = [encode(e) for e in log]
     a = Stream(DET_CONFIG, MemoryStreamStore())
     b = Stream(DET_CONFIG, MemoryStreamStore())
@@ -927,7 +934,7 @@ def test_restarted_lmdb_replica_agrees_with_memory_replica(
     lmdb_module: Any, log: list[Entry], restart_every: int
 ) -> None:
     """Determinism across restarts and stores: an LMDB replica that restarts every few
-    entries (rebuilding its dedup table from disk) answers and ends exactly like a memory
+    entries (reading its dedup records from disk) answers and ends exactly like a memory
     replica that never restarted."""
     raws = [encode(e) for e in log]
     mem = Stream(DET_CONFIG, MemoryStreamStore())
