@@ -1,0 +1,157 @@
+"""The ``audit`` command group: ``run`` (the audit) and ``export`` (tables as Parquet).
+
+Wired into ``raftstream audit ...`` by ``raftstream/cli.py`` and runnable on its own as
+``python -m raftstream.audit``. ``run`` exits 1 when a failing rule has findings, 2 on a
+usage error, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from pyspark import SparkContext
+from pyspark.sql import functions as F
+
+from raftstream.audit.checks import AuditTables, run_checks
+from raftstream.audit.export import export as export_tables
+from raftstream.audit.layout import snapshot_root
+from raftstream.audit.report import (
+    AuditReport,
+    ReplicaPosition,
+    exit_code,
+    print_summary,
+    to_html,
+    to_json,
+)
+from raftstream.audit.session import load_tables, spark_session
+from raftstream.audit.tables import DEFAULT_ROWS_PER_PARTITION
+
+__all__ = ["audit"]
+
+
+@contextmanager
+def _readable(data: str, copy: bool) -> Iterator[str]:
+    """The directory to read: a consistent copy of ``data`` (removed afterwards) or, with
+    ``copy`` off, ``data`` itself, which must then be quiescent (``layout``)."""
+    if not copy:
+        yield data
+        return
+    snap = snapshot_root(data)
+    try:
+        yield str(snap)
+    finally:
+        shutil.rmtree(snap, ignore_errors=True)
+
+
+def _positions(t: AuditTables) -> tuple[ReplicaPosition, ...]:
+    s = t.streams.where(F.col("last_seq").isNotNull()).collect()
+    return tuple(
+        ReplicaPosition(
+            stream=f"{r['account']}/{r['stream']}" if r["account"] else str(r["stream"]),
+            node=str(r["node"]),
+            first_seq=int(r["first_seq"] or 0),
+            last_seq=int(r["last_seq"] or 0),
+            commit=int(r["commit"] or 0),
+        )
+        for r in s
+    )
+
+
+@click.group()
+def audit() -> None:
+    """Offline consistency audits of node data directories (Spark)."""
+
+
+_copy_option = click.option(
+    "--copy/--no-copy",
+    default=True,
+    show_default=True,
+    help="Read a consistent copy of --data (--no-copy: read it in place; nodes stopped).",
+)
+_rows_option = click.option(
+    "--rows-per-partition",
+    type=click.IntRange(min=1),
+    default=DEFAULT_ROWS_PER_PARTITION,
+    show_default=True,
+    help="Split a stream's messages (a group's entries) into partitions of this many.",
+)
+
+
+@audit.command()
+@click.option("--data", type=click.Path(file_okay=False), help="Data root: one dir per node.")
+@click.option("--parquet", type=click.Path(file_okay=False), help="Read an export instead.")
+@click.option("--history", type=click.Path(dir_okay=False, exists=True), help="Client history.")
+@click.option("--master", help="Spark master (default local[2]; ignored under spark-submit).")
+@click.option("--remote", help="Spark Connect URL, sc://HOST:PORT.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write a JSON report.")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), help="Write an HTML report.")
+@_copy_option
+@_rows_option
+def run(
+    data: str | None,
+    parquet: str | None,
+    history: str | None,
+    master: str | None,
+    remote: str | None,
+    json_out: str | None,
+    html_out: str | None,
+    copy: bool,
+    rows_per_partition: int,
+) -> None:
+    """Audit node data (--data) or an export (--parquet); exit 1 on any failure."""
+    if (data is None) == (parquet is None):
+        raise click.UsageError("give exactly one of --data and --parquet")
+    if master is not None and remote is not None:
+        raise click.UsageError("--master and --remote exclude each other")
+    started = time.monotonic()
+    owned = SparkContext._active_spark_context is None
+    spark = spark_session(master=master, remote=remote)
+    try:
+        with _readable(data, copy) if data is not None else _nothing() as root:
+            t = load_tables(
+                spark,
+                data=root if data is not None else None,
+                parquet=parquet,
+                history=history,
+                rows_per_partition=rows_per_partition,
+            )
+            results = tuple(run_checks(t))
+            report = AuditReport(
+                source=data or str(parquet),
+                results=results,
+                positions=_positions(t),
+                rows={"messages": t.messages.count(), "raft_log": t.raft_log.count()},
+                seconds=time.monotonic() - started,
+            )
+    finally:
+        if owned:
+            spark.stop()
+    print_summary(report)
+    if json_out:
+        Path(json_out).write_text(to_json(report))
+    if html_out:
+        Path(html_out).write_text(to_html(report))
+    raise SystemExit(exit_code(report))
+
+
+@contextmanager
+def _nothing() -> Iterator[str]:
+    yield ""
+
+
+@audit.command()
+@click.option("--data", required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@_copy_option
+@_rows_option
+def export(data: str, out: str, copy: bool, rows_per_partition: int) -> None:
+    """Write the audit tables of --data as Parquet under --out."""
+    with _readable(data, copy) as root:
+        summary = export_tables(root, out, rows_per_partition=rows_per_partition)
+    rows = ", ".join(f"{k} {v}" for k, v in summary.rows.items())
+    click.echo(f"wrote {summary.files} files under {out}: {rows}")
