@@ -212,6 +212,8 @@ class LmdbStreamReads:
 
     def dedup_get(self, msg_id: str) -> DedupRecord | None:
         """The record of ``msg_id``, or None; ``DataLossError`` when it fails its checksum."""
+        if self._txn is not None:  # the publish path: no context manager to enter
+            return self._dedup_get(self._txn, msg_id)
         with self._plain_reading() as txn:
             return self._dedup_get(txn, msg_id)
 

@@ -441,21 +441,25 @@ class LmdbStreamStore(LmdbStreamReads):
         """Record ``msg_id`` -> (``seq``, ``ts_ns``) in the open transaction (or its own),
         replacing the id's record and its time index entry."""
         check_dedup_args(msg_id, seq, ts_ns)
-        with self.transaction():
-            txn, dbs = self._txn, self._dbs
-            h = dedup_key(msg_id)
-            key = self._prefix + h
-            old = txn.get(key, db=dbs.dedup)
-            if old is not None:
-                # The id's older record leaves the time index too. On a digest collision the
-                # slot held another id's record, which is replaced: deterministic (every
-                # replica puts the same ids), and it only shortens that id's protection.
-                prev = decode_dedup(key, old)
-                if not txn.delete(self._prefix + SEQ.pack(prev.ts_ns) + h, db=dbs.dedupt):
-                    raise DataLossError("dedup record has no time index entry", key=key)
-            txn.put(key, encode_dedup(key, seq, ts_ns, msg_id.encode()), db=dbs.dedup)
-            txn.put(self._prefix + SEQ.pack(ts_ns) + h, h, db=dbs.dedupt)
-            self._dedup_floor_ns = min(self._dedup_floor_ns, ts_ns)
+        if self._txn is None:
+            with self.transaction():
+                return self.dedup_put(msg_id, seq, ts_ns)
+        # On the publish path (once per publish with a msg id): two puts, no buffering.
+        txn, dbs = self._txn, self._dbs
+        h = dedup_key(msg_id)
+        key = self._prefix + h
+        old = txn.get(key, db=dbs.dedup)
+        if old is not None:
+            # The id's older record leaves the time index too. On a digest collision the
+            # slot held another id's record, which is replaced: deterministic (every
+            # replica puts the same ids), and it only shortens that id's protection.
+            prev = decode_dedup(key, old)
+            if not txn.delete(self._prefix + SEQ.pack(prev.ts_ns) + h, db=dbs.dedupt):
+                raise DataLossError("dedup record has no time index entry", key=key)
+        txn.put(key, encode_dedup(key, seq, ts_ns, msg_id.encode()), db=dbs.dedup)
+        txn.put(self._prefix + SEQ.pack(ts_ns) + h, h, db=dbs.dedupt)
+        self._dedup_floor_ns = min(self._dedup_floor_ns, ts_ns)
+        return None
 
     def dedup_expire(self, before_ts_ns: int, *, limit: int = DEDUP_EXPIRE_RECORDS_MAX) -> int:
         """Remove up to ``limit`` records older than ``before_ts_ns``, in time index order."""
