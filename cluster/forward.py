@@ -17,15 +17,27 @@ Owned by the node's event loop. At most one channel per peer address.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import collections
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import grpc
 
-from raftstream.errors import NoLeaderError
-from raftstream.proto.errors import from_rpc_error
+from raftstream.errors import LimitError, NoLeaderError, RaftStreamError, UnavailableError
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.proto.errors import from_error_message, from_rpc_error
 
-__all__ = ["FORWARDED_KEY", "Forwarder", "was_forwarded"]
+__all__ = ["FORWARDED_KEY", "Forwarder", "PublishRelay", "was_forwarded"]
+
+log = logging.getLogger(__name__)
+
+RELAY_PENDING_MSGS_MAX = 65_536  # publishes relayed to one node and not answered yet
+RELAY_BATCH_MSGS_MAX = 1024  # requests per PublishBatch written to the leader's node
 
 FORWARDED_KEY = "raftstream-forwarded"
 
@@ -44,6 +56,7 @@ class Forwarder:
     def __init__(self, *, channel_options: list[tuple[str, int]]) -> None:
         self._options = channel_options
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._relays: dict[str, PublishRelay] = {}
 
     def channel(self, addr: str) -> grpc.aio.Channel:
         """The channel to ``addr`` (made on first use, kept until ``close``)."""
@@ -75,7 +88,95 @@ class Forwarder:
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
+    def relay(self, addr: str) -> PublishRelay:
+        """The live publish relay to ``addr`` (made on first use, remade after a break)."""
+        r = self._relays.get(addr)
+        if r is None or r.broken:
+            r = self._relays[addr] = PublishRelay(self.channel(addr))
+        return r
+
     async def close(self) -> None:
+        for r in self._relays.values():
+            await r.close()
+        self._relays.clear()
         channels, self._channels = list(self._channels.values()), {}
         for ch in channels:
             await ch.close()
+
+
+class PublishRelay:
+    """One ``PublishStream`` call to another node (marked forwarded), shared by every
+    publish this node relays there: the pipelined path for ``PublishStream`` clients whose
+    stream is led elsewhere (a unary hop per message would cap throughput at the hop's
+    latency). Requests get relay-local ids; each result resolves its future. When the call
+    breaks every unanswered future fails with UnavailableError: the outcome is unknown (a
+    msg_id makes a retry safe). Owned by the node's event loop.
+    """
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[pb.PubAck]] = {}
+        self._queue: collections.deque[pb.PublishRequest] = collections.deque()
+        self._wake = asyncio.Event()
+        self.broken = False
+        stub = pbg.PublishServiceStub(channel)
+        self._call = stub.PublishStream(self._requests(), metadata=((FORWARDED_KEY, "1"),))
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    def submit(self, req: pb.PublishRequest) -> asyncio.Future[pb.PubAck]:
+        """Relay ``req``; the future resolves to the remote PubAck or its typed error."""
+        if self.broken:
+            raise UnavailableError("publish relay broken")
+        if len(self._waiting) >= RELAY_PENDING_MSGS_MAX:
+            raise LimitError("too many relayed publishes pending", limit="relay_pending_msgs_max")
+        rid = next(self._ids)
+        relayed = pb.PublishRequest()
+        relayed.CopyFrom(req)
+        relayed.id = rid
+        fut: asyncio.Future[pb.PubAck] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = fut
+        self._queue.append(relayed)
+        self._wake.set()
+        return fut
+
+    async def _requests(self) -> AsyncIterator[pb.PublishBatch]:
+        while not self.broken:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                n = min(len(self._queue), RELAY_BATCH_MSGS_MAX)
+                yield pb.PublishBatch(requests=[self._queue.popleft() for _ in range(n)])
+
+    async def _read(self) -> None:
+        try:
+            async for batch in self._call:
+                for r in batch.results:
+                    fut = self._waiting.pop(r.id, None)
+                    if fut is None or fut.done():
+                        continue
+                    if r.HasField("ack"):
+                        fut.set_result(r.ack)
+                    else:
+                        fut.set_exception(from_error_message(r.error))
+        except grpc.RpcError as err:
+            log.info("publish relay broke: %s", from_rpc_error(err))
+        except RaftStreamError as exc:
+            log.info("publish relay broke: %r", exc)
+        finally:
+            self._break()
+
+    def _break(self) -> None:
+        self.broken = True
+        self._wake.set()
+        exc = UnavailableError("the relay to the stream leader broke; the outcome is unknown")
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        self._waiting.clear()
+
+    async def close(self) -> None:
+        self._call.cancel()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        self._break()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 from raftstream.cluster.context import ServiceContext, account_of, time_left
@@ -26,7 +26,7 @@ from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.ack import parse_ack_subject
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_pull import PullEvent
-from raftstream.errors import InvalidArgumentError, PreconditionError
+from raftstream.errors import InvalidArgumentError, PreconditionError, RaftStreamError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import map_errors, to_error_message
@@ -148,6 +148,42 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         forwarded = self._ctx.forwarded(context)
         return await self.ack_one(request.ack, account_of(context), time_left(context), forwarded)
 
+    def _group_acks(
+        self, items: Sequence[pb.AckItem], account: str
+    ) -> tuple[list[pb.AckItem], dict[tuple[StreamGroup, str], tuple[list[pb.AckItem], list[int]]]]:
+        """Split a batch: plain +ACKs for consumers this node leads, grouped per consumer
+        (one op, one Raft entry per group: the ack hot path), and everything else."""
+        plain: list[pb.AckItem] = []
+        grouped: dict[tuple[StreamGroup, str], tuple[list[pb.AckItem], list[int]]] = {}
+        for item in items:
+            g, meta = self._local_ack(item, account)
+            if g is None or meta is None or item.kind != pb.ACK_KIND_ACK:
+                plain.append(item)
+                continue
+            its, seqs = grouped.setdefault((g, meta.consumer), ([], []))
+            its.append(item)
+            seqs.append(meta.stream_seq)
+        return plain, grouped
+
+    def _local_ack(self, item: pb.AckItem, account: str) -> tuple[StreamGroup | None, Any]:
+        try:
+            meta = parse_ack_subject(item.reply)
+            g = self._ctx.local_group(self._ctx.stream(account, meta.stream))
+        except RaftStreamError:
+            return None, None
+        return (g, meta) if g is not None and g.ready else (None, None)
+
+    async def _ack_many(
+        self, g: StreamGroup, consumer: str, seqs: list[int], timeout_s: float | None
+    ) -> None:
+        c = g.leader_consumer(consumer)
+
+        def decide(now: int) -> list[PullEvent]:
+            c.ack_many(seqs, now)
+            return []
+
+        await g.run(c, decide, timeout_s)
+
     @map_errors
     async def AckStream(
         self, request_iterator: AsyncIterator[pb.AckBatch], context: Any
@@ -160,25 +196,39 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         ready = asyncio.Event()
         tasks: set[asyncio.Task[None]] = set()
 
-        async def one(item: pb.AckItem) -> None:
-            try:
-                await self.ack_one(item, account, timeout_s, forwarded)
-                if item.sync:
+        def report(items: list[pb.AckItem], exc: BaseException | None) -> None:
+            for item in items:
+                if exc is not None:  # reported as the item's result; the call goes on
+                    results.append(pb.AckResult(id=item.id, error=to_error_message(exc)))
+                elif item.sync:
                     results.append(pb.AckResult(id=item.id))
-            except Exception as exc:  # reported as this item's result; the call goes on
-                results.append(pb.AckResult(id=item.id, error=to_error_message(exc)))
-            finally:
+            for _ in items:
                 room.release()
-                ready.set()
+            ready.set()
+
+        async def settle(items: list[pb.AckItem], work: Awaitable[Any]) -> None:
+            try:
+                await work
+            except Exception as exc:
+                report(items, exc)
+            else:
+                report(items, None)
+
+        def spawn(items: list[pb.AckItem], work: Awaitable[Any]) -> None:
+            t = asyncio.ensure_future(settle(items, work))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
 
         async def reader() -> None:
             try:
                 async for batch in request_iterator:
-                    for item in batch.acks:
+                    for _ in batch.acks:
                         await room.acquire()
-                        t = asyncio.ensure_future(one(item))
-                        tasks.add(t)
-                        t.add_done_callback(tasks.discard)
+                    plain, grouped = self._group_acks(batch.acks, account)
+                    for (g, consumer), (items, seqs) in grouped.items():
+                        spawn(items, self._ack_many(g, consumer, seqs, timeout_s))
+                    for item in plain:
+                        spawn([item], self.ack_one(item, account, timeout_s, forwarded))
             finally:
                 await asyncio.gather(*list(tasks), return_exceptions=True)
                 results.append(None)

@@ -21,7 +21,8 @@ from typing import Any
 
 from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.context import ServiceContext, account_of, time_left
-from raftstream.errors import InvalidArgumentError, LimitError, NotFoundError
+from raftstream.cluster.stream_leader import StreamGroup
+from raftstream.errors import InvalidArgumentError, LimitError, NotFoundError, RaftStreamError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import map_errors, to_error_message
@@ -93,15 +94,34 @@ class PublishServicer(pbg.PublishServiceServicer):
         forwarded = self._ctx.forwarded(context)
         return await self.publish_one(request, account_of(context), time_left(context), forwarded)
 
-    async def _result(
-        self, req: pb.PublishRequest, account: str, forwarded: bool
-    ) -> pb.PublishResult:
-        timeout_s = self._ctx.config.limits.request_timeout_ms / 1000
+    def _start(self, req: pb.PublishRequest, account: str, forwarded: bool) -> asyncio.Future[Any]:
+        """Start one publish of a stream call: the leader's future when this node leads
+        the stream (no task per message: the hot path), else a task that forwards it."""
+        ctx = self._ctx
         try:
-            ack = await self.publish_one(req, account, timeout_s, forwarded)
-        except Exception as exc:  # every outcome is one result; the call goes on
-            return pb.PublishResult(id=req.id, error=to_error_message(exc))
-        return pb.PublishResult(id=req.id, ack=ack)
+            sa = ctx.meta.state.stream_for_subject(account, req.subject) if req.subject else None
+            g = ctx.local_group(sa) if sa is not None else None
+            if (
+                g is not None
+                and g.is_leader
+                and len(req.data) <= ctx.config.limits.max_payload_bytes
+            ):
+                return g.submit(publish_args(req))
+            addr = self._leader_addr(sa, g) if sa is not None and not forwarded else None
+            if addr is not None:
+                return ctx.forwarder.relay(addr).submit(req)
+        except RaftStreamError:
+            pass  # the slow path below answers with the right error
+        timeout_s = ctx.config.limits.request_timeout_ms / 1000
+        return asyncio.ensure_future(self.publish_one(req, account, timeout_s, forwarded))
+
+    def _leader_addr(self, sa: StreamAssignment, g: StreamGroup | None) -> str | None:
+        """Where to relay a publish of ``sa``: its leader's node when known here, else the
+        group's first peer (which knows, and answers NOT_LEADER with the hint)."""
+        leader = self._ctx.host.leader(sa.group) if g is not None else sa.peers[0]
+        if leader is None or leader == self._ctx.node_id:
+            return None
+        return self._ctx.client_addr(leader)
 
     @map_errors
     async def PublishStream(
@@ -110,7 +130,7 @@ class PublishServicer(pbg.PublishServiceServicer):
         account = account_of(context)
         forwarded = self._ctx.forwarded(context)
         room = asyncio.Semaphore(self._ctx.config.limits.publish_async_pending_max)
-        inflight: collections.deque[asyncio.Task[pb.PublishResult] | None] = collections.deque()
+        inflight: collections.deque[tuple[int, asyncio.Future[Any]] | None] = collections.deque()
         more = asyncio.Event()
 
         async def reader() -> None:
@@ -118,9 +138,7 @@ class PublishServicer(pbg.PublishServiceServicer):
                 async for batch in request_iterator:
                     for req in batch.requests:
                         await room.acquire()
-                        inflight.append(
-                            asyncio.ensure_future(self._result(req, account, forwarded))
-                        )
+                        inflight.append((req.id, self._start(req, account, forwarded)))
                         more.set()
             finally:
                 inflight.append(None)  # end of input
@@ -132,13 +150,23 @@ class PublishServicer(pbg.PublishServiceServicer):
                 yield out
         finally:
             task.cancel()
-            for t in inflight:
-                if t is not None:
-                    t.cancel()
+            for item in inflight:
+                if item is not None:
+                    item[1].cancel()
+
+
+def _result(req_id: int, fut: asyncio.Future[Any]) -> pb.PublishResult:
+    exc = fut.exception()
+    if exc is not None:  # every outcome is one result; the call goes on
+        return pb.PublishResult(id=req_id, error=to_error_message(exc))
+    ack = fut.result()
+    if not isinstance(ack, pb.PubAck):
+        ack = pb.PubAck(stream=ack.stream, seq=ack.seq, duplicate=ack.duplicate)
+    return pb.PublishResult(id=req_id, ack=ack)
 
 
 async def _answers(
-    inflight: collections.deque[asyncio.Task[pb.PublishResult] | None],
+    inflight: collections.deque[tuple[int, asyncio.Future[Any]] | None],
     more: asyncio.Event,
     room: asyncio.Semaphore,
 ) -> AsyncIterator[pb.PublishResultBatch]:
@@ -150,12 +178,11 @@ async def _answers(
         head = inflight[0]
         if head is None:
             return
-        results = [await head]
-        inflight.popleft()
-        room.release()
-        while inflight and inflight[0] is not None and inflight[0].done():
-            t = inflight.popleft()
+        await asyncio.wait((head[1],))
+        results = []
+        while inflight and inflight[0] is not None and inflight[0][1].done():
+            item = inflight.popleft()
             room.release()
-            if t is not None:
-                results.append(t.result())
+            if item is not None:
+                results.append(_result(*item))
         yield pb.PublishResultBatch(results=results)

@@ -277,21 +277,31 @@ class StreamGroup:
 
     # -- publishing ----------------------------------------------------------------------------
 
-    async def publish(self, entry_args: dict[str, Any], timeout_s: float | None) -> PubAck:
-        """Store one message; its PubAck once committed and applied (module docstring).
-        Raises the refusal (preconditions, limits), NotLeaderError/NoLeaderError, or an
-        ambiguous DeadlineExceededError/UnavailableError (the message may be stored)."""
+    def submit(self, entry_args: dict[str, Any]) -> asyncio.Future[PubAck]:
+        """Queue one message for the next Raft entry; the future resolves to its PubAck
+        once committed and applied, or to the refusal (preconditions, limits), a
+        NotLeader/NoLeader error, or UnavailableError when no quorum committed it in the
+        proposal timeout (ambiguous: it may be stored). Raises at once when this node does
+        not lead or the queue is full."""
         if not self.is_leader:
             raise self.not_leader()
         if len(self._pubs) >= PUBLISH_QUEUE_MSGS_MAX:
             raise LimitError("too many publishes waiting", limit="publish_queue_msgs_max")
         entry = Publish(ts_ns=_now_ns(), **entry_args)
         size = len(entry.data) + len(entry.subject) + sum(map(len, entry.headers)) + 64
-        fut: asyncio.Future[PubAck] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PubAck] = loop.create_future()
         self._pubs.append(_PendingPublish(entry, size, fut))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_publishes)
+            # Everything queued until the loop turns goes into as few entries as the limits
+            # allow: this is where concurrent publishes are batched.
+            loop.call_soon(self._flush_publishes)
+        return fut
+
+    async def publish(self, entry_args: dict[str, Any], timeout_s: float | None) -> PubAck:
+        """``submit`` and wait, answering UNAVAILABLE shortly before ``timeout_s``."""
+        fut = self.submit(entry_args)
         try:
             return await asyncio.wait_for(asyncio.shield(fut), answer_within(timeout_s))
         except TimeoutError:
