@@ -10,7 +10,7 @@ hop. An ack is answered after its op committed (a sync ack, and every unary ``Ac
 acknowledged ack survives the loss of any one node and an acked message is never
 redelivered after a failover. ``AckStream`` answers only failures and sync acks (proto).
 
-``Consume`` (push delivery) is not served yet: it fails FAILED_PRECONDITION saying so.
+``Consume`` (push delivery) runs a ``PushSession`` (``cluster/services_push.py``).
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from typing import Any
 
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.convert import delivery_pb, pull_status_pb
+from raftstream.cluster.services_push import PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.ack import parse_ack_subject
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_pull import PullEvent
-from raftstream.errors import InvalidArgumentError, PreconditionError, RaftStreamError
+from raftstream.errors import InvalidArgumentError, RaftStreamError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import map_errors, to_error_message
@@ -94,9 +95,10 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
     async def Consume(
         self, request_iterator: AsyncIterator[pb.ConsumeRequest], context: Any
     ) -> AsyncIterator[pb.ConsumeResponse]:
-        """Push delivery: not served yet (see the module docstring)."""
-        raise PreconditionError("push delivery (Consume) is not served by this node yet")
-        yield pb.ConsumeResponse()  # an async generator, as the streamed response needs
+        """Push delivery (``cluster/services_push.py``)."""
+        session = PushSession(self._ctx, self.ack_one)
+        async for resp in session.run(request_iterator, context):
+            yield resp
 
     # -- acks --------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import logging
 import time
@@ -50,6 +51,7 @@ from raftstream.cluster.stream_entries import (
 from raftstream.cluster.stream_group import StreamReplica, drain_events
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_pull import Delivery, PullEvent, PullRequest
+from raftstream.engine.consumer_push import PushStep
 from raftstream.engine.entries import Entry as EngineEntry
 from raftstream.engine.entries import Expire, Publish, UpdateConfig
 from raftstream.engine.stream import PubAck
@@ -157,6 +159,7 @@ class StreamGroup:
         self._poller: asyncio.Task[None] | None = None
         self._sequencing: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._push_wakers: set[asyncio.Event] = set()  # one per attached Consume call
 
     # -- leadership ----------------------------------------------------------------------------
 
@@ -223,6 +226,8 @@ class StreamGroup:
 
     def _applied(self) -> None:
         self._wake.set()
+        for w in self._push_wakers:
+            w.set()
         if self._lead_term:
             self._sync_leader_copies()
 
@@ -449,6 +454,33 @@ class StreamGroup:
                     raise no_commit("consumer op") from None
                 raise self._hinted(exc) from None
         self._dispatch(events)
+
+    # -- push delivery -----------------------------------------------------------------------
+
+    def push_waker(self) -> asyncio.Event:
+        """An event set on every apply (new messages, acks): a push session waits on it.
+        Give it back with ``drop_push_waker``."""
+        w = asyncio.Event()
+        self._push_wakers.add(w)
+        return w
+
+    def drop_push_waker(self, w: asyncio.Event) -> None:
+        self._push_wakers.discard(w)
+
+    async def push_step(self, c: Consumer, max_msgs: int, timeout_s: float | None) -> PushStep:
+        """One push step of the leader copy ``c`` (``Consumer.push_step``) at the leader's
+        time; returned once its Deliver ops committed, without deliveries settled
+        meanwhile (as pulls: a client never gets a delivery a new leader does not know)."""
+        step = c.push_step(_now_ns(), max_msgs=max_msgs)
+        ops = c.take_ops()
+        if ops:
+            try:
+                await self._propose(ops_entry(c.name, ops), timeout_s)
+            except RaftStreamError as exc:
+                self._proposal_failed(exc)
+                raise self._hinted(exc) from None
+        kept = tuple(d for d in step.deliveries if not self._settled_meanwhile(d))
+        return dataclasses.replace(step, deliveries=kept)
 
     # -- pull requests -------------------------------------------------------------------------
 

@@ -1,0 +1,165 @@
+"""Push delivery: one ``ConsumeService.Consume`` call (a bidirectional stream).
+
+The client's first request names a push consumer (``ConsumeStart``; its ``queue`` must be
+the consumer's ``deliver_group``); the call must reach the stream leader (NOT_LEADER
+otherwise, before any response). An attached call is the consumer's interest: only attached
+calls drive delivery. Several calls on one consumer (a queue group) share its deliveries:
+each step hands out messages no other step handed out.
+
+A ``PushSession`` runs two tasks on the node's loop: the driver, which asks the leader copy
+for a push step (deliveries after their Deliver ops committed, a flow-control request when
+the window is used up, an idle heartbeat) whenever the stream applies something, a flow-
+control reply arrives, or the step's wake-up time comes; and the reader, which takes flow-
+control replies and acks (acked through the stream leader; a failed or sync ack answers
+with an ``AckResult``). Responses wait in a bounded queue (``PUSH_QUEUE_RESPONSES_MAX``):
+when the client reads slowly, the driver waits, so a slow client slows its own delivery.
+
+The call ends with a terminal 409 status when the consumer is deleted or this node stops
+leading the stream (the client reattaches; unacked deliveries are redelivered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from raftstream.cluster.context import ServiceContext, account_of
+from raftstream.cluster.convert import delivery_pb
+from raftstream.cluster.stream_leader import StreamGroup
+from raftstream.engine.consumer import Consumer
+from raftstream.engine.consumer_push import PushStep
+from raftstream.errors import InvalidArgumentError, PreconditionError, RaftStreamError
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto.errors import to_error_message
+
+__all__ = ["PushSession"]
+
+PUSH_QUEUE_RESPONSES_MAX = 64  # responses waiting for a slow client, per call
+PUSH_STEP_MSGS_MAX = 256  # deliveries per step (and per response)
+IDLE_WAIT_S_MAX = 1.0  # the driver looks at leadership at least this often
+STATUS_CONFLICT = 409
+
+AckOne = Callable[[pb.AckItem, str, float | None, bool], Awaitable[Any]]
+
+
+class PushSession:
+    """One attached Consume call (see the module docstring)."""
+
+    def __init__(self, ctx: ServiceContext, ack_one: AckOne) -> None:
+        self._ctx = ctx
+        self._ack_one = ack_one
+        self._out: asyncio.Queue[pb.ConsumeResponse] = asyncio.Queue(PUSH_QUEUE_RESPONSES_MAX)
+        self._nudge = asyncio.Event()
+
+    async def run(
+        self, requests: AsyncIterator[pb.ConsumeRequest], context: Any
+    ) -> AsyncIterator[pb.ConsumeResponse]:
+        first = await anext(requests, None)
+        if first is None or not first.HasField("start"):
+            raise InvalidArgumentError("start", "the first request must be a ConsumeStart")
+        start = first.start
+        account = account_of(context)
+        g = await self._ctx.leader_group(account, start.stream)
+        c = g.leader_consumer(start.consumer)
+        if c.config.is_pull:
+            raise PreconditionError(f"consumer {c.name!r} is a pull consumer")
+        if (start.queue or None) != c.config.deliver_group:
+            raise InvalidArgumentError("queue", "must be the consumer's deliver_group")
+        waker = g.push_waker()
+        timeout_s = self._ctx.config.limits.request_timeout_ms / 1000
+        reader = asyncio.ensure_future(self._read(first, requests, c, account, timeout_s))
+        driver = asyncio.ensure_future(self._drive(g, c, waker, timeout_s))
+        try:
+            while True:
+                resp = await self._out.get()
+                yield resp
+                if resp.HasField("status"):
+                    return
+        finally:
+            g.drop_push_waker(waker)
+            for t in (reader, driver):
+                t.cancel()
+            await asyncio.gather(reader, driver, return_exceptions=True)
+
+    # -- delivering ----------------------------------------------------------------------
+
+    async def _drive(
+        self, g: StreamGroup, c: Consumer, waker: asyncio.Event, timeout_s: float
+    ) -> None:
+        try:
+            while True:
+                if c.deleted or not g.ready or g.leader_consumer(c.name) is not c:
+                    raise PreconditionError("leadership changed or consumer deleted")
+                waker.clear()
+                self._nudge.clear()
+                step = await g.push_step(c, PUSH_STEP_MSGS_MAX, timeout_s)
+                await self._send(step)
+                await self._wait(waker, step.wake_at_ns)
+        except RaftStreamError as exc:
+            reason = "Consumer Deleted" if c.deleted else f"Leadership Change ({exc.reason})"
+            await self._out.put(
+                pb.ConsumeResponse(status=pb.PullStatus(code=STATUS_CONFLICT, description=reason))
+            )
+
+    async def _send(self, step: PushStep) -> None:
+        resp = pb.ConsumeResponse(messages=[delivery_pb(d) for d in step.deliveries])
+        if step.flow_control:
+            resp.flow_control.CopyFrom(pb.FlowControlRequest(token=step.flow_control))
+        if step.heartbeat is not None:
+            hb = step.heartbeat
+            resp.heartbeat.CopyFrom(
+                pb.Heartbeat(
+                    last_consumer_seq=hb.last_consumer_seq,
+                    last_stream_seq=hb.last_stream_seq,
+                    stalled=hb.stalled or "",
+                )
+            )
+        if resp.messages or step.flow_control or step.heartbeat is not None:
+            await self._out.put(resp)  # waits while the client is slow: bounded
+
+    async def _wait(self, waker: asyncio.Event, wake_at_ns: int) -> None:
+        timeout = IDLE_WAIT_S_MAX
+        if wake_at_ns:
+            timeout = max(0.0, min(timeout, (wake_at_ns - time.time_ns()) / 1e9))
+        waits = [asyncio.ensure_future(waker.wait()), asyncio.ensure_future(self._nudge.wait())]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def _read(
+        self,
+        first: pb.ConsumeRequest,
+        requests: AsyncIterator[pb.ConsumeRequest],
+        c: Consumer,
+        account: str,
+        timeout_s: float,
+    ) -> None:
+        await self._handle(first, c, account, timeout_s)
+        async for req in requests:
+            await self._handle(req, c, account, timeout_s)
+
+    async def _handle(
+        self, req: pb.ConsumeRequest, c: Consumer, account: str, timeout_s: float
+    ) -> None:
+        for reply in req.flow_control_replies:
+            if c.flow_control_reply(reply.token):
+                self._nudge.set()
+        for item in req.acks:
+            result = await self._ack(item, account, timeout_s)
+            if result is not None:
+                await self._out.put(pb.ConsumeResponse(ack_results=[result]))
+        if req.acks:
+            self._nudge.set()  # room under max_ack_pending, maybe
+
+    async def _ack(self, item: pb.AckItem, account: str, timeout_s: float) -> pb.AckResult | None:
+        try:
+            await self._ack_one(item, account, timeout_s, False)
+        except RaftStreamError as exc:
+            return pb.AckResult(id=item.id, error=to_error_message(exc))
+        return pb.AckResult(id=item.id) if item.sync else None
