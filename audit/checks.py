@@ -83,6 +83,12 @@ def _key(df: DataFrame) -> Column:
     )
 
 
+def _group_key(group: Column) -> Column:
+    """The display name of a Raft group: a stream group ``S:<account>:<stream>`` shows as
+    its stream (``account/stream``, as the message rules), any other group as itself."""
+    return F.regexp_replace(group, "^S:([^:]*):", "$1/")
+
+
 def _islands(df: DataFrame, keys: list[str], col: str) -> DataFrame:
     """Runs of consecutive ``col`` values per ``keys``: keys, lo, hi, n."""
     w = Window.partitionBy(*keys).orderBy(col)
@@ -287,14 +293,15 @@ def raft_term_regression(t: AuditTables) -> DataFrame:
     along a log)."""
     r = _raft_ordered(t).where(F.col("term") < F.col("prev_term"))
     detail = F.format_string("term %d after term %d", r["term"], r["prev_term"])
-    return _finding(r, r["group"], F.array(r["node"]), r["index"], r["index"], detail)
+    return _finding(r, _group_key(r["group"]), F.array(r["node"]), r["index"], r["index"], detail)
 
 
 def raft_index_gap(t: AuditTables) -> DataFrame:
     """Indexes missing between two stored entries of a log (a log is contiguous)."""
     r = _raft_ordered(t).where(F.col("index") - F.col("prev_index") > 1)
     detail = F.format_string("%d entries missing", r["index"] - r["prev_index"] - 1)
-    return _finding(r, r["group"], F.array(r["node"]), r["prev_index"] + 1, r["index"] - 1, detail)
+    lo, hi = r["prev_index"] + 1, r["index"] - 1
+    return _finding(r, _group_key(r["group"]), F.array(r["node"]), lo, hi, detail)
 
 
 def raft_entry_mismatch(t: AuditTables) -> DataFrame:
@@ -311,9 +318,8 @@ def raft_entry_mismatch(t: AuditTables) -> DataFrame:
     )
     odd = ranked.where((F.col("versions") > 1) & (F.col("r") > 1))
     detail = F.format_string("holds term %d with other data than the other replicas", odd["term"])
-    return _finding(
-        odd, odd["group"], F.array_sort(odd["holders"]), odd["index"], odd["index"], detail
-    )
+    nodes = F.array_sort(odd["holders"])
+    return _finding(odd, _group_key(odd["group"]), nodes, odd["index"], odd["index"], detail)
 
 
 # -- messages -------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from raftstream.cluster.meta_entries import AddStream, encode_entry, stream_grou
 from raftstream.cluster.stream_entries import ConsumerOps, ConsumerPut, GroupEntry, StreamBatch
 from raftstream.cluster.stream_entries import encode as encode_group
 from raftstream.engine.consumer_config import ConsumerConfig
-from raftstream.engine.consumer_state import ConsumerOp
+from raftstream.engine.consumer_state import ConsumerOp, ConsumerState
+from raftstream.engine.consumer_store import ConsumerKey, LmdbConsumerStore
 from raftstream.engine.entries import Entry as EngineEntry
 from raftstream.engine.entries import Publish
 from raftstream.engine.lmdbrecords import encode_headers, encode_msgs, msg_lead, open_dbs
@@ -66,6 +67,7 @@ class SynthCluster:
         self.term = 1
         self.ts_ns = 1_700_000_000 * 10**9
         self._last: dict[tuple[str, str], int] = {}  # (node, group) -> last index
+        self._hs_term: dict[tuple[str, str], int] = {}
         self.nodes: dict[str, _Node] = {}
         for name in nodes:
             d = self.root / name
@@ -96,7 +98,11 @@ class SynthCluster:
             entries = tuple(
                 Entry(index=last + i + 1, term=self.term, data=d) for i, d in enumerate(data)
             )
-            hs = HardState(term=self.term, commit=last + len(entries))
+            # The hard state's term never goes down, even when a test writes entries of an
+            # older term (a term regression is a fault of the entries, not of the vote).
+            term = max(self.term, self._hs_term.get((n.name, group), 0))
+            self._hs_term[(n.name, group)] = term
+            hs = HardState(term=term, commit=last + len(entries))
             n.log.write_batch([GroupWrite(group, hard_state=hs, entries=entries)])
             self._last[(n.name, group)] = last + len(entries)
             out = out or [e.index for e in entries]
@@ -162,14 +168,23 @@ class SynthCluster:
         batch: int = 50,
         data: Callable[[int], bytes] = lambda i: b"msg-%d" % i,
         msg_id: Callable[[int], str | None] = lambda i: None,
+        headers: Callable[[int], dict[str, str]] = lambda i: {},
+        first: int = 0,
         nodes: Iterable[str] | None = None,
     ) -> None:
-        """Publish ``count`` messages in entries of ``batch`` publishes each."""
+        """Publish ``count`` messages (numbered from ``first``, which ``data``, ``msg_id``
+        and ``headers`` receive) in entries of ``batch`` publishes each."""
         targets = list(nodes) if nodes is not None else None
-        for lo in range(0, count, batch):
+        for lo in range(first, first + count, batch):
             pubs = tuple(
-                Publish(ts_ns=self.tick(), subject=subject, data=data(i), msg_id=msg_id(i))
-                for i in range(lo, min(lo + batch, count))
+                Publish(
+                    ts_ns=self.tick(),
+                    subject=subject,
+                    data=data(i),
+                    msg_id=msg_id(i),
+                    headers=headers(i),
+                )
+                for i in range(lo, min(lo + batch, first + count))
             )
             self.propose(group, [StreamBatch(pubs)], nodes=targets)
 
@@ -218,6 +233,21 @@ class SynthCluster:
         with store.transaction():
             for seq in seqs:
                 store.delete(seq)
+
+    def fault_consumer_state(
+        self, node: str, stream: str, name: str, state: ConsumerState, **config: Any
+    ) -> None:
+        """Persist consumer state with the engine's ``LmdbConsumerStore`` on ``node``, as a
+        consumer would resume from it (the audit checks it against the log's acks)."""
+        cfg = ConsumerConfig(durable_name=name, **config)
+        LmdbConsumerStore(env=self.nodes[node].env).write(
+            ConsumerKey(stream=stream, consumer=name),
+            state=state,
+            upserts=state.pending,
+            deletes=(),
+            clear=True,
+            config=cfg,
+        )
 
     def fault_append(self, group: str, subject: str, data: bytes, headers: dict[str, str]) -> None:
         """Append a message to every replica's store directly, bypassing the stream state
