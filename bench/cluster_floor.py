@@ -1,0 +1,107 @@
+"""The floor for the cluster benchmark: what this disk and the engine alone can do right now.
+
+fsync speed on a shared machine swings 10-30x from minute to minute, so the cluster figures
+are printed beside floors measured in the same run, in the same directory as the node data:
+
+- ``fsync_per_s``: a 128-byte ``write`` + ``fsync`` loop on one file (the disk's sync rate);
+- ``lmdb_commit_per_s``: one 128-byte put per LMDB write transaction, sync on (what one
+  Raft-log or store commit costs);
+- ``store_batch_msgs_per_s``: ``LmdbStreamStore.append`` of 128-byte messages, 256 per
+  transaction (the engine's batched rate on one node: a CPU ceiling for the whole path).
+
+Each loop runs for ``seconds`` (bounded), in its own temporary directory under ``root``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
+
+__all__ = ["Floor", "measure_floor"]
+
+PAYLOAD_BYTES = 128
+STORE_BATCH_MSGS = 256
+MAP_SIZE_BYTES = 1 << 30
+_KEY = struct.Struct(">Q")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Floor:
+    """Rates measured back to back (see the module docstring)."""
+
+    fsync_per_s: float
+    lmdb_commit_per_s: float
+    store_batch_msgs_per_s: float
+
+    @property
+    def fsync_ms(self) -> float:
+        """The mean time of one fsync, ms."""
+        return 1000.0 / self.fsync_per_s if self.fsync_per_s else float("nan")
+
+
+def _fsync_rate(path: Path, seconds: float) -> float:
+    """128-byte appends, each followed by fsync, for ``seconds``: fsyncs per second."""
+    payload = b"x" * PAYLOAD_BYTES
+    fd = os.open(path / "fsync.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    count, started = 0, time.perf_counter()
+    try:
+        while (elapsed := time.perf_counter() - started) < seconds:
+            os.write(fd, payload)
+            os.fsync(fd)
+            count += 1
+    finally:
+        os.close(fd)
+    return count / elapsed
+
+
+def _lmdb_commit_rate(path: Path, seconds: float) -> float:
+    """One 128-byte put per synced LMDB transaction, for ``seconds``: commits per second."""
+    env = open_node_env(path / "lmdb", map_size_bytes=MAP_SIZE_BYTES, sync=True)
+    db = env.open_db(b"floor")
+    value, count, started = b"x" * PAYLOAD_BYTES, 0, time.perf_counter()
+    try:
+        while (elapsed := time.perf_counter() - started) < seconds:
+            with env.begin(write=True) as txn:
+                txn.put(_KEY.pack(count), value, db=db)
+            count += 1
+    finally:
+        env.close()
+    return count / elapsed
+
+
+def _store_batch_rate(path: Path, seconds: float) -> float:
+    """``LmdbStreamStore.append``, ``STORE_BATCH_MSGS`` per transaction: messages/s."""
+    env = open_node_env(path / "store", map_size_bytes=MAP_SIZE_BYTES, sync=True)
+    store = LmdbStreamStore(env, "FLOOR")
+    payload, count, started = b"x" * PAYLOAD_BYTES, 0, time.perf_counter()
+    try:
+        while (elapsed := time.perf_counter() - started) < seconds:
+            with store.transaction():
+                for _ in range(STORE_BATCH_MSGS):
+                    count += 1
+                    store.append("floor.a", payload, now_ns=count)
+    finally:
+        store.close()
+        env.close()
+    return count / elapsed
+
+
+def measure_floor(root: Path, seconds: float = 1.0) -> Floor:
+    """Measure the three floors for ``seconds`` each, in a directory under ``root`` that is
+    removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="floor-", dir=root))
+    try:
+        return Floor(
+            fsync_per_s=_fsync_rate(path, seconds),
+            lmdb_commit_per_s=_lmdb_commit_rate(path, seconds),
+            store_batch_msgs_per_s=_store_batch_rate(path, seconds),
+        )
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
