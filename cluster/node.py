@@ -52,6 +52,7 @@ from raftstream.cluster.services_streams import StreamServicer
 from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
 from raftstream.engine.lmdbstore import open_node_env
 from raftstream.errors import InvariantError, NotFoundError, RaftStreamError
+from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.raft.host import HostConfig, RaftHost
 from raftstream.raft.storage import LmdbLogStorage
@@ -222,6 +223,19 @@ class Node:
             client_addr=self._client_addr,
             consumers_of=self._consumers_of,
             stream_of=self._stream_of,
+            delete_consumer=self._delete_consumer,
+        )
+
+    async def _delete_consumer(self, account: str, stream: str, name: str) -> None:
+        """Through the meta leader, as a client would (the account is the call's: today
+        the only one; a per-account internal identity comes with authentication)."""
+        del account
+        req = pb.DeleteConsumerRequest(stream=stream, consumer=name)
+        await self.ctx.to_meta_leader(
+            "/raftstream.v1.ConsumerService/DeleteConsumer",
+            req,
+            pb.DeleteConsumerResponse.FromString,
+            self.config.limits.request_timeout_ms / 1000,
         )
 
     def _consumers_of(self, account: str, stream: str) -> tuple[Any, ...]:

@@ -50,7 +50,9 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         ca = ctx.meta.state.consumer(account, stream, name)
         c = g.leader_consumer(name)
         sa = ctx.stream(account, stream)
-        return consumer_info_pb(ca, c.info(time.time_ns()), group_info(ctx, sa.group, sa.peers))
+        out = consumer_info_pb(ca, c.info(time.time_ns()), group_info(ctx, sa.group, sa.peers))
+        out.push_bound = g.push_bound(name)
+        return out
 
     async def _sequenced_info(
         self, ca: ConsumerAssignment, timeout_s: float | None

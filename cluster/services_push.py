@@ -67,7 +67,7 @@ class PushSession:
             raise PreconditionError(f"consumer {c.name!r} is a pull consumer")
         if (start.queue or None) != c.config.deliver_group:
             raise InvalidArgumentError("queue", "must be the consumer's deliver_group")
-        waker = g.push_waker()
+        waker = g.push_waker(c.name)
         timeout_s = self._ctx.config.limits.request_timeout_ms / 1000
         reader = asyncio.ensure_future(self._read(first, requests, c, account, timeout_s))
         driver = asyncio.ensure_future(self._drive(g, c, waker, timeout_s))
@@ -78,7 +78,7 @@ class PushSession:
                 if resp.HasField("status"):
                     return
         finally:
-            g.drop_push_waker(waker)
+            g.drop_push_waker(c.name, waker)
             for t in (reader, driver):
                 t.cancel()
             await asyncio.gather(reader, driver, return_exceptions=True)

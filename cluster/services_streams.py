@@ -14,6 +14,8 @@ import asyncio
 import time
 from typing import Any
 
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
 from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.convert import (
@@ -43,6 +45,8 @@ from raftstream.proto.errors import map_errors
 __all__ = ["StreamServicer", "cluster_nodes", "group_info"]
 
 _SVC = "/raftstream.v1.StreamService/"
+NEW_LEADER_WAIT_S = 3.0  # a create or update waits this long for the group's leader
+NEW_LEADER_POLL_S = 0.05
 STEP_DOWN_WAIT_S = 3.0  # how long a step-down waits to learn the new leader
 STEP_DOWN_POLL_S = 0.05
 
@@ -120,14 +124,25 @@ class StreamServicer(pbg.StreamServiceServicer):
         return self._ctx.meta.is_leader or self._ctx.forwarded(context)
 
     async def _info(self, sa: StreamAssignment, timeout_s: float | None) -> pb.StreamInfo:
-        """The stream's info from its leader (this node or another), waiting for a leader."""
+        """The stream's info from its leader (this node or another); a new group still
+        electing its first leader is waited for, briefly (bounded by ``timeout_s``)."""
         req = pb.StreamInfoRequest(name=sa.name)
+        wait_s = min(timeout_s or NEW_LEADER_WAIT_S, NEW_LEADER_WAIT_S)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(UnavailableError),
+            stop=stop_after_delay(wait_s),
+            wait=wait_fixed(NEW_LEADER_POLL_S),
+            reraise=True,
+        )
         try:
-            return await self._ctx.to_stream_leader(
-                sa, _SVC + "GetStreamInfo", req, pb.StreamInfo.FromString, timeout_s
-            )
-        except UnavailableError:  # a brand-new group still electing: the definition stands
-            return stream_info_pb(sa, None, group_info_pb(sa.group, leader=None))
+            async for attempt in retrying:
+                with attempt:
+                    return await self._ctx.to_stream_leader(
+                        sa, _SVC + "GetStreamInfo", req, pb.StreamInfo.FromString, wait_s
+                    )
+        except UnavailableError:  # still electing: the definition stands, info without state
+            pass
+        return stream_info_pb(sa, None, group_info_pb(sa.group, leader=None))
 
     # -- definitions (meta) ------------------------------------------------------------------
 

@@ -90,6 +90,8 @@ class GroupDeps:
     client_addr: Callable[[str], str | None]  # node name -> its client API address
     consumers_of: Callable[[str, str], tuple[ConsumerAssignment, ...]]  # from the meta state
     stream_of: Callable[[str, str], StreamAssignment | None]
+    # Ask the meta leader to delete a consumer (an ephemeral one gone inactive).
+    delete_consumer: Callable[[str, str, str], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -160,6 +162,9 @@ class StreamGroup:
         self._sequencing: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._push_wakers: set[asyncio.Event] = set()  # one per attached Consume call
+        self._attached: dict[str, int] = {}  # consumer -> attached Consume calls
+        self._active_ns: dict[str, int] = {}  # consumer -> last request, ack or push step
+        self._reaping: set[str] = set()  # inactive ephemerals whose deletion is in flight
 
     # -- leadership ----------------------------------------------------------------------------
 
@@ -203,6 +208,8 @@ class StreamGroup:
         if st.role != Role.LEADER or st.term != term:
             return
         self._leaders = {n: self.replica.leader_copy(n) for n in self.replica.consumers}
+        # Inactivity counts from when this leader took over (its copies' clocks start now).
+        self._active_ns = dict.fromkeys(self._leaders, _now_ns())
         self._lead_term = term
         log.info("leading", extra={"node": self._d.node_id, "group": self.group, "term": term})
         if self._poller is None or self._poller.done():
@@ -443,7 +450,9 @@ class StreamGroup:
     ) -> None:
         """Run one decision of the leader copy ``c`` at the leader's time, propose the ops
         it recorded, and deliver its events once they committed (module docstring)."""
-        events = decide(_now_ns())
+        now = _now_ns()
+        events = decide(now)
+        self._active_ns[c.name] = now
         ops = c.take_ops()
         if ops:
             try:
@@ -457,21 +466,33 @@ class StreamGroup:
 
     # -- push delivery -----------------------------------------------------------------------
 
-    def push_waker(self) -> asyncio.Event:
-        """An event set on every apply (new messages, acks): a push session waits on it.
-        Give it back with ``drop_push_waker``."""
+    def push_waker(self, consumer: str) -> asyncio.Event:
+        """Attach a Consume call to ``consumer``: an event set on every apply (new
+        messages, acks) that its session waits on. Detach with ``drop_push_waker``."""
         w = asyncio.Event()
         self._push_wakers.add(w)
+        self._attached[consumer] = self._attached.get(consumer, 0) + 1
         return w
 
-    def drop_push_waker(self, w: asyncio.Event) -> None:
+    def drop_push_waker(self, consumer: str, w: asyncio.Event) -> None:
         self._push_wakers.discard(w)
+        left = self._attached.get(consumer, 0) - 1
+        if left > 0:
+            self._attached[consumer] = left
+        else:
+            self._attached.pop(consumer, None)
+        self._active_ns[consumer] = _now_ns()  # an ephemeral's inactivity starts now
+
+    def push_bound(self, consumer: str) -> bool:
+        return self._attached.get(consumer, 0) > 0
 
     async def push_step(self, c: Consumer, max_msgs: int, timeout_s: float | None) -> PushStep:
         """One push step of the leader copy ``c`` (``Consumer.push_step``) at the leader's
         time; returned once its Deliver ops committed, without deliveries settled
         meanwhile (as pulls: a client never gets a delivery a new leader does not know)."""
-        step = c.push_step(_now_ns(), max_msgs=max_msgs)
+        now = _now_ns()
+        step = c.push_step(now, max_msgs=max_msgs)
+        self._active_ns[c.name] = now
         ops = c.take_ops()
         if ops:
             try:
@@ -544,6 +565,42 @@ class StreamGroup:
             if self.ready and not c.deleted and c.config.is_pull and c.num_waiting:
                 await self.run(c, c.poll, None)
         await self._maybe_expire()
+        self._reap_inactive()
+
+    def _reap_inactive(self) -> None:
+        """Ephemeral consumers idle past ``inactive_threshold`` (no waiting pull, no push
+        call attached, no request or ack) are deleted through the meta leader, as in
+        JetStream; the deletion then comes back to this group as a CONSUMER_DELETE."""
+        now = _now_ns()
+        for name, c in self._leaders.items():
+            threshold = c.config.inactive_threshold
+            if not threshold or c.config.is_durable or name in self._reaping:
+                continue
+            if c.num_waiting or self.push_bound(name):
+                continue
+            # A consumer created while this node leads is first seen here: idle from now.
+            if now - self._active_ns.setdefault(name, now) < threshold:
+                continue
+            self._reaping.add(name)
+            self._watch_reap(name)
+
+    def _watch_reap(self, name: str) -> None:
+        async def reap() -> None:
+            try:
+                await self._d.delete_consumer(self.account, self.name, name)
+            except RaftStreamError as exc:
+                log.info(
+                    "inactive consumer %s not deleted yet: %r",
+                    name,
+                    exc,
+                    extra={"group": self.group},
+                )
+            finally:
+                self._reaping.discard(name)
+
+        task = asyncio.get_running_loop().create_task(reap())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _next_wake_s(self) -> float:
         now = _now_ns()

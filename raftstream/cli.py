@@ -22,6 +22,12 @@ from typing import Any
 
 import click
 
+from raftstream.cli_bench import bench
+from raftstream.cli_cluster import cluster
+from raftstream.cli_common import CLI_EPILOG
+from raftstream.cli_consumer import consumer
+from raftstream.cli_pub import pub, sub
+from raftstream.cli_stream import stream
 from raftstream.errors import InvalidArgumentError
 
 __all__ = ["cli", "main"]
@@ -126,7 +132,10 @@ def _run_local_cluster(n: int, data: Path, log_level: str) -> None:
     """Start ``n`` node processes, print how to reach them, stop them on Ctrl-C."""
     peers = _local_peers(n)
     procs: list[subprocess.Popen[bytes]] = []
-    signal.signal(signal.SIGTERM, _interrupt)  # stop the nodes on SIGTERM as on Ctrl-C
+    # Ctrl-C and SIGTERM both stop every node (set explicitly: a shell may start a
+    # background job with SIGINT ignored).
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         for i in range(n):
             args = [
@@ -181,6 +190,12 @@ def _stop_all(procs: Sequence[subprocess.Popen[Any]]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+# The client commands (raftstream/cli_*.py): SDK only, the node is never imported by them.
+for _command in (cluster, stream, consumer, pub, sub, bench):
+    cli.add_command(_command)
+cli.epilog = CLI_EPILOG
 
 
 def main(argv: Sequence[str] | None = None) -> None:

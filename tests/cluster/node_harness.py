@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -60,6 +61,7 @@ class LocalCluster:
         self.root = Path(tempfile.mkdtemp(prefix="raftstream-it-"))
         self.names = [f"n{i + 1}" for i in range(n)]
         self.ports = {name: free_port() for name in self.names}
+        self.metrics_ports = {name: free_port() for name in self.names}
         self.raft = {"tick_ms": 50, "election_ticks": 10, **(raft or {})}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: dict[str, Any] = {}
@@ -81,7 +83,8 @@ class LocalCluster:
         raft = "\n".join(f"{k} = {v}" for k, v in self.raft.items())
         text = (
             f'[cluster]\nname = "{name}"\nlisten = "{self.addr(name)}"\n'
-            f'data = "{self.root / name}"\npeers = {{ {peers} }}\n\n[raft]\n{raft}\n'
+            f'data = "{self.root / name}"\npeers = {{ {peers} }}\n'
+            f'metrics_listen = "127.0.0.1:{self.metrics_ports[name]}"\n\n[raft]\n{raft}\n'
         )
         path = self.config_path(name)
         path.write_text(text)
@@ -157,6 +160,12 @@ class LocalCluster:
             return True if self._health(name) else None
 
         wait_for(f"{name} serving", probe)
+
+    def metrics(self, name: str) -> str:
+        """The node's Prometheus exposition text."""
+        url = f"http://127.0.0.1:{self.metrics_ports[name]}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return str(resp.read().decode())
 
     def cluster_info(self, name: str) -> pb.ClusterInfo | None:
         with grpc.insecure_channel(self.addr(name)) as ch:

@@ -15,7 +15,7 @@ from raftstream import ConsumerConfig, StreamConfig, errors
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 
-from .node_harness import LocalCluster, run
+from .node_harness import LocalCluster, retry_async, run
 
 pytestmark = pytest.mark.integration
 
@@ -127,3 +127,56 @@ def test_health_reflection_and_cluster_info(cluster3: LocalCluster) -> None:
             leaders.add(info.meta_leader)
             assert sorted(n.name for n in info.nodes) == cluster3.names
     assert len(leaders) == 1 and leaders.pop() in cluster3.names
+
+
+def test_max_age_expiry_is_replicated_and_metrics_served(cluster3: LocalCluster) -> None:
+    """Messages past max_age go: the stream leader proposes Expire entries stamped with its
+    clock, which every replica applies (replicas never read their clock). Every node serves
+    its metrics (applied index, stream sizes) over HTTP."""
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(
+                StreamConfig(name="AGE", subjects=("age.>",), num_replicas=3, max_age=10**9)
+            )
+            for i in range(5):
+                await js.publish("age.x", b"%d" % i)
+
+            async def expired() -> None:
+                info = await js.stream_info("AGE")
+                assert (info.state.messages, info.state.last_seq) == (0, 5)
+
+            await retry_async(expired)
+        finally:
+            await js.close()
+
+    run(body())
+    for name in cluster3.names:
+        text = cluster3.metrics(name)
+        assert 'raftstream_raft_applied_index{group="S:$G:AGE"}' in text
+        assert 'raftstream_stream_messages{group="S:$G:AGE"}' in text
+
+
+def test_inactive_ephemeral_consumer_is_deleted(cluster3: LocalCluster) -> None:
+    """An ephemeral consumer (server-named) idle past inactive_threshold is deleted by its
+    stream leader through the meta group; a durable one stays."""
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(StreamConfig(name="EPH", subjects=("eph.>",), num_replicas=3))
+            eph = await js.add_consumer("EPH", ConsumerConfig(inactive_threshold=10**9))
+            await js.add_consumer(
+                "EPH", ConsumerConfig(durable_name="KEEP", inactive_threshold=10**9)
+            )
+            assert eph.name and eph.name != "KEEP"
+
+            async def gone() -> None:
+                assert await js.consumer_names("EPH") == ["KEEP"]
+
+            await retry_async(gone)
+        finally:
+            await js.close()
+
+    run(body())
