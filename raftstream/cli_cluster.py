@@ -1,0 +1,135 @@
+"""``raftstream cluster ...``: info, step-down, peer-remove."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from raftstream.cli_common import (
+    NS_PER_S,
+    Conn,
+    confirm_or_refuse,
+    connection_options,
+    echo_json,
+    json_option,
+    print_fields,
+    print_table,
+    run,
+)
+
+if TYPE_CHECKING:
+    from raftstream.client import Client
+    from raftstream.models import ClusterInfo, GroupInfo
+
+__all__ = ["cluster"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cluster() -> None:
+    """Inspect and operate the cluster: info, step-down, peer-remove.
+
+    \b
+    Example:
+      raftstream cluster info -s 127.0.0.1:7101,127.0.0.1:7102
+    """
+
+
+def _replicas(group: GroupInfo) -> str:
+    parts = []
+    for r in group.replicas:
+        state = "offline" if r.offline else ("current" if r.current else f"lag {r.lag}")
+        parts.append(f"{r.name}({state})")
+    return ", ".join(parts) or "-"
+
+
+def _show_cluster(info: ClusterInfo) -> None:
+    print_fields(
+        f"Cluster {info.name or '-'}",
+        [("Meta leader", info.meta_leader or "none"), ("Answered by", info.answered_by)],
+    )
+    nodes = [
+        (
+            n.name + (" *" if n.name == info.meta_leader else ""),
+            n.addr,
+            "yes" if n.online else "NO",
+            "voter" if n.voter else "learner",
+            f"{n.last_seen_ns / NS_PER_S:.1f}s ago" if n.last_seen_ns else "now",
+        )
+        for n in info.nodes
+    ]
+    print_table("Nodes (* meta leader)", ["Name", "Address", "Online", "Role", "Seen"], nodes)
+    groups = [
+        (
+            "meta" if g.stream is None else f"stream {g.stream}",
+            g.group.leader or "NONE",
+            g.group.term,
+            g.group.commit_index,
+            _replicas(g.group),
+        )
+        for g in info.groups
+    ]
+    print_table("Groups", ["Group", "Leader", "Term", "Commit", "Followers"], groups)
+
+
+@cluster.command("info")
+@json_option
+@connection_options
+def info_cmd(conn: Conn, as_json: bool) -> None:
+    """Show the nodes, the meta leader and every group's leader and followers.
+
+    \b
+    Example:
+      raftstream cluster info --json
+    """
+    info = run(conn, lambda c: c.cluster_info())
+    if as_json:
+        echo_json(info)
+    else:
+        _show_cluster(info)
+
+
+@cluster.command("step-down")
+@click.option("--stream", help="Move this stream's leadership instead of the meta leader's.")
+@click.option("--consumer", help="With --stream: move this consumer's leadership.")
+@click.option("--preferred", help="The node that should lead next.")
+@connection_options
+def step_down_cmd(
+    conn: Conn, stream: str | None, consumer: str | None, preferred: str | None
+) -> None:
+    """Ask a leader (the meta group's, or a stream's or consumer's) to step down.
+
+    \b
+    Examples:
+      raftstream cluster step-down
+      raftstream cluster step-down --stream ORDERS --preferred n2
+    """
+    if consumer and not stream:
+        raise click.UsageError("--consumer needs --stream")
+
+    async def body(c: Client) -> str | None:
+        if stream and consumer:
+            return await c.consumer_leader_stepdown(stream, consumer, preferred=preferred)
+        if stream:
+            return await c.stream_leader_stepdown(stream, preferred=preferred)
+        return await c.meta_leader_stepdown(preferred=preferred)
+
+    leader = run(conn, body)
+    what = f"consumer {stream}/{consumer}" if consumer else f"stream {stream}" if stream else "meta"
+    click.echo(f"{what} leader stepped down; new leader: {leader or 'not known yet'}")
+
+
+@cluster.command("peer-remove")
+@click.argument("name")
+@click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
+@connection_options
+def peer_remove_cmd(conn: Conn, name: str, force: bool) -> None:
+    """Remove a (dead) node from the cluster; its replicas are placed elsewhere.
+
+    \b
+    Example:
+      raftstream cluster peer-remove n3 -f
+    """
+    confirm_or_refuse(f"remove node {name} from the cluster", force)
+    run(conn, lambda c: c.remove_peer(name))
+    click.echo(f"Removed peer {name}")

@@ -1,0 +1,376 @@
+"""What every ``raftstream`` client command shares: connection options, the async runner,
+error reporting, value parsing (durations, sizes, times) and output (tables, JSON).
+
+Exit codes (documented in docs/cli.md): 0 success, 1 an error (the server refused, a value
+was rejected, nothing found, the cluster could not be reached), 2 a usage error (click's
+own, or a confirmation that cannot be asked because stdin is not a terminal).
+
+Human output is rich tables on a terminal and plain aligned columns otherwise (pipes, CI);
+``--json`` prints JSON on every read command. This module imports the SDK only (never the
+node): the command line is a client like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import enum
+import functools
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+
+from raftstream import errors
+from raftstream.config import format_rfc3339_ns, parse_rfc3339_ns
+
+if TYPE_CHECKING:
+    from raftstream.client import Client
+
+__all__ = [
+    "DURATION",
+    "SIZE",
+    "Conn",
+    "confirm_or_refuse",
+    "connection_options",
+    "echo_json",
+    "fail",
+    "fmt_bytes",
+    "fmt_duration_ns",
+    "fmt_time_ns",
+    "json_option",
+    "jsonable",
+    "parse_duration_ns",
+    "parse_size",
+    "parse_time_or_ago_ns",
+    "print_fields",
+    "print_table",
+    "run",
+    "split_csv",
+]
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+DEFAULT_SERVERS = "127.0.0.1:7101"
+DEFAULT_TIMEOUT_S = 5.0
+SERVERS_ENV = "RAFTSTREAM_SERVERS"
+NS_PER_S = 1_000_000_000
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+_DURATION_UNITS_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "ms": 1_000_000,
+    "s": NS_PER_S,
+    "m": 60 * NS_PER_S,
+    "h": 3600 * NS_PER_S,
+    "d": 86400 * NS_PER_S,
+    "w": 7 * 86400 * NS_PER_S,
+    "y": 365 * 86400 * NS_PER_S,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h|d|w|y)")
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?$")
+_UNLIMITED_WORDS = {"-1", "unlimited", "none", "inf"}
+
+
+# -- connection ------------------------------------------------------------------------------
+
+
+def split_csv(values: Iterable[str]) -> list[str]:
+    """Repeatable and comma-separated values, flattened, blanks dropped."""
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+@dataclass(frozen=True, slots=True)
+class Conn:
+    """Where and how long: the servers to try and the per-call timeout (seconds)."""
+
+    servers: tuple[str, ...]
+    timeout_s: float
+
+    @classmethod
+    def from_options(cls, servers: Sequence[str], timeout_s: float) -> Conn:
+        listed = split_csv(servers) or split_csv([os.environ.get(SERVERS_ENV, "")])
+        return cls(servers=tuple(listed or [DEFAULT_SERVERS]), timeout_s=timeout_s)
+
+    async def connect(self) -> Client:
+        """A connected client (the caller closes it); ``UnavailableError`` when no server
+        answers within the timeout."""
+        from raftstream.client import connect  # the SDK loads grpc: only when needed
+
+        return await connect(list(self.servers), timeout=self.timeout_s)
+
+
+def connection_options(f: Callable[..., R]) -> Callable[..., R]:
+    """Add ``-s/--server`` and ``--timeout``; the command receives them as ``conn: Conn``."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, server: tuple[str, ...], timeout: float, **kwargs: Any) -> R:
+        return f(*args, conn=Conn.from_options(server, timeout), **kwargs)
+
+    wrapper = click.option(
+        "--timeout",
+        type=click.FloatRange(min=0.01),
+        default=DEFAULT_TIMEOUT_S,
+        show_default=True,
+        help="Seconds each call may take (retries included).",
+    )(wrapper)
+    return click.option(
+        "-s",
+        "--server",
+        multiple=True,
+        metavar="HOST:PORT",
+        help=f"Server(s) to use, repeatable or comma-separated "
+        f"(default: ${SERVERS_ENV}, else {DEFAULT_SERVERS}).",
+    )(wrapper)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def run(conn: Conn, body: Callable[[Client], Awaitable[T]]) -> T:
+    """Connect, run ``body(client)``, close; a raftstream error becomes one line on stderr
+    and exit code 1 (Ctrl-C exits 130)."""
+
+    async def main() -> T:
+        client = await conn.connect()
+        try:
+            return await body(client)
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(main())
+    except errors.RaftStreamError as exc:
+        fail(describe_error(exc))
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+def describe_error(exc: errors.RaftStreamError) -> str:
+    """One line: the reason (NOT_FOUND, INVALID_ARGUMENT...) and the message; a validation
+    error names its field and rule."""
+    text = str(exc) or exc.reason
+    if isinstance(exc, errors.InvalidArgumentError) and exc.field not in text:
+        text = f"{exc.field}: {text}"
+    return f"{exc.reason}: {text}"
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    """Print ``raftstream: error: <message>`` on stderr and exit with ``code``."""
+    click.echo(f"raftstream: error: {message}", err=True)
+    sys.exit(code)
+
+
+def confirm_or_refuse(question: str, force: bool) -> None:
+    """Go on when ``force``; else ask on a terminal; without one, refuse (exit 2): a script
+    must say ``-f`` rather than hang on a prompt nobody answers."""
+    if force:
+        return
+    if not sys.stdin.isatty():
+        fail(f"{question} needs confirmation and stdin is not a terminal: pass -f", EXIT_USAGE)
+    if not click.confirm(question, default=False):
+        fail("cancelled")
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+def parse_duration_ns(text: str) -> int:
+    """``1h``, ``30s``, ``1m30s``, ``250ms``, ``2d`` ... as ns; a bare number is seconds.
+    ``ValueError`` otherwise."""
+    s = text.strip().lower()
+    if re.fullmatch(r"\d+(?:\.\d+)?", s):
+        return int(float(s) * NS_PER_S)
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _DURATION_UNITS_NS[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise ValueError(f"not a duration: {text!r} (examples: 30s, 1h, 1m30s, 250ms)")
+    return int(total)
+
+
+def parse_size(text: str) -> int:
+    """``1024``, ``512K``, ``1MB``, ``2GiB`` (K = 1024, as the nats CLI counts); ``-1`` or
+    ``unlimited`` is -1. ``ValueError`` otherwise."""
+    s = text.strip().lower()
+    if s in _UNLIMITED_WORDS:
+        return -1
+    m = _SIZE_RE.match(s)
+    if m is None:
+        raise ValueError(f"not a size: {text!r} (examples: 1024, 512K, 1MB, -1)")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
+def parse_time_or_ago_ns(text: str, *, future: bool) -> int:
+    """An RFC 3339 time, or a duration from now (ahead when ``future``, else ago), as ns
+    since the epoch. ``ValueError`` otherwise."""
+    if "T" in text and ("-" in text or ":" in text):
+        try:
+            return parse_rfc3339_ns(text, "time")
+        except errors.InvalidArgumentError as exc:
+            raise ValueError(str(exc)) from None
+    delta = parse_duration_ns(text)
+    return time.time_ns() + (delta if future else -delta)
+
+
+class _Duration(click.ParamType[int, Any]):
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_duration_ns(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _Size(click.ParamType[int, Any]):
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = _Duration()
+SIZE = _Size()
+
+
+# -- formatting ------------------------------------------------------------------------------
+
+
+def fmt_bytes(n: int) -> str:
+    """1536 -> ``1.5 KiB``; negative (unlimited) -> ``unlimited``."""
+    if n < 0:
+        return "unlimited"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # unreachable: the loop returns at TiB
+
+
+def fmt_duration_ns(ns: int) -> str:
+    """ns as ``1h2m3s`` / ``250ms``; 0 -> ``0s``."""
+    if ns <= 0:
+        return "0s"
+    if ns < NS_PER_S:
+        return f"{ns / 1_000_000:g}ms"
+    seconds = ns // NS_PER_S
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts)
+
+
+def fmt_time_ns(ns: int) -> str:
+    """RFC 3339 UTC, or ``never`` for 0."""
+    return format_rfc3339_ns(ns) if ns > 0 else "never"
+
+
+def jsonable(value: Any) -> Any:
+    """A value as plain JSON data: configs in their JetStream JSON (``to_dict``), other
+    dataclasses field by field, enums by value, bytes as text (or base64 when binary)."""
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(value).decode("ascii")
+    return value
+
+
+def echo_json(value: Any) -> None:
+    """Print ``value`` (see ``jsonable``) as indented JSON on stdout."""
+    click.echo(json.dumps(jsonable(value), indent=2, sort_keys=False))
+
+
+def _is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def print_table(title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A table: rich on a terminal, plain aligned columns (header first) otherwise."""
+    cells = [[str(c) for c in row] for row in rows]
+    if _is_terminal():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title, header_style="bold")
+        for h in headers:
+            table.add_column(h)
+        for row in cells:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    if title:
+        click.echo(title)
+    for row in [list(headers), *cells]:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def print_fields(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
+    """``name: value`` lines under a title (a two-column rich table on a terminal)."""
+    if _is_terminal():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title, show_header=False, box=None, title_justify="left")
+        table.add_column(style="bold", justify="right")
+        table.add_column()
+        for key, value in pairs:
+            table.add_row(key, str(value))
+        Console().print(table)
+        return
+    click.echo(title)
+    width = max((len(k) for k, _ in pairs), default=0)
+    for key, value in pairs:
+        click.echo(f"  {key.rjust(width)}: {value}")
+
+
+CLI_EPILOG = """\b
+Examples:
+  raftstream server --local-cluster 3
+  raftstream stream add ORDERS --subjects 'orders.>' --replicas 3
+  raftstream pub orders.eu 'order {{Count}}' --count 10
+  raftstream consumer add ORDERS worker && raftstream consumer next ORDERS worker --ack
+\b
+Every client command takes -s/--server HOST:PORT (repeatable or comma-separated; default
+$RAFTSTREAM_SERVERS, else 127.0.0.1:7101) and --timeout SECONDS; read commands take --json.
+Exit codes: 0 success, 1 error (refused, not found, unreachable), 2 usage error.
+"""

@@ -1,0 +1,270 @@
+"""The ``raftstream`` command line as a user runs it, against a real 3-node cluster.
+
+Most runs are real subprocesses of the installed console script (stdout is a pipe, so the
+output is the plain form); a few fast ones use click's CliRunner. What is pinned is what
+docs/cli.md documents: tables and fields by name, ``--json`` that parses, one-line errors
+naming the problem (NOT_FOUND, a validation error's field) and the exit codes 0 / 1 / 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from raftstream.cli import cli
+
+pytestmark = pytest.mark.integration
+
+RAFTSTREAM = Path(sys.executable).parent / "raftstream"
+RUN_TIMEOUT_S = 60
+
+
+def rs(
+    cluster: Any, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``raftstream ARGS`` with the cluster in $RAFTSTREAM_SERVERS, stdin not a TTY."""
+    environ = {**os.environ, "RAFTSTREAM_SERVERS": ",".join(cluster.servers), **(env or {})}
+    return subprocess.run(
+        [str(RAFTSTREAM), *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=environ,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+
+
+def ok(cluster: Any, *args: str) -> str:
+    """stdout of a run that must succeed."""
+    res = rs(cluster, *args)
+    assert res.returncode == 0, f"{args}: rc={res.returncode}\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+def invoke(cluster: Any, *args: str) -> Any:
+    """The same through CliRunner (in process, fast); servers given with -s."""
+    return CliRunner().invoke(cli, [*args, "-s", ",".join(cluster.servers)])
+
+
+def one_error_line(res: subprocess.CompletedProcess[str]) -> str:
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("raftstream: error: "), lines[0]
+    return lines[0]
+
+
+# -- streams ---------------------------------------------------------------------------------
+
+
+def test_stream_add_info_ls_rm(cluster: Any) -> None:
+    out = ok(cluster, "stream", "add", "ORDERS", "--subjects", "orders.>", "--replicas", "3",
+             "--max-age", "1h", "--dupe-window", "30s", "--description", "orders")  # fmt: skip
+    assert "Stream ORDERS" in out and "Replicas: 3" in out and "Max age: 1h" in out
+
+    info = json.loads(ok(cluster, "stream", "info", "ORDERS", "--json"))
+    assert info["config"]["num_replicas"] == 3
+    assert info["config"]["max_age"] == 3600 * 10**9
+    assert info["config"]["duplicate_window"] == 30 * 10**9
+    assert info["config"]["subjects"] == ["orders.>"]
+    assert info["cluster"]["leader"] in ("n1", "n2", "n3")
+
+    table = ok(cluster, "stream", "ls").splitlines()
+    assert table[1].split()[:3] == ["Name", "Subjects", "Replicas"]
+    assert any(line.split()[:3] == ["ORDERS", "orders.>", "3"] for line in table)
+    assert "ORDERS" in json.loads(ok(cluster, "stream", "ls", "--names", "--json"))
+
+    refused = rs(cluster, "stream", "rm", "ORDERS")  # stdin is not a TTY: no prompt
+    assert refused.returncode == 2
+    assert "stdin is not a terminal: pass -f" in one_error_line(refused)
+
+    assert "Deleted stream ORDERS" in ok(cluster, "stream", "rm", "ORDERS", "-f")
+    gone = rs(cluster, "stream", "info", "ORDERS")
+    assert gone.returncode == 1
+    assert "NOT_FOUND" in one_error_line(gone) and "ORDERS" in gone.stderr
+
+
+def test_pub_with_count_substitution_then_get_rmm_purge(cluster: Any) -> None:
+    ok(cluster, "stream", "add", "PUB", "--subjects", "pub.*", "--replicas", "3")
+    out = ok(cluster, "pub", "pub.a", "order {{Count}}", "--count", "3",
+             "--msg-id", "id-{{Count}}", "-H", "X-Seq:{{Count}}")  # fmt: skip
+    lines = out.strip().splitlines()
+    assert [line.rsplit(" ", 1)[1] for line in lines] == ["1", "2", "3"]
+    assert all("stream PUB seq" in line and "7 bytes" in line for line in lines)
+
+    again = json.loads(ok(cluster, "pub", "pub.a", "x", "--msg-id", "id-2", "--json"))
+    assert again == [{"stream": "PUB", "seq": 2, "duplicate": True, "domain": None}]
+
+    msg = json.loads(ok(cluster, "stream", "get", "PUB", "2", "--json"))
+    assert (msg["seq"], msg["data"], msg["subject"]) == (2, "order 2", "pub.a")
+    assert msg["headers"]["X-Seq"] == "2" and msg["headers"]["Nats-Msg-Id"] == "id-2"
+    assert "order 3" in ok(cluster, "stream", "get", "PUB", "--last-for", "pub.a")
+
+    assert "Deleted message 2" in ok(cluster, "stream", "rmm", "PUB", "2", "-f")
+    missing = rs(cluster, "stream", "get", "PUB", "2")
+    assert missing.returncode == 1 and "NOT_FOUND" in one_error_line(missing)
+
+    ok(cluster, "pub", "pub.b", "b {{Count}}", "--count", "2", "--quiet")
+    assert "Purged 1 messages" in ok(cluster, "stream", "purge", "PUB", "--subject", "pub.a",
+                                     "--keep", "1", "-f")  # fmt: skip
+    state = json.loads(ok(cluster, "stream", "info", "PUB", "--json"))["state"]
+    assert (state["messages"], state["last_seq"]) == (3, 5)
+    assert "Purged 3 messages" in ok(cluster, "stream", "purge", "PUB", "-f")
+
+
+def test_stream_edit_and_config_file(cluster: Any, tmp_path: Path) -> None:
+    cfg = tmp_path / "s.json"
+    cfg.write_text(json.dumps({"name": "CFG", "subjects": ["cfg.>"], "max_msgs": 50}))
+    out = ok(cluster, "stream", "add", "--config", str(cfg), "--max-bytes", "1K")
+    assert "Max messages: 50" in out and "Max bytes: 1.0 KiB" in out
+    res = invoke(cluster, "stream", "edit", "CFG", "--max-msgs", "10", "--deny-purge", "--json")
+    assert res.exit_code == 0, res.output
+    config = json.loads(res.stdout)["config"]
+    assert (config["max_msgs"], config["max_bytes"], config["deny_purge"]) == (10, 1024, True)
+    assert config["subjects"] == ["cfg.>"]  # untouched fields kept
+    ok(cluster, "stream", "rm", "CFG", "-f")
+
+
+# -- consumers -------------------------------------------------------------------------------
+
+
+def test_consumer_add_next_ack_info_ls_rm(cluster: Any) -> None:
+    ok(cluster, "stream", "add", "WORK", "--subjects", "work.>", "--replicas", "3")
+    ok(cluster, "pub", "work.1", "job {{Count}}", "--count", "3", "--quiet")
+    out = ok(cluster, "consumer", "add", "WORK", "worker", "--filter", "work.>",
+             "--max-deliver", "5", "--ack-wait", "30s", "--backoff", "30s,60s")  # fmt: skip
+    assert "Kind: pull" in out and "Max deliver: 5" in out and "Backoff: 30s, 1m" in out
+
+    out = ok(cluster, "consumer", "next", "WORK", "worker", "--count", "2", "--ack")
+    assert "job 1" in out and "job 2" in out and "[#1] WORK > worker" in out
+    info = json.loads(ok(cluster, "consumer", "info", "WORK", "worker", "--json"))
+    assert info["ack_floor"]["stream_seq"] == 2 and info["num_ack_pending"] == 0
+
+    nxt = json.loads(ok(cluster, "consumer", "next", "WORK", "worker", "--json"))
+    assert [(m["stream_seq"], m["data"]) for m in nxt] == [(3, "job 3")]
+    info = json.loads(ok(cluster, "consumer", "info", "WORK", "worker", "--json"))
+    assert info["num_ack_pending"] == 1  # not acked without --ack
+
+    empty = rs(cluster, "consumer", "next", "WORK", "worker", "--wait", "0.5")
+    assert empty.returncode == 1 and "TIMEOUT" in one_error_line(empty)
+
+    table = ok(cluster, "consumer", "ls", "WORK").splitlines()
+    assert any(line.split()[:3] == ["worker", "pull", "explicit"] for line in table)
+    assert "Deleted consumer WORK > worker" in ok(cluster, "consumer", "rm", "WORK", "worker", "-f")
+    assert "No consumers on stream WORK" in ok(cluster, "consumer", "ls", "WORK")
+    ok(cluster, "stream", "rm", "WORK", "-f")
+
+
+def test_consumer_push_config_file_pause_resume(cluster: Any, tmp_path: Path) -> None:
+    assert invoke(cluster, "stream", "add", "PUSH", "--subjects", "push.>").exit_code == 0
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"durable_name": "audit", "ack_policy": "all"}))
+    res = invoke(cluster, "consumer", "add", "PUSH", "--config", str(cfg), "--push",
+                 "--heartbeat", "5s", "--json")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    config = json.loads(res.stdout)["config"]
+    assert config["ack_policy"] == "all" and config["deliver_subject"] == "deliver.audit"
+    assert config["idle_heartbeat"] == 5 * 10**9
+
+    res = invoke(cluster, "consumer", "pause", "PUSH", "audit", "--until", "10m", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["paused"] is True
+    res = invoke(cluster, "consumer", "resume", "PUSH", "audit")
+    assert res.exit_code == 0 and "Resumed PUSH > audit" in res.stdout
+    assert invoke(cluster, "stream", "rm", "PUSH", "-f").exit_code == 0
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+def test_refused_values_name_their_field_with_exit_1(cluster: Any) -> None:
+    res = rs(cluster, "stream", "add", "BAD", "--subjects", "bad.>", "--replicas", "9")
+    assert res.returncode == 1
+    assert "INVALID_ARGUMENT: num_replicas:" in one_error_line(res)
+
+    ok(cluster, "stream", "add", "VAL", "--subjects", "val.>")
+    res = rs(cluster, "consumer", "add", "VAL", "c1", "--max-pending", "-3")
+    assert res.returncode == 1 and "max_ack_pending" in one_error_line(res)
+    res = rs(cluster, "consumer", "add", "NOPE", "c1")
+    assert res.returncode == 1 and "NOT_FOUND" in one_error_line(res)
+    ok(cluster, "stream", "rm", "VAL", "-f")
+
+
+def test_usage_errors_exit_2(cluster: Any) -> None:
+    res = rs(cluster, "stream", "add", "X", "--max-age", "soon")
+    assert res.returncode == 2 and "not a duration" in res.stderr
+    res = rs(cluster, "stream", "get", "X")
+    assert res.returncode == 2 and "either SEQ or --last-for" in res.stderr
+    res = rs(cluster, "pub", "a.b", "{{Nope}}")
+    assert res.returncode == 2 and "unknown placeholder" in res.stderr
+
+
+def test_unreachable_server_is_one_line_exit_1(cluster: Any, free_dead_addr: str) -> None:
+    res = rs(cluster, "stream", "ls", "-s", free_dead_addr, "--timeout", "0.5")
+    line = one_error_line(res)  # the SDK's reason: UNAVAILABLE (or its NOT_CONNECTED kind)
+    assert res.returncode == 1 and ("UNAVAILABLE" in line or "NOT_CONNECTED" in line), line
+
+
+# -- sub, cluster, bench ---------------------------------------------------------------------
+
+
+def test_sub_count_reads_then_cleans_up(cluster: Any) -> None:
+    ok(cluster, "stream", "add", "SUB", "--subjects", "sub.>", "--replicas", "3")
+    ok(cluster, "pub", "sub.x", "m{{Count}}", "--count", "3", "--quiet")
+    out = ok(cluster, "sub", "sub.x", "--count", "3", "--raw")
+    assert out.split() == ["m1", "m2", "m3"]
+    lines = ok(cluster, "sub", "sub.>", "--count", "1", "--deliver", "last", "--json")
+    assert json.loads(lines)["data"] == "m3"
+    assert json.loads(ok(cluster, "consumer", "ls", "SUB", "--json")) == []
+    ok(cluster, "stream", "rm", "SUB", "-f")
+
+
+def test_cluster_info_and_step_down(cluster: Any) -> None:
+    info = json.loads(ok(cluster, "cluster", "info", "--json"))
+    assert sorted(n["name"] for n in info["nodes"]) == ["n1", "n2", "n3"]
+    assert info["meta_leader"] in ("n1", "n2", "n3")
+    plain = ok(cluster, "cluster", "info")
+    assert "Meta leader: " + info["meta_leader"] in plain and "Nodes" in plain
+    res = invoke(cluster, "cluster", "step-down")
+    assert res.exit_code == 0 and "meta leader stepped down" in res.stdout
+
+
+def test_bench_pub_prints_a_table_and_removes_its_stream(cluster: Any) -> None:
+    out = ok(cluster, "bench", "pub", "bench.t", "--msgs", "200", "--size", "64",
+             "--replicas", "3", "--pubs", "2")  # fmt: skip
+    lines = out.splitlines()
+    assert lines[1].split()[:6] == ["Role", "Clients", "Msgs", "Seconds", "Msgs/s", "MB/s"]
+    assert "p99" in lines[1]
+    assert lines[2].split()[:3] == ["pub", "2", "200"]
+    assert "BENCH" not in json.loads(ok(cluster, "stream", "ls", "--names", "--json"))
+
+    report = json.loads(ok(cluster, "bench", "pubsub", "bench.t", "--msgs", "100", "--json"))
+    assert [r["role"] for r in report["results"]] == ["pub", "sub"]
+    assert report["results"][1]["msgs"] == 100 and report["results"][0]["msgs_per_s"] > 0
+    assert set(report["results"][0]["latency_ms"]) == {"p50", "p90", "p99"}
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    for name, cmd in group.commands.items():
+        if isinstance(cmd, click.Group):
+            out.extend(_commands(cmd, (*prefix, name)))
+        else:
+            out.append((*prefix, name))
+    return out
+
+
+def test_help_everywhere_shows_an_example() -> None:
+    paths = [p for p in _commands(cli) if p[0] not in ("server", "audit")]
+    assert ("stream", "add") in paths and ("bench", "pubsub") in paths
+    for path in paths:
+        res = CliRunner().invoke(cli, [*path, "--help"])
+        assert res.exit_code == 0 and "Example" in res.output, path
+        assert "raftstream " + " ".join(path) in res.output, path

@@ -1,0 +1,86 @@
+"""The command line's value parsing and output helpers (no cluster): durations and sizes as
+docs/cli.md documents them, ``{{Count}}`` templates, one-line errors naming the field."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from raftstream import errors
+from raftstream.cli_common import (
+    Conn,
+    describe_error,
+    fmt_bytes,
+    fmt_duration_ns,
+    parse_duration_ns,
+    parse_size,
+    parse_time_or_ago_ns,
+)
+from raftstream.cli_pub import render
+
+S = 1_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [("30s", 30 * S), ("1h", 3600 * S), ("1m30s", 90 * S), ("250ms", S // 4), ("2d", 172800 * S),
+     ("1.5s", 3 * S // 2), ("10", 10 * S), ("0", 0), ("500us", 500_000)],
+)  # fmt: skip
+def test_durations(text: str, ns: int) -> None:
+    assert parse_duration_ns(text) == ns
+
+
+@pytest.mark.parametrize("text", ["", "soon", "1x", "-5s", "1h foo", "s"])
+def test_bad_durations_raise(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration_ns(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("1024", 1024), ("1K", 1024), ("1KB", 1024), ("2MiB", 2 << 20), ("1g", 1 << 30),
+     ("-1", -1), ("unlimited", -1)],
+)  # fmt: skip
+def test_sizes(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+def test_bad_size_raises() -> None:
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("lots")
+
+
+def test_time_or_duration_from_now() -> None:
+    assert parse_time_or_ago_ns("2030-01-01T00:00:00Z", future=True) == 1893456000 * S
+    import time
+
+    now = time.time_ns()
+    ahead = parse_time_or_ago_ns("10m", future=True)
+    assert 599 * S < ahead - now < 601 * S
+    assert parse_time_or_ago_ns("1h", future=False) < now
+
+
+def test_formatting() -> None:
+    assert fmt_duration_ns(90 * S) == "1m30s" and fmt_duration_ns(0) == "0s"
+    assert fmt_bytes(1536) == "1.5 KiB" and fmt_bytes(-1) == "unlimited" and fmt_bytes(5) == "5 B"
+
+
+def test_count_placeholder_and_unknown_ones() -> None:
+    assert render("order {{Count}} / {{ Count }}", 7) == "order 7 / 7"
+    assert len(render("{{ID}}", 1)) == 16 and render("{{ID}}", 1) != render("{{ID}}", 1)
+    with pytest.raises(click.UsageError, match="unknown placeholder"):
+        render("{{Nope}}", 1)
+
+
+def test_errors_are_one_line_with_reason_and_field() -> None:
+    line = describe_error(errors.InvalidArgumentError("max_msgs", "must be -1 or positive"))
+    assert line == "INVALID_ARGUMENT: max_msgs: must be -1 or positive"
+    assert describe_error(errors.NotFoundError("stream 'X' not found")).startswith("NOT_FOUND: ")
+
+
+def test_servers_from_flags_env_or_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAFTSTREAM_SERVERS", raising=False)
+    assert Conn.from_options((), 5).servers == ("127.0.0.1:7101",)
+    monkeypatch.setenv("RAFTSTREAM_SERVERS", "a:1, b:2")
+    assert Conn.from_options((), 5).servers == ("a:1", "b:2")
+    assert Conn.from_options(("c:3,d:4", "e:5"), 5).servers == ("c:3", "d:4", "e:5")
