@@ -15,6 +15,7 @@ outcome is then unknown: they may have been applied. Errors are ``raftstream.err
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -23,8 +24,17 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from raftstream import errors
+from raftstream import subscribe as _workflow
 from raftstream._conn import Router, Stubs
-from raftstream.config import AckPolicy, ConsumerConfig, StreamConfig
+from raftstream._push import PENDING_BYTES_MAX, PENDING_MSGS_MAX, MsgCallback, PushSubscription
+from raftstream.config import (
+    UNLIMITED,
+    ConsumerConfig,
+    DeliverPolicy,
+    StorageType,
+    StreamConfig,
+)
+from raftstream.kv import KeyValue, bucket_stream_config, validate_bucket
 from raftstream.models import (
     ClusterInfo,
     ConsumerInfo,
@@ -34,6 +44,7 @@ from raftstream.models import (
     StreamInfo,
 )
 from raftstream.msg import Acker
+from raftstream.ordered import check_ordered_options, subscribe_ordered
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.publisher import Publisher, PublishOptions
 from raftstream.pull import PullSubscription
@@ -122,13 +133,18 @@ class Client:
             pending_msgs_max=publish_async_pending_msgs_max,
             wait_stall_s=publish_async_wait_stall or timeout,
         )
+        self._error_cb = error_cb or _log_error
         self._acker = Acker(
             self._router,
             timeout_s=timeout,
             pending_msgs_max=ack_pending_msgs_max,
-            error_cb=error_cb or _log_error,
+            error_cb=self._error_cb,
         )
         self._closed = False
+        # Push subscriptions alive on this client, and the (stream, consumer) pairs a
+        # non-queue one is bound to ("duplicate subscription" within this client).
+        self._subs: set[PushSubscription] = set()
+        self._bound: set[tuple[str, str]] = set()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -152,9 +168,12 @@ class Client:
         return self._closed
 
     async def close(self) -> None:
-        """Close every connection. Pending publish_async futures and queued acks fail."""
+        """Close every connection. Pending publish_async futures and queued acks fail;
+        push subscriptions stop (their consumers are left as they are)."""
         if self._closed:
             return
+        for sub in list(self._subs):
+            await sub.shutdown()
         self._closed = True
         await self._publisher.close()
         await self._acker.close()
@@ -622,33 +641,28 @@ class Client:
         *,
         timeout: float | None = None,
     ) -> PullSubscription:
-        """Bind to (or create) a pull consumer for ``subject``.
+        """Bind to (or create) a pull consumer for ``subject`` (ADR-15, see
+        ``raftstream.subscribe``).
 
-        The stream is ``stream`` or the one stream capturing ``subject`` (``NotFoundError``
-        when none or several do). With a durable name (``durable`` or in ``config``), an
-        existing consumer is used if it is a pull consumer, else one is created with
-        ``filter_subject`` set to ``subject``; without one, an ephemeral consumer is made.
-        Pull consumers need ack policy explicit (``InvalidArgumentError`` otherwise).
+        The stream is ``stream`` or the one stream capturing ``subject``
+        (``NoStreamMatchError`` when none or several do). With a durable name (``durable`` or
+        in ``config``) an existing consumer is used if it fits (a pull consumer, its filter
+        the subject, every field ``config`` sets equal: ``ConsumerMismatchError`` otherwise),
+        else one is created with ``filter_subject`` set to ``subject``; without one, an
+        ephemeral consumer is made. Ack policy none or all is refused
+        (``InvalidArgumentError``).
         """
-        cfg = config or ConsumerConfig()
-        if cfg.ack_policy is not AckPolicy.EXPLICIT:
-            raise errors.InvalidArgumentError("ack_policy", "a pull subscription needs explicit")
-        if not cfg.is_pull:
-            raise errors.InvalidArgumentError("deliver_subject", "a pull consumer has none")
-        stream = stream or await self._stream_for(subject, timeout=timeout)
-        name = durable or cfg.durable_name or cfg.name
-        info = None
-        if name:
-            info = await self._existing_consumer(stream, name, timeout=timeout)
-        if info is None:
-            if name and not (cfg.name or cfg.durable_name):
-                cfg = replace(cfg, durable_name=name)
-            if subject and not cfg.filter_subject and not cfg.filter_subjects:
-                cfg = replace(cfg, filter_subject=subject)
-            info = await self.add_consumer(stream, cfg, timeout=timeout)
-        elif not info.config.is_pull:
-            raise errors.InvalidArgumentError("durable", f"consumer {name!r} is a push consumer")
-        return self._pull_subscription(stream, info.name)
+        return await _workflow.pull_subscribe(
+            self, subject, durable=durable, stream=stream, config=config, timeout=timeout
+        )
+
+    async def pull_subscribe_bind(
+        self, stream: str, durable: str, *, timeout: float | None = None
+    ) -> PullSubscription:
+        """Bind to the existing pull consumer ``durable`` of ``stream``: ``NotFoundError``
+        when it is missing, ``ConsumerMismatchError`` when it is a push consumer,
+        ``InvalidArgumentError`` when its ack policy is none or all."""
+        return await _workflow.pull_subscribe_bind(self, stream, durable, timeout=timeout)
 
     def _pull_subscription(self, stream: str, consumer: str) -> PullSubscription:
         async def consumer_info() -> ConsumerInfo:
@@ -663,22 +677,175 @@ class Client:
             consumer_info=consumer_info,
         )
 
-    async def _existing_consumer(
-        self, stream: str, name: str, *, timeout: float | None
-    ) -> ConsumerInfo | None:
-        try:
-            return await self.consumer_info(stream, name, timeout=timeout)
-        except errors.NotFoundError:
-            return None
+    # -- push ---------------------------------------------------------------------------------
 
-    async def _stream_for(self, subject: str, *, timeout: float | None) -> str:
-        if not subject:
-            raise errors.InvalidArgumentError("subject", "a subject or a stream is required")
-        names = await self.stream_names(subject=subject, timeout=timeout)
-        if len(names) != 1:
-            found = "no stream matches" if not names else f"several streams match: {names}"
-            raise errors.NotFoundError(f"{found} subject {subject!r}", subject=subject)
-        return names[0]
+    async def subscribe(
+        self,
+        subject: str = "",
+        queue: str | None = None,
+        durable: str | None = None,
+        stream: str | None = None,
+        config: ConsumerConfig | None = None,
+        ordered_consumer: bool = False,
+        manual_ack: bool = False,
+        cb: MsgCallback | None = None,
+        idle_heartbeat: float | None = None,
+        flow_control: bool = False,
+        deliver_policy: DeliverPolicy | str | None = None,
+        inactive_threshold: float | None = None,
+        *,
+        error_cb: Callable[[errors.RaftStreamError], None] | None = None,
+        pending_msgs_max: int = PENDING_MSGS_MAX,
+        pending_bytes_max: int = PENDING_BYTES_MAX,
+        timeout: float | None = None,
+    ) -> PushSubscription:
+        """A push subscription over ``Consume`` (ADR-15's workflow: ``raftstream.subscribe``).
+
+        The stream is ``stream`` or the one capturing ``subject``. With a consumer name
+        (``durable``, ``config.durable_name``/``name``, or the ``queue`` name for a queue
+        subscription) an existing consumer is bound if it fits, else created; without one an
+        ephemeral consumer is created. ``idle_heartbeat`` and ``inactive_threshold`` are
+        SECONDS here (``config`` fields are ns). ``ordered_consumer``: see
+        ``raftstream.ordered`` (no queue, durable or manual_ack).
+
+        Messages come from ``next_msg``/``async for`` or, with ``cb``, go to the coroutine
+        ``cb(msg)`` one at a time, acked after it returns unless ``manual_ack``. Errors no
+        call can raise (missed heartbeats, sequence gaps, a consumer deleted under the
+        subscription) go to ``error_cb`` (default: the client's). Consumers the SDK created
+        are deleted by ``unsubscribe()``/``drain()``. At most ``pending_msgs_max`` messages
+        / ``pending_bytes_max`` bytes wait in the subscription (then it stops reading).
+        """
+        cfg = _workflow.push_config(
+            config,
+            durable=durable,
+            idle_heartbeat=idle_heartbeat,
+            flow_control=flow_control,
+            deliver_policy=deliver_policy,
+            inactive_threshold=inactive_threshold,
+        )
+        options = _workflow.PushOptions(
+            cb=cb,
+            manual_ack=manual_ack,
+            error_cb=error_cb,
+            pending_msgs_max=pending_msgs_max,
+            pending_bytes_max=pending_bytes_max,
+        )
+        self._check_open()
+        if ordered_consumer:
+            check_ordered_options(queue=queue, durable=durable, manual_ack=manual_ack, cfg=cfg)
+            return await subscribe_ordered(self, subject, stream=stream, cfg=cfg, options=options)
+        return await _workflow.subscribe(
+            self, subject, queue=queue, stream=stream, cfg=cfg, options=options, timeout=timeout
+        )
+
+    async def subscribe_bind(
+        self,
+        stream: str,
+        consumer: str,
+        *,
+        queue: str | None = None,
+        manual_ack: bool = False,
+        cb: MsgCallback | None = None,
+        error_cb: Callable[[errors.RaftStreamError], None] | None = None,
+        pending_msgs_max: int = PENDING_MSGS_MAX,
+        pending_bytes_max: int = PENDING_BYTES_MAX,
+        timeout: float | None = None,
+    ) -> PushSubscription:
+        """Attach to the existing push consumer ``consumer`` of ``stream`` (``NotFoundError``
+        when missing; the queue and duplicate checks of ``subscribe``). The consumer is never
+        deleted by this subscription."""
+        options = _workflow.PushOptions(
+            cb=cb,
+            manual_ack=manual_ack,
+            error_cb=error_cb,
+            pending_msgs_max=pending_msgs_max,
+            pending_bytes_max=pending_bytes_max,
+        )
+        self._check_open()
+        return await _workflow.subscribe_bind(
+            self, stream, consumer, queue=queue, options=options, timeout=timeout
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.UnavailableError("the client is closed")
+
+    def _is_bound(self, stream: str, consumer: str) -> bool:
+        return (stream, consumer) in self._bound
+
+    def _register(self, sub: PushSubscription, *, bound: bool) -> None:
+        self._subs.add(sub)
+        if bound:
+            self._bound.add((sub.stream, sub.consumer))
+
+    def _closer(
+        self, stream: str, consumer: str, *, delete: bool, bound: bool
+    ) -> Callable[[], Awaitable[None]]:
+        """What a subscription runs when it ends: forget it, delete its consumer if the SDK
+        created it (a consumer already gone is fine)."""
+
+        async def close() -> None:
+            self._subs = {s for s in self._subs if not s.is_closed}
+            if bound:
+                self._bound.discard((stream, consumer))
+            if delete and not self._closed:
+                with contextlib.suppress(errors.NotFoundError):  # gone already: fine
+                    await self.delete_consumer(stream, consumer)
+
+        return close
+
+    # -- key-value ----------------------------------------------------------------------------
+
+    async def create_key_value(
+        self,
+        bucket: str,
+        *,
+        description: str = "",
+        history: int = 1,
+        ttl: float | None = None,
+        max_value_size: int = UNLIMITED,
+        max_bytes: int = UNLIMITED,
+        storage: StorageType | str = StorageType.FILE,
+        replicas: int = 1,
+        timeout: float | None = None,
+    ) -> KeyValue:
+        """Create a bucket (its stream ``KV_<bucket>``; see ``raftstream.kv``): ``history``
+        revisions per key (1-64), ``ttl`` seconds per value (None: forever), values up to
+        ``max_value_size`` bytes. Idempotent for an identical bucket; ``AlreadyExistsError``
+        when one with another config exists."""
+        cfg = bucket_stream_config(
+            bucket,
+            description=description,
+            history=history,
+            ttl=ttl,
+            max_value_size=max_value_size,
+            max_bytes=max_bytes,
+            storage=storage,
+            replicas=replicas,
+        )
+        await self.add_stream(cfg, timeout=timeout)
+        return KeyValue(self, bucket)
+
+    async def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
+        """An existing bucket; ``BucketNotFoundError`` when there is none."""
+        validate_bucket(bucket)
+        try:
+            await self.stream_info(f"KV_{bucket}", timeout=timeout)
+        except errors.NotFoundError:
+            raise errors.BucketNotFoundError(
+                f"bucket {bucket!r} not found", bucket=bucket
+            ) from None
+        return KeyValue(self, bucket)
+
+    async def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> bool:
+        """Delete a bucket and every value in it; ``BucketNotFoundError`` when missing."""
+        validate_bucket(bucket)
+        try:
+            return await self.delete_stream(f"KV_{bucket}", timeout=timeout)
+        except errors.NotFoundError:
+            raise errors.BucketNotFoundError(
+                f"bucket {bucket!r} not found", bucket=bucket
+            ) from None
 
 
 def _stream_config(config: StreamConfig | None, params: Mapping[str, Any]) -> StreamConfig:

@@ -13,24 +13,36 @@ from typing import Any, ClassVar
 
 __all__ = [
     "AlreadyExistsError",
+    "BucketNotFoundError",
     "Code",
     "ConflictError",
+    "ConsumerMismatchError",
     "DataLossError",
     "DeadlineExceededError",
     "DuplicateError",
+    "DuplicateSubscriptionError",
     "ExpectedLastMsgIdError",
     "ExpectedLastSeqError",
     "ExpectedLastSubjectSeqError",
     "ExpectedStreamError",
     "InvalidArgumentError",
+    "InvalidKeyError",
     "InvariantError",
+    "KeyDeletedError",
+    "KeyExistsError",
+    "KeyNotFoundError",
+    "KeyWrongLastSequenceError",
     "LimitError",
+    "MissedHeartbeatError",
     "NoLeaderError",
+    "NoStreamMatchError",
     "NotFoundError",
     "NotLeaderError",
     "PermissionDeniedError",
     "PreconditionError",
     "RaftStreamError",
+    "SequenceGapError",
+    "SubscriptionClosedError",
     "UnavailableError",
     "invariant",
 ]
@@ -193,6 +205,82 @@ class InvariantError(RaftStreamError):
 
     code = Code.INTERNAL
     reason = "INVARIANT"
+
+
+# -- the SDK's subscribe workflow and key-value buckets (client-side refusals) ---------------
+
+
+class NoStreamMatchError(NotFoundError):
+    """No stream (or more than one) captures the subject a subscription names."""
+
+    reason = "NO_STREAM_MATCH"
+
+
+class ConsumerMismatchError(InvalidArgumentError):
+    """An existing consumer does not fit the subscription (pull vs push, queue group, filter
+    subject, or a requested config field that differs); ``field`` names what differs."""
+
+    reason = "CONSUMER_MISMATCH"
+
+
+class DuplicateSubscriptionError(AlreadyExistsError):
+    """A second non-queue subscription to a push consumer that already has one."""
+
+    reason = "DUPLICATE_SUBSCRIPTION"
+
+
+class SubscriptionClosedError(RaftStreamError):
+    """The subscription was unsubscribed, drained, or its client closed."""
+
+    code = Code.CANCELLED
+    reason = "SUBSCRIPTION_CLOSED"
+
+
+class MissedHeartbeatError(UnavailableError):
+    """No message or heartbeat arrived for 3x the consumer's idle heartbeat interval
+    (reported to the error callback; the subscription goes on)."""
+
+    reason = "MISSED_HEARTBEAT"
+
+
+class SequenceGapError(RaftStreamError):
+    """A push subscription saw the consumer sequence jump (reported to the error callback):
+    ``details["expected"]`` and ``details["got"]`` are consumer sequences."""
+
+    code = Code.DATA_LOSS
+    reason = "SEQUENCE_GAP"
+
+
+class BucketNotFoundError(NotFoundError):
+    reason = "BUCKET_NOT_FOUND"
+
+
+class InvalidKeyError(InvalidArgumentError):
+    reason = "INVALID_KEY"
+
+
+class KeyNotFoundError(NotFoundError):
+    """The key has no value (never set, or the history holds none at that revision)."""
+
+    reason = "KEY_NOT_FOUND"
+
+
+class KeyDeletedError(KeyNotFoundError):
+    """The key's latest entry is a delete or purge marker; ``details["revision"]``."""
+
+    reason = "KEY_DELETED"
+
+
+class KeyWrongLastSequenceError(ExpectedLastSubjectSeqError):
+    """A compare-and-set (``update``) lost: the key's last revision is not the expected one."""
+
+    reason = "KEY_WRONG_LAST_SEQUENCE"
+
+
+class KeyExistsError(KeyWrongLastSequenceError):
+    """``create`` found the key holding a value."""
+
+    reason = "KEY_EXISTS"
 
 
 def invariant(cond: bool, msg: str) -> None:

@@ -12,7 +12,8 @@ JetStream ack kinds for its ack token (``reply``):
   redelivered, not even after a leader failover. It raises the typed error otherwise.
 
 After a terminal ack (ack, ack_sync, nak, term) further acks on the same message are ignored,
-as ADR-15 asks; ``in_progress`` may be sent any number of times before one.
+as ADR-15 asks; ``in_progress`` may be sent any number of times before one. A message of a
+consumer with ack policy none (``acks_ignored``) ignores every ack.
 """
 
 from __future__ import annotations
@@ -49,7 +50,16 @@ class AckSender(Protocol):
 class Msg:
     """A message delivered by a consumer (see the module docstring)."""
 
-    __slots__ = ("_acked", "_metadata", "_sender", "data", "headers", "reply", "subject")
+    __slots__ = (
+        "_acked",
+        "_acks_ignored",
+        "_metadata",
+        "_sender",
+        "data",
+        "headers",
+        "reply",
+        "subject",
+    )
 
     def __init__(
         self,
@@ -59,7 +69,10 @@ class Msg:
         headers: Mapping[str, str] | None,
         reply: str,
         sender: AckSender,
+        acks_ignored: bool = False,
     ) -> None:
+        """``acks_ignored``: the consumer's ack policy is none, so every ack method is a
+        no-op (ADR-15: with ack policy none the client ignores requests to ack)."""
         self.subject = subject
         self.data = data
         self.headers: Mapping[str, str] = headers or _EMPTY
@@ -67,6 +80,7 @@ class Msg:
         self._sender = sender
         self._metadata: MsgMetadata | None = None
         self._acked = False
+        self._acks_ignored = acks_ignored
 
     def __repr__(self) -> str:
         return f"Msg(subject={self.subject!r}, reply={self.reply!r}, data={len(self.data)} bytes)"
@@ -84,7 +98,7 @@ class Msg:
         return self._acked
 
     async def _send(self, item: pb.AckItem, *, terminal: bool) -> None:
-        if self._acked:
+        if self._acked or self._acks_ignored:
             return
         if terminal:
             self._acked = True
@@ -98,7 +112,7 @@ class Msg:
     async def ack_sync(self, timeout: float | None = None) -> None:
         """+ACK, answered once replicated; raises the typed error otherwise (the message may
         then be redelivered). ``timeout`` in seconds (None: the client's)."""
-        if self._acked:
+        if self._acked or self._acks_ignored:
             return
         item = pb.AckItem(kind=pb.ACK_KIND_ACK, reply=self.reply, sync=True)
         await self._sender.send_sync(item, self.metadata.stream, timeout_s=timeout)

@@ -1,0 +1,64 @@
+"""Helpers of the SDK's integration tests (real clusters from ``conftest.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import raftstream
+from raftstream import errors
+from raftstream.client import Client
+from tests.cluster.node_harness import LocalCluster
+
+T = TypeVar("T")
+
+# A safety net against hangs (the machine is shared and slow), never a timed assertion.
+BODY_LIMIT_S = 90.0
+POLL_S = 0.02
+
+
+def run(body: Awaitable[Any]) -> Any:
+    async def limited() -> Any:
+        return await asyncio.wait_for(body, BODY_LIMIT_S)
+
+    return asyncio.run(limited())
+
+
+@asynccontextmanager
+async def connected(
+    cluster: LocalCluster, errs: list[errors.RaftStreamError] | None = None
+) -> AsyncIterator[Client]:
+    rs = await raftstream.connect(
+        cluster.servers, timeout=20, error_cb=errs.append if errs is not None else None
+    )
+    try:
+        yield rs
+    finally:
+        await rs.close()
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], *, what: str) -> T:
+    """Poll ``probe`` until it returns something other than None (reads from a node whose
+    meta state may lag the meta leader's by an apply)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + BODY_LIMIT_S / 2
+    while True:
+        value = await probe()
+        if value is not None:
+            return value
+        if loop.time() > end:
+            raise AssertionError(f"never happened: {what}")
+        await asyncio.sleep(POLL_S)
+
+
+async def consumer_gone(rs: Client, stream: str, name: str) -> None:
+    async def probe() -> bool | None:
+        return True if name not in await rs.consumer_names(stream) else None
+
+    await eventually(probe, what=f"consumer {name} deleted")
+
+
+async def stream(rs: Client, name: str, *subjects: str, replicas: int = 3) -> None:
+    await rs.add_stream(name=name, subjects=list(subjects), num_replicas=replicas)
