@@ -491,11 +491,28 @@ def _header_rollup(headers: Mapping[str, str]) -> Rollup | None:
         raise InvalidArgumentError(HDR_ROLLUP, f"must be 'sub' or 'all': {text!r}") from None
 
 
+_NO_OPTIONS = PublishOptions()
+
+
+def _no_option_fields(e: Publish) -> bool:
+    """True when none of the publish's optional fields but ``msg_id`` is given."""
+    return (
+        e.expected_stream is None
+        and e.expected_last_seq is None
+        and e.expected_last_subject_seq is None
+        and e.expected_last_subject_seq_subject is None
+        and e.expected_last_msg_id is None
+        and e.ttl_ns is None
+    )
+
+
 def publish_options(e: Publish) -> PublishOptions:
     """Merge a publish's fields with its JetStream headers; ``InvalidArgumentError`` naming
     the field or header when one is malformed or the two disagree. Empty headers are unset."""
     h = e.headers
-    if not h:  # the common case, on the publish path: no header to parse or merge
+    if not h and _no_option_fields(e):  # the common publish: a msg id at most
+        return PublishOptions(msg_id=e.msg_id) if e.msg_id else _NO_OPTIONS
+    if not h:  # no header to parse or merge
         return PublishOptions(
             msg_id=e.msg_id or None,
             expected_stream=e.expected_stream or None,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,9 @@ PENDING_MSG_OVERHEAD_BYTES = 128
 SUBJECT_CACHE_ENTRIES_MAX = 4096  # cached subject counts kept between transactions
 PURGE_CHUNK_MSGS = 4096  # sequences collected per pass of a range purge or TTL expiry
 _NO_DEDUP_RECORDS = TS_NS_MAX + 1  # a dedup floor above any record's time: there are none
+_NO_TTL = TS_NS_MAX + 1  # a TTL floor above any deadline: no message has a TTL
+# What ``transaction()`` returns inside an open transaction: joining needs no work.
+JOINED_TRANSACTION: AbstractContextManager[None] = nullcontext()
 
 
 def open_node_env(
@@ -140,6 +143,10 @@ class LmdbStreamStore(LmdbStreamReads):
         # Lets the dedup_expire of every applied entry return without an LMDB call when no
         # record is due; raised by expiry, lowered by puts, reset when a transaction aborts.
         self._dedup_floor_ns = 0
+        # Likewise no TTL deadline of the stream's messages is earlier than this: expire()
+        # returns at once while it is in the future. Lowered by appends with a TTL, set by a
+        # scan of the TTL index, reset when a transaction aborts.
+        self._ttl_floor_ns = 0
         with env.begin(write=True) as txn:
             self._id = self._stream_id(txn, raw_name)
             self._prefix = ID.pack(self._id)
@@ -174,6 +181,18 @@ class LmdbStreamStore(LmdbStreamReads):
     def limits(self) -> StoreLimits:
         return self._meta.limits
 
+    @property
+    def last_seq(self) -> int:
+        """``state().last_seq`` without building a ``StreamState`` (read per applied entry)."""
+        self._check_open()
+        return self._meta.last_seq
+
+    @property
+    def last_ts(self) -> int:
+        """``state().last_ts`` without building a ``StreamState`` (read per applied entry)."""
+        self._check_open()
+        return self._meta.last_ts
+
     def update_limits(self, limits: StoreLimits, now_ns: int) -> None:
         """Change limits and enforce them at once, removing the oldest messages as needed."""
         with self.transaction():
@@ -188,8 +207,7 @@ class LmdbStreamStore(LmdbStreamReads):
             self._enforce_totals()
             self._expire_age(now_ns)
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self) -> AbstractContextManager[None]:
         """One LMDB write transaction (one fsync) for everything done inside the block.
 
         Nested blocks join the outermost one. An exception leaving the outermost block aborts
@@ -199,8 +217,13 @@ class LmdbStreamStore(LmdbStreamReads):
         """
         self._check_open()
         if self._txn is not None:
-            yield
-            return
+            # Joining costs nothing: the stream state machine nests several blocks per
+            # applied entry inside the caller's batch, so this is on the publish path.
+            return JOINED_TRANSACTION
+        return self._outermost_transaction()
+
+    @contextmanager
+    def _outermost_transaction(self) -> Iterator[None]:
         saved = replace(self._meta)
         txn = self._env.begin(write=True)
         self._txn = txn
@@ -238,6 +261,7 @@ class LmdbStreamStore(LmdbStreamReads):
         self._forget_subjects()
         self._first_ts = (0, 0)
         self._dedup_floor_ns = 0
+        self._ttl_floor_ns = 0
         self._meta = saved
         self._limits_changed()
 
@@ -349,6 +373,7 @@ class LmdbStreamStore(LmdbStreamReads):
             seq_b = SEQ.pack(seq)
             tkey = self._prefix + SEQ.pack(now_ns + ttl_ns) + seq_b
             self._txn.put(tkey, seq_b, db=self._dbs.ttl)
+            self._ttl_floor_ns = min(self._ttl_floor_ns, now_ns + ttl_ns)
         if subj.count == 0:
             m.num_subjects += 1
         subj.count += 1
@@ -419,12 +444,27 @@ class LmdbStreamStore(LmdbStreamReads):
         max_age = self._meta.limits.max_age_ns
         removed = 0
         while max_age > 0 and self._meta.msgs:
-            head = self._head(self._wt_msgs(), self._meta.first_seq)
-            if head.ts + max_age > now_ns:
+            if self._first_stored_ts() + max_age > now_ns:
                 break
-            self._remove(head)
+            self._remove(self._head(self._wt_msgs(), self._meta.first_seq))
             removed += 1
         return removed
+
+    def _first_stored_ts(self) -> int:
+        """The timestamp of the first stored message (the stream holds one), cached per
+        ``first_seq``. A miss reads the record without writing the buffered appends, unless
+        the first message is one of them: checking ``max_age`` when nothing is due then
+        costs no LMDB call and keeps the transaction's appends batched."""
+        m = self._meta
+        seq, ts = self._first_ts
+        if seq == m.first_seq:
+            return ts
+        invariant(self._txn is not None and m.msgs > 0, "first message read outside a write")
+        pend = self._pend_msgs
+        txn = self._wt_msgs() if pend and m.first_seq >= pend[0][0] else self._txn
+        ts = self._head(txn, m.first_seq).ts
+        self._first_ts = (m.first_seq, ts)
+        return ts
 
     def skip(self, seq: int) -> None:
         """Make ``seq`` the next sequence; ``seq`` must be above ``last_seq``."""
@@ -530,12 +570,39 @@ class LmdbStreamStore(LmdbStreamReads):
             return self._purge_subject(req, req.subject)
 
     def expire(self, now_ns: int) -> int:
-        """Remove messages past ``max_age`` or their TTL as of ``now_ns``; returns count."""
+        """Remove messages past ``max_age`` or their TTL as of ``now_ns``; returns count.
+
+        Called for every applied entry: when nothing can be due (no age limit or a young
+        first message, and no TTL deadline reached) it returns without an LMDB call and
+        without writing the buffered appends."""
+        self._check_open()
+        if not self._expiry_due(now_ns):
+            return 0
         with self.transaction():
             return self._expire_age(now_ns) + self._expire_ttl(now_ns)
 
+    def _expiry_due(self, now_ns: int) -> bool:
+        """False only when ``expire(now_ns)`` certainly removes nothing (cheap checks)."""
+        if now_ns >= self._ttl_floor_ns:
+            return True
+        max_age = self._meta.limits.max_age_ns
+        if max_age <= 0 or not self._meta.msgs:
+            return False
+        seq, ts = self._first_ts
+        return seq != self._meta.first_seq or ts + max_age <= now_ns
+
     def _expire_ttl(self, now_ns: int) -> int:
-        """Remove the messages whose TTL deadline (ts + ttl) is at or before ``now_ns``."""
+        """Remove the messages whose TTL deadline (ts + ttl) is at or before ``now_ns``;
+        then raise the TTL floor to the earliest deadline left."""
+        removed = self._remove_due_ttl(now_ns)
+        cur = self._txn.cursor(db=self._dbs.ttl)  # TTL entries are never buffered
+        key = cur.key() if cur.set_range(self._prefix) else b""
+        self._ttl_floor_ns = (
+            int(SEQ.unpack_from(key, ID.size)[0]) if key.startswith(self._prefix) else _NO_TTL
+        )
+        return removed
+
+    def _remove_due_ttl(self, now_ns: int) -> int:
         hi = self._prefix + SEQ.pack(now_ns) + SEQ_MAX
         start = self._prefix
         removed = 0

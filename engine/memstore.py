@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -52,6 +52,8 @@ NEXT_WALK_SEQS_MAX = 64  # sequences load_next walks before scanning a subject's
 _SUBJECT_CACHE_ENTRIES_MAX = 4096
 valid_subject = lru_cache(maxsize=_SUBJECT_CACHE_ENTRIES_MAX)(validate_subject)
 valid_filter = lru_cache(maxsize=_SUBJECT_CACHE_ENTRIES_MAX)(validate_filter)
+# What ``transaction()`` returns inside an open transaction: joining needs no work.
+_JOINED: AbstractContextManager[None] = nullcontext()
 
 
 def check_append_args(now_ns: int, ttl_ns: int) -> None:
@@ -113,30 +115,44 @@ class MemoryStreamStore:
             self._enforce_totals()
             self._expire_age(now_ns)
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
+    @property
+    def last_seq(self) -> int:
+        """``state().last_seq`` without building a ``StreamState``."""
+        self._open()
+        return self._c.last_seq
+
+    @property
+    def last_ts(self) -> int:
+        """``state().last_ts`` without building a ``StreamState``."""
+        self._open()
+        return self._c.last_ts
+
+    def transaction(self) -> AbstractContextManager[None]:
         """Group mutations; an exception leaving the outermost block rolls all of them back.
 
-        Nested blocks join the outermost one.
+        Nested blocks join the outermost one (at no cost: nothing to set up or undo).
         """
         self._open()
-        if self._txn_depth == 0:
-            self._undo = []
-            self._dedup_undo = []
-            self._saved = (replace(self._c), self._limits)
-        self._txn_depth += 1
+        if self._txn_depth:
+            return _JOINED
+        return self._outermost_transaction()
+
+    @contextmanager
+    def _outermost_transaction(self) -> Iterator[None]:
+        self._undo = []
+        self._dedup_undo = []
+        self._saved = (replace(self._c), self._limits)
+        self._txn_depth = 1
         try:
             yield
         except BaseException:
-            self._txn_depth -= 1
-            if self._txn_depth == 0:
-                self._rollback()
+            self._txn_depth = 0
+            self._rollback()
             raise
-        self._txn_depth -= 1
-        if self._txn_depth == 0:
-            self._undo = None
-            self._dedup_undo = None
-            self._saved = None
+        self._txn_depth = 0
+        self._undo = None
+        self._dedup_undo = None
+        self._saved = None
 
     # -- Protocol: writes ------------------------------------------------------------------
 
@@ -201,8 +217,11 @@ class MemoryStreamStore:
             return self._purge(req)
 
     def expire(self, now_ns: int) -> int:
-        """Remove messages past ``max_age`` or their TTL as of ``now_ns``; returns count."""
+        """Remove messages past ``max_age`` or their TTL as of ``now_ns``; returns count.
+        Returns at once when nothing can be due (called for every applied entry)."""
         self._open()
+        if not self._expiry_due(now_ns):
+            return 0
         with self.transaction():
             removed = self._expire_age(now_ns)
             while self._ttl_heap and self._ttl_heap[0][0] <= now_ns:
@@ -212,6 +231,15 @@ class MemoryStreamStore:
                     self._remove(msg)
                     removed += 1
         return removed
+
+    def _expiry_due(self, now_ns: int) -> bool:
+        """False only when ``expire(now_ns)`` certainly removes nothing."""
+        if self._ttl_heap and self._ttl_heap[0][0] <= now_ns:
+            return True
+        max_age = self._limits.max_age_ns
+        if max_age <= 0 or not self._msgs:
+            return False
+        return self._msgs[self._c.first_seq].ts + max_age <= now_ns
 
     # -- Protocol: deduplication records ---------------------------------------------------
 

@@ -234,11 +234,22 @@ class StreamStore(Protocol):
     @property
     def limits(self) -> StoreLimits: ...
 
+    @property
+    def last_seq(self) -> int:
+        """``state().last_seq``, cheaply: the stream state machine reads it per entry."""
+        ...
+
+    @property
+    def last_ts(self) -> int:
+        """``state().last_ts``, cheaply: the stream state machine reads it per entry."""
+        ...
+
     def update_limits(self, limits: StoreLimits, now_ns: int) -> None:
         """Change limits; enforces them at once (may remove old messages)."""
 
     def transaction(self) -> AbstractContextManager[None]:
-        """Group appends/deletes/purges into one write transaction (one fsync)."""
+        """Group appends/deletes/purges into one write transaction (one fsync). A block
+        opened inside another joins it (cheaply: callers nest them per applied entry)."""
 
     def append(
         self,
@@ -282,7 +293,9 @@ class StreamStore(Protocol):
         ``seq`` (and ``last_seq`` moves up to ``seq - 1`` if it was lower)."""
 
     def expire(self, now_ns: int) -> int:
-        """Remove messages past ``max_age`` or their TTL as of ``now_ns``; returns count."""
+        """Remove messages past ``max_age`` or their TTL as of ``now_ns``; returns count.
+        Called for every applied entry, so it must be cheap when nothing is due: no I/O,
+        and (LMDB) no write of the transaction's buffered appends."""
 
     def state(self, *, subjects_filter: str | None = None) -> StreamState: ...
 

@@ -36,7 +36,7 @@ consumers' own deterministic apply path, so every replica makes them in the same
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
@@ -53,7 +53,7 @@ from raftstream.engine.entries import (
     UpdateConfig,
     publish_options,
 )
-from raftstream.engine.store import StoredMsg, StreamStore, headers_size
+from raftstream.engine.store import EMPTY_HEADERS, StoredMsg, StreamStore, headers_size
 from raftstream.engine.stream_config import (
     RetentionPolicy,
     StreamConfig,
@@ -148,6 +148,25 @@ _SUBJECT_CACHE_ENTRIES_MAX = 4096
 _valid_subject = lru_cache(maxsize=_SUBJECT_CACHE_ENTRIES_MAX)(validate_subject)
 
 
+def _remember(cache: dict[str, str], subject: str, value: str) -> None:
+    """Cache ``value`` for ``subject``, dropping the whole cache when it is full: a cache
+    miss only recomputes a pure function of the config, so eviction cannot change results."""
+    if len(cache) >= _SUBJECT_CACHE_ENTRIES_MAX:
+        cache.clear()
+    cache[subject] = value
+
+
+def _stored_headers(e: Publish, opts: PublishOptions) -> Mapping[str, str]:
+    """The headers stored with a publish: its own, plus its msg id, which is part of the
+    message as in JetStream (expected-last-msg-id reads it back). Without either, the
+    shared empty mapping (no dict per message on the common path)."""
+    if opts.msg_id is None:
+        return dict(e.headers) if e.headers else EMPTY_HEADERS
+    headers = dict(e.headers)
+    headers[HDR_MSG_ID] = opts.msg_id
+    return headers
+
+
 class Stream:
     """A stream's deterministic state machine over its store.
 
@@ -170,6 +189,10 @@ class Stream:
         self._config = config.validate()
         self._store = store
         self._retention = retention
+        # Per-config caches of the publish path (pure functions of the config; cleared when
+        # it changes): subjects known to be valid and captured, and their stored subjects.
+        self._captured: dict[str, str] = {}
+        self._transformed: dict[str, str] = {}
         state = store.state()
         if store.limits != store_limits(self._config):
             store.update_limits(store_limits(self._config), state.last_ts)
@@ -213,12 +236,15 @@ class Stream:
         Any other error (``DataLossError``, ``InvariantError``, a failed commit) aborts the
         transaction and leaves this object unusable: reopen the stream from its store.
         """
+        store = self._store
         now = self._now(entry.ts_ns)
         refused: RaftStreamError | None = None
-        with self._store.transaction():
+        with store.transaction():
             # Expiry first, as of the entry's (leader-stamped) time, so limits and
-            # preconditions see the stream as it is at that moment on every replica.
-            expired = self._store.expire(now)
+            # preconditions see the stream as it is at that moment on every replica. Both
+            # calls return at once when nothing is due (the stores keep their floors), so
+            # the common entry pays no I/O here and the batch's appends stay buffered.
+            expired = store.expire(now)
             self._expire_dedup(now)
             try:
                 result = self._dispatch(entry, now, expired)
@@ -251,28 +277,44 @@ class Stream:
         # Leader-stamped time, never below the last append's stamp: a new leader whose clock
         # lags cannot move time backwards, and every replica reads the same bound from its
         # store, restarted or not.
-        return max(ts_ns, self._store.state().last_ts)
+        ts = self._store.last_ts
+        return ts_ns if ts_ns > ts else ts
+
+    def _check_captured(self, subject: str) -> None:
+        """``InvalidArgumentError`` unless ``subject`` is a valid subject this stream
+        captures. Cached per config: publishes repeat a few subjects."""
+        if subject in self._captured:
+            return
+        cfg = self._config
+        _valid_subject(subject)
+        if not any(subject_matches(s, subject) for s in cfg.subjects):
+            raise InvalidArgumentError("subject", f"{subject!r} is not captured by {cfg.name}")
+        _remember(self._captured, subject, subject)
+
+    def _stored_subject(self, subject: str) -> str:
+        """The subject a captured ``subject`` is stored under (``subject_transform``)."""
+        transform = self._config.subject_transform
+        if transform is None:
+            return subject
+        out = self._transformed.get(subject)
+        if out is None:
+            out = transform.apply(subject)
+            _remember(self._transformed, subject, out)
+        return out
 
     def _publish(self, e: Publish, now: int) -> PubAck:
         cfg = self._config
-        _valid_subject(e.subject)
-        if not any(subject_matches(s, e.subject) for s in cfg.subjects):
-            raise InvalidArgumentError("subject", f"{e.subject!r} is not captured by {cfg.name}")
+        self._check_captured(e.subject)
         self._refuse_if_sealed("publish")
         opts = publish_options(e)
         if opts.msg_id is not None:
             dup = self._find_duplicate(opts.msg_id, now)
             if dup is not None:
                 return PubAck(stream=cfg.name, seq=dup, duplicate=True)
-        subject = e.subject
-        if cfg.subject_transform is not None:
-            subject = cfg.subject_transform.apply(subject)
+        subject = self._stored_subject(e.subject)
         self._check_expected(opts, subject)
         self._check_permissions(opts)
-        headers = dict(e.headers)
-        if opts.msg_id is not None:
-            # Part of the message, as in JetStream (expected-last-msg-id reads it back).
-            headers[HDR_MSG_ID] = opts.msg_id
+        headers = _stored_headers(e, opts)
         if cfg.max_msg_size > 0 and headers_size(headers) + len(e.data) > cfg.max_msg_size:
             raise LimitError(
                 f"message size exceeds max_msg_size {cfg.max_msg_size}",
@@ -281,7 +323,7 @@ class Stream:
         if cfg.retention is RetentionPolicy.INTEREST and not self._has_interest(subject):
             # JetStream: no consumer wants it, so the sequence is used but nothing is stored;
             # its msg id is still recorded, so a retry gets the same answer.
-            seq = self._store.state().last_seq + 1
+            seq = self._store.last_seq + 1
             with self._store.transaction():
                 self._store.skip(seq + 1)
                 self._record_msg_id(opts, seq, now)
@@ -290,7 +332,12 @@ class Stream:
         return PubAck(stream=cfg.name, seq=seq)
 
     def _store_msg(
-        self, subject: str, data: bytes, headers: dict[str, str], now: int, opts: PublishOptions
+        self,
+        subject: str,
+        data: bytes,
+        headers: Mapping[str, str],
+        now: int,
+        opts: PublishOptions,
     ) -> int:
         """Append, record the msg id and, for a rollup, purge the older messages: one
         transaction, so the message and its dedup record commit (or not) together."""
@@ -326,7 +373,7 @@ class Stream:
                 expected=opts.expected_stream,
             )
         if opts.expected_last_seq is not None:
-            last = self._store.state().last_seq
+            last = self._store.last_seq
             if opts.expected_last_seq != last:
                 raise ExpectedLastSeqError(
                     f"wrong last sequence: {last}", expected=opts.expected_last_seq, last=last
@@ -358,7 +405,7 @@ class Stream:
 
     def _last_msg_id(self) -> str:
         """The msg id of the message at the last sequence ('' if none or removed)."""
-        last = self._store.state().last_seq
+        last = self._store.last_seq
         if last == 0:
             return ""
         try:
@@ -416,6 +463,8 @@ class Stream:
         # A new duplicate_window applies from the next entry; records already expired stay
         # gone (JetStream does not bring ids back when the window grows).
         self._config = new
+        self._captured.clear()  # subjects and transform may have changed
+        self._transformed.clear()
         return ConfigUpdated(config=new)
 
     # -- retention: called by the consumer engine ------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-PARTS = ("store", "sublist", "consumer")
+PARTS = ("store", "sublist", "consumer", "stream")
 
 
 def main(argv: list[str]) -> int:

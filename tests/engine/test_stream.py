@@ -29,6 +29,7 @@ from raftstream.engine.entries import (
     Entry,
     Expire,
     Publish,
+    PublishOptions,
     Purge,
     UpdateConfig,
     decode,
@@ -36,6 +37,7 @@ from raftstream.engine.entries import (
     encode,
     encode_batch,
     parse_ttl,
+    publish_options,
 )
 from raftstream.engine.memstore import MemoryStreamStore
 from raftstream.engine.store import DiscardPolicy
@@ -552,6 +554,55 @@ def test_update_applies_new_limits_at_once(kit: Kit) -> None:
     result = s.apply(UpdateConfig(ts_ns=T0, config=cfg))
     assert result == ConfigUpdated(config=cfg.validate())
     assert seqs(s) == [4, 5]
+
+
+def test_update_of_subjects_and_transform_applies_to_the_next_publish(kit: Kit) -> None:
+    """A stream update that changes ``subjects`` or ``subject_transform`` governs the very
+    next publish: a subject captured before and dropped now is refused, a new one is
+    captured, and the new transform (or none) decides the stored subject."""
+    s = kit.stream(subject_transform=SubjectTransform(src="s.*", dest="t.$1"))
+    assert pub(s, "s.a").seq == 1 and s.store.load(1).subject == "t.a"
+    cfg = StreamConfig(
+        name="S",
+        subjects=("s.>", "u.>"),
+        subject_transform=SubjectTransform(src="s.*", dest="v.$1"),
+    )
+    s.apply(UpdateConfig(ts_ns=T0, config=cfg))
+    assert pub(s, "s.a").seq == 2 and s.store.load(2).subject == "v.a"
+    assert pub(s, "u.a").seq == 3
+    s.apply(UpdateConfig(ts_ns=T0, config=StreamConfig(name="S", subjects=("u.>",))))
+    with pytest.raises(InvalidArgumentError):
+        pub(s, "s.a")
+    assert pub(s, "u.a").seq == 4 and s.store.load(4).subject == "u.a"
+
+
+def test_many_distinct_subjects_stay_captured(kit: Kit) -> None:
+    """More distinct subjects than the stream's per-config subject cache holds: every one
+    is still captured and stored under its own subject (the cache only saves work)."""
+    s = kit.stream()
+    n = 5000
+    with s.store.transaction():
+        for i in range(n):
+            assert pub(s, f"s.k{i}", t=T0 + i).seq == i + 1
+    assert s.store.state().num_subjects == n
+    assert s.store.load(n).subject == f"s.k{n - 1}"
+    with pytest.raises(InvalidArgumentError):
+        pub(s, "t.k1")
+
+
+def test_publish_options_without_headers() -> None:
+    """A publish without headers: its fields are its options; empty strings are unset and a
+    TTL is still checked (the common case with at most a msg id takes a shortcut)."""
+    assert publish_options(Publish(ts_ns=T0, subject="s.a")) == PublishOptions()
+    assert publish_options(Publish(ts_ns=T0, subject="s.a", msg_id="")) == PublishOptions()
+    got = publish_options(Publish(ts_ns=T0, subject="s.a", msg_id="m1"))
+    assert got == PublishOptions(msg_id="m1")
+    got = publish_options(Publish(ts_ns=T0, subject="s.a", msg_id="m1", expected_stream=""))
+    assert got == PublishOptions(msg_id="m1")
+    got = publish_options(Publish(ts_ns=T0, subject="s.a", expected_last_seq=0))
+    assert got == PublishOptions(expected_last_seq=0)
+    with pytest.raises(InvalidArgumentError):
+        publish_options(Publish(ts_ns=T0, subject="s.a", ttl_ns=1))
 
 
 def test_update_refused_leaves_config_unchanged(kit: Kit) -> None:
