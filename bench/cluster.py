@@ -10,8 +10,11 @@ Each measurement stops after N messages or S seconds, whichever comes first; eve
 is the median of K runs (each on a fresh stream), printed beside its goal (issue 5) and
 beside the floor: the disk's fsync rate, an LMDB commit and the engine's batched store
 append, measured in the same run before and after the parts (fsync speed on a shared
-machine swings 10-30x; see ``raftstream.bench.cluster_floor``). CPU is % of one core for
-the stream leader, the busier follower and the client while measuring.
+machine swings 10-30x; see ``raftstream.bench.cluster_floor``). CPU is shown for the stream
+leader, the two followers together and the client while measuring, as % of one core and as
+microseconds per message: the rates depend on what else the shared machine runs, the CPU
+cost per message much less (on 2 cores, 40,000 msgs/s leaves 50 us per message for all four
+processes together).
 
 The three node processes (``raftstream server``) listen on free 127.0.0.1 ports with data in
 a temporary directory (under ``--data-dir`` if given); they are killed and the directory
@@ -36,7 +39,7 @@ from typing import Any
 
 from raftstream.bench.cluster_floor import Floor, measure_floor
 from raftstream.bench.cluster_nodes import BenchNodes
-from raftstream.bench.cluster_parts import PARTS, Limits, Sample
+from raftstream.bench.cluster_parts import CPU_ROLES, PARTS, Limits, Sample
 
 __all__ = ["main"]
 
@@ -72,8 +75,11 @@ class Result:
     def median(self, figure: str) -> float:
         return statistics.median(s.figures[figure] for s in self.samples)
 
-    def median_cpu(self, who: str) -> float:
-        return statistics.median(s.cpu_pct.get(who, 0.0) for s in self.samples)
+    def median_cpu_pct(self, who: str) -> float:
+        return statistics.median(s.cpu_pct(who) for s in self.samples)
+
+    def median_cpu_us(self, who: str) -> float:
+        return statistics.median(s.cpu_us_per_msg(who) for s in self.samples)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -121,16 +127,18 @@ def _rows(results: list[Result], floor: Floor) -> list[tuple[str, ...]]:
         for figure in SHOWN[res.part]:
             value = res.median(figure)
             runs = " / ".join(_fmt(figure, s.figures[figure]) for s in res.samples)
-            cpu = "/".join(f"{res.median_cpu(w):.0f}" for w in ("leader", "follower", "client"))
+            pct = "/".join(f"{res.median_cpu_pct(w):.0f}" for w in CPU_ROLES)
+            us = "/".join(f"{res.median_cpu_us(w):.0f}" for w in CPU_ROLES)
             rows.append((
                 res.part, f"R{res.replicas}", figure, _fmt(figure, value), runs,
-                _goal(res, figure, value), _vs_floor(figure, value, floor), cpu,
+                _goal(res, figure, value), _vs_floor(figure, value, floor), pct, us,
             ))  # fmt: skip
     return rows
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
-    head = ("part", "R", "figure", "median", "runs", "goal", "vs floor", "cpu% L/F/C")
+    head = ("part", "R", "figure", "median", "runs", "goal", "vs floor", "cpu% L/F/C",
+            "cpu us/msg L/F/C")  # fmt: skip
     cells = [head, *rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
     lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(head))).rstrip() for c in cells]
@@ -165,6 +173,7 @@ def _record(results: list[Result], floors: dict[str, Floor], args: argparse.Name
                 "median": {f: r.median(f) for f in r.samples[0].figures},
                 "goal": {f: GOALS[(r.part, r.replicas, f)][0] for f in r.samples[0].figures
                          if (r.part, r.replicas, f) in GOALS},
+                "cpu_us_per_msg": {w: r.median_cpu_us(w) for w in CPU_ROLES},
                 "runs": [asdict(s) for s in r.samples],
             }
             for r in results

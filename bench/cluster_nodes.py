@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TypeVar
@@ -93,6 +94,7 @@ class BenchNodes:
         self.root = Path(tempfile.mkdtemp(prefix="raftstream-bench-cluster-", dir=parent))
         self.names = [f"n{i + 1}" for i in range(size)]
         self.ports = {name: free_port() for name in self.names}
+        self.metrics_ports = {name: free_port() for name in self.names}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: dict[str, IO[bytes]] = {}
         self._closed = False
@@ -115,6 +117,7 @@ class BenchNodes:
             sys.executable, "-m", "raftstream.cluster",
             "--name", name, "--listen", self.addr(name),
             "--data", str(self.root / name), "--peers", peers, "--log-level", "WARNING",
+            "--metrics-listen", f"127.0.0.1:{self.metrics_ports[name]}",
         ]  # fmt: skip
 
     def start(self) -> None:
@@ -164,6 +167,12 @@ class BenchNodes:
             seen.add(str(info.meta_leader))
         leader = seen.pop() if len(seen) == 1 else ""
         return leader or None
+
+    def metrics(self, name: str) -> str:
+        """The node's Prometheus exposition text (``/metrics``)."""
+        url = f"http://127.0.0.1:{self.metrics_ports[name]}/metrics"
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S * 5) as resp:
+            return str(resp.read().decode())
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds used so far by each node."""

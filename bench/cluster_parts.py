@@ -32,7 +32,7 @@ import raftstream
 from raftstream.bench.cluster_nodes import BenchNodes, cpu_seconds
 from raftstream.client import PUBLISH_ASYNC_PENDING_MSGS_MAX, Client
 
-__all__ = ["PARTS", "Limits", "Sample"]
+__all__ = ["CPU_ROLES", "PARTS", "Limits", "Sample"]
 
 PAYLOAD = b"x" * 128
 FETCH_BATCH_MSGS = 256
@@ -59,13 +59,27 @@ class Limits:
 @dataclass(slots=True)
 class Sample:
     """One measurement: named figures (``msgs_per_s``, ``p50_ms``...), how many messages it
-    covered, where the stream leader was, and CPU use in % of one core while it ran."""
+    covered, where the stream leader was, the wall time measured and the CPU seconds used
+    meanwhile by the leader, the followers (together) and the client (this process)."""
 
     figures: dict[str, float]
     msgs: int
     leader: str
-    cpu_pct: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+    cpu_s: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+
+    def cpu_pct(self, who: str) -> float:
+        """% of one core ``who`` (leader, followers, client) used while measuring."""
+        return 100 * self.cpu_s.get(who, 0.0) / self.wall_s if self.wall_s else float("nan")
+
+    def cpu_us_per_msg(self, who: str) -> float:
+        """CPU microseconds ``who`` spent per message measured: unlike rates, this barely
+        depends on how busy the shared machine is."""
+        return 1e6 * self.cpu_s.get(who, 0.0) / self.msgs if self.msgs else float("nan")
+
+
+CPU_ROLES = ("leader", "followers", "client")
 
 
 class _CpuWindow:
@@ -84,15 +98,15 @@ class _CpuWindow:
     def start(self) -> None:
         self._cpu0, self._t0 = self._now(), time.perf_counter()
 
-    def stop(self, leader: str) -> dict[str, float]:
-        """% of one core per process; the leader's key is ``leader``, the others ``other``
-        (the busier follower)."""
+    def stop(self, leader: str) -> tuple[float, dict[str, float]]:
+        """(wall seconds, CPU seconds by role) since ``start``: the node named ``leader``,
+        the other nodes together, and the client."""
         wall = time.perf_counter() - self._t0
-        used = {k: 100 * (v - self._cpu0.get(k, v)) / wall for k, v in self._now().items()}
-        followers = [v for k, v in used.items() if k not in (leader, "client")]
-        return {
+        used = {k: v - self._cpu0.get(k, v) for k, v in self._now().items()}
+        followers = sum(v for k, v in used.items() if k not in (leader, "client"))
+        return wall, {
             "leader": used.get(leader, 0.0),
-            "follower": max(followers, default=0.0),
+            "followers": followers,
             "client": used["client"],
         }
 
@@ -158,7 +172,7 @@ async def _on_fresh_stream(
         try:
             cpu.start()
             measured = await body(_Run(client, stream, subject, cpu))
-            cpu_pct = cpu.stop(leader)
+            wall_s, cpu_s = cpu.stop(leader)
         finally:
             await client.close()
         await admin.delete_stream(stream)
@@ -168,7 +182,8 @@ async def _on_fresh_stream(
         figures=measured.figures,
         msgs=measured.msgs,
         leader=leader,
-        cpu_pct=cpu_pct,
+        wall_s=wall_s,
+        cpu_s=cpu_s,
         errors=measured.errors,
     )
 
