@@ -11,10 +11,14 @@ called by the node's leadership monitor; counters move where the event happens.
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
+import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-__all__ = ["NodeMetrics"]
+__all__ = ["LatencyInterceptor", "NodeMetrics"]
 
 _LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
@@ -95,3 +99,75 @@ class NodeMetrics:
     def serve(self, host: str, port: int) -> None:
         """Serve ``/metrics`` over HTTP on ``host:port`` (a daemon thread of the library)."""
         start_http_server(port, addr=host, registry=self.registry)
+
+
+def _code_name(context: Any) -> str:
+    code = context.code()
+    if code is None:
+        return "OK"
+    return str(getattr(code, "name", code))
+
+
+class LatencyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Observes every client API call's duration (a streamed call: until it ends) in
+    ``rpc_latency`` by method and final gRPC code. The Raft service and health checks are
+    left out: they are not client calls."""
+
+    def __init__(self, metrics: NodeMetrics, *, prefix: str = "/raftstream.v1.") -> None:
+        self._m = metrics
+        self._prefix = prefix
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[Any]],
+        handler_call_details: Any,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        method = str(handler_call_details.method)
+        if handler is None or not method.startswith(self._prefix):
+            return handler
+        name = method.rsplit("/", 1)[-1]
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(name, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._streamed(name, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._streamed(name, handler.stream_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+    def _unary(self, name: str, behavior: Callable[..., Awaitable[Any]]) -> Any:
+        async def timed(request: Any, context: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await behavior(request, context)
+            finally:
+                self._observe(name, context, start)
+
+        return timed
+
+    def _streamed(self, name: str, behavior: Callable[..., AsyncIterator[Any]]) -> Any:
+        async def timed(request: Any, context: Any) -> AsyncIterator[Any]:
+            start = time.perf_counter()
+            try:
+                async for item in behavior(request, context):
+                    yield item
+            finally:
+                self._observe(name, context, start)
+
+        return timed
+
+    def _observe(self, name: str, context: Any, start: float) -> None:
+        elapsed = time.perf_counter() - start
+        self._m.rpc_latency.labels(name, _code_name(context)).observe(elapsed)

@@ -43,7 +43,7 @@ from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.forward import Forwarder
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
-from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.metrics import LatencyInterceptor, NodeMetrics
 from raftstream.cluster.services_cluster import ClusterServicer
 from raftstream.cluster.services_consume import ConsumeServicer
 from raftstream.cluster.services_consumers import ConsumerServicer
@@ -178,7 +178,7 @@ class Node:
         log.info("node started on %s (data %s)", cfg.listen, data)
 
     async def _start_server(self, options: list[tuple[str, int]]) -> None:
-        server = grpc.aio.server(options=options)
+        server = grpc.aio.server(options=options, interceptors=(LatencyInterceptor(self.metrics),))
         ctx = self.ctx
         pbg.add_StreamServiceServicer_to_server(StreamServicer(ctx), server)
         pbg.add_ConsumerServiceServicer_to_server(ConsumerServicer(ctx), server)
@@ -257,8 +257,9 @@ class Node:
             wanted = {sa.group: sa for sa in wanted_streams}
             for group in [g for g in self.groups if g not in wanted]:
                 g = self.groups.pop(group)
-                await g.close(drop=True)
+                # Out of the host first: nothing may apply to the store once it is dropped.
                 await self.host.remove_group(group)
+                await g.close(drop=True)
                 self.metrics.forget_group(group)
                 log.info("stream group removed", extra={"group": group})
             for group, sa in wanted.items():

@@ -152,10 +152,12 @@ def test_max_age_expiry_is_replicated_and_metrics_served(cluster3: LocalCluster)
             await js.close()
 
     run(body())
-    for name in cluster3.names:
-        text = cluster3.metrics(name)
+    texts = [cluster3.metrics(name) for name in cluster3.names]
+    for text in texts:
         assert 'raftstream_raft_applied_index{group="S:$G:AGE"}' in text
         assert 'raftstream_stream_messages{group="S:$G:AGE"}' in text
+    published = 'raftstream_rpc_latency_seconds_count{code="OK",method="Publish"}'
+    assert any(published in text for text in texts)
 
 
 def test_inactive_ephemeral_consumer_is_deleted(cluster3: LocalCluster) -> None:
