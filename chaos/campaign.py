@@ -230,6 +230,6 @@ def smoke_config(root: Path, seed: int) -> CampaignConfig:
         root=root,
         quiet_s=(1.0, 2.0),
         workload=replace(
-            WorkloadConfig(), publishers=1, consumers=1, kv_workers=2, drain_timeout_s=15.0
+            WorkloadConfig(), publishers=2, consumers=1, kv_workers=2, drain_timeout_s=15.0
         ),
     )

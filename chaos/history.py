@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -63,19 +63,23 @@ class Op:
 
 @dataclass(slots=True)
 class History:
-    """Appends history lines to ``path`` (created; its parent must exist)."""
+    """Appends history lines to ``path`` (created; its parent must exist). ``clock`` is the
+    time source (monotonic seconds; tests pass a fake one)."""
 
     path: Path
-    started: float = field(default_factory=time.monotonic)
+    clock: Callable[[], float] = time.monotonic
+    started: float | None = None
     _next_id: int = 0
     _fh: IO[str] | None = None
 
     def __post_init__(self) -> None:
+        if self.started is None:
+            self.started = self.clock()
         self._fh = self.path.open("a", buffering=1, encoding="utf-8")
 
     def now(self) -> float:
         """Seconds since the start of the run (monotonic)."""
-        return time.monotonic() - self.started
+        return self.clock() - (self.started or 0.0)
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._fh is None:

@@ -20,6 +20,7 @@ import logging
 import os
 import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,8 @@ CORRUPT_FLIPS = 64
 # back to the other root, so flips go past them to hit B-tree pages and records.
 LMDB_META_BYTES = 2 * 4096
 DETECT_WAIT_S = 10.0
+ELECTION_WAIT_S = 10.0
+ELECTION_POLL_S = 0.02
 
 
 @dataclass(slots=True)
@@ -68,6 +71,9 @@ class Fault:
     facts: dict[str, Any] = field(default_factory=dict)
     minority: tuple[str, ...] = ()
     undo: Callable[[], None] | None = None
+    # Runs right after the fault's start is recorded (e.g. timing the election a kill
+    # causes), so that measuring does not delay the recorded start.
+    observe: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,10 +185,26 @@ def resets(ctx: NemesisContext) -> Fault:
 
 def _kill(ctx: NemesisContext, name: str, label: str) -> Fault:
     c = ctx.cluster
+    was_leader = c.stream_leader(ctx.stream) == name
     c.kill(name)
-    return Fault(
-        f"{label}: kill -9 {name}", facts={"killed": name}, undo=lambda: c.start_node(name)
-    )
+    fault = Fault(f"{label}: kill -9 {name}", facts={"killed": name})
+    fault.undo = lambda: c.start_node(name)
+    if was_leader:
+        fault.observe = lambda: fault.facts.update(election_s=_time_to_new_leader(ctx, name))
+    return fault
+
+
+def _time_to_new_leader(ctx: NemesisContext, old: str) -> float | None:
+    """Seconds until a live node names a stream leader other than ``old`` (None: not
+    within ``ELECTION_WAIT_S``). Polled, so it errs late by up to one poll."""
+    c = ctx.cluster
+    start = time.monotonic()
+    while time.monotonic() - start < ELECTION_WAIT_S:
+        leader = c.stream_leader(ctx.stream)
+        if leader is not None and leader != old:
+            return round(time.monotonic() - start, 3)
+        time.sleep(ELECTION_POLL_S)
+    return None
 
 
 def kill_random(ctx: NemesisContext) -> Fault:
@@ -316,8 +338,14 @@ def run_timeline(
             fault = nemesis.inject(ctx)
             faults.append(fault)
             ctx.history.nemesis(
-                "start", fault.description, nemesis=nemesis.name, minority=list(fault.minority)
+                "start",
+                fault.description,
+                nemesis=nemesis.name,
+                minority=list(fault.minority),
+                facts=dict(fault.facts),
             )
+            if fault.observe is not None:
+                fault.observe()
             stop.wait(ctx.rng.uniform(*nemesis.window_s))
             _heal(ctx, fault, nemesis.name)
     finally:

@@ -19,7 +19,14 @@ from typing import Any
 from raftstream.chaos.checker import EXAMPLES_MAX, SAFETY_KINDS, CheckResult
 from raftstream.chaos.history import Op
 
-__all__ = ["failover_times", "figures", "percentile", "summary_text", "write_report"]
+__all__ = [
+    "election_times",
+    "failover_times",
+    "figures",
+    "percentile",
+    "summary_text",
+    "write_report",
+]
 
 KILL_NEMESES = frozenset({"kill-random", "kill-stream-leader", "kill-meta-leader", "bounce"})
 FAILOVER_P99_MAX_S = 1.5
@@ -35,20 +42,30 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def failover_times(ops: Sequence[Op], nemesis: Sequence[Mapping[str, Any]]) -> list[float]:
-    """Per kill: seconds from the kill until the first publish invoked after it succeeded
-    (what a client sees of the failover); kills never followed by one are left out."""
-    acked = sorted(
-        (o for o in ops if o.f == "publish" and o.type == "ok" and o.complete is not None),
-        key=lambda o: o.invoke,
-    )
+    """Per kill: seconds from the kill until the first publish invoked after it through a
+    node still alive succeeded (what a client sees of the failover); kills never followed
+    by one are left out."""
+    acked = [o for o in ops if o.f == "publish" and o.type == "ok" and o.complete is not None]
     out = []
     for r in nemesis:
         if r["f"] != "start" or r.get("nemesis") not in KILL_NEMESES:
             continue
         t = float(r["time"])
-        after = [o.complete for o in acked if o.invoke >= t and o.complete is not None]
+        killed = r.get("facts", {}).get("killed", [])
+        killed = {killed} if isinstance(killed, str) else set(killed)
+        after = [o.complete for o in acked if o.invoke >= t and o.node not in killed]
         if after:
-            out.append(min(after) - t)
+            out.append(min(x for x in after if x is not None) - t)
+    return out
+
+
+def election_times(nemesis: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Per kill of the stream leader: seconds until a live node named a new leader."""
+    out = []
+    for r in nemesis:
+        value = r.get("facts", {}).get("election_s") if r["f"] == "stop" else None
+        if value is not None:
+            out.append(float(value))
     return out
 
 
@@ -60,6 +77,7 @@ def figures(
     latencies = [(o.complete or 0.0) - o.invoke for o in pubs if o.type == "ok"]
     span = max((o.complete or o.invoke for o in ops), default=0.0)
     failovers = failover_times(ops, nemesis)
+    elections = election_times(nemesis)
     kinds = Counter(a.kind for a in result.anomalies)
     return {
         "ops": len(ops),
@@ -74,6 +92,8 @@ def figures(
         "faults": sum(1 for r in nemesis if r["f"] == "start"),
         "failovers_s": [round(x, 3) for x in failovers],
         "failover_p99_s": round(percentile(failovers, 0.99), 3) if failovers else None,
+        "elections_s": elections,
+        "election_p99_s": round(percentile(elections, 0.99), 3) if elections else None,
         "anomalies": dict(sorted(kinds.items())),
         "safe": result.safe,
     }
@@ -91,7 +111,14 @@ def summary_text(name: str, seed: int, figs: Mapping[str, Any], result: CheckRes
     if figs["failovers_s"]:
         p99 = figs["failover_p99_s"]
         verdict = "ok" if p99 is not None and p99 <= FAILOVER_P99_MAX_S else "SLOW"
-        lines.append(f"  failover after kills: {figs['failovers_s']} s, p99 {p99} s ({verdict})")
+        lines.append(
+            f"  client failover after kills: {figs['failovers_s']} s, p99 {p99} s ({verdict})"
+        )
+    if figs["elections_s"]:
+        lines.append(
+            f"  new stream leader after leader kills: {figs['elections_s']} s, "
+            f"p99 {figs['election_p99_s']} s"
+        )
     kinds = figs["anomalies"]
     lines.append("  anomalies: " + (", ".join(f"{k}={v}" for k, v in kinds.items()) or "none"))
     safety = sum(v for k, v in kinds.items() if k in SAFETY_KINDS)
