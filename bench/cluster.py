@@ -59,8 +59,8 @@ GOALS: dict[tuple[str, int, str], tuple[str, Callable[[float], bool]]] = {
 # The figures each part reports, in print order (others stay in the JSON only).
 SHOWN = {
     "sync": ("p50_ms", "p99_ms", "p999_ms"),
-    "async": ("msgs_per_s",),
-    "fetch": ("msgs_per_s",),
+    "async": ("msgs_per_s", "ack_p50_ms"),
+    "fetch": ("msgs_per_s", "fetch_p50_ms"),
 }
 
 

@@ -9,10 +9,11 @@ afterwards, so runs do not grow each other's data.
 
 - ``sync``: ``publish`` one 128-byte message at a time: latency p50/p99/p999;
 - ``async``: ``publish_async`` with the SDK's bounded window of pending messages, then
-  ``publish_async_completed``: messages/s acknowledged;
+  ``publish_async_completed``: messages/s acknowledged, and the p50 time from
+  ``publish_async`` to the PubAck (every 16th message timed);
 - ``fetch``: after preloading the stream, ``fetch(256)`` and ``ack()`` every message (acks
   batched by the SDK's ack pipeline) until the consumer's ack floor reaches the last message:
-  messages/s fetched and acknowledged.
+  messages/s fetched and acknowledged, and the p50 time of one ``fetch`` call.
 
 Issue 7 adds ``mirror`` (copy rate and lag from an R3 origin to an R3 mirror) as another
 entry of ``PARTS`` with the same signature.
@@ -38,6 +39,7 @@ PAYLOAD = b"x" * 128
 FETCH_BATCH_MSGS = 256
 FETCH_TIMEOUT_S = 2.0
 WARMUP_MSGS = 50
+LATENCY_SAMPLE_EVERY = 16  # publish_async messages per one whose ack latency is recorded
 CLIENT_TIMEOUT_S = 30.0
 DRAIN_TIMEOUT_S = 60.0
 ACK_FLOOR_POLL_S = 0.01
@@ -219,6 +221,19 @@ async def part_sync(nodes: BenchNodes, replicas: int, limits: Limits) -> Sample:
 _QUANTILES = (("50", 0.50), ("99", 0.99), ("999", 0.999))
 
 
+class _Stopwatch:
+    """A done-callback that records the ms from its creation to the future's settling."""
+
+    __slots__ = ("_into", "_t0")
+
+    def __init__(self, into: list[float]) -> None:
+        self._into = into
+        self._t0 = time.perf_counter()
+
+    def __call__(self, fut: asyncio.Future[Any]) -> None:
+        self._into.append((time.perf_counter() - self._t0) * 1000)
+
+
 class _Outcomes:
     """Counts settled publish_async futures (marking their exceptions retrieved) and keeps
     the first error of each type with how often it happened."""
@@ -227,6 +242,7 @@ class _Outcomes:
         self.ok = 0
         self.failed = 0
         self.errors: dict[str, tuple[int, str]] = {}
+        self.lat_ms: list[float] = []  # publish_async -> PubAck of sampled messages
 
     def __call__(self, fut: asyncio.Future[Any]) -> None:
         exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
@@ -255,6 +271,8 @@ async def _publish_async_for(
     while sent < msgs and (sent & 255 or time.perf_counter() < deadline):
         fut = await client.publish_async(subject, PAYLOAD)
         fut.add_done_callback(outcomes)
+        if not sent % LATENCY_SAMPLE_EVERY:
+            fut.add_done_callback(_Stopwatch(outcomes.lat_ms))
         sent += 1
     await client.publish_async_completed(timeout=DRAIN_TIMEOUT_S)
     await asyncio.sleep(0)  # let the last done-callbacks run
@@ -269,7 +287,11 @@ async def part_async(nodes: BenchNodes, replicas: int, limits: Limits) -> Sample
         await _publish_async_for(client, subject, min(limits.window, limits.msgs), limits.seconds)
         run.cpu.start()
         outcomes, elapsed = await _publish_async_for(client, subject, limits.msgs, limits.seconds)
-        figures = {"msgs_per_s": outcomes.ok / elapsed, "failed": float(outcomes.failed)}
+        figures = {
+            "msgs_per_s": outcomes.ok / elapsed,
+            "ack_p50_ms": _percentile(sorted(outcomes.lat_ms), 0.5),
+            "failed": float(outcomes.failed),
+        }
         return _Measured(figures, outcomes.ok, outcomes.summary())
 
     return await _on_fresh_stream(nodes, replicas, limits, "BASYNC", body)
@@ -286,21 +308,24 @@ async def _wait_ack_floor(client: Client, stream: str, consumer: str, last_seq: 
 
 async def _fetch_ack_for(
     client: Client, stream: str, subject: str, msgs: int, seconds: float
-) -> tuple[int, float]:
+) -> tuple[int, float, list[float]]:
     """fetch(256) + ack every message until ``msgs`` are in or ``seconds`` pass, then wait
-    for the ack floor: (messages acknowledged, elapsed seconds including the ack drain)."""
+    for the ack floor: (messages acknowledged, elapsed seconds including the ack drain,
+    sorted ms of each fetch call)."""
     sub = await client.pull_subscribe(subject, durable="bench", stream=stream)
     started = time.perf_counter()
     deadline = started + seconds
-    got, last_seq = 0, 0
+    got, last_seq, fetch_ms = 0, 0, []
     while got < msgs and time.perf_counter() < deadline:
+        t0 = time.perf_counter()
         batch = await sub.fetch(FETCH_BATCH_MSGS, timeout=FETCH_TIMEOUT_S)
+        fetch_ms.append((time.perf_counter() - t0) * 1000)
         for m in batch:
             await m.ack()
         got += len(batch)
         last_seq = batch[-1].metadata.stream_seq
     await _wait_ack_floor(client, stream, sub.consumer, last_seq)
-    return got, time.perf_counter() - started
+    return got, time.perf_counter() - started, sorted(fetch_ms)
 
 
 async def part_fetch(nodes: BenchNodes, replicas: int, limits: Limits) -> Sample:
@@ -310,8 +335,14 @@ async def part_fetch(nodes: BenchNodes, replicas: int, limits: Limits) -> Sample
         client, subject = run.client, run.subject
         preload, _ = await _publish_async_for(client, subject, limits.msgs, limits.seconds)
         run.cpu.start()
-        got, elapsed = await _fetch_ack_for(client, run.stream, subject, preload.ok, limits.seconds)
-        figures = {"msgs_per_s": got / elapsed, "preloaded": float(preload.ok)}
+        got, elapsed, fetch_ms = await _fetch_ack_for(
+            client, run.stream, subject, preload.ok, limits.seconds
+        )
+        figures = {
+            "msgs_per_s": got / elapsed,
+            "fetch_p50_ms": _percentile(fetch_ms, 0.5),
+            "preloaded": float(preload.ok),
+        }
         return _Measured(figures, got, preload.summary())
 
     return await _on_fresh_stream(nodes, replicas, limits, "BFETCH", body)
