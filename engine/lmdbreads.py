@@ -287,6 +287,20 @@ class LmdbStreamReads:
             self._pend_bytes = 0
         return txn
 
+    def _txn_holding(self, seq: int) -> Any:
+        """The open write transaction, for reading or removing the message at ``seq``.
+
+        The buffered appends are written first only when ``seq`` is one of them: every
+        buffered sequence is above every written one, so removing an older message (limits,
+        age, TTL at the front of the stream) leaves the batch buffered.
+        """
+        pend = self._pend_msgs
+        if pend and seq >= pend[0][0]:
+            return self._wt_msgs()
+        txn = self._txn
+        invariant(txn is not None, "stream store write outside a transaction")
+        return txn
+
     def _wt(self) -> Any:
         """The open write transaction with every buffered write (messages, index) in it."""
         txn = self._wt_msgs()
@@ -384,13 +398,17 @@ class LmdbStreamReads:
         return out
 
     def _next_stored(self, txn: Any, seq: int) -> int:
-        """The lowest stored sequence >= ``seq``, or last_seq + 1 when there is none."""
+        """The lowest stored sequence >= ``seq``, written or still buffered in the open
+        transaction, or last_seq + 1 when there is none."""
         cur = txn.cursor(db=self._dbs.msgs)
         if cur.set_range(self._prefix + SEQ.pack(seq)):
             key = cur.key()
             if key.startswith(self._prefix):
                 return int(SEQ.unpack_from(key, ID.size)[0])
-        return self._meta.last_seq + 1
+        # None written: the buffered appends (ascending, above every written one) come next.
+        pend = self._pend_msgs
+        i = bisect_left(pend, (seq,))
+        return pend[i][0] if i < len(pend) else self._meta.last_seq + 1
 
     def _last_stored(self, txn: Any) -> int:
         """The newest stored sequence, or 0."""

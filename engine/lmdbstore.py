@@ -386,8 +386,8 @@ class LmdbStreamStore(LmdbStreamReads):
         m.last_ts = now_ns
         if self._enforce:
             self._enforce_after_append(subj, now_ns)
-        elif self._pend_bytes > PENDING_BYTES_MAX:
-            self._wt_msgs()
+        if self._pend_bytes > PENDING_BYTES_MAX:
+            self._wt_msgs()  # keeps memory bounded; removals no longer write the buffer
         return seq
 
     def _new_tail(self, subj: SubjectCount, seq: int) -> list[int]:
@@ -434,10 +434,10 @@ class LmdbStreamStore(LmdbStreamReads):
         lim = m.limits
         if limit_set(lim.max_msgs):
             while m.msgs > lim.max_msgs:
-                self._remove(self._head(self._wt_msgs(), m.first_seq))
+                self._remove(self._head(self._txn_holding(m.first_seq), m.first_seq))
         if limit_set(lim.max_bytes):
             while m.msgs and m.bytes > lim.max_bytes:
-                self._remove(self._head(self._wt_msgs(), m.first_seq))
+                self._remove(self._head(self._txn_holding(m.first_seq), m.first_seq))
 
     def _expire_age(self, now_ns: int) -> int:
         """Remove from the front while messages are ``max_age`` old (ts + max_age <= now)."""
@@ -446,7 +446,8 @@ class LmdbStreamStore(LmdbStreamReads):
         while max_age > 0 and self._meta.msgs:
             if self._first_stored_ts() + max_age > now_ns:
                 break
-            self._remove(self._head(self._wt_msgs(), self._meta.first_seq))
+            first = self._meta.first_seq
+            self._remove(self._head(self._txn_holding(first), first))
             removed += 1
         return removed
 
@@ -459,10 +460,8 @@ class LmdbStreamStore(LmdbStreamReads):
         seq, ts = self._first_ts
         if seq == m.first_seq:
             return ts
-        invariant(self._txn is not None and m.msgs > 0, "first message read outside a write")
-        pend = self._pend_msgs
-        txn = self._wt_msgs() if pend and m.first_seq >= pend[0][0] else self._txn
-        ts = self._head(txn, m.first_seq).ts
+        invariant(m.msgs > 0, "first message of an empty stream")
+        ts = self._head(self._txn_holding(m.first_seq), m.first_seq).ts
         self._first_ts = (m.first_seq, ts)
         return ts
 
@@ -634,8 +633,9 @@ class LmdbStreamStore(LmdbStreamReads):
         return head
 
     def _remove(self, head: MsgHead) -> None:
-        """Remove one message and its index entries; update counters (in the open txn)."""
-        txn, dbs, m = self._wt_msgs(), self._dbs, self._meta
+        """Remove one message and its index entries; update counters (in the open txn).
+        The transaction's buffered appends stay buffered unless ``head`` is one of them."""
+        txn, dbs, m = self._txn_holding(head.seq), self._dbs, self._meta
         seq_b = SEQ.pack(head.seq)
         txn.delete(self._prefix + seq_b, db=dbs.msgs)
         subj = self._subject_of(head.subject)

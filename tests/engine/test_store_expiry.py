@@ -180,3 +180,51 @@ def test_lmdb_expire_with_nothing_due_keeps_appends_buffered(store_kit: StoreKit
         assert len(store._pend_msgs) == 10  # type: ignore[attr-defined]
     assert store.state().msgs == 11
     assert store.expire(31 * SEC_NS) == 1 and store.state().msgs == 10
+
+
+# -- limits inside a batch: removals at the front, appends still buffered ----------------------
+
+
+def test_limits_remove_written_messages_under_buffered_appends(store_kit: StoreKit) -> None:
+    """max_msgs in one transaction of appends: the oldest (written) messages go one per
+    append until the buffered ones are all that is left, then those go too; first_seq,
+    counts, reads and a reopen agree at every step."""
+    store = store_kit.make(limits=StoreLimits(max_msgs=3), name="LIM")
+    for i in range(3):
+        store.append("a", b"w", now_ns=(1 + i) * SEC_NS)
+    with store.transaction():  # no read in between: the appends stay buffered
+        for seq in range(4, 9):
+            store.append("b", b"b", now_ns=seq * SEC_NS)
+        st = store.state()
+        assert (st.first_seq, st.last_seq, st.msgs, st.first_ts) == (6, 8, 3, 6 * SEC_NS)
+    with store.transaction():  # a read after each append
+        for seq in range(9, 14):
+            store.append("c", b"c", now_ns=seq * SEC_NS)
+            st = store.state()
+            assert (st.first_seq, st.last_seq, st.msgs) == (seq - 2, seq, 3)
+            assert st.first_ts == (seq - 2) * SEC_NS
+        assert _seqs(store) == [11, 12, 13]
+        assert store.subjects_state() == {"c": 3}
+    store = store_kit.reopen(store, "LIM")
+    st = store.state()
+    assert (st.first_seq, st.last_seq, st.msgs, st.num_subjects) == (11, 13, 3, 1)
+    assert [m.data for m in store.iter_from(1)] == [b"c"] * 3
+
+
+def test_max_age_and_bytes_in_one_batch(store_kit: StoreKit) -> None:
+    """max_age and max_bytes enforced on every append of one transaction behave as with
+    one transaction per append."""
+    limits = StoreLimits(max_age_ns=5 * SEC_NS, max_bytes=10 * (1 + 4))
+    batched, single = store_kit.make(limits=limits), store_kit.make(limits=limits)
+    stamps = [SEC_NS * t for t in (1, 2, 2, 3, 8, 9, 9, 9, 10, 20, 21, 22)]
+    states = []
+    for i, ts in enumerate(stamps):
+        single.append("a", b"%04d" % i, now_ns=ts)
+        states.append(single.state())
+    with batched.transaction():  # after: two LMDB write transactions may not overlap
+        for i, ts in enumerate(stamps):
+            batched.append("a", b"%04d" % i, now_ns=ts)
+            assert batched.state() == states[i]
+    assert [m.data for m in batched.iter_from(1)] == [m.data for m in single.iter_from(1)]
+    assert batched.expire(30 * SEC_NS) == single.expire(30 * SEC_NS)
+    assert batched.state() == single.state()
