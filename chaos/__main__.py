@@ -3,7 +3,9 @@
 Environment (or the matching options): ``CHAOS_TIME`` seconds of faults per nemesis
 (default 300), ``CHAOS_SEED`` (default: random, printed so the run can be repeated),
 ``CHAOS_NEMESES`` (comma-separated, default: all), ``CHAOS_SIZE`` (3 or 5 nodes),
-``CHAOS_ROOT`` (default ``./chaos-runs``). Exits 1 when any run found a safety anomaly.
+``CHAOS_ROOT`` (default ``./chaos-runs``). Exits 1 when any run found a safety anomaly,
+2 when a run could not be carried out (a harness error, e.g. a node that never started;
+its message is in campaign.txt).
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ def main(duration_s: float, seed: int | None, nemeses: str, size: int, root: Pat
     campaign_dir, outcomes = run_campaign(cfg)
     click.echo((campaign_dir / "campaign.txt").read_text())
     click.echo(f"runs, histories and node data under {campaign_dir}")
-    sys.exit(0 if all(o.result.safe for o in outcomes) else 1)
+    if any(not o.result.safe for o in outcomes):
+        sys.exit(1)
+    if any(o.error for o in outcomes):
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import random
 import threading
 import time
@@ -40,6 +41,8 @@ from raftstream.chaos.report import write_report
 from raftstream.chaos.workloads import WorkloadConfig, Workloads
 
 __all__ = ["CampaignConfig", "RunOutcome", "run_campaign", "run_one"]
+
+log = logging.getLogger(__name__)
 
 SETTLE_TIMEOUT_S = 30.0
 CATCH_UP_TIMEOUT_S = 20.0
@@ -68,6 +71,7 @@ class RunOutcome:
     figures: dict[str, Any]
     result: CheckResult
     facts: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""  # the harness failed (e.g. a node never started): nothing was checked
 
 
 def run_one(
@@ -191,20 +195,27 @@ def run_campaign(cfg: CampaignConfig) -> tuple[Path, list[RunOutcome]]:
     outcomes: list[RunOutcome] = []
     with start_toxiproxy() as proxies:
         for name in cfg.nemeses:
-            outcome = run_one(name, cfg=cfg, run_dir=root / name, proxies=proxies)
+            try:
+                outcome = run_one(name, cfg=cfg, run_dir=root / name, proxies=proxies)
+            except Exception as exc:  # one broken run must not hide the others' results
+                log.exception("chaos run %s failed", name)
+                outcome = RunOutcome(name, root / name, {}, CheckResult(), error=repr(exc))
             outcomes.append(outcome)
-            print((root / name / "report.txt").read_text().split("\n\n")[0], flush=True)
+            report = root / name / "report.txt"
+            text = report.read_text() if report.exists() else outcome.error
+            print(text.split("\n\n")[0], flush=True)
     _write_campaign(root, cfg, outcomes)
     return root, outcomes
 
 
 def _write_campaign(root: Path, cfg: CampaignConfig, outcomes: Sequence[RunOutcome]) -> None:
+    keys = ("ops", "publish", "faults", "failover_p99_s", "election_p99_s", "anomalies")
     rows = [
         {
             "nemesis": o.nemesis,
-            "safe": o.result.safe,
-            **{k: o.figures[k] for k in ("ops", "publish", "faults", "failover_p99_s")},
-            "anomalies": o.figures["anomalies"],
+            "safe": o.result.safe and not o.error,
+            "error": o.error,
+            **{k: o.figures.get(k) for k in keys},
             "facts": o.facts,
         }
         for o in outcomes
@@ -213,10 +224,14 @@ def _write_campaign(root: Path, cfg: CampaignConfig, outcomes: Sequence[RunOutco
     (root / "campaign.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
     lines = [f"campaign seed={cfg.seed} duration={cfg.duration_s}s size={cfg.size}"]
     for r in rows:
+        if r["error"]:
+            lines.append(f"  {r['nemesis']:<20} ERROR  {r['error']}")
+            continue
         verdict = "SAFE" if r["safe"] else "UNSAFE"
         lines.append(
             f"  {r['nemesis']:<20} {verdict:<6} ops={r['ops']} publish={r['publish']} "
-            f"faults={r['faults']} failover_p99={r['failover_p99_s']} anomalies={r['anomalies']}"
+            f"faults={r['faults']} failover_p99={r['failover_p99_s']} "
+            f"election_p99={r['election_p99_s']} anomalies={r['anomalies']}"
         )
     (root / "campaign.txt").write_text("\n".join(lines) + "\n")
 

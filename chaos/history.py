@@ -86,9 +86,13 @@ class History:
             raise ValueError("the history is closed")
         self._fh.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
 
-    def invoke(self, process: str, f: str, value: Any, *, node: str = "") -> Op:
-        """Record the invocation of an operation and return it (complete it with ``done``)."""
-        op = Op(id=self._next_id, process=process, f=f, value=value, invoke=self.now(), node=node)
+    def invoke(
+        self, process: str, f: str, value: Any, *, node: str = "", at: float | None = None
+    ) -> Op:
+        """Record the invocation of an operation and return it (complete it with ``done``).
+        ``at``: when it was invoked, if earlier than now (e.g. a delivery: its fetch's start)."""
+        invoked = self.now() if at is None else at
+        op = Op(id=self._next_id, process=process, f=f, value=value, invoke=invoked, node=node)
         self._next_id += 1
         self._write(
             {
@@ -103,9 +107,19 @@ class History:
         )
         return op
 
-    def done(self, op: Op, outcome: Outcome, result: Any = None, error: str = "") -> Op:
-        """Record the outcome of ``op`` (mutated in place and returned)."""
-        op.type, op.complete, op.result, op.error = outcome, self.now(), result, error
+    def done(
+        self,
+        op: Op,
+        outcome: Outcome,
+        result: Any = None,
+        error: str = "",
+        *,
+        at: float | None = None,
+    ) -> Op:
+        """Record the outcome of ``op`` (mutated in place and returned); ``at`` as in
+        ``invoke``."""
+        completed = self.now() if at is None else at
+        op.type, op.complete, op.result, op.error = outcome, completed, result, error
         self._write(
             {
                 "type": outcome,

@@ -35,7 +35,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 
 import raftstream
 from raftstream import errors
-from raftstream.chaos.history import History, Op
+from raftstream.chaos.history import History, Op, Outcome
 from raftstream.client import Client
 from raftstream.config import ConsumerConfig
 
@@ -70,7 +70,7 @@ class WorkloadConfig:
     drain_timeout_s: float = 30.0
 
 
-def outcome_of(exc: BaseException) -> str:
+def outcome_of(exc: BaseException) -> Outcome:
     """``fail`` for a definite refusal, ``info`` (unknown) for everything else."""
     definite = isinstance(exc, errors.RaftStreamError) and not exc.retriable
     if definite and not isinstance(exc, errors.DeadlineExceededError | errors.InvariantError):
@@ -129,7 +129,7 @@ class Workloads:
             self.history.done(op, "info", error="cancelled")
             raise
         except Exception as exc:  # every failure is recorded; the workload goes on
-            return self.history.done(op, outcome_of(exc), error=_error_text(exc))  # type: ignore[arg-type]
+            return self.history.done(op, outcome_of(exc), error=_error_text(exc))
         return self.history.done(op, "ok", result)
 
     def _node_for(self, index: int) -> str:
@@ -201,24 +201,23 @@ class Workloads:
                 self.history.done(fetch, "fail", error=_error_text(exc))
                 continue
             self.history.done(fetch, "ok", len(msgs))
+            # Every delivery is recorded before any ack: it happened within the fetch, and
+            # acking (which may block for a while under faults) must not make it look later.
             for msg in msgs:
-                await self._deliver_and_ack(process, node, fetch, msg)
+                self._record_delivery(process, node, fetch, msg)
+            for msg in msgs:
+                value = _parse_int(msg.data)
+                await self._op(
+                    process, node, "ack", value, partial(msg.ack_sync, self.cfg.request_timeout_s)
+                )
 
-    async def _deliver_and_ack(
-        self, process: str, node: str, fetch: Op, msg: raftstream.Msg
-    ) -> None:
+    def _record_delivery(self, process: str, node: str, fetch: Op, msg: raftstream.Msg) -> None:
         md = msg.metadata
-        value = _parse_int(msg.data)
-        deliver = self.history.invoke(process, "deliver", value, node=node)
-        deliver.invoke = fetch.invoke  # the delivery happened within the fetch
-        self.history.done(
-            deliver,
-            "ok",
-            {"seq": md.stream_seq, "delivered": md.num_delivered, "fetch": fetch.id},
+        deliver = self.history.invoke(
+            process, "deliver", _parse_int(msg.data), node=node, at=fetch.invoke
         )
-        await self._op(
-            process, node, "ack", value, lambda: msg.ack_sync(self.cfg.request_timeout_s)
-        )
+        result = {"seq": md.stream_seq, "delivered": md.num_delivered, "fetch": fetch.id}
+        self.history.done(deliver, "ok", result, at=fetch.complete)
 
     async def drain(self) -> None:
         """After healing: consume until the consumer has nothing pending or unacked, or

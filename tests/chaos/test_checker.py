@@ -285,3 +285,14 @@ def test_a_node_storing_a_value_nobody_published() -> None:
     nodes = {"n1": contents({1: ("a", 1), 2: ("z", 77)})}
     found = check_divergence(nodes, {1})
     assert [a.kind for a in found] == ["never-published"]
+
+
+def test_redelivery_from_a_fetch_begun_before_the_ack_is_fine(rec: Recorder) -> None:
+    """A fetch that started before an ack completed may still deliver the message (its
+    ack wait ran out in between): only a fetch begun after the ack must not."""
+    rec.publish(1, 1, at=1)
+    rec.op("deliver", 1, at=2, until=2.1, result={"seq": 1}, process="c0")
+    rec.op("ack", 1, at=2.2, until=5, process="c0")
+    rec.op("deliver", 1, at=4, until=6, result={"seq": 1, "delivered": 2}, process="c1")
+    rec.finals({1: 1})
+    assert rec.check().anomalies == []
