@@ -65,6 +65,7 @@ PENDING_MSGS_MAX = 8192
 PENDING_BYTES_MAX = 64 * 1024 * 1024
 PUSH_RESPONSE_MSGS_MAX = 256  # the server's deliveries per response (cluster/services_push.py)
 REQUESTS_QUEUED_MAX = 64  # flow-control replies waiting to be sent on the call
+FC_ANSWERED_REMEMBERED_MAX = 16
 HEARTBEAT_MISSES_MAX = 3
 REATTACH_WAIT_INITIAL_S = 0.05
 REATTACH_WAIT_MAX_S = 1.0
@@ -196,7 +197,8 @@ class PushSubscription:
         self._on_close = on_close
         self._consumer_info = consumer_info
         self._requests: asyncio.Queue[pb.ConsumeRequest | None] | None = None
-        self._answered: str | None = None  # the last flow-control token answered
+        # Flow-control tokens answered lately (a request may come again in heartbeats).
+        self._answered: deque[str] = deque(maxlen=FC_ANSWERED_REMEMBERED_MAX)
         self._last_cseq = 0
         self._last_sseq = 0
         self._quick_failures = 0
@@ -460,18 +462,25 @@ class PushSubscription:
     async def _read(self, call: Any) -> None:
         hb_ns = self._target.idle_heartbeat_ns
         idle_s = hb_ns * HEARTBEAT_MISSES_MAX / NS_PER_S if hb_ns else None
-        while True:
-            while self._buffer.full():
-                await self._buffer.wait_changed()  # backpressure: stop reading
-            try:
-                resp = await asyncio.wait_for(call.read(), idle_s)
-            except TimeoutError:
-                await self._missed_heartbeat(idle_s or 0.0)
-                continue
-            if resp is grpc.aio.EOF:
-                raise Reattach(errors.UnavailableError("the server ended the push call"))
-            self._quick_failures = 0
-            await self._handle(resp)
+        reading: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                while self._buffer.full():
+                    await self._buffer.wait_changed()  # backpressure: stop reading
+                # The read outlives a heartbeat timeout: cancelling it would end the call.
+                reading = reading or asyncio.ensure_future(call.read())
+                done, _ = await asyncio.wait({reading}, timeout=idle_s)
+                if not done:
+                    await self._missed_heartbeat(idle_s or 0.0)
+                    continue
+                resp, reading = reading.result(), None
+                if resp is grpc.aio.EOF:
+                    raise Reattach(errors.UnavailableError("the server ended the push call"))
+                self._quick_failures = 0
+                await self._handle(resp)
+        finally:
+            if reading is not None:
+                reading.cancel()
 
     async def _handle(self, resp: pb.ConsumeResponse) -> None:
         """One response, in the proto's order: messages, flow control, heartbeat, ack
@@ -555,14 +564,14 @@ class PushSubscription:
         """Answer a flow-control request once (on the current call; the server ignores an
         answer to a request it no longer waits for). A full request queue drops the answer:
         the server asks again in its next heartbeat's ``stalled``."""
-        if not token or token == self._answered or self._requests is None:
+        if not token or token in self._answered or self._requests is None:
             return
         reply = pb.ConsumeRequest(flow_control_replies=[pb.FlowControlReply(token=token)])
         try:
             self._requests.put_nowait(reply)
         except asyncio.QueueFull:
             return
-        self._answered = token
+        self._answered.append(token)
 
 
 async def _request_iter(

@@ -63,8 +63,8 @@ SUBJECT_PREFIX = "$KV"
 HDR_OPERATION = "KV-Operation"
 HDR_ROLLUP = "Nats-Rollup"
 ROLLUP_SUBJECT = "sub"
-_BUCKET_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
-_KEY_RE = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
+_BUCKET_RE = re.compile(r"[a-zA-Z0-9_-]+")
+_KEY_RE = re.compile(r"[-/_=.a-zA-Z0-9]+")
 _RESERVED_KEY_PREFIX = "_kv"
 WATCH_HEARTBEAT_S = 5.0
 
@@ -104,7 +104,7 @@ class KeyValueStatus:
 
 
 def validate_bucket(bucket: str) -> str:
-    if not isinstance(bucket, str) or not _BUCKET_RE.match(bucket):
+    if not isinstance(bucket, str) or not _BUCKET_RE.fullmatch(bucket):
         raise errors.InvalidArgumentError(
             "bucket", f"a bucket name is letters, digits, '_' and '-' only: {bucket!r}"
         )
@@ -120,7 +120,7 @@ def validate_key(key: str, *, wildcards: bool = False) -> str:
     for i, tok in enumerate(tokens):
         if wildcards and (tok == "*" or (tok == ">" and i == len(tokens) - 1)):
             continue
-        if not tok or not _KEY_RE.match(tok):
+        if not tok or not _KEY_RE.fullmatch(tok):
             raise errors.InvalidKeyError(
                 "key", f"not a valid key: {key!r} (tokens of letters, digits, '-/_=')"
             )

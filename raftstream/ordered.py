@@ -5,7 +5,7 @@ An ordered subscription owns an ephemeral push consumer with ack policy none, fl
 and idle heartbeats. It checks each delivery's consumer sequence: the application sees a
 message only when it is exactly the next one. When anything is off — a gap in the consumer
 sequence (a delivery or a heartbeat ahead of what arrived), missing heartbeats (3x the
-interval), a ``409`` status (leadership change, consumer deleted), a broken call (the stream
+interval; also reported to the error callback), a ``409`` status (leadership change, consumer deleted), a broken call (the stream
 leader died) — it resets: it makes a NEW consumer that starts at the stream sequence after
 the last one handed over (``deliver_policy`` ``by_start_sequence``), deletes the old one in
 the background, and attaches again (tenacity backoff; no limit while subscribed, since a
@@ -211,6 +211,7 @@ class OrderedSubscription(PushSubscription):
         )
 
     async def _missed_heartbeat(self, idle_s: float) -> None:
+        await super()._missed_heartbeat(idle_s)  # reported as for any push subscription
         raise Reattach(errors.MissedHeartbeatError(f"no heartbeat for {idle_s:.3f}s"))
 
     def _on_status(self, status: pb.PullStatus) -> None:

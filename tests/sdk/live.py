@@ -28,10 +28,17 @@ def run(body: Awaitable[Any]) -> Any:
 
 @asynccontextmanager
 async def connected(
-    cluster: LocalCluster, errs: list[errors.RaftStreamError] | None = None
+    cluster: LocalCluster,
+    errs: list[errors.RaftStreamError] | None = None,
+    *,
+    servers: list[str] | None = None,
 ) -> AsyncIterator[Client]:
+    """A client of ``cluster`` (seeded with ``servers``, default all); its error callback
+    appends to ``errs`` when given."""
     rs = await raftstream.connect(
-        cluster.servers, timeout=20, error_cb=errs.append if errs is not None else None
+        servers or cluster.servers,
+        timeout=20,
+        error_cb=errs.append if errs is not None else None,
     )
     try:
         yield rs
