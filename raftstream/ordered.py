@@ -5,10 +5,11 @@ An ordered subscription owns an ephemeral push consumer with ack policy none, fl
 and idle heartbeats. It checks each delivery's consumer sequence: the application sees a
 message only when it is exactly the next one. When anything is off — a gap in the consumer
 sequence (a delivery or a heartbeat ahead of what arrived), missing heartbeats (3x the
-interval; also reported to the error callback), a ``409`` status (leadership change, consumer deleted), a broken call (the stream
-leader died) — it resets: it makes a NEW consumer that starts at the stream sequence after
-the last one handed over (``deliver_policy`` ``by_start_sequence``), deletes the old one in
-the background, and attaches again (tenacity backoff; no limit while subscribed, since a
+interval; also reported to the error callback), a ``409`` status (leadership change,
+consumer deleted), a broken call (the stream leader died) — it resets: it makes a NEW
+consumer that starts at the stream sequence after the last one handed over
+(``deliver_policy`` ``by_start_sequence``), deletes the old one in the background, and
+attaches again (tenacity backoff; no limit while subscribed, since a
 failover may take a while). Messages already buffered stay; nothing is handed over twice.
 
 Owned by the client's loop, like every subscription. Errors that a reset cannot cure (the
