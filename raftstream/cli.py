@@ -26,6 +26,7 @@ from raftstream.cli_bench import bench
 from raftstream.cli_cluster import cluster
 from raftstream.cli_common import CLI_EPILOG
 from raftstream.cli_consumer import consumer
+from raftstream.cli_kv import kv
 from raftstream.cli_pub import pub, sub
 from raftstream.cli_stream import stream
 from raftstream.errors import InvalidArgumentError
@@ -193,7 +194,7 @@ def _stop_all(procs: Sequence[subprocess.Popen[Any]]) -> None:
 
 
 # The client commands (raftstream/cli_*.py): SDK only, the node is never imported by them.
-for _command in (cluster, stream, consumer, pub, sub, bench):
+for _command in (cluster, stream, consumer, pub, sub, kv, bench):
     cli.add_command(_command)
 cli.epilog = CLI_EPILOG
 

@@ -8,14 +8,14 @@ the time in seconds and ``{{Time}}`` the time in RFC 3339. The messages go out p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import secrets
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,24 +24,24 @@ from raftstream.cli_common import (
     Conn,
     connection_options,
     echo_json,
-    fail,
     json_option,
     run,
 )
 from raftstream.cli_consumer import _msg_json, format_msg
-from raftstream.config import ConsumerConfig, format_rfc3339_ns
+from raftstream.config import ConsumerConfig, DeliverPolicy, format_rfc3339_ns
 
 if TYPE_CHECKING:
     from raftstream.client import Client
-    from raftstream.models import PubAck
+    from raftstream.models import ConsumerInfo, PubAck
     from raftstream.msg import Msg
 
 __all__ = ["pub", "render", "sub"]
 
 _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
-SUB_BATCH_MSGS_MAX = 256
-SUB_POLL_S = 1.0
 EPHEMERAL_INACTIVE_S = 60
+PULL_BATCH_MSGS_MAX = 256
+PULL_WAIT_S = 1.0
+Shower = Callable[["Msg"], None]
 
 
 def render(template: str, count: int) -> str:
@@ -152,51 +152,132 @@ def pub(
         click.echo(f"Published {size} bytes to {subject}: stream {ack.stream} seq {ack.seq}{dup}")
 
 
-def _sub_config(deliver: str, durable: str | None) -> ConsumerConfig:
-    """The consumer ``sub`` creates when none exists (ephemeral ones clean up when idle)."""
-    policy: dict[str, Any] = {"deliver_policy": deliver}
+def _sub_config(deliver: str | None) -> ConsumerConfig | None:
+    """The requested start (None: leave it to an existing consumer, else all)."""
+    if deliver is None:
+        return None
     if deliver.isdigit():
-        policy = {"deliver_policy": "by_start_sequence", "opt_start_seq": int(deliver)}
-    inactive = 0 if durable else EPHEMERAL_INACTIVE_S * 1_000_000_000
-    return ConsumerConfig(inactive_threshold=inactive, **policy)
+        return ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=int(deliver)
+        )
+    return ConsumerConfig(deliver_policy=DeliverPolicy(deliver))
+
+
+async def _ensure_durable(
+    c: Client, subject: str, stream: str | None, durable: str, cfg: ConsumerConfig | None
+) -> tuple[str, ConsumerInfo]:
+    """The durable named on the command line, created as a PULL consumer when missing
+    (returns its stream and info). Created here rather than by a subscription because
+    the SDK deletes consumers its subscriptions created, and this one must outlive the
+    command; pull, so that ``--count N`` takes exactly N messages and leaves the rest
+    for the next run (a push consumer would have sent more, to be redelivered only
+    after the ack wait)."""
+    if stream is None:
+        names = await c.stream_names(subject=subject)
+        if len(names) != 1:
+            found = "no stream matches" if not names else f"several streams match: {names}"
+            raise errors.NotFoundError(f"{found} subject {subject!r}", subject=subject)
+        stream = names[0]
+    try:
+        return stream, await c.consumer_info(stream, durable)
+    except errors.NotFoundError:
+        base = replace(cfg or ConsumerConfig(), durable_name=durable)
+        if subject and not base.filter_subject:
+            base = replace(base, filter_subject=subject)
+        return stream, await c.add_consumer(stream, base)
 
 
 async def _sub_pull(
+    c: Client, stream: str, durable: str, *, count: int | None, ack: bool, show: Shower
+) -> None:
+    """Take messages from a pull durable, exactly ``count`` of them (None: until
+    interrupted), each acked and confirmed before the next when ``ack``."""
+    psub = await c.pull_subscribe("", durable=durable, stream=stream)
+    got = 0
+    while count is None or got < count:
+        want = min(PULL_BATCH_MSGS_MAX, count - got if count else PULL_BATCH_MSGS_MAX)
+        try:
+            msgs = await psub.fetch(want, timeout=PULL_WAIT_S)
+        except errors.DeadlineExceededError:
+            continue  # nothing new yet
+        for msg in msgs:
+            show(msg)
+            if ack:
+                await msg.ack_sync()
+        got += len(msgs)
+
+
+async def _sub_push(
     c: Client,
     subject: str,
     *,
     stream: str | None,
     durable: str | None,
-    deliver: str,
+    queue: str | None,
+    ordered: bool,
+    cfg: ConsumerConfig | None,
     count: int | None,
     ack: bool,
-    show: Callable[[Msg], None],
-) -> int:
-    """Consume over a pull consumer (durable, or ephemeral and deleted afterwards) until
-    ``count`` messages arrived (None: until interrupted). Returns how many arrived."""
-    sub = await c.pull_subscribe(subject, durable, stream, _sub_config(deliver, durable))
+    show: Shower,
+) -> None:
+    """Consume through the SDK's push subscribe (ADR-15 workflow: bind or create; an
+    ordered consumer recreates itself across failovers) until ``count`` messages arrived
+    (None: until interrupted). Consumers the SDK created are deleted at the end."""
+    sub = await c.subscribe(
+        subject,
+        queue=queue,
+        durable=durable,
+        stream=stream,
+        config=cfg,
+        ordered_consumer=ordered,
+        manual_ack=not ordered,  # acked below (an ordered consumer takes no acks)
+        inactive_threshold=None if durable or queue else EPHEMERAL_INACTIVE_S,
+    )
     got = 0
     try:
         while count is None or got < count:
-            want = min(SUB_BATCH_MSGS_MAX, (count - got) if count else SUB_BATCH_MSGS_MAX)
-            try:
-                msgs = await sub.fetch(want, timeout=SUB_POLL_S)
-            except errors.DeadlineExceededError:
-                continue  # nothing new yet: keep waiting
-            for msg in msgs:
-                show(msg)
-                if ack:
-                    await msg.ack()
-            got += len(msgs)
+            msg = await sub.next_msg(timeout=None)
+            show(msg)
+            if ack and not ordered:
+                await msg.ack_sync()  # confirmed: the command may exit right after
+            got += 1
     finally:
-        if durable is None:
-            await _forget(c, sub.stream, sub.consumer)
-    return got
+        await sub.unsubscribe()
 
 
-async def _forget(c: Client, stream: str, consumer: str) -> None:
-    with contextlib.suppress(errors.RaftStreamError):  # else it expires when inactive
-        await c.delete_consumer(stream, consumer)
+async def _sub(
+    c: Client,
+    subject: str,
+    *,
+    stream: str | None,
+    durable: str | None,
+    queue: str | None,
+    ordered: bool,
+    deliver: str | None,
+    count: int | None,
+    ack: bool,
+    show: Shower,
+) -> None:
+    """A durable alone: pull (``_ensure_durable``) unless it exists as a push consumer;
+    everything else (ephemeral, queue, ordered): the SDK's push subscribe."""
+    cfg = _sub_config(deliver)
+    if durable and not queue:
+        stream, info = await _ensure_durable(c, subject, stream, durable, cfg)
+        if info.config.is_pull:
+            await _sub_pull(c, stream, durable, count=count, ack=ack, show=show)
+            return
+    await _sub_push(
+        c,
+        subject,
+        stream=stream,
+        durable=durable,
+        queue=queue,
+        ordered=ordered,
+        cfg=cfg,
+        count=count,
+        ack=ack,
+        show=show,
+    )
 
 
 @click.command("sub")
@@ -205,8 +286,7 @@ async def _forget(c: Client, stream: str, consumer: str) -> None:
 @click.option("--durable", help="Use (or create) this durable consumer.")
 @click.option("--queue", help="Share the work with other subscribers of this queue group.")
 @click.option("--ordered", is_flag=True, help="Ordered consumer (every message once, in order).")
-@click.option("--deliver", default="all", show_default=True,
-              help="Start: all, last, new, last_per_subject or a stream sequence.")  # fmt: skip
+@click.option("--deliver", help="Start: all (default), last, new, last_per_subject or a sequence.")
 @click.option("--count", type=click.IntRange(min=1), help="Stop after N messages.")
 @click.option("--ack/--no-ack", default=True, show_default=True, help="Acknowledge messages.")
 @click.option("--raw", is_flag=True, help="Print payloads only.")
@@ -219,7 +299,7 @@ def sub(
     durable: str | None,
     queue: str | None,
     ordered: bool,
-    deliver: str,
+    deliver: str | None,
     count: int | None,
     ack: bool,
     raw: bool,
@@ -234,7 +314,8 @@ def sub(
     """
     if ordered and (durable or queue):
         raise click.UsageError("--ordered cannot be combined with --durable or --queue")
-    if deliver not in ("all", "last", "new", "last_per_subject") and not deliver.isdigit():
+    named = ("all", "last", "new", "last_per_subject")
+    if deliver is not None and deliver not in named and not deliver.isdigit():
         raise click.BadParameter(f"{deliver!r}", param_hint="--deliver")
 
     def show(msg: Msg) -> None:
@@ -243,15 +324,15 @@ def sub(
         else:
             click.echo(format_msg(msg, raw=raw))
 
-    if ordered:
-        fail("--ordered needs the SDK's ordered consumer, which this build does not have")
     run(
         conn,
-        lambda c: _sub_pull(
+        lambda c: _sub(
             c,
             subject,
             stream=stream,
-            durable=durable or queue,
+            durable=durable,
+            queue=queue,
+            ordered=ordered,
             deliver=deliver,
             count=count,
             ack=ack,

@@ -217,13 +217,61 @@ def test_unreachable_server_is_one_line_exit_1(cluster: Any, free_dead_addr: str
 
 def test_sub_count_reads_then_cleans_up(cluster: Any) -> None:
     ok(cluster, "stream", "add", "SUB", "--subjects", "sub.>", "--replicas", "3")
-    ok(cluster, "pub", "sub.x", "m{{Count}}", "--count", "3", "--quiet")
+    ok(cluster, "pub", "sub.x", "m{{Count}}", "--count", "4", "--quiet")
     out = ok(cluster, "sub", "sub.x", "--count", "3", "--raw")
     assert out.split() == ["m1", "m2", "m3"]
-    lines = ok(cluster, "sub", "sub.>", "--count", "1", "--deliver", "last", "--json")
-    assert json.loads(lines)["data"] == "m3"
-    assert json.loads(ok(cluster, "consumer", "ls", "SUB", "--json")) == []
+    line = ok(cluster, "sub", "sub.>", "--count", "1", "--deliver", "last", "--json")
+    assert json.loads(line)["data"] == "m4"
+    ordered = ok(cluster, "sub", "sub.>", "--ordered", "--count", "4", "--json").splitlines()
+    assert [json.loads(m)["stream_seq"] for m in ordered] == [1, 2, 3, 4]
+    assert json.loads(ok(cluster, "consumer", "ls", "SUB", "--json")) == []  # ephemerals gone
+
+    # A durable named on the command line outlives it, and acked messages stay acked.
+    assert ok(cluster, "sub", "sub.x", "--durable", "keep", "--count", "2", "--raw").split() == [
+        "m1",
+        "m2",
+    ]
+    assert ok(cluster, "sub", "sub.x", "--durable", "keep", "--count", "1", "--raw").split() == [
+        "m3"
+    ]
+    assert json.loads(ok(cluster, "consumer", "ls", "SUB", "--names", "--json")) == ["keep"]
+    res = rs(cluster, "sub", "sub.x", "--ordered", "--durable", "keep")
+    assert res.returncode == 2
     ok(cluster, "stream", "rm", "SUB", "-f")
+
+
+def test_kv_add_put_get_history_ls_del_watch(cluster: Any) -> None:
+    out = ok(cluster, "kv", "add", "CONF", "--history", "5", "--replicas", "3")
+    assert "Bucket CONF" in out and "History per key: 5" in out
+    assert ok(cluster, "kv", "put", "CONF", "app.color", "blue").strip().endswith("revision 1")
+    assert "revision 2" in ok(cluster, "kv", "put", "CONF", "app.color", "green", "--last", "1")
+    stale = rs(cluster, "kv", "put", "CONF", "app.color", "red", "--last", "1")
+    assert stale.returncode == 1 and "KEY_WRONG_LAST_SEQUENCE" in one_error_line(stale)
+    ok(cluster, "kv", "put", "CONF", "app.size", "3")
+
+    assert ok(cluster, "kv", "get", "CONF", "app.color", "--raw").strip() == "green"
+    first = json.loads(ok(cluster, "kv", "get", "CONF", "app.color", "--revision", "1", "--json"))
+    assert (first["value"], first["revision"], first["operation"]) == ("blue", 1, "PUT")
+    history = json.loads(ok(cluster, "kv", "history", "CONF", "app.color", "--json"))
+    assert [(h["revision"], h["value"]) for h in history] == [(1, "blue"), (2, "green")]
+
+    buckets = json.loads(ok(cluster, "kv", "ls", "--json"))
+    assert [(b["bucket"], b["values"], b["history"]) for b in buckets] == [("CONF", 3, 5)]
+    assert sorted(json.loads(ok(cluster, "kv", "ls", "CONF", "--json"))) == [
+        "app.color",
+        "app.size",
+    ]
+    assert "Deleted CONF > app.size" in ok(cluster, "kv", "del", "CONF", "app.size", "-f")
+    missing = rs(cluster, "kv", "get", "CONF", "app.size")
+    assert missing.returncode == 1 and "KEY_DELETED" in one_error_line(missing)
+    assert json.loads(ok(cluster, "kv", "ls", "CONF", "--json")) == ["app.color"]
+
+    watched = ok(cluster, "kv", "watch", "CONF", "--count", "2").splitlines()
+    assert "PUT CONF > app.color revision 2: green" in watched[0]
+    assert "DEL CONF > app.size revision 4" in watched[1]
+    gone = rs(cluster, "kv", "info", "NOBUCKET")
+    assert gone.returncode == 1 and "BUCKET_NOT_FOUND" in one_error_line(gone)
+    assert "Deleted bucket CONF" in ok(cluster, "kv", "rm", "CONF", "-f")
 
 
 def test_cluster_info_and_step_down(cluster: Any) -> None:

@@ -1,0 +1,382 @@
+"""``raftstream kv ...``: key-value buckets (the SDK's ``raftstream.kv``).
+
+A bucket ``B`` is the stream ``KV_B``; ``kv ls`` lists buckets (or, given one, its keys);
+``kv put --last REV`` is a compare-and-set; ``kv watch`` prints the latest value of each
+key, then every change as it happens (Ctrl-C or ``--count`` stops).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from raftstream.cli_common import (
+    DURATION,
+    NS_PER_S,
+    SIZE,
+    Conn,
+    confirm_or_refuse,
+    connection_options,
+    echo_json,
+    fmt_bytes,
+    fmt_duration_ns,
+    fmt_time_ns,
+    json_option,
+    print_fields,
+    print_table,
+    run,
+)
+
+if TYPE_CHECKING:
+    from raftstream.client import Client
+    from raftstream.kv import KeyValueEntry, KeyValueStatus
+
+__all__ = ["kv"]
+
+KV_STREAM_PREFIX = "KV_"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def kv() -> None:
+    """Key-value buckets: add, put, get, del, ls, watch, history, info, rm.
+
+    \b
+    Example:
+      raftstream kv add CONFIG --history 5 --replicas 3
+      raftstream kv put CONFIG app.color blue
+    """
+
+
+def _status_fields(s: KeyValueStatus) -> list[tuple[str, Any]]:
+    return [
+        ("Bucket", s.bucket),
+        ("Stream", s.stream_info.config.name),
+        ("Values stored", s.values),
+        ("History per key", s.history),
+        ("TTL", fmt_duration_ns(int(s.ttl_s * NS_PER_S)) if s.ttl_s else "forever"),
+        ("Bytes", fmt_bytes(s.bytes)),
+        ("Replicas", s.replicas),
+    ]
+
+
+def _show_status(s: KeyValueStatus, as_json: bool) -> None:
+    if as_json:
+        echo_json(_status_json(s))
+    else:
+        print_fields(f"Bucket {s.bucket}", _status_fields(s))
+
+
+def _status_json(s: KeyValueStatus) -> dict[str, Any]:
+    return {
+        "bucket": s.bucket,
+        "values": s.values,
+        "history": s.history,
+        "ttl_s": s.ttl_s,
+        "bytes": s.bytes,
+        "replicas": s.replicas,
+        "stream": s.stream_info.config.name,
+    }
+
+
+@kv.command("add")
+@click.argument("bucket")
+@click.option("--history", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Revisions kept per key.")  # fmt: skip
+@click.option("--ttl", type=DURATION, help="How long a value lives (1h; default forever).")
+@click.option("--max-value-size", type=SIZE, default="-1", help="Largest value (1K; -1 any).")
+@click.option("--max-bytes", type=SIZE, default="-1", help="Bucket size limit (-1 none).")
+@click.option("--storage", type=click.Choice(["file", "memory"]), default="file")
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--description", default="")
+@json_option
+@connection_options
+def add_cmd(
+    conn: Conn,
+    bucket: str,
+    history: int,
+    ttl: int | None,
+    max_value_size: int,
+    max_bytes: int,
+    storage: str,
+    replicas: int,
+    description: str,
+    as_json: bool,
+) -> None:
+    """Create a bucket.
+
+    \b
+    Example:
+      raftstream kv add CONFIG --history 5 --ttl 24h --replicas 3
+    """
+
+    async def body(c: Client) -> KeyValueStatus:
+        bucket_kv = await c.create_key_value(
+            bucket,
+            description=description,
+            history=history,
+            ttl=ttl / NS_PER_S if ttl else None,
+            max_value_size=max_value_size,
+            max_bytes=max_bytes,
+            storage=storage,
+            replicas=replicas,
+        )
+        return await bucket_kv.status()
+
+    _show_status(run(conn, body), as_json)
+
+
+@kv.command("info")
+@click.argument("bucket")
+@json_option
+@connection_options
+def info_cmd(conn: Conn, bucket: str, as_json: bool) -> None:
+    """Show a bucket's state.
+
+    \b
+    Example:
+      raftstream kv info CONFIG
+    """
+
+    async def body(c: Client) -> KeyValueStatus:
+        return await (await c.key_value(bucket)).status()
+
+    _show_status(run(conn, body), as_json)
+
+
+@kv.command("put")
+@click.argument("bucket")
+@click.argument("key")
+@click.argument("value", required=False)
+@click.option(
+    "--last",
+    type=click.IntRange(min=0),
+    help="Only if the key's last revision is this (0: the key must not exist).",
+)
+@json_option
+@connection_options
+def put_cmd(
+    conn: Conn, bucket: str, key: str, value: str | None, last: int | None, as_json: bool
+) -> None:
+    """Set KEY to VALUE (or stdin); prints the new revision.
+
+    \b
+    Examples:
+      raftstream kv put CONFIG app.color blue
+      raftstream kv put CONFIG app.color green --last 1
+    """
+    if value is None:
+        if sys.stdin.isatty():
+            raise click.UsageError("give VALUE or pipe it on stdin")
+        value = sys.stdin.read()
+    data = value.encode()
+
+    async def body(c: Client) -> int:
+        b = await c.key_value(bucket)
+        if last is None:
+            return await b.put(key, data)
+        if last == 0:
+            return await b.create(key, data)
+        return await b.update(key, data, last)
+
+    revision = run(conn, body)
+    if as_json:
+        echo_json({"bucket": bucket, "key": key, "revision": revision})
+    else:
+        click.echo(f"{bucket} > {key} revision {revision}")
+
+
+def _entry_json(e: KeyValueEntry) -> dict[str, Any]:
+    return {
+        "bucket": e.bucket,
+        "key": e.key,
+        "revision": e.revision,
+        "operation": e.operation.value,
+        "created": fmt_time_ns(e.created_ns),
+        "value": e.value.decode("utf-8", errors="replace"),
+    }
+
+
+@kv.command("get")
+@click.argument("bucket")
+@click.argument("key")
+@click.option("--revision", type=click.IntRange(min=1), help="This revision of the key.")
+@click.option("--raw", is_flag=True, help="Print the value only.")
+@json_option
+@connection_options
+def get_cmd(
+    conn: Conn, bucket: str, key: str, revision: int | None, raw: bool, as_json: bool
+) -> None:
+    """Read a key's value (the latest, or --revision N).
+
+    \b
+    Example:
+      raftstream kv get CONFIG app.color
+    """
+
+    async def body(c: Client) -> KeyValueEntry:
+        return await (await c.key_value(bucket)).get(key, revision)
+
+    entry = run(conn, body)
+    if as_json:
+        echo_json(_entry_json(entry))
+    elif raw:
+        click.echo(entry.value.decode("utf-8", errors="replace"))
+    else:
+        click.echo(f"{bucket} > {key} revision {entry.revision} created "
+                   f"{fmt_time_ns(entry.created_ns)}\n")  # fmt: skip
+        click.echo(entry.value.decode("utf-8", errors="replace"))
+
+
+@kv.command("del")
+@click.argument("bucket")
+@click.argument("key")
+@click.option("--purge", is_flag=True, help="Also remove the key's history.")
+@click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
+@connection_options
+def del_cmd(conn: Conn, bucket: str, key: str, purge: bool, force: bool) -> None:
+    """Delete a key (a delete marker; --purge drops its history too).
+
+    \b
+    Example:
+      raftstream kv del CONFIG app.color -f
+    """
+    confirm_or_refuse(f"{'purge' if purge else 'delete'} key {key} of bucket {bucket}", force)
+
+    async def body(c: Client) -> int:
+        b = await c.key_value(bucket)
+        return await (b.purge(key) if purge else b.delete(key))
+
+    run(conn, body)
+    click.echo(f"{'Purged' if purge else 'Deleted'} {bucket} > {key}")
+
+
+@kv.command("rm")
+@click.argument("bucket")
+@click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
+@connection_options
+def rm_cmd(conn: Conn, bucket: str, force: bool) -> None:
+    """Delete a bucket and every value in it.
+
+    \b
+    Example:
+      raftstream kv rm CONFIG -f
+    """
+    confirm_or_refuse(f"delete bucket {bucket} and all its values", force)
+    run(conn, lambda c: c.delete_key_value(bucket))
+    click.echo(f"Deleted bucket {bucket}")
+
+
+async def _buckets(c: Client) -> list[KeyValueStatus]:
+    names = await c.stream_names()
+    buckets = sorted(n[len(KV_STREAM_PREFIX) :] for n in names if n.startswith(KV_STREAM_PREFIX))
+    return [await (await c.key_value(b)).status() for b in buckets]
+
+
+@kv.command("ls")
+@click.argument("bucket", required=False)
+@json_option
+@connection_options
+def ls_cmd(conn: Conn, bucket: str | None, as_json: bool) -> None:
+    """List buckets, or the keys of BUCKET.
+
+    \b
+    Examples:
+      raftstream kv ls
+      raftstream kv ls CONFIG
+    """
+    if bucket is not None:
+
+        async def keys(c: Client) -> list[str]:
+            return await (await c.key_value(bucket)).keys(timeout=conn.timeout_s)
+
+        names = run(conn, keys)
+        if as_json:
+            echo_json(names)
+        for name in [] if as_json else names:
+            click.echo(name)
+        return
+    statuses = run(conn, _buckets)
+    if as_json:
+        echo_json([_status_json(s) for s in statuses])
+        return
+    if not statuses:
+        click.echo("No buckets defined")
+        return
+    rows = [(s.bucket, s.values, s.history, fmt_bytes(s.bytes), s.replicas) for s in statuses]
+    print_table("Buckets", ["Bucket", "Values", "History", "Bytes", "Replicas"], rows)
+
+
+def _entry_line(e: KeyValueEntry) -> str:
+    value = e.value.decode("utf-8", errors="replace")
+    shown = f": {value}" if e.operation.value == "PUT" else ""
+    return f"[{fmt_time_ns(e.created_ns)}] {e.operation.value} {e.bucket} > {e.key} " \
+           f"revision {e.revision}{shown}"  # fmt: skip
+
+
+@kv.command("history")
+@click.argument("bucket")
+@click.argument("key")
+@json_option
+@connection_options
+def history_cmd(conn: Conn, bucket: str, key: str, as_json: bool) -> None:
+    """Every kept revision of a key, oldest first (delete markers included).
+
+    \b
+    Example:
+      raftstream kv history CONFIG app.color
+    """
+
+    async def body(c: Client) -> list[KeyValueEntry]:
+        return await (await c.key_value(bucket)).history(key, timeout=conn.timeout_s)
+
+    entries = run(conn, body)
+    if as_json:
+        echo_json([_entry_json(e) for e in entries])
+        return
+    rows = [
+        (e.revision, e.operation.value, fmt_time_ns(e.created_ns), e.value.decode(errors="replace"))
+        for e in entries
+    ]
+    print_table(f"History of {bucket} > {key}", ["Revision", "Op", "Created", "Value"], rows)
+
+
+async def _watch(
+    c: Client, bucket: str, keys: str, *, count: int | None, history: bool, as_json: bool
+) -> None:
+    """Print the initial values then updates until ``count`` entries were shown."""
+    b = await c.key_value(bucket)
+    shown = 0
+    async with await b.watch(keys, include_history=history) as watcher:
+        while count is None or shown < count:
+            entry = await watcher.updates(None)
+            if entry is None:
+                click.echo("(end of current values; watching for changes)", err=True)
+                continue
+            click.echo(json.dumps(_entry_json(entry)) if as_json else _entry_line(entry))
+            shown += 1
+
+
+@kv.command("watch")
+@click.argument("bucket")
+@click.argument("keys", default=">")
+@click.option("--count", type=click.IntRange(min=1), help="Stop after N entries.")
+@click.option("--history", is_flag=True, help="Start with every kept revision.")
+@json_option
+@connection_options
+def watch_cmd(
+    conn: Conn, bucket: str, keys: str, count: int | None, history: bool, as_json: bool
+) -> None:
+    """Print the latest value of each key matching KEYS (default: all), then every change.
+
+    \b
+    Examples:
+      raftstream kv watch CONFIG
+      raftstream kv watch CONFIG 'app.*' --count 10 --json
+    """
+    run(
+        conn,
+        lambda c: _watch(c, bucket, keys, count=count, history=history, as_json=as_json),
+    )
