@@ -150,7 +150,8 @@ def _floor_text(label: str, f: Floor) -> str:
     return (
         f"floor {label}: fsync(128 B) {f.fsync_per_s:,.0f}/s ({f.fsync_ms:.2f} ms);"
         f" LMDB 1-put commit {f.lmdb_commit_per_s:,.0f}/s;"
-        f" store append x256/txn {f.store_batch_msgs_per_s:,.0f} msgs/s"
+        f" store append x256/txn {f.store_batch_msgs_per_s:,.0f} msgs/s;"
+        f" load average {f.load_1m:.1f}"
     )
 
 

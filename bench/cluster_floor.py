@@ -9,7 +9,9 @@ are printed beside floors measured in the same run, in the same directory as the
 - ``store_batch_msgs_per_s``: ``LmdbStreamStore.append`` of 128-byte messages, 256 per
   transaction (the engine's batched rate on one node: a CPU ceiling for the whole path).
 
-Each loop runs for ``seconds`` (bounded), in its own temporary directory under ``root``.
+Each loop runs for ``seconds`` (bounded), in its own temporary directory under ``root``. The
+machine's 1-minute load average is recorded with them: on a shared machine it says how much
+of the CPU the benchmark could have had.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Floor:
     fsync_per_s: float
     lmdb_commit_per_s: float
     store_batch_msgs_per_s: float
+    load_1m: float = 0.0  # the machine's 1-minute load average then (others' runs count)
 
     @property
     def fsync_ms(self) -> float:
@@ -102,6 +105,7 @@ def measure_floor(root: Path, seconds: float = 1.0) -> Floor:
             fsync_per_s=_fsync_rate(path, seconds),
             lmdb_commit_per_s=_lmdb_commit_rate(path, seconds),
             store_batch_msgs_per_s=_store_batch_rate(path, seconds),
+            load_1m=os.getloadavg()[0],
         )
     finally:
         shutil.rmtree(path, ignore_errors=True)
