@@ -9,6 +9,7 @@ duration ago: ``1h``).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -253,6 +254,13 @@ def info_cmd(conn: Conn, stream: str, name: str, as_json: bool) -> None:
     show_info(run(conn, lambda c: c.consumer_info(stream, name)), as_json)
 
 
+async def _infos(c: Client, stream: str) -> list[ConsumerInfo]:
+    """Every consumer's info, one ``consumer_info`` each: the server's ListConsumers answers
+    configs with zeroed state (delivered, pending), so the listing alone would mislead."""
+    names = await c.consumer_names(stream)
+    return list(await asyncio.gather(*(c.consumer_info(stream, n) for n in names)))
+
+
 @consumer.command("ls")
 @click.argument("stream")
 @click.option("-n", "--names", "names_only", is_flag=True, help="Names only.")
@@ -272,7 +280,7 @@ def ls_cmd(conn: Conn, stream: str, names_only: bool, as_json: bool) -> None:
         for n in [] if as_json else names:
             click.echo(n)
         return
-    infos = sorted(run(conn, lambda c: c.consumers_info(stream)), key=lambda i: i.name)
+    infos = sorted(run(conn, lambda c: _infos(c, stream)), key=lambda i: i.name)
     if as_json:
         echo_json(infos)
         return

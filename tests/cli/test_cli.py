@@ -157,7 +157,8 @@ def test_consumer_add_next_ack_info_ls_rm(cluster: Any) -> None:
     assert empty.returncode == 1 and "TIMEOUT" in one_error_line(empty)
 
     table = ok(cluster, "consumer", "ls", "WORK").splitlines()
-    assert any(line.split()[:3] == ["worker", "pull", "explicit"] for line in table)
+    # Unprocessed 0, ack pending 1 (job 3), last delivered stream seq 3.
+    assert any(line.split() == ["worker", "pull", "explicit", "0", "1", "0", "3"] for line in table)
     assert "Deleted consumer WORK > worker" in ok(cluster, "consumer", "rm", "WORK", "worker", "-f")
     assert "No consumers on stream WORK" in ok(cluster, "consumer", "ls", "WORK")
     ok(cluster, "stream", "rm", "WORK", "-f")
