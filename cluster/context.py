@@ -26,8 +26,9 @@ from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.forward import Forwarder, was_forwarded
 from raftstream.cluster.meta_entries import DEFAULT_ACCOUNT
-from raftstream.cluster.meta_group import MetaGroup
+from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.raft_extras import followers
 from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.errors import NoLeaderError, NotFoundError, NotLeaderError, UnavailableError
 from raftstream.raft.host import RaftHost
@@ -69,9 +70,13 @@ class ServiceContext:
         return self.config.name
 
     def peer_live(self, node: str) -> bool:
-        """This node, or a peer not known to be down (unknown counts as live: right after
-        a start nothing is known yet, and placement must not refuse a healthy cluster)."""
-        return node == self.node_id or not self.peer_down(node)
+        """This node; a peer active in the meta group as its leader (this node) sees it;
+        or a peer not known to be down (unknown counts as live: right after a start nothing
+        is known yet, and placement must not refuse a healthy cluster)."""
+        if node == self.node_id or not self.peer_down(node):
+            return True
+        _, progress = followers(self.host, META_GROUP)
+        return any(f.name == node and f.active for f in progress)
 
     def client_addr(self, node: str) -> str | None:
         addr = self.config.peers.get(node)

@@ -62,7 +62,7 @@ __all__ = ["Node", "configure_logging", "run_node"]
 
 log = logging.getLogger(__name__)
 
-PEER_PROBE_INTERVAL_S = 1.0
+PEER_PROBE_INTERVAL_S = 0.5
 PEER_PROBE_TIMEOUT_S = 1.0
 PEER_DOWN_AFTER_S = 3.0  # a peer whose probes failed this long is down (placement, info)
 STOP_GRACE_S = 1.0

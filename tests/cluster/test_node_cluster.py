@@ -182,3 +182,25 @@ def test_inactive_ephemeral_consumer_is_deleted(cluster3: LocalCluster) -> None:
             await js.close()
 
     run(body())
+
+
+def test_meta_leader_step_down_moves_leadership(cluster3: LocalCluster) -> None:
+    """Asked on any node (forwarded to the meta leader), the meta leader hands leadership
+    to the preferred node once it is caught up; every node then names the new leader."""
+    old = cluster3.wait_meta_leader()
+    target = next(n for n in cluster3.names if n != old)
+
+    async def body() -> None:
+        js = await raftstream.connect(servers=[cluster3.addr(target)], timeout=15)
+        try:
+
+            async def moved() -> None:
+                await js.meta_leader_stepdown(preferred=target)
+                assert (await js.cluster_info()).meta_leader == target
+
+            await retry_async(moved)
+        finally:
+            await js.close()
+
+    run(body())
+    assert cluster3.wait_meta_leader() == target
