@@ -78,6 +78,7 @@ class Role:
     latencies_ns: list[int] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
+        """Counts, rates and latency percentiles (ms), as printed and as JSON."""
         seconds = max(self.end_ns - self.start_ns, 1) / 1e9
         lat = sorted(self.latencies_ns)
 
@@ -124,6 +125,7 @@ async def _publisher(conn: Conn, spec: BenchSpec, n: int, role: Role) -> None:
 
 
 def _acked(role: Role, size: int, t0: int, fut: asyncio.Future[Any]) -> None:
+    """Record one pipelined publish that was acknowledged (failures surface later)."""
     if fut.cancelled() or fut.exception() is not None:
         return  # the failure surfaces in publish_async_completed
     role.latencies_ns.append(time.perf_counter_ns() - t0)
@@ -158,6 +160,7 @@ async def _subscriber(conn: Conn, spec: BenchSpec, index: int, role: Role, e2e: 
 
 
 async def _timed(role: Role, tasks: list[Coroutine[Any, Any, None]]) -> None:
+    """Run ``tasks`` together, stamping the role's start and end."""
     role.start_ns = time.perf_counter_ns()
     try:
         await asyncio.gather(*tasks)
@@ -224,6 +227,7 @@ async def _run(c: Client, conn: Conn, spec: BenchSpec, mode: str) -> list[Role]:
 
 
 def _report(spec: BenchSpec, mode: str, roles: list[Role], as_json: bool) -> None:
+    """The summary: one JSON document, or a table with a row per role."""
     results = [r.summary() for r in roles]
     if as_json:
         echo_json(
@@ -247,7 +251,7 @@ def _report(spec: BenchSpec, mode: str, roles: list[Role], as_json: bool) -> Non
             f"{r['seconds']:.3f}",
             f"{r['msgs_per_s']:,.0f}",
             f"{r['mb_per_s']:.2f}",
-            *(f"{r['latency_ms'][p]:.3f}" for p in ("p50", "p90", "p99")),
+            *(f"{r['latency_ms'][p]:.2f}" for p in ("p50", "p90", "p99")),
         )
         for r in results
     ]
@@ -281,6 +285,7 @@ def bench_options(f: Callable[..., R]) -> Callable[..., R]:
 
 
 def _command(mode: str, conn: Conn, as_json: bool, **options: Any) -> None:
+    """One bench mode: check the options, run against the cluster, report."""
     spec = BenchSpec(**options)
     if spec.size < 0:
         fail("--size must be 0 or more")

@@ -36,6 +36,7 @@ def cluster() -> None:
 
 
 def _replicas(group: GroupInfo) -> str:
+    """A group's followers, each with its state (offline, current or its lag)."""
     parts = []
     for r in group.replicas:
         state = "offline" if r.offline else ("current" if r.current else f"lag {r.lag}")
@@ -44,6 +45,7 @@ def _replicas(group: GroupInfo) -> str:
 
 
 def _show_cluster(info: ClusterInfo) -> None:
+    """The cluster as fields (name, meta leader) and two tables: nodes, groups."""
     print_fields(
         f"Cluster {info.name or '-'}",
         [("Meta leader", info.meta_leader or "none"), ("Answered by", info.answered_by)],

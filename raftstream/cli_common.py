@@ -101,6 +101,7 @@ class Conn:
 
     @classmethod
     def from_options(cls, servers: Sequence[str], timeout_s: float) -> Conn:
+        """From the ``-s`` values, else ``$RAFTSTREAM_SERVERS``, else the default."""
         listed = split_csv(servers) or split_csv([os.environ.get(SERVERS_ENV, "")])
         return cls(servers=tuple(listed or [DEFAULT_SERVERS]), timeout_s=timeout_s)
 
@@ -233,6 +234,7 @@ class _Duration(click.ParamType[int, Any]):
     name = "DURATION"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        """The value in its unit (ns or bytes); a usage error names the bad text."""
         if isinstance(value, int):
             return value
         try:
@@ -245,6 +247,7 @@ class _Size(click.ParamType[int, Any]):
     name = "SIZE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        """The value in its unit (ns or bytes); a usage error names the bad text."""
         if isinstance(value, int):
             return value
         try:
@@ -320,6 +323,7 @@ def echo_json(value: Any) -> None:
 
 
 def _is_terminal() -> bool:
+    """Whether stdout is a terminal (rich output) rather than a pipe (plain)."""
     return sys.stdout.isatty()
 
 
@@ -332,7 +336,7 @@ def print_table(title: str | None, headers: Sequence[str], rows: Iterable[Sequen
 
         table = Table(title=title, header_style="bold")
         for h in headers:
-            table.add_column(h)
+            table.add_column(h, overflow="fold")  # narrow terminals: wrap, never cut
         for row in cells:
             table.add_row(*row)
         Console().print(table)
@@ -352,7 +356,7 @@ def print_fields(title: str, pairs: Sequence[tuple[str, Any]]) -> None:
 
         table = Table(title=title, show_header=False, box=None, title_justify="left")
         table.add_column(style="bold", justify="right")
-        table.add_column()
+        table.add_column(overflow="fold")
         for key, value in pairs:
             table.add_row(key, str(value))
         Console().print(table)

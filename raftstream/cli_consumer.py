@@ -99,6 +99,7 @@ def _deliver(value: str) -> dict[str, Any]:
 
 
 def _backoff(items: tuple[str, ...]) -> tuple[int, ...]:
+    """``--backoff 1s,5s,30s`` as ns durations (a usage error otherwise)."""
     try:
         return tuple(parse_duration_ns(v) for v in split_csv(items))
     except ValueError as exc:
@@ -129,6 +130,7 @@ def consumer_params(name: str | None, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _info_fields(info: ConsumerInfo) -> list[tuple[str, Any]]:
+    """A consumer's config and state as (name, value) pairs for humans."""
     c = info.config
     filters = c.filter_subjects or ((c.filter_subject,) if c.filter_subject else ())
     pairs: list[tuple[str, Any]] = [
@@ -338,6 +340,7 @@ def format_msg(msg: Msg, *, raw: bool) -> str:
 
 
 def _msg_json(msg: Msg) -> dict[str, Any]:
+    """A delivered message as JSON data, with its ack token's metadata."""
     md = msg.metadata
     return {
         "subject": msg.subject,

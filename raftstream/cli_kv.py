@@ -51,6 +51,7 @@ def kv() -> None:
 
 
 def _status_fields(s: KeyValueStatus) -> list[tuple[str, Any]]:
+    """A bucket's state as (name, value) pairs for humans."""
     return [
         ("Bucket", s.bucket),
         ("Stream", s.stream_info.config.name),
@@ -63,6 +64,7 @@ def _status_fields(s: KeyValueStatus) -> list[tuple[str, Any]]:
 
 
 def _show_status(s: KeyValueStatus, as_json: bool) -> None:
+    """A bucket's state as JSON or fields."""
     if as_json:
         echo_json(_status_json(s))
     else:
@@ -70,6 +72,7 @@ def _show_status(s: KeyValueStatus, as_json: bool) -> None:
 
 
 def _status_json(s: KeyValueStatus) -> dict[str, Any]:
+    """A bucket's state as JSON data."""
     return {
         "bucket": s.bucket,
         "values": s.values,
@@ -189,6 +192,7 @@ def put_cmd(
 
 
 def _entry_json(e: KeyValueEntry) -> dict[str, Any]:
+    """A key revision as JSON data (the value as text)."""
     return {
         "bucket": e.bucket,
         "key": e.key,
@@ -270,6 +274,7 @@ def rm_cmd(conn: Conn, bucket: str, force: bool) -> None:
 
 
 async def _buckets(c: Client) -> list[KeyValueStatus]:
+    """Every bucket (a stream named KV_*) with its state."""
     names = await c.stream_names()
     buckets = sorted(n[len(KV_STREAM_PREFIX) :] for n in names if n.startswith(KV_STREAM_PREFIX))
     return [await (await c.key_value(b)).status() for b in buckets]
@@ -310,6 +315,7 @@ def ls_cmd(conn: Conn, bucket: str | None, as_json: bool) -> None:
 
 
 def _entry_line(e: KeyValueEntry) -> str:
+    """A key revision on one line (the value only for a PUT)."""
     value = e.value.decode("utf-8", errors="replace")
     shown = f": {value}" if e.operation.value == "PUT" else ""
     return f"[{fmt_time_ns(e.created_ns)}] {e.operation.value} {e.bucket} > {e.key} " \

@@ -64,6 +64,7 @@ def render(template: str, count: int) -> str:
 
 
 def _headers(items: tuple[str, ...], count: int) -> dict[str, str]:
+    """``-H KEY:VALUE`` options as headers, placeholders filled in for message ``count``."""
     out = {}
     for item in items:
         key, sep, value = item.partition(":")

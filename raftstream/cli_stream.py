@@ -154,6 +154,7 @@ def stream_params(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _key_values(items: tuple[str, ...], option: str) -> dict[str, str]:
+    """``KEY=VALUE`` options as a dict (a usage error names the bad one)."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -177,10 +178,12 @@ def load_config_file(path: str | None) -> dict[str, Any]:
 
 
 def _opt(n: int) -> str:
+    """A count limit for humans: -1 is unlimited."""
     return "unlimited" if n < 0 else str(n)
 
 
 def _info_fields(info: StreamInfo) -> list[tuple[str, Any]]:
+    """A stream's config, state and replicas as (name, value) pairs for humans."""
     c, s = info.config, info.state
     pairs: list[tuple[str, Any]] = [
         ("Name", c.name),

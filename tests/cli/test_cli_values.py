@@ -84,3 +84,21 @@ def test_servers_from_flags_env_or_default(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("RAFTSTREAM_SERVERS", "a:1, b:2")
     assert Conn.from_options((), 5).servers == ("a:1", "b:2")
     assert Conn.from_options(("c:3,d:4", "e:5"), 5).servers == ("c:3", "d:4", "e:5")
+
+
+def test_tables_are_rich_on_a_terminal_and_plain_in_a_pipe(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import raftstream.cli_common as common
+
+    rows = [("ORDERS", "orders.>", 3)]
+    common.print_table("Streams", ["Name", "Subjects", "Replicas"], rows)
+    plain = capsys.readouterr().out.splitlines()
+    assert plain == ["Streams", "Name    Subjects  Replicas", "ORDERS  orders.>  3"]
+
+    monkeypatch.setattr(common, "_is_terminal", lambda: True)
+    common.print_table("Streams", ["Name", "Subjects", "Replicas"], rows)
+    drawn = capsys.readouterr().out
+    assert "┃" in drawn and "ORDERS" in drawn and "orders.>" in drawn
+    common.print_fields("Stream ORDERS", [("Replicas", 3)])
+    assert "Replicas" in capsys.readouterr().out
