@@ -15,7 +15,6 @@ outcome is then unknown: they may have been applied. Errors are ``raftstream.err
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -27,6 +26,7 @@ from raftstream import errors
 from raftstream import subscribe as _workflow
 from raftstream._conn import Router, Stubs
 from raftstream._push import PENDING_BYTES_MAX, PENDING_MSGS_MAX, MsgCallback, PushSubscription
+from raftstream._registry import SubscriptionRegistry
 from raftstream.config import (
     UNLIMITED,
     ConsumerConfig,
@@ -34,7 +34,7 @@ from raftstream.config import (
     StorageType,
     StreamConfig,
 )
-from raftstream.kv import KeyValue, bucket_stream_config, validate_bucket
+from raftstream.kv import KeyValue, bucket_stream_config, delete_bucket, open_bucket
 from raftstream.models import (
     ClusterInfo,
     ConsumerInfo,
@@ -141,10 +141,7 @@ class Client:
             error_cb=self._error_cb,
         )
         self._closed = False
-        # Push subscriptions alive on this client, and the (stream, consumer) pairs a
-        # non-queue one is bound to ("duplicate subscription" within this client).
-        self._subs: set[PushSubscription] = set()
-        self._bound: set[tuple[str, str]] = set()
+        self._registry = SubscriptionRegistry(self.delete_consumer)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -172,8 +169,7 @@ class Client:
         push subscriptions stop (their consumers are left as they are)."""
         if self._closed:
             return
-        for sub in list(self._subs):
-            await sub.shutdown()
+        await self._registry.shutdown()
         self._closed = True
         await self._publisher.close()
         await self._acker.close()
@@ -770,30 +766,6 @@ class Client:
         if self._closed:
             raise errors.UnavailableError("the client is closed")
 
-    def _is_bound(self, stream: str, consumer: str) -> bool:
-        return (stream, consumer) in self._bound
-
-    def _register(self, sub: PushSubscription, *, bound: bool) -> None:
-        self._subs.add(sub)
-        if bound:
-            self._bound.add((sub.stream, sub.consumer))
-
-    def _closer(
-        self, stream: str, consumer: str, *, delete: bool, bound: bool
-    ) -> Callable[[], Awaitable[None]]:
-        """What a subscription runs when it ends: forget it, delete its consumer if the SDK
-        created it (a consumer already gone is fine)."""
-
-        async def close() -> None:
-            self._subs = {s for s in self._subs if not s.is_closed}
-            if bound:
-                self._bound.discard((stream, consumer))
-            if delete and not self._closed:
-                with contextlib.suppress(errors.NotFoundError):  # gone already: fine
-                    await self.delete_consumer(stream, consumer)
-
-        return close
-
     # -- key-value ----------------------------------------------------------------------------
 
     async def create_key_value(
@@ -828,24 +800,11 @@ class Client:
 
     async def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
         """An existing bucket; ``BucketNotFoundError`` when there is none."""
-        validate_bucket(bucket)
-        try:
-            await self.stream_info(f"KV_{bucket}", timeout=timeout)
-        except errors.NotFoundError:
-            raise errors.BucketNotFoundError(
-                f"bucket {bucket!r} not found", bucket=bucket
-            ) from None
-        return KeyValue(self, bucket)
+        return await open_bucket(self, bucket, timeout=timeout)
 
     async def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> bool:
         """Delete a bucket and every value in it; ``BucketNotFoundError`` when missing."""
-        validate_bucket(bucket)
-        try:
-            return await self.delete_stream(f"KV_{bucket}", timeout=timeout)
-        except errors.NotFoundError:
-            raise errors.BucketNotFoundError(
-                f"bucket {bucket!r} not found", bucket=bucket
-            ) from None
+        return await delete_bucket(self, bucket, timeout=timeout)
 
 
 def _stream_config(config: StreamConfig | None, params: Mapping[str, Any]) -> StreamConfig:

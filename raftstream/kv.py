@@ -52,6 +52,8 @@ __all__ = [
     "KeyValueStatus",
     "KeyWatcher",
     "bucket_stream_config",
+    "delete_bucket",
+    "open_bucket",
     "validate_bucket",
     "validate_key",
 ]
@@ -180,6 +182,25 @@ def _wrong_last(
     return errors.KeyWrongLastSequenceError(
         f"key {key!r}: its last revision is not {last} ({exc.message})", **details
     )
+
+
+async def open_bucket(client: Client, bucket: str, *, timeout: float | None) -> KeyValue:
+    """``Client.key_value``: the bucket if its stream exists."""
+    validate_bucket(bucket)
+    try:
+        await client.stream_info(STREAM_PREFIX + bucket, timeout=timeout)
+    except errors.NotFoundError:
+        raise errors.BucketNotFoundError(f"bucket {bucket!r} not found", bucket=bucket) from None
+    return KeyValue(client, bucket)
+
+
+async def delete_bucket(client: Client, bucket: str, *, timeout: float | None) -> bool:
+    """``Client.delete_key_value``: delete the bucket's stream."""
+    validate_bucket(bucket)
+    try:
+        return await client.delete_stream(STREAM_PREFIX + bucket, timeout=timeout)
+    except errors.NotFoundError:
+        raise errors.BucketNotFoundError(f"bucket {bucket!r} not found", bucket=bucket) from None
 
 
 class KeyValue:

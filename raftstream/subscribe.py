@@ -328,7 +328,7 @@ async def subscribe(
     info = await lookup(client, stream, name, timeout) if name else None
 
     def fits(found: ConsumerInfo) -> None:
-        check_push_fit(found, queue, bound_here=client._is_bound(stream, found.name))
+        check_push_fit(found, queue, bound_here=client._registry.is_bound(stream, found.name))
         check_filter(found, subject)
         check_config(cfg, found.config, found.name)
 
@@ -359,7 +359,7 @@ async def subscribe_bind(
     """Attach to an existing push consumer (``NotFoundError`` when there is none); the
     same fit checks, without a subject. Never deletes the consumer."""
     info = await client.consumer_info(stream, consumer, timeout=timeout)
-    check_push_fit(info, queue, bound_here=client._is_bound(stream, info.name))
+    check_push_fit(info, queue, bound_here=client._registry.is_bound(stream, info.name))
     subject = info.config.filter_subject or ""
     return attach(client, info, subject=subject, queue=queue, created=False, options=options)
 
@@ -393,10 +393,12 @@ def attach(
         pending_msgs_max=options.pending_msgs_max,
         pending_bytes_max=options.pending_bytes_max,
         connect_timeout_s=client._timeout_s,
-        on_close=client._closer(info.stream, info.name, delete=created, bound=queue is None),
+        on_close=client._registry.closer(
+            info.stream, info.name, delete=created, bound=queue is None
+        ),
         consumer_info=client.consumer_info,
     )
-    client._register(sub, bound=queue is None)
+    client._registry.register(sub, bound=queue is None)
     sub.start()
     return sub
 
