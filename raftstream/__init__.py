@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from raftstream.errors import Code, RaftStreamError
 
 if TYPE_CHECKING:
+    from raftstream._push import PushSubscription
     from raftstream.client import Client, connect
     from raftstream.config import (
         AckPolicy,
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         StreamConfig,
         SubjectTransform,
     )
+    from raftstream.kv import KeyValue, KeyValueEntry, KeyValueOp, KeyValueStatus, KeyWatcher
     from raftstream.models import (
         ClusterInfo,
         ConsumerInfo,
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
         StreamState,
     )
     from raftstream.msg import Msg
+    from raftstream.ordered import OrderedSubscription
     from raftstream.pull import PullSubscription
 
 __all__ = [
@@ -54,11 +57,18 @@ __all__ = [
     "ConsumerInfo",
     "DeliverPolicy",
     "DiscardPolicy",
+    "KeyValue",
+    "KeyValueEntry",
+    "KeyValueOp",
+    "KeyValueStatus",
+    "KeyWatcher",
     "Msg",
     "MsgMetadata",
+    "OrderedSubscription",
     "Placement",
     "PubAck",
     "PullSubscription",
+    "PushSubscription",
     "RaftStreamError",
     "RawStreamMsg",
     "ReplayPolicy",
@@ -94,6 +104,13 @@ _LAZY = {
     "StreamState": "raftstream.models",
     "Msg": "raftstream.msg",
     "PullSubscription": "raftstream.pull",
+    "PushSubscription": "raftstream._push",
+    "OrderedSubscription": "raftstream.ordered",
+    "KeyValue": "raftstream.kv",
+    "KeyValueEntry": "raftstream.kv",
+    "KeyValueOp": "raftstream.kv",
+    "KeyValueStatus": "raftstream.kv",
+    "KeyWatcher": "raftstream.kv",
 }
 
 
