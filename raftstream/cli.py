@@ -24,7 +24,7 @@ import click
 
 from raftstream.cli_bench import bench
 from raftstream.cli_cluster import cluster
-from raftstream.cli_common import CLI_EPILOG
+from raftstream.cli_common import CLI_EPILOG, add_group_connection_options
 from raftstream.cli_consumer import consumer
 from raftstream.cli_kv import kv
 from raftstream.cli_pub import pub, sub
@@ -197,6 +197,7 @@ def _stop_all(procs: Sequence[subprocess.Popen[Any]]) -> None:
 for _command in (cluster, stream, consumer, pub, sub, kv, bench):
     cli.add_command(_command)
 cli.epilog = CLI_EPILOG
+add_group_connection_options(cli)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -35,9 +35,11 @@ if TYPE_CHECKING:
     from raftstream.client import Client
 
 __all__ = [
+    "CLI_EPILOG",
     "DURATION",
     "SIZE",
     "Conn",
+    "add_group_connection_options",
     "confirm_or_refuse",
     "connection_options",
     "echo_json",
@@ -100,9 +102,18 @@ class Conn:
     timeout_s: float
 
     @classmethod
-    def from_options(cls, servers: Sequence[str], timeout_s: float) -> Conn:
-        """From the ``-s`` values, else ``$RAFTSTREAM_SERVERS``, else the default."""
-        listed = split_csv(servers) or split_csv([os.environ.get(SERVERS_ENV, "")])
+    def from_options(cls, servers: Sequence[str], timeout_s: float | None) -> Conn:
+        """The command's ``-s``/``--timeout``, else the ones given before the command
+        (``raftstream -s HOST:PORT stream ls``), else ``$RAFTSTREAM_SERVERS`` and 5 s, else
+        ``127.0.0.1:7101``."""
+        meta = _group_meta()
+        listed = (
+            split_csv(servers)
+            or split_csv(meta.get(_META_SERVERS, ()))
+            or split_csv([os.environ.get(SERVERS_ENV, "")])
+        )
+        if timeout_s is None:
+            timeout_s = meta.get(_META_TIMEOUT) or DEFAULT_TIMEOUT_S
         return cls(servers=tuple(listed or [DEFAULT_SERVERS]), timeout_s=timeout_s)
 
     async def connect(self) -> Client:
@@ -117,24 +128,66 @@ def connection_options(f: Callable[..., R]) -> Callable[..., R]:
     """Add ``-s/--server`` and ``--timeout``; the command receives them as ``conn: Conn``."""
 
     @functools.wraps(f)
-    def wrapper(*args: Any, server: tuple[str, ...], timeout: float, **kwargs: Any) -> R:
+    def wrapper(*args: Any, server: tuple[str, ...], timeout: float | None, **kwargs: Any) -> R:
         return f(*args, conn=Conn.from_options(server, timeout), **kwargs)
 
-    wrapper = click.option(
-        "--timeout",
-        type=click.FloatRange(min=0.01),
-        default=DEFAULT_TIMEOUT_S,
-        show_default=True,
-        help="Seconds each call may take (retries included).",
-    )(wrapper)
-    return click.option(
-        "-s",
-        "--server",
-        multiple=True,
-        metavar="HOST:PORT",
-        help=f"Server(s) to use, repeatable or comma-separated "
+    wrapper = click.option(*_TIMEOUT_DECLS, **_timeout_attrs())(wrapper)
+    return click.option(*_SERVER_DECLS, **_server_attrs())(wrapper)
+
+
+_SERVER_DECLS = ("-s", "--server")
+_TIMEOUT_DECLS = ("--timeout",)
+_META_SERVERS = "raftstream.servers"
+_META_TIMEOUT = "raftstream.timeout_s"
+
+
+def _server_attrs() -> dict[str, Any]:
+    return {
+        "multiple": True,
+        "metavar": "HOST:PORT",
+        "help": f"Server(s) to use, repeatable or comma-separated "
         f"(default: ${SERVERS_ENV}, else {DEFAULT_SERVERS}).",
-    )(wrapper)
+    }
+
+
+def _timeout_attrs() -> dict[str, Any]:
+    return {
+        "type": click.FloatRange(min=0.01),
+        "default": None,
+        "help": f"Seconds each call may take, retries included (default {DEFAULT_TIMEOUT_S:g}).",
+    }
+
+
+def _group_meta() -> dict[str, Any]:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta if ctx is not None else {}
+
+
+def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value:
+            ctx.meta[key] = value
+
+    return store
+
+
+def add_group_connection_options(group: click.Group) -> None:
+    """Let ``-s``/``--timeout`` come before the command too (``raftstream -s H:P stream
+    ls``, as with the nats CLI); stored in the context's meta, read by ``Conn``, so the
+    group's own callback is unchanged. A command's own ``-s``/``--timeout`` wins."""
+    group.params.append(
+        click.Option(
+            _SERVER_DECLS, expose_value=False, callback=_remember(_META_SERVERS), **_server_attrs()
+        )
+    )
+    group.params.append(
+        click.Option(
+            _TIMEOUT_DECLS,
+            expose_value=False,
+            callback=_remember(_META_TIMEOUT),
+            **_timeout_attrs(),
+        )
+    )
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -374,7 +427,8 @@ Examples:
   raftstream pub orders.eu 'order {{Count}}' --count 10
   raftstream consumer add ORDERS worker && raftstream consumer next ORDERS worker --ack
 \b
-Every client command takes -s/--server HOST:PORT (repeatable or comma-separated; default
-$RAFTSTREAM_SERVERS, else 127.0.0.1:7101) and --timeout SECONDS; read commands take --json.
+Client commands take -s/--server HOST:PORT (repeatable or comma-separated; default
+$RAFTSTREAM_SERVERS, else 127.0.0.1:7101) and --timeout SECONDS, after the command or
+before it; read commands take --json. Every command's --help shows an example.
 Exit codes: 0 success, 1 error (refused, not found, unreachable), 2 usage error.
 """

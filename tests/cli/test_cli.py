@@ -281,6 +281,9 @@ def test_cluster_info_and_step_down(cluster: Any) -> None:
     assert info["meta_leader"] in ("n1", "n2", "n3")
     plain = ok(cluster, "cluster", "info")
     assert "Meta leader: " + info["meta_leader"] in plain and "Nodes" in plain
+    # -s and --timeout may also come before the command, as with the nats CLI.
+    before = CliRunner().invoke(cli, ["-s", ",".join(cluster.servers), "cluster", "info"])
+    assert before.exit_code == 0 and "Meta leader: " in before.stdout
     res = invoke(cluster, "cluster", "step-down")
     assert res.exit_code == 0 and "meta leader stepped down" in res.stdout
 
