@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/*.proto)
 SEEDS ?= 200
 
-.PHONY: install test test-fast lint typecheck bench bench-engine bench-raft proto sim run clean
+.PHONY: install test test-fast lint typecheck bench bench-engine bench-raft bench-cluster proto sim run clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "installing a Java runtime for Spark (apt)"; \
@@ -44,7 +44,7 @@ sim: install
 	RAFTSTREAM_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q tests/sim -k seeds
 
 # Benchmarks print figures; they assert nothing (the machines are shared and noisy).
-bench: bench-engine bench-raft
+bench: bench-engine bench-raft bench-cluster
 
 bench-engine: install
 	$(PY) -m raftstream.bench.engine
@@ -53,6 +53,9 @@ bench-engine: install
 # nothing to start, and saying so beats pretending.
 bench-raft: install
 	$(PY) -m raftstream.bench.raft
+
+bench-cluster: install
+	$(PY) -m raftstream.bench.cluster
 
 run: install
 	@echo "raftstream: the node process is not built yet (it lands with the cluster issue)." >&2
