@@ -50,7 +50,7 @@ from raftstream.cluster.services_consumers import ConsumerServicer
 from raftstream.cluster.services_publish import PublishServicer
 from raftstream.cluster.services_streams import StreamServicer
 from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
-from raftstream.engine.lmdbstore import open_node_env
+from raftstream.engine.lmdbstore import DEFAULT_MAP_SIZE_BYTES, open_node_env
 from raftstream.errors import InvariantError, NotFoundError, RaftStreamError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
@@ -131,7 +131,8 @@ class Node:
         store_dir = data / "store"
         # The engine stores are a cache of the Raft logs: rebuilt from them at every start.
         shutil.rmtree(store_dir, ignore_errors=True)
-        self._storage = LmdbLogStorage(data / "raft")
+        # Address space, not disk: the file grows with the data (LMDB needs the bound).
+        self._storage = LmdbLogStorage(data / "raft", map_size_bytes=DEFAULT_MAP_SIZE_BYTES)
         self._env = open_node_env(store_dir, sync=False)
         tcfg = GrpcTransportConfig()
         peers = {n: str(a) for n, a in cfg.peers.items() if n != cfg.name}

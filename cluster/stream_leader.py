@@ -556,7 +556,11 @@ class StreamGroup:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
         except RaftStreamError as exc:
+            # A failed proposal dropped the leader state; the next barrier starts a poller.
             log.info("poller stopped: %r", exc, extra={"group": self.group})
+        except Exception:
+            log.exception("poller failed (a bug)", extra={"group": self.group})
+            self._proposal_failed(RaftStreamError("poller failed"))
         finally:
             self._poller = None
 

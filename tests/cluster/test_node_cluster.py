@@ -204,3 +204,30 @@ def test_meta_leader_step_down_moves_leadership(cluster3: LocalCluster) -> None:
 
     run(body())
     assert cluster3.wait_meta_leader() == target
+
+
+def test_interest_retention_across_the_cluster(cluster3: LocalCluster) -> None:
+    """Interest retention on R3: without consumers a message is not kept (its sequence is
+    used); with one, it is kept until that consumer acks it, then removed (the ack is
+    replicated and the removal happens at its log position on every replica)."""
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(
+                StreamConfig(name="INT", subjects=("int.>",), num_replicas=3, retention="interest")
+            )
+            await js.publish("int.a", b"nobody listens")
+            assert (await js.stream_info("INT")).state.messages == 0
+            sub = await js.pull_subscribe("int.>", durable="I", stream="INT")
+            for i in range(3):
+                await js.publish("int.a", b"%d" % i)
+            assert (await js.stream_info("INT")).state.messages == 3
+            for m in await sub.fetch(3, timeout=5):
+                await m.ack_sync()
+            info = await js.stream_info("INT")
+            assert (info.state.messages, info.state.last_seq) == (0, 4)
+        finally:
+            await js.close()
+
+    run(body())
