@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from raftstream.models import ConsumerInfo
     from raftstream.msg import Msg
 
-__all__ = ["consumer", "format_msg"]
+__all__ = ["consumer", "format_msg", "msg_json"]
 
 NAMED_DELIVER = ("all", "last", "new", "last_per_subject")
 DEFAULT_PUSH_PREFIX = "deliver"
@@ -339,7 +339,7 @@ def format_msg(msg: Msg, *, raw: bool) -> str:
     return "\n".join(lines)
 
 
-def _msg_json(msg: Msg) -> dict[str, Any]:
+def msg_json(msg: Msg) -> dict[str, Any]:
     """A delivered message as JSON data, with its ack token's metadata."""
     md = msg.metadata
     return {
@@ -369,7 +369,7 @@ async def _next(
                 break  # fewer than asked: show what came
             raise
         for msg in msgs:
-            received.append(_msg_json(msg))
+            received.append(msg_json(msg))
             if not as_json:
                 click.echo(format_msg(msg, raw=False))
             if ack:

@@ -8,6 +8,7 @@ the time in seconds and ``{{Time}}`` the time in RFC 3339. The messages go out p
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -27,7 +28,7 @@ from raftstream.cli_common import (
     json_option,
     run,
 )
-from raftstream.cli_consumer import _msg_json, format_msg
+from raftstream.cli_consumer import format_msg, msg_json
 from raftstream.config import ConsumerConfig, DeliverPolicy, format_rfc3339_ns
 
 if TYPE_CHECKING:
@@ -86,18 +87,29 @@ async def _publish_all(
 ) -> list[tuple[int, PubAck]]:
     """Publish ``count`` rendered messages pipelined; their (size, ack) in order. The first
     failure raises (earlier messages are stored; later ones may be)."""
-    futures = []
-    for i in range(1, count + 1):
-        payload = render(data, i).encode()
-        fut = await c.publish_async(
-            subject,
-            payload,
-            headers=_headers(headers, i) or None,
-            msg_id=render(msg_id, i) if msg_id else None,
-            expected_stream=expected_stream,
-        )
-        futures.append((len(payload), fut))
-    return [(size, await fut) for size, fut in futures]
+    futures: list[tuple[int, asyncio.Future[PubAck]]] = []
+    try:
+        for i in range(1, count + 1):
+            payload = render(data, i).encode()
+            fut = await c.publish_async(
+                subject,
+                payload,
+                headers=_headers(headers, i) or None,
+                msg_id=render(msg_id, i) if msg_id else None,
+                expected_stream=expected_stream,
+            )
+            futures.append((len(payload), fut))
+        return [(size, await fut) for size, fut in futures]
+    except BaseException:
+        for _, fut in futures:  # one error line, not one per queued message
+            fut.add_done_callback(_retrieve)
+        raise
+
+
+def _retrieve(fut: asyncio.Future[PubAck]) -> None:
+    """Mark a failed future's error as seen (asyncio would log it at exit otherwise)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 @click.command("pub")
@@ -321,7 +333,7 @@ def sub(
 
     def show(msg: Msg) -> None:
         if as_json:
-            click.echo(json.dumps(_msg_json(msg)))
+            click.echo(json.dumps(msg_json(msg)))
         else:
             click.echo(format_msg(msg, raw=raw))
 

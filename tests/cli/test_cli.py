@@ -195,6 +195,8 @@ def test_refused_values_name_their_field_with_exit_1(cluster: Any) -> None:
     assert res.returncode == 1 and "max_ack_pending" in one_error_line(res)
     res = rs(cluster, "consumer", "add", "NOPE", "c1")
     assert res.returncode == 1 and "NOT_FOUND" in one_error_line(res)
+    res = rs(cluster, "pub", "nostream.x", "m", "--count", "3")  # one line, not one per message
+    assert res.returncode == 1 and "NOT_FOUND" in one_error_line(res) and "nostream.x" in res.stderr
     ok(cluster, "stream", "rm", "VAL", "-f")
 
 
