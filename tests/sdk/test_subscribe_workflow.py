@@ -18,6 +18,8 @@ from .live import connected, consumer_gone, eventually, run, stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("tails")]
 
+NS = 1_000_000_000
+
 
 def test_no_subject_and_no_stream_is_refused(cluster: LocalCluster) -> None:
     """ADR-15 "Stream name": without a stream the subject is required."""
@@ -330,3 +332,48 @@ def test_consumers_the_sdk_created_are_deleted_and_others_kept(cluster: LocalClu
 
 async def _ready(cond: bool) -> bool | None:
     return True if cond else None
+
+
+def test_keyword_options_shape_the_consumer_created(cluster: LocalCluster) -> None:
+    """``idle_heartbeat`` and ``inactive_threshold`` are seconds; the consumer the SDK makes
+    filters on the subject, has an inbox deliver subject and the options asked for."""
+
+    async def body() -> None:
+        async with connected(cluster) as rs:
+            await stream(rs, "WF_KW", "wfkw.>")
+            sub = await rs.subscribe(
+                "wfkw.a",
+                idle_heartbeat=0.5,
+                flow_control=True,
+                inactive_threshold=30,
+                deliver_policy="new",
+            )
+            cfg = (await sub.consumer_info()).config
+            assert (cfg.idle_heartbeat, cfg.inactive_threshold) == (NS // 2, 30 * NS)
+            assert cfg.flow_control and cfg.deliver_policy == "new"
+            assert cfg.filter_subject == "wfkw.a" and (cfg.deliver_subject or "").startswith(
+                "_INBOX."
+            )
+            await sub.unsubscribe()
+
+    run(body())
+
+
+def test_an_ordered_consumer_refuses_what_contradicts_it(cluster: LocalCluster) -> None:
+    """An ordered consumer is ephemeral, unshared and unacked."""
+
+    async def body() -> None:
+        async with connected(cluster) as rs:
+            await stream(rs, "WF_ORD", "wford.>")
+            for kwargs, field in (
+                ({"queue": "q"}, "queue"),
+                ({"durable": "D"}, "durable"),
+                ({"manual_ack": True}, "manual_ack"),
+                ({"config": ConsumerConfig(deliver_group="g")}, "deliver_group"),
+            ):
+                with pytest.raises(errors.InvalidArgumentError) as e:
+                    await rs.subscribe("wford.x", ordered_consumer=True, **kwargs)
+                assert e.value.field == field
+            assert await rs.consumer_names("WF_ORD") == []
+
+    run(body())
