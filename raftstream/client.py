@@ -166,7 +166,8 @@ class Client:
 
     async def close(self) -> None:
         """Close every connection. Pending publish_async futures and queued acks fail;
-        push subscriptions stop (their consumers are left as they are)."""
+        push subscriptions end: ephemeral consumers they made are deleted (best effort, a
+        few seconds at most), durable ones are kept."""
         if self._closed:
             return
         await self._registry.shutdown()

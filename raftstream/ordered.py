@@ -250,6 +250,6 @@ async def subscribe_ordered(
         base = replace(cfg, filter_subject=subject)
     info = await client.add_consumer(stream, ordered_config(base, name=_name(), start_seq=0))
     sub = OrderedSubscription(client=client, subject=subject, base=base, info=info, options=options)
-    client._registry.register(sub, bound=False)
+    client._registry.register(sub, bound=False, ephemeral_created=True)
     sub.start()
     return sub

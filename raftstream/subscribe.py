@@ -398,7 +398,8 @@ def attach(
         ),
         consumer_info=client.consumer_info,
     )
-    client._registry.register(sub, bound=queue is None)
+    ephemeral = created and not info.config.durable_name
+    client._registry.register(sub, bound=queue is None, ephemeral_created=ephemeral)
     sub.start()
     return sub
 

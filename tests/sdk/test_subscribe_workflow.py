@@ -377,3 +377,23 @@ def test_an_ordered_consumer_refuses_what_contradicts_it(cluster: LocalCluster) 
             assert await rs.consumer_names("WF_ORD") == []
 
     run(body())
+
+
+def test_closing_the_client_deletes_its_ephemeral_consumers_only(cluster: LocalCluster) -> None:
+    """The server does not see the client go; the SDK deletes the ephemeral consumers it
+    made (push and ordered) when the client closes, and keeps durable ones."""
+
+    async def body() -> None:
+        async with connected(cluster) as admin:
+            await stream(admin, "WF_CL", "wfcl.>")
+            async with connected(cluster) as rs:
+                eph = await rs.subscribe("wfcl.x")
+                ordered = await rs.subscribe("wfcl.x", ordered_consumer=True)
+                await rs.subscribe("wfcl.x", durable="STAYS")
+                names = {eph.consumer, ordered.consumer, "STAYS"}
+                assert set(await rs.consumer_names("WF_CL")) == names
+            await consumer_gone(admin, "WF_CL", eph.consumer)
+            await consumer_gone(admin, "WF_CL", ordered.consumer)
+            assert await admin.consumer_names("WF_CL") == ["STAYS"]
+
+    run(body())
