@@ -34,7 +34,7 @@ from raftstream.cli_common import (
     run,
     split_csv,
 )
-from raftstream.cli_stream import Flag, config_flags, given_flags, load_config_file
+from raftstream.cli_stream import Flag, config_flags, given_flags, key_values, load_config_file
 from raftstream.config import ConsumerConfig
 
 if TYPE_CHECKING:
@@ -119,8 +119,7 @@ def consumer_params(name: str | None, values: dict[str, Any]) -> dict[str, Any]:
     if "backoff" in given:
         given["backoff"] = _backoff(given["backoff"])
     if "metadata" in given:
-        pairs = [m.partition("=") for m in given["metadata"]]
-        given["metadata"] = {k: v for k, _, v in pairs}
+        given["metadata"] = key_values(given["metadata"], "--metadata")
     pull = given.pop("pull", None)
     if pull is False and "deliver_subject" not in given:
         given["deliver_subject"] = f"{DEFAULT_PUSH_PREFIX}.{name or 'ephemeral'}"

@@ -42,7 +42,15 @@ if TYPE_CHECKING:
     from raftstream.client import Client
     from raftstream.models import RawStreamMsg, StreamInfo
 
-__all__ = ["stream"]
+__all__ = [
+    "STREAM_FLAGS",
+    "Flag",
+    "config_flags",
+    "given_flags",
+    "key_values",
+    "load_config_file",
+    "stream",
+]
 
 R = TypeVar("R")
 APPLY_POLL_S = 0.05
@@ -143,7 +151,7 @@ def stream_params(values: dict[str, Any]) -> dict[str, Any]:
     if "subjects" in given:
         given["subjects"] = split_csv(given["subjects"])
     if "metadata" in given:
-        given["metadata"] = _key_values(given["metadata"], "--metadata")
+        given["metadata"] = key_values(given["metadata"], "--metadata")
     src, dest = given.pop("transform_src", None), given.pop("transform_dest", None)
     if src is not None or dest is not None:
         given["subject_transform"] = {"src": src or ">", "dest": dest or ""}
@@ -153,7 +161,7 @@ def stream_params(values: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
-def _key_values(items: tuple[str, ...], option: str) -> dict[str, str]:
+def key_values(items: tuple[str, ...], option: str) -> dict[str, str]:
     """``KEY=VALUE`` options as a dict (a usage error names the bad one)."""
     out = {}
     for item in items:
