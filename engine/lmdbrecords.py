@@ -85,6 +85,7 @@ __all__ = [
     "encode_headers",
     "encode_meta",
     "encode_msgs",
+    "encoded_headers_size",
     "hash_of",
     "id_record",
     "msg_lead",
@@ -222,6 +223,15 @@ def encode_headers(headers: Mapping[str, str]) -> bytes:
         kb, vb = k.encode(), v.encode()
         parts += (_HDR_PAIR.pack(len(kb), len(vb)), kb, vb)
     return b"".join(parts)
+
+
+def encoded_headers_size(encoded: bytes, count: int) -> int:
+    """``headers_size`` of ``count`` headers from their ``encode_headers`` bytes: the
+    encoding less its framing (what ``decode_head`` computes back), without re-encoding
+    every key and value to count them."""
+    if not count:
+        return 0
+    return len(encoded) - _HDR_COUNT.size - _HDR_PAIR.size * count
 
 
 def _decode_headers(raw: bytes, key: bytes) -> Mapping[str, str]:

@@ -47,6 +47,7 @@ from raftstream.engine.lmdbrecords import (
     encode_dedup,
     encode_headers,
     encode_meta,
+    encoded_headers_size,
     hash_of,
     id_record,
     msg_lead,
@@ -64,7 +65,6 @@ from raftstream.engine.store import (
     StoreLimits,
     check_dedup_args,
     dedup_key,
-    headers_size,
     limit_set,
     normalize_purge,
 )
@@ -350,8 +350,9 @@ class LmdbStreamStore(LmdbStreamReads):
             check_append_args(now_ns, ttl_ns)
         raw = subj.raw
         if headers:
-            lead = msg_lead(raw, encode_headers(headers))
-            payload = len(data) + headers_size(headers)
+            hdrs = encode_headers(headers)
+            lead = msg_lead(raw, hdrs)
+            payload = len(data) + encoded_headers_size(hdrs, len(headers))
         else:
             lead = subj.lead
             payload = len(data)

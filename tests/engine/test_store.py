@@ -436,3 +436,18 @@ def test_negative_time_or_ttl_is_refused(store: StreamStore) -> None:
     with pytest.raises(InvalidArgumentError):
         store.append("a", b"", now_ns=SEC_NS, ttl_ns=-5)
     assert store.state().msgs == 0
+
+
+def test_lmdb_header_size_from_the_encoding() -> None:
+    """The LMDB store counts header bytes from their encoding: the same as headers_size for
+    none, one, several, empty and multi-byte keys and values."""
+    from raftstream.engine.lmdbrecords import encode_headers, encoded_headers_size
+    from raftstream.engine.store import headers_size
+
+    cases: list[dict[str, str]] = [
+        {},
+        {"Nats-Msg-Id": "m1"},
+        {"a": "", "": "b", "ключ": "значение", "k" * 300: "v" * 5000},
+    ]
+    for headers in cases:
+        assert encoded_headers_size(encode_headers(headers), len(headers)) == headers_size(headers)
