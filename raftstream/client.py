@@ -657,8 +657,7 @@ class Client:
         self, stream: str, durable: str, *, timeout: float | None = None
     ) -> PullSubscription:
         """Bind to the existing pull consumer ``durable`` of ``stream``: ``NotFoundError``
-        when it is missing, ``ConsumerMismatchError`` when it is a push consumer,
-        ``InvalidArgumentError`` when its ack policy is none or all."""
+        when it is missing, ``ConsumerMismatchError`` when it is a push consumer."""
         return await _workflow.pull_subscribe_bind(self, stream, durable, timeout=timeout)
 
     def _pull_subscription(self, stream: str, consumer: str) -> PullSubscription:

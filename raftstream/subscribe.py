@@ -8,8 +8,10 @@ These functions implement ``Client.subscribe``, ``subscribe_bind``, ``pull_subsc
 - the stream is the one stream capturing the subject: ``NoStreamMatchError`` when none or
   several do;
 - heartbeats or flow control with a queue: ``InvalidArgumentError`` (the server would send
-  them to random members); a pull subscription with ack policy none or all:
-  ``InvalidArgumentError`` (field ``ack_policy``);
+  them to random members); a pull subscription that asks for ack policy none or all:
+  ``InvalidArgumentError`` (field ``ack_policy``; as in ADR-15 and the Go client this is
+  about the requested config: binding to an existing pull consumer with another ack
+  policy is allowed, its messages then ignore acks when the policy is none);
 - an existing consumer that does not fit: ``ConsumerMismatchError`` naming the field — pull
   vs push, a non-queue subscription to a queue consumer, a queue name that is not the
   consumer's deliver group (or a consumer without one), a filter subject that is not the
@@ -193,7 +195,6 @@ def check_pull_fit(info: ConsumerInfo) -> None:
             "pull subscription to a push consumer",
             f"consumer {info.name!r} is a push consumer: use subscribe",
         )
-    check_pull_ack_policy(cfg.ack_policy)
 
 
 def check_pull_ack_policy(policy: AckPolicy) -> None:
