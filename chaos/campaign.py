@@ -135,6 +135,7 @@ async def _drive(ctx: NemesisContext, cfg: CampaignConfig, nemesis: str) -> None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(workers, WORKERS_STOP_TIMEOUT_S)
         await asyncio.to_thread(_settle, ctx.cluster, cfg.workload)
+        workloads.exclude(ctx.cluster.damaged)
         await workloads.drain()
         await workloads.final_reads()
     finally:
@@ -209,7 +210,15 @@ def run_campaign(cfg: CampaignConfig) -> tuple[Path, list[RunOutcome]]:
 
 
 def _write_campaign(root: Path, cfg: CampaignConfig, outcomes: Sequence[RunOutcome]) -> None:
-    keys = ("ops", "publish", "faults", "failover_p99_s", "election_p99_s", "anomalies")
+    keys = (
+        "ops",
+        "publish",
+        "faults",
+        "failover_p99_s",
+        "election_p99_s",
+        "anomalies",
+        "corruption",
+    )
     rows = [
         {
             "nemesis": o.nemesis,
@@ -232,6 +241,7 @@ def _write_campaign(root: Path, cfg: CampaignConfig, outcomes: Sequence[RunOutco
             f"  {r['nemesis']:<20} {verdict:<6} ops={r['ops']} publish={r['publish']} "
             f"faults={r['faults']} failover_p99={r['failover_p99_s']} "
             f"election_p99={r['election_p99_s']} anomalies={r['anomalies']}"
+            + (f" corruption={r['corruption']}" if r["corruption"] else "")
         )
     (root / "campaign.txt").write_text("\n".join(lines) + "\n")
 

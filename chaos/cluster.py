@@ -345,12 +345,13 @@ class ChaosCluster:
                 return all(r.current and r.lag == 0 for r in g.group.replicas)
         return False
 
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        """The last ``lines`` lines of ``name``'s log ("" when it has none)."""
+        path = self.run_dir / f"{name}.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
     def tails(self, lines: int = 20) -> str:
         """The last lines of every node's log, for failure messages."""
-        out = []
-        for name in self.names:
-            path = self.run_dir / f"{name}.log"
-            if path.exists():
-                text = path.read_text(errors="replace").splitlines()[-lines:]
-                out.append(f"--- {name} ---\n" + "\n".join(text))
-        return "\n".join(out)
+        return "\n".join(f"--- {n} ---\n{self.log_tail(n, lines)}" for n in self.names)

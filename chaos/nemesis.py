@@ -49,6 +49,7 @@ CORRUPT_FLIPS = 64
 # back to the other root, so flips go past them to hit B-tree pages and records.
 LMDB_META_BYTES = 2 * 4096
 DETECT_WAIT_S = 10.0
+DETECT_LOG_LINES = 60
 ELECTION_WAIT_S = 10.0
 ELECTION_POLL_S = 0.02
 
@@ -290,10 +291,21 @@ def _restart_damaged(ctx: NemesisContext, name: str, fault: Fault) -> None:
         fault.facts["outcome"] = "serving"
     except (RuntimeError, TimeoutError):
         code = c.exited(name)
-        fault.facts["outcome"] = f"exited {code}" if code is not None else "not serving"
-        fault.facts["log_tail"] = c.tails(5)
+        fault.facts["outcome"] = _damage_outcome(code, c.log_tail(name, DETECT_LOG_LINES))
         c.kill(name)  # reaps it; the damaged data stays for the audit
         c.damaged.add(name)
+
+
+def _damage_outcome(code: int | None, log_tail: str) -> str:
+    """How a node took its damaged data: refused it (DataLossError), crashed (a signal:
+    LMDB reading past a truncated file gets SIGBUS), exited otherwise, or hung."""
+    if code is None:
+        return "not serving (hung)"
+    if "DataLossError" in log_tail:
+        return f"refused: DataLossError (exit {code})"
+    if code < 0:
+        return f"crashed: signal {-code}"
+    return f"exited {code}"
 
 
 # -- the timeline --------------------------------------------------------------------------

@@ -153,6 +153,14 @@ def write_report(
     """Write report.txt, report.json and timeline.png under ``run_dir``; return the figures."""
     figs = figures(ops, nemesis, result)
     text = summary_text(name, seed, figs, result)
+    damage = [
+        f"{f['node']} {f['mode']} -> {f['outcome']}"
+        for f in (extra or {}).get("faults", [])
+        if "outcome" in f
+    ]
+    if damage:
+        text += "\n  corruption: " + "; ".join(damage)
+        figs["corruption"] = damage
     anomalies = _anomaly_text(result)
     (run_dir / "report.txt").write_text(text + ("\n\n" + anomalies if anomalies else "") + "\n")
     payload = {

@@ -94,6 +94,7 @@ class Workloads:
         self.cfg = cfg
         self._values = itertools.count(1)
         self._clients: list[Client] = []
+        self.excluded: set[str] = set()
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -133,8 +134,12 @@ class Workloads:
         return self.history.done(op, "ok", result)
 
     def _node_for(self, index: int) -> str:
-        names = sorted(self.nodes)
+        names = sorted(n for n in self.nodes if n not in self.excluded)
         return names[index % len(names)]
+
+    def exclude(self, names: set[str]) -> None:
+        """Clients made from now on avoid ``names`` (nodes left down on purpose)."""
+        self.excluded = set(names)
 
     async def close(self) -> None:
         for client in self._clients:
