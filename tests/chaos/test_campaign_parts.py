@@ -1,0 +1,69 @@
+"""Parts of a campaign that need no cluster: corruption of a file, how a damaged node's
+exit is classified, and the failover figures a report derives from a history."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from raftstream.chaos.history import Op
+from raftstream.chaos.nemesis import LMDB_META_BYTES, _damage_outcome, corrupt_file
+from raftstream.chaos.report import election_times, failover_times, percentile
+
+
+def test_bit_flips_spare_the_lmdb_meta_pages(tmp_path: Path) -> None:
+    path = tmp_path / "data.mdb"
+    original = bytes(range(256)) * 256
+    path.write_bytes(original)
+    done = corrupt_file(path, random.Random(3), mode="flip")
+    damaged = path.read_bytes()
+    assert len(damaged) == len(original)
+    changed = [i for i, (a, b) in enumerate(zip(original, damaged, strict=True)) if a != b]
+    assert changed, done
+    assert min(changed) >= LMDB_META_BYTES
+
+
+def test_truncation_shortens_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "data.mdb"
+    path.write_bytes(b"x" * 100_000)
+    done = corrupt_file(path, random.Random(3), mode="truncate")
+    assert path.stat().st_size == done["new_size"] < 100_000
+
+
+def test_damage_outcomes() -> None:
+    assert _damage_outcome(1, "raftstream.errors.DataLossError: raft entry").startswith("refused")
+    assert _damage_outcome(-7, "") == "crashed: signal 7"
+    assert _damage_outcome(None, "") == "not serving (hung)"
+    assert _damage_outcome(2, "boom") == "exited 2"
+
+
+def publish(i: int, node: str, t0: float, t1: float, ok: bool = True) -> Op:
+    return Op(
+        id=i,
+        process="p",
+        f="publish",
+        value=i,
+        invoke=t0,
+        node=node,
+        type="ok" if ok else "info",
+        complete=t1,
+        result={"seq": i},
+    )
+
+
+def test_failover_counts_only_publishes_through_live_nodes() -> None:
+    kill = {"type": "nemesis", "f": "start", "time": 10.0, "nemesis": "kill-stream-leader"}
+    kill["facts"] = {"killed": "n1"}
+    ops = [
+        publish(1, "n1", 10.1, 10.2),  # through the killed node: not a failover
+        publish(2, "n2", 10.0, 11.0, ok=False),
+        publish(3, "n2", 10.5, 11.2),
+    ]
+    assert failover_times(ops, [kill]) == [11.2 - 10.0]
+
+
+def test_election_times_and_percentiles() -> None:
+    stop = {"type": "nemesis", "f": "stop", "time": 12.0, "facts": {"election_s": 0.6}}
+    assert election_times([stop]) == [0.6]
+    assert percentile([0.1, 0.2, 0.3, 5.0], 0.5) == 0.2
+    assert percentile([0.1, 0.2, 0.3, 5.0], 0.99) == 5.0
