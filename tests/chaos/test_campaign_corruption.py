@@ -1,0 +1,62 @@
+"""Corruption of a node's Raft log while it is down (issue 8: "corruption detected on the
+damaged node, which never serves or spreads bad data").
+
+A one-node cluster (through the chaos harness) takes some messages, is killed, has its
+Raft LMDB file damaged, and is started again: it must refuse to serve, saying why
+(``DataLossError``), rather than serve what is left or die of a signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import raftstream
+from raftstream.chaos.cluster import ChaosCluster, wait_for
+from raftstream.chaos.nemesis import corrupt_file
+from raftstream.chaos.proxyctl import start_toxiproxy
+
+MESSAGES = 300
+EXIT_WAIT_S = 30.0
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ChaosCluster]:
+    with start_toxiproxy() as proxies:
+        c = ChaosCluster(size=1, run_dir=tmp_path / "data", proxies=proxies)
+        with c:
+            c.start()
+            yield c
+
+
+async def fill(addr: str) -> None:
+    async with await raftstream.connect([addr], timeout=10.0) as client:
+        await client.add_stream(name="Q", subjects=["q.>"], num_replicas=1)
+        for i in range(MESSAGES):
+            await client.publish("q.v", str(i).encode() * 20, msg_id=f"m{i}")
+
+
+def restart_damaged(cluster: ChaosCluster, mode: str) -> tuple[int | None, str]:
+    asyncio.run(fill(cluster.nodes["n1"].addr))
+    cluster.kill("n1")
+    corrupt_file(cluster.nodes["n1"].data / "raft" / "data.mdb", random.Random(1), mode=mode)
+    cluster.start_node("n1", wait=False)
+    code = wait_for("n1 to exit", lambda: cluster.exited("n1"), EXIT_WAIT_S)
+    return code, cluster.log_tail("n1", 80)
+
+
+@pytest.mark.integration
+@pytest.mark.xfail(
+    strict=True,
+    reason="node bug: a truncated raft/data.mdb kills the node with SIGBUS (LMDB reads a "
+    "page past the end of the file) instead of a DataLossError refusal; found by the "
+    "chaos corrupt nemesis, seed 4242",
+)
+def test_truncated_raft_log_is_refused_not_a_crash(cluster: ChaosCluster) -> None:
+    code, log = restart_damaged(cluster, "truncate")
+    assert code is not None and code > 0, f"exit {code}\n{log}"
+    assert "DataLossError" in log, log
