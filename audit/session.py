@@ -2,9 +2,10 @@
 
 ``spark_session`` never hard-codes a master when Spark already has one: under
 ``spark-submit`` (``spark.master`` in the submitted conf) or with an active SparkContext the
-existing setup is used unchanged. Otherwise it starts a local session sized for a shared
-machine: ``local[2]``, 1 GiB of driver memory, few shuffle partitions, no UI, loopback only,
-and the running interpreter (this venv) as the workers' Python.
+existing setup is used unchanged. Otherwise it starts a session sized for a shared machine
+on ``local[2]`` (or the given master): 1 GiB of driver memory, 512 MiB executors, few
+shuffle partitions, no UI, loopback only, and the running interpreter (this venv) as the
+workers' Python.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ DEFAULT_MASTER = "local[2]"
 HISTORY_DDL = "op STRING, stream STRING, seq BIGINT, msg_id STRING, outcome STRING"
 _LOCAL_CONF = {
     "spark.driver.memory": "1g",
+    "spark.executor.memory": "512m",  # a standalone worker offers 1 GiB by default here
+    "spark.cores.max": "2",
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
     "spark.ui.enabled": "false",

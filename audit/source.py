@@ -19,7 +19,6 @@ one by default). Nothing is ever written to it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -30,6 +29,7 @@ from raftstream.audit.tables import (
     DEFAULT_ROWS_PER_PARTITION,
     TABLES,
     Part,
+    pack_parts,
     plan_parts,
     read_part,
     spark_ddl,
@@ -41,11 +41,12 @@ FORMAT = "raftstream"
 
 
 class _Partition(InputPartition):
-    """A ``tables.Part`` carried to a Python worker (pickled)."""
+    """The ``tables.Part`` values of one Spark partition, carried to a Python worker
+    (pickled); all of one node (``tables.pack_parts``)."""
 
-    def __init__(self, part: Part) -> None:
-        super().__init__(part)
-        self.part = part
+    def __init__(self, parts: tuple[Part, ...]) -> None:
+        super().__init__(parts)
+        self.parts = parts
 
 
 class RaftstreamDataSource(DataSource):
@@ -81,14 +82,12 @@ class _Reader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         parts = plan_parts(self._root, self._table, self._rows)
         # Spark needs at least one partition; an empty one reads no rows.
-        return [_Partition(p) for p in parts] or [_Partition(Part(self._table, "", ""))]
+        return [_Partition(ps) for ps in pack_parts(parts, self._rows)] or [_Partition(())]
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        part: Part = partition.part  # type: ignore[attr-defined]
-        if not part.node:
-            return iter(())
-        batches: Iterator[pa.RecordBatch] = read_part(part)
-        return batches
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        parts: tuple[Part, ...] = partition.parts  # type: ignore[attr-defined]
+        for part in parts:
+            yield from read_part(part)
 
 
 def register(spark: SparkSession) -> None:

@@ -7,9 +7,9 @@ docs/audit.md documents every column.
 
 Partitions: ``messages`` one or more per stream per node (a store larger than
 ``rows_per_partition`` splits by sequence range), ``raft_log`` one or more per group per
-node (split by index range), ``consumers`` one per stream group per node, ``streams`` one
-per node. A ``Part`` is a small picklable value; reading it opens the node's environments
-read-only (``layout.open_readonly``) and closes them before returning.
+node (split by index range), ``consumers`` and ``streams`` one per node. A ``Part`` is a
+small picklable value; reading it opens the node's environments read-only
+(``layout.open_readonly``) and closes them before returning.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ __all__ = [
     "SCHEMAS",
     "TABLES",
     "Part",
+    "pack_parts",
     "plan_parts",
     "read_part",
     "spark_ddl",
@@ -127,6 +128,25 @@ class Part:
     hi: int = 0
 
 
+def pack_parts(parts: list[Part], rows_per_partition: int) -> list[tuple[Part, ...]]:
+    """Group the parts of each node into Spark partitions of about ``rows_per_partition``
+    sequences (or indexes): a large stream keeps its own partitions, small streams of a node
+    share one, since each Spark task costs a round trip to a Python worker."""
+    out: list[tuple[Part, ...]] = []
+    cur: list[Part] = []
+    size = 0
+    for p in parts:
+        n = max(1, p.hi - p.lo)
+        if cur and (cur[0].node != p.node or size + n > rows_per_partition):
+            out.append(tuple(cur))
+            cur, size = [], 0
+        cur.append(p)
+        size += n
+    if cur:
+        out.append(tuple(cur))
+    return out
+
+
 def plan_parts(root: str, table: str, rows_per_partition: int) -> list[Part]:
     """The partitions of ``table`` for every node under ``root`` (see the module doc)."""
     if table not in SCHEMAS:
@@ -158,7 +178,10 @@ def _node_parts(node: NodeDir, table: str, step: int) -> list[Part]:
     with _env(node.raft) as env:
         groups = raft_groups(env)
     if table == "consumers":
-        return [Part(table, node.name, path, g.group) for g in groups if g.group.startswith("S:")]
+        # Consumer rows are few (one per consumer): one partition per node, not per group.
+        return (
+            [Part(table, node.name, path)] if any(g.group.startswith("S:") for g in groups) else []
+        )
     return [
         Part(table, node.name, path, g.group, 0, lo, lo + step)
         for g in groups
@@ -294,44 +317,49 @@ def _raft_rows(node: NodeDir, part: Part) -> Iterator[dict[str, Any]]:
 
 
 def _consumer_rows(node: NodeDir, part: Part) -> Iterator[dict[str, Any]]:
-    account, stream = split_group(part.name)
     with ExitStack() as stack:
         raft = stack.enter_context(_env(node.raft))
         store = stack.enter_context(_env(node.store))
-        info = _group_info(raft, part.name)
-        if info is None:
-            return
-        images: dict[str, Any] = {}
-        if info.snapshot.index:
-            header = snapshot_header(read_snapshot_data(raft, info.prefix))
-            images = lv.snapshot_images(header)
-        replays = lv.replay_consumers(iter_raft_entries(raft, info.prefix), images)
-        persisted = _persisted_consumers(store, stream)
-        for name in sorted(set(replays) | set(persisted)):
-            replay = replays.get(name)
-            acked = replay.acked if replay is not None else set()
-            if name in persisted:
-                # Persisted engine state is what a consumer would resume from: check it
-                # against the acknowledgements the log holds.
-                cfg, state = persisted[name]
-                error = ""
-            else:
-                cfg, state, error = replays[name].config, replays[name].state, replays[name].error
-            floor = state.ack_floor_stream_seq
-            yield {
-                "node": node.name,
-                "stream": stream,
-                "account": account,
-                "consumer": name,
-                "ack_policy": str(cfg.ack_policy.value) if cfg is not None else None,
-                "delivered_stream_seq": state.delivered_stream_seq,
-                "delivered_consumer_seq": state.delivered_consumer_seq,
-                "ack_floor_stream_seq": floor,
-                "num_pending": len(state.pending),
-                "pending_seqs": sorted(state.pending),
-                "acked_seqs": sorted(s for s in acked if s > floor),
-                "replay_error": error or None,
-            }
+        for info in raft_groups(raft) if raft is not None else []:
+            if info.group.startswith("S:"):
+                yield from _group_consumer_rows(node, info, raft, store)
+
+
+def _group_consumer_rows(
+    node: NodeDir, info: GroupInfo, raft: Any, store: Any
+) -> Iterator[dict[str, Any]]:
+    account, stream = split_group(info.group)
+    images: dict[str, Any] = {}
+    if info.snapshot.index:
+        header = snapshot_header(read_snapshot_data(raft, info.prefix))
+        images = lv.snapshot_images(header)
+    replays = lv.replay_consumers(iter_raft_entries(raft, info.prefix), images)
+    persisted = _persisted_consumers(store, stream)
+    for name in sorted(set(replays) | set(persisted)):
+        replay = replays.get(name)
+        acked = replay.acked if replay is not None else set()
+        if name in persisted:
+            # Persisted engine state is what a consumer would resume from: check it
+            # against the acknowledgements the log holds.
+            cfg, state = persisted[name]
+            error = ""
+        else:
+            cfg, state, error = replays[name].config, replays[name].state, replays[name].error
+        floor = state.ack_floor_stream_seq
+        yield {
+            "node": node.name,
+            "stream": stream,
+            "account": account,
+            "consumer": name,
+            "ack_policy": str(cfg.ack_policy.value) if cfg is not None else None,
+            "delivered_stream_seq": state.delivered_stream_seq,
+            "delivered_consumer_seq": state.delivered_consumer_seq,
+            "ack_floor_stream_seq": floor,
+            "num_pending": len(state.pending),
+            "pending_seqs": sorted(state.pending),
+            "acked_seqs": sorted(s for s in acked if s > floor),
+            "replay_error": error or None,
+        }
 
 
 def _persisted_consumers(store: Any, stream: str) -> dict[str, Any]:
