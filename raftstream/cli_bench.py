@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from raftstream import errors
 from raftstream.cli_common import (
     SIZE,
     Conn,
@@ -46,6 +47,7 @@ __all__ = ["bench"]
 R = TypeVar("R")
 FETCH_BATCH_MSGS_MAX = 500
 FETCH_TIMEOUT_S = 5.0
+SUB_IDLE_S_MAX = 30.0
 PROGRESS_REFRESH_S = 0.1
 SUB_INACTIVE_NS = 60 * 1_000_000_000
 
@@ -76,6 +78,7 @@ class Role:
     start_ns: int = 0
     end_ns: int = 0
     latencies_ns: list[int] = field(default_factory=list)
+    failures: list[BaseException] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """Counts, rates and latency percentiles (ms), as printed and as JSON."""
@@ -120,14 +123,20 @@ async def _publisher(conn: Conn, spec: BenchSpec, n: int, role: Role) -> None:
             fut = await c.publish_async(spec.subject, payload)
             fut.add_done_callback(functools.partial(_acked, role, spec.size, t0))
         await c.publish_async_completed(timeout=max(conn.timeout_s, 60.0))
+        if role.failures:
+            raise role.failures[0]
     finally:
         await c.close()
 
 
 def _acked(role: Role, size: int, t0: int, fut: asyncio.Future[Any]) -> None:
     """Record one pipelined publish that was acknowledged (failures surface later)."""
-    if fut.cancelled() or fut.exception() is not None:
-        return  # the failure surfaces in publish_async_completed
+    if fut.cancelled():
+        return
+    exc = fut.exception()
+    if exc is not None:
+        role.failures.append(exc)  # raised by the publisher once every ack is in
+        return
     role.latencies_ns.append(time.perf_counter_ns() - t0)
     role.msgs += 1
     role.bytes += size
@@ -135,18 +144,23 @@ def _acked(role: Role, size: int, t0: int, fut: asyncio.Future[Any]) -> None:
 
 async def _subscriber(conn: Conn, spec: BenchSpec, index: int, role: Role, e2e: bool) -> None:
     """Read ``spec.msgs`` messages over an own pull consumer (deleted afterwards); each is
-    acked fire-and-forget, as a pull consumer's messages must be (ack policy explicit)."""
+    acked fire-and-forget, as a pull consumer's messages must be (ack policy explicit).
+    An empty pull is retried; ``SUB_IDLE_S_MAX`` seconds without a message fail the run."""
     c = await conn.connect()
     name = f"bench-sub-{index}"
     try:
         await c.add_consumer(spec.stream, durable_name=name, inactive_threshold=SUB_INACTIVE_NS)
         sub = await c.pull_subscribe("", durable=name, stream=spec.stream)
-        got = 0
+        got, progress_at = 0, time.monotonic()
         while got < spec.msgs:
             t0 = time.perf_counter_ns()
-            msgs = await sub.fetch(
-                min(FETCH_BATCH_MSGS_MAX, spec.msgs - got), timeout=FETCH_TIMEOUT_S
-            )
+            want = min(FETCH_BATCH_MSGS_MAX, spec.msgs - got)
+            try:
+                msgs = await sub.fetch(want, timeout=FETCH_TIMEOUT_S)
+            except errors.DeadlineExceededError:
+                if time.monotonic() - progress_at > SUB_IDLE_S_MAX:
+                    raise  # the publishers stopped, or the stream lost messages
+                continue  # publishers not there yet (pubsub), or a slow machine
             now_ns, fetched_ns = time.time_ns(), time.perf_counter_ns() - t0
             for m in msgs:
                 role.latencies_ns.append(now_ns - m.metadata.timestamp_ns if e2e else fetched_ns)
@@ -154,6 +168,7 @@ async def _subscriber(conn: Conn, spec: BenchSpec, index: int, role: Role, e2e: 
                 await m.ack()
             got += len(msgs)
             role.msgs += len(msgs)
+            progress_at = time.monotonic()
         await c.delete_consumer(spec.stream, name)
     finally:
         await c.close()
