@@ -205,6 +205,12 @@ def check_pull_ack_policy(policy: AckPolicy) -> None:
 
 
 def check_queue_options(queue: str | None, cfg: ConsumerConfig) -> None:
+    """Queue rules of the requested config: a ``deliver_group`` only as the queue name,
+    no heartbeats, no flow control."""
+    if cfg.deliver_group and cfg.deliver_group != queue:
+        raise errors.InvalidArgumentError(
+            "deliver_group", "must be the queue name: pass queue= to make a queue subscription"
+        )
     if queue is None:
         return
     if not queue or any(c in queue for c in " \t\r\n.*>"):

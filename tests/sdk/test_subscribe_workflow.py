@@ -66,6 +66,9 @@ def test_heartbeats_or_flow_control_with_a_queue_are_refused(cluster: LocalClust
             with pytest.raises(errors.InvalidArgumentError) as e:
                 await rs.subscribe("wfq.x", queue="workers", flow_control=True)
             assert e.value.field == "flow_control"
+            with pytest.raises(errors.InvalidArgumentError) as e:
+                await rs.subscribe("wfq.x", config=ConsumerConfig(deliver_group="workers"))
+            assert e.value.field == "deliver_group"
             assert await rs.consumer_names("WF_Q") == []
 
     run(body())
