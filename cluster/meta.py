@@ -97,6 +97,7 @@ __all__ = [
 
 # JetStream's API list limit (JSApiListLimit): one page of a list or names call.
 LIST_LIMIT_MAX = 256
+SUBJECT_MEMO_MAX = 65_536  # memoised stream_for_subject answers, at most
 # Errors that are outcomes of an entry, not failures of the replica.
 _REFUSALS = (InvalidArgumentError, AlreadyExistsError, NotFoundError, LimitError, ConflictError)
 
@@ -228,12 +229,16 @@ class MetaState:
         self._accounts: dict[str, _Account] = {}
         self._removed: set[str] = set()
         self._last_ts_ns = 0
+        # (account, subject) -> stream_for_subject's answer, for the publish hot path;
+        # emptied by every apply and restore (anything that could change the answer).
+        self._subject_memo: dict[tuple[str, str], StreamAssignment | None] = {}
 
     # -- applying ------------------------------------------------------------------------------
 
     def apply(self, entry: MetaEntry) -> MetaResult:
         """Apply one committed entry and return its result, or raise its refusal with the
         state unchanged (see the module docstring). Deterministic."""
+        self._subject_memo.clear()
         now = max(entry.ts_ns, self._last_ts_ns)
         result = self._dispatch(entry, now)
         # Only an applied entry moves time: a refused one changed nothing, time included.
@@ -472,7 +477,13 @@ class MetaState:
 
         At most one can: subjects of an account's streams never overlap.
         ``InvalidArgumentError`` (field ``subject``) for a filter or malformed subject.
+        Memoised (every publish asks): only valid subjects' answers are kept.
         """
+        key = (account, subject)
+        try:
+            return self._subject_memo[key]
+        except KeyError:
+            pass
         validate_account(account)
         validate_subject(subject, "subject")
         acct = self._accounts.get(account)
@@ -480,7 +491,11 @@ class MetaState:
             return None
         names = {sub.sid for sub in acct.sublist.match(subject).plain}
         invariant(len(names) <= 1, f"subject {subject!r} captured by streams {names}")
-        return acct.streams[str(names.pop())] if names else None
+        sa = acct.streams[str(names.pop())] if names else None
+        if len(self._subject_memo) >= SUBJECT_MEMO_MAX:
+            self._subject_memo.clear()  # many distinct subjects: start over, stay bounded
+        self._subject_memo[key] = sa
+        return sa
 
     def list_streams(
         self, account: str, *, offset: int = 0, limit: int = 0, subject: str | None = None
@@ -537,6 +552,7 @@ class MetaState:
         fresh.check_invariants()
         self._accounts, self._removed = fresh._accounts, fresh._removed
         self._last_ts_ns = fresh._last_ts_ns
+        self._subject_memo.clear()
 
     @classmethod
     def from_snapshot(cls, data: bytes) -> MetaState:

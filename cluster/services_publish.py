@@ -56,6 +56,21 @@ def publish_args(req: pb.PublishRequest) -> dict[str, Any]:
     }
 
 
+def is_plain(req: pb.PublishRequest) -> bool:
+    """True when ``req`` carries a subject and data only (no headers, id or expectation):
+    the common publish, which the leader queues without ``publish_args``."""
+    return not (
+        req.msg_id
+        or req.ttl_ns
+        or req.headers
+        or req.HasField("expected_stream")
+        or req.HasField("expected_last_seq")
+        or req.HasField("expected_last_subject_seq")
+        or req.HasField("expected_last_subject_seq_subject")
+        or req.HasField("expected_last_msg_id")
+    )
+
+
 class PublishServicer(pbg.PublishServiceServicer):
     def __init__(self, ctx: ServiceContext) -> None:
         self._ctx = ctx
@@ -106,6 +121,8 @@ class PublishServicer(pbg.PublishServiceServicer):
                 and g.is_leader
                 and len(req.data) <= ctx.config.limits.max_payload_bytes
             ):
+                if is_plain(req):
+                    return g.submit_plain(req.subject, req.data)
                 return g.submit(publish_args(req))
             addr = self._leader_addr(sa, g) if sa is not None and not forwarded else None
             if addr is not None:

@@ -68,6 +68,8 @@ __all__ = ["StreamReplica"]
 log = logging.getLogger(__name__)
 
 # Refusals of one engine entry or consumer entry: replicated outcomes, not replica failures.
+# At most this many of the leader's own proposals are kept decoded (``remember``).
+DECODED_MAX = 4096
 _REFUSALS = (InvalidArgumentError, PreconditionError, LimitError, NotFoundError)
 
 
@@ -109,6 +111,8 @@ class StreamReplica:
         self.stream = Stream(assignment.config, self._store)
         self.consumers: dict[str, Consumer] = {}
         self._cset = self._new_cset(assignment.config)
+        # The leader's own proposals, decoded already, by their bytes (see ``remember``).
+        self._decoded: dict[bytes, GroupEntry] = {}
 
     # -- construction ------------------------------------------------------------------------
 
@@ -139,12 +143,29 @@ class StreamReplica:
     def apply(self, group: str, entries: Sequence[Entry]) -> Sequence[Any]:
         """Apply committed entries in order; one result per entry (see the module doc).
         Anything but a refusal raises and halts the group (the replica would diverge)."""
-        results = [self._apply_one(decode(e.data)) for e in entries]
+        results = [self._apply_one(self._decoded_entry(e.data)) for e in entries]
         if entries:
             self.applied = entries[-1].index
         self._metrics.commits.labels("stream").inc(len(entries))
         self._on_applied()
         return results
+
+    def _decoded_entry(self, data: bytes) -> GroupEntry:
+        """``decode(data)``, or the entry this node proposed as ``data`` (``remember``)."""
+        entry = self._decoded.pop(data, None)
+        return decode(data) if entry is None else entry
+
+    def remember(self, data: bytes, entry: GroupEntry) -> None:
+        """Keep ``entry``, just encoded as ``data`` by this node, so that applying ``data``
+        need not decode it again. Safe whatever commits: the key is the bytes themselves and
+        ``decode(encode(entry)) == entry``, so a hit is exactly what decoding would give."""
+        if len(self._decoded) >= DECODED_MAX:
+            self._decoded.clear()  # proposals that never applied (leadership lost)
+        self._decoded[data] = entry
+
+    def forget_proposed(self) -> None:
+        """Drop the kept entries (leadership lost: they may never apply here)."""
+        self._decoded.clear()
 
     def _apply_one(self, entry: GroupEntry) -> Any:
         if isinstance(entry, StreamBatch):

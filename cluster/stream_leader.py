@@ -53,7 +53,7 @@ from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_pull import Delivery, PullEvent, PullRequest
 from raftstream.engine.consumer_push import PushStep
 from raftstream.engine.entries import Entry as EngineEntry
-from raftstream.engine.entries import Expire, Publish, UpdateConfig
+from raftstream.engine.entries import Expire, Publish, UpdateConfig, plain_publish
 from raftstream.engine.stream import PubAck
 from raftstream.errors import (
     DeadlineExceededError,
@@ -223,6 +223,7 @@ class StreamGroup:
         self._dispatch(drain_events(list(self._leaders.values())))
         self._leaders.clear()
         self._sequencing.clear()
+        self.replica.forget_proposed()
         self._fail_pubs(NotLeaderError("stream leadership changed; not proposed"))
 
     def _proposal_failed(self, exc: BaseException) -> None:
@@ -295,12 +296,25 @@ class StreamGroup:
         NotLeader/NoLeader error, or UnavailableError when no quorum committed it in the
         proposal timeout (ambiguous: it may be stored). Raises at once when this node does
         not lead or the queue is full."""
+        self._check_room()
+        entry = Publish(ts_ns=_now_ns(), **entry_args)
+        size = len(entry.data) + len(entry.subject) + sum(map(len, entry.headers)) + 64
+        return self._enqueue(entry, size)
+
+    def submit_plain(self, subject: str, data: bytes) -> asyncio.Future[PubAck]:
+        """``submit`` of a message with a subject and data only (no headers, no options):
+        the common publish, without building and unpacking its arguments."""
+        self._check_room()
+        entry = plain_publish(_now_ns(), subject, data)
+        return self._enqueue(entry, len(data) + len(subject) + 64)
+
+    def _check_room(self) -> None:
         if not self.is_leader:
             raise self.not_leader()
         if len(self._pubs) >= PUBLISH_QUEUE_MSGS_MAX:
             raise LimitError("too many publishes waiting", limit="publish_queue_msgs_max")
-        entry = Publish(ts_ns=_now_ns(), **entry_args)
-        size = len(entry.data) + len(entry.subject) + sum(map(len, entry.headers)) + 64
+
+    def _enqueue(self, entry: Publish, size: int) -> asyncio.Future[PubAck]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[PubAck] = loop.create_future()
         self._pubs.append(_PendingPublish(entry, size, fut))
@@ -339,8 +353,11 @@ class StreamGroup:
             return
         entries: tuple[EngineEntry, ...] = tuple(p.entry for p in live)
         self._d.metrics.publish_batch_entries.observe(len(live))
+        batch_entry = StreamBatch(entries)
+        data = encode(batch_entry)
+        self.replica.remember(data, batch_entry)  # before proposing: it may apply at once
         try:
-            fut = self._propose(encode(StreamBatch(entries)))
+            fut = self._propose(data)
         except RaftStreamError as exc:
             for p in live:
                 p.future.set_exception(exc)

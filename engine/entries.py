@@ -65,6 +65,7 @@ __all__ = [
     "encode",
     "encode_batch",
     "parse_ttl",
+    "plain_publish",
     "publish_options",
 ]
 
@@ -375,13 +376,40 @@ def encode_batch(entries: Sequence[Entry]) -> bytes:
     w = _Writer()
     w.parts.append(_U32.pack(len(entries)))
     for entry in entries:
-        w.raw(encode(entry))
+        raw = _encode_plain(entry)
+        w.raw(encode(entry) if raw is None else raw)
     return _HEAD.pack(FORMAT_VERSION, Kind.BATCH, entries[-1].ts_ns) + b"".join(w.parts)
+
+
+def _encode_plain(e: Entry) -> bytes | None:
+    """``encode(e)`` of a plain publish (no optional field, no header), in one pack; None
+    for any other entry. Must give exactly ``encode``'s bytes (``_plain_publish`` reads
+    them back)."""
+    if (
+        type(e) is not Publish
+        or e.headers
+        or e.msg_id is not None
+        or e.expected_stream is not None
+        or e.expected_last_seq is not None
+        or e.expected_last_subject_seq is not None
+        or e.expected_last_subject_seq_subject is not None
+        or e.expected_last_msg_id is not None
+        or e.ttl_ns is not None
+    ):
+        return None
+    subject = e.subject.encode("utf-8")
+    data = bytes(e.data)
+    head = _PLAIN_HEAD.pack(FORMAT_VERSION, Kind.PUBLISH, e.ts_ns, _PLAIN_MASK, len(subject))
+    return b"".join((head, subject, _U32.pack(len(data)), data, _NO_HEADERS))
+
+
+_NO_HEADERS = _U32.pack(0)
 
 
 def decode_batch(data: bytes) -> list[Entry]:
     """The entries of a batch, in order; a single (non-batch) entry reads as a list of one,
     so a log may mix both. ``DataLossError`` unless every byte reads exactly."""
+    data = bytes(data)
     r = _Reader(data)
     kind, _ = _read_head(r)
     if kind != Kind.BATCH:
@@ -389,9 +417,68 @@ def decode_batch(data: bytes) -> list[Entry]:
     count = r.unpack(_U32)
     if not 0 < count <= BATCH_ENTRIES_MAX:
         raise DataLossError(f"batch of {count} entries is out of bounds")
-    entries = [decode(r.raw()) for _ in range(count)]
-    r.done()
+    entries: list[Entry] = []
+    pos = r.pos
+    for _ in range(count):
+        start = pos + _U32.size
+        if start > len(data):
+            raise DataLossError("entry truncated", offset=pos)
+        end = start + _U32.unpack_from(data, pos)[0]
+        if end > len(data):
+            raise DataLossError("entry truncated", offset=start)
+        # The common entry (a publish of subject and data only) is read in place; any
+        # other, or one that does not read exactly, goes through ``decode``.
+        entry = _plain_publish(data, start, end)
+        entries.append(entry if entry is not None else decode(data[start:end]))
+        pos = end
+    if pos != len(data):
+        raise DataLossError("trailing bytes after entry", offset=pos)
     return entries
+
+
+# A plain publish in place: head, mask 0, subject length; then data length, 0 headers.
+_PLAIN_HEAD = struct.Struct("<BBqHI")
+_PLAIN_MASK = 0
+
+
+def _plain_publish(data: bytes, start: int, end: int) -> Publish | None:
+    """The publish encoded in ``data[start:end]`` when it is a plain one (no optional field,
+    no header) that reads exactly; None for anything else (the caller decodes it the slow,
+    fully checked way, which also reports what is wrong)."""
+    if end - start < _PLAIN_HEAD.size + 2 * _U32.size:
+        return None
+    version, kind, ts_ns, mask, n_subject = _PLAIN_HEAD.unpack_from(data, start)
+    if version != FORMAT_VERSION or kind != Kind.PUBLISH or mask != _PLAIN_MASK:
+        return None
+    pos = start + _PLAIN_HEAD.size + n_subject
+    if pos + _U32.size > end:
+        return None
+    data_end = pos + _U32.size + _U32.unpack_from(data, pos)[0]
+    if data_end + _U32.size != end or _U32.unpack_from(data, data_end)[0] != 0:
+        return None
+    try:
+        subject = data[start + _PLAIN_HEAD.size : pos].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return plain_publish(ts_ns, subject, data[pos + _U32.size : data_end])
+
+
+_PUBLISH_SET = tuple(getattr(Publish, name).__set__ for name in Publish.__slots__)
+_PUBLISH_DEFAULTS = (EMPTY_HEADERS,) + (None,) * (len(Publish.__slots__) - 4)
+
+
+def plain_publish(ts_ns: int, subject: str, data: bytes) -> Publish:
+    """``Publish(ts_ns=ts_ns, subject=subject, data=data)``, the same value, made ~7x
+    faster: a frozen dataclass's ``__init__`` pays a guarded ``__setattr__`` per field
+    (eleven here), and this runs for every message on every replica."""
+    p = object.__new__(Publish)
+    ts_set, subject_set, data_set, *rest = _PUBLISH_SET
+    ts_set(p, ts_ns)
+    subject_set(p, subject)
+    data_set(p, data)
+    for setter, value in zip(rest, _PUBLISH_DEFAULTS, strict=True):
+        setter(p, value)
+    return p
 
 
 # -- Interpreting a publish: JetStream's headers and the entry's fields ---------------------

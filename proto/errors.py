@@ -18,7 +18,8 @@ included) into the typed exception, chosen by the ErrorInfo ``reason`` (never pa
 the message text), with its attributes (``field``, ``rule``, ``leader``, ``leader_addr``)
 restored. A status without raftstream details (a transport failure, the client's own
 deadline) maps by code: UNAVAILABLE is ``UnavailableError`` (retriable), DEADLINE_EXCEEDED is
-``DeadlineExceededError``, and so on; ``details["grpc_code"]`` keeps the gRPC code's name.
+``DeadlineExceededError``, CANCELLED is ``CallCancelledError``, and so on;
+``details["grpc_code"]`` keeps the gRPC code's name.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from raftstream.proto import raftstream_pb2 as pb
 
 __all__ = [
     "DOMAIN",
+    "CallCancelledError",
     "abort",
     "error_class",
     "from_error_message",
@@ -52,8 +54,20 @@ DOMAIN = "raftstream"
 INTERNAL_REASON = "INTERNAL"
 log = logging.getLogger("raftstream.proto.errors")
 
+
+class CallCancelledError(e.RaftStreamError):
+    """The call was cancelled (gRPC CANCELLED): by the client, or by the server or the
+    transport ending it (a connection reset, the server shutting the call down). What it
+    carried may or may not have taken effect (a publish in flight may be stored), so it is
+    not retriable as such: only an idempotent request (a publish with a ``msg_id``) is."""
+
+    code = e.Code.CANCELLED
+    reason = "CANCELLED"
+
+
 # Without raftstream details, a status maps by code to the most specific class that has it.
 _BY_CODE: Mapping[e.Code, type[e.RaftStreamError]] = {
+    e.Code.CANCELLED: CallCancelledError,
     e.Code.INVALID_ARGUMENT: e.InvalidArgumentError,
     e.Code.DEADLINE_EXCEEDED: e.DeadlineExceededError,
     e.Code.NOT_FOUND: e.NotFoundError,

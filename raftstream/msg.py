@@ -55,6 +55,7 @@ class Msg:
         "_acks_ignored",
         "_metadata",
         "_sender",
+        "_stream",
         "data",
         "headers",
         "reply",
@@ -70,9 +71,12 @@ class Msg:
         reply: str,
         sender: AckSender,
         acks_ignored: bool = False,
+        stream: str | None = None,
     ) -> None:
         """``acks_ignored``: the consumer's ack policy is none, so every ack method is a
-        no-op (ADR-15: with ack policy none the client ignores requests to ack)."""
+        no-op (ADR-15: with ack policy none the client ignores requests to ack).
+        ``stream``: the stream the message came from, when the receiver knows it (acks are
+        routed by it; None: read from the ack token, which costs a parse per ack)."""
         self.subject = subject
         self.data = data
         self.headers: Mapping[str, str] = headers or _EMPTY
@@ -81,6 +85,7 @@ class Msg:
         self._metadata: MsgMetadata | None = None
         self._acked = False
         self._acks_ignored = acks_ignored
+        self._stream = stream
 
     def __repr__(self) -> str:
         return f"Msg(subject={self.subject!r}, reply={self.reply!r}, data={len(self.data)} bytes)"
@@ -97,13 +102,17 @@ class Msg:
         """True once a terminal ack was sent."""
         return self._acked
 
+    def _ack_stream(self) -> str:
+        """The stream acks are routed by (given at construction, else the token's)."""
+        return self._stream if self._stream is not None else self.metadata.stream
+
     async def _send(self, item: pb.AckItem, *, terminal: bool) -> None:
         if self._acked or self._acks_ignored:
             return
         if terminal:
             self._acked = True
         item.reply = self.reply
-        await self._sender.send(item, self.metadata.stream)
+        await self._sender.send(item, self._ack_stream())
 
     async def ack(self) -> None:
         """+ACK, fire-and-forget."""
@@ -115,7 +124,7 @@ class Msg:
         if self._acked or self._acks_ignored:
             return
         item = pb.AckItem(kind=pb.ACK_KIND_ACK, reply=self.reply, sync=True)
-        await self._sender.send_sync(item, self.metadata.stream, timeout_s=timeout)
+        await self._sender.send_sync(item, self._ack_stream(), timeout_s=timeout)
         self._acked = True
 
     async def nak(self, delay: float | None = None) -> None:

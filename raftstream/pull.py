@@ -185,4 +185,5 @@ class PullSubscription:
             headers=dict(m.headers) if m.headers else None,
             reply=m.reply,
             sender=self._acker,
+            stream=self._stream,  # the fetch's: acks route without parsing the token
         )
