@@ -61,8 +61,17 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], *, what: str) -> 
 
 
 async def consumer_gone(rs: Client, stream: str, name: str) -> None:
+    """Wait until neither the meta state (names) nor the stream leader (info) knows the
+    consumer: the two apply a delete at different moments."""
+
     async def probe() -> bool | None:
-        return True if name not in await rs.consumer_names(stream) else None
+        if name in await rs.consumer_names(stream):
+            return None
+        try:
+            await rs.consumer_info(stream, name)
+        except errors.NotFoundError:
+            return True
+        return None
 
     await eventually(probe, what=f"consumer {name} deleted")
 
