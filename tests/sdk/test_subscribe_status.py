@@ -353,3 +353,56 @@ def test_metadata_from_both_ack_token_forms():
     ):
         with pytest.raises(errors.InvalidArgumentError):
             MsgMetadata.from_reply(bad)
+
+
+def test_the_buffer_is_bounded_and_nothing_is_dropped():
+    """At most ``pending_msgs_max`` messages wait (plus one response): the reader stops
+    reading instead of dropping, and every message still arrives in order."""
+
+    async def main() -> None:
+        errs: list[errors.RaftStreamError] = []
+        total = 60
+        script = Script(*(pb.ConsumeResponse(messages=[msg(i)]) for i in range(1, total + 1)))
+        async with Nodes(1) as (node,):
+            node.on("Consume", script)
+            rs = await raftstream.connect([node.addr], timeout=5, error_cb=errs.append)
+            sub = attach(
+                rs,
+                info(),
+                subject="orders.x",
+                queue=None,
+                created=False,
+                options=PushOptions(pending_msgs_max=5),
+            )
+            await wait_until(lambda: sub.pending == 5, what="the buffer filled")
+            got = []
+            for _ in range(total):
+                assert sub.pending <= 5 + 1
+                got.append((await sub.next_msg(5)).metadata.stream_seq)
+            assert got == list(range(1, total + 1)) and errs == []
+            await rs.close()
+
+    run(main())
+
+
+def test_drain_hands_over_the_buffer_or_gives_up_after_its_timeout():
+    async def main() -> None:
+        errs: list[errors.RaftStreamError] = []
+        script = Script(pb.ConsumeResponse(messages=[msg(1), msg(2), msg(3)]))
+        async with Nodes(1) as (node,):
+            node.on("Consume", script)
+            rs = await raftstream.connect([node.addr], timeout=5, error_cb=errs.append)
+            sub = attach(
+                rs, info(), subject="orders.x", queue=None, created=False, options=PushOptions()
+            )
+            await wait_until(lambda: sub.pending == 3, what="three buffered")
+            reader = asyncio.ensure_future(sub.next_msg(5))
+            with pytest.raises(errors.DeadlineExceededError, match="2 messages"):
+                await sub.drain(timeout=0.2)  # one is taken, nobody takes the other two
+            assert (await reader).data == b"1"
+            assert sub.is_closed and sub.pending == 0
+            with pytest.raises(errors.SubscriptionClosedError):
+                await sub.next_msg(0.1)
+            await rs.close()
+
+    run(main())
