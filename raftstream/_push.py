@@ -452,10 +452,12 @@ class PushSubscription:
                 requests.put_nowait(None)
 
     def _classify(self, exc: errors.RaftStreamError) -> BaseException:
-        """A failed call: reattach (retriable) or end the subscription."""
+        """A failed call: reattach (retriable) or end the subscription. CANCELLED counts as
+        retriable here: this side cancels a call only while stopping, so one seen while
+        reading came from the server or the transport (a node shutting down)."""
         if isinstance(exc, errors.NotLeaderError):
             return Reattach(exc, exc.leader_addr)
-        if exc.retriable:
+        if exc.retriable or exc.code == errors.Code.CANCELLED:
             return Reattach(exc)
         return exc
 
@@ -558,6 +560,7 @@ class PushSubscription:
             reply=m.reply,
             sender=self._acker,
             acks_ignored=self._target.ack_none,
+            stream=self._target.stream,
         )
 
     def _answer(self, token: str) -> None:

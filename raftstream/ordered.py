@@ -225,7 +225,9 @@ class OrderedSubscription(PushSubscription):
         if isinstance(exc, errors.NotLeaderError) and not self._last_cseq:
             self._needs_reset = False  # refused before delivering: attach it elsewhere
             return Reattach(exc, exc.leader_addr)
-        if exc.retriable or isinstance(exc, errors.NotFoundError | errors.ConflictError):
+        if exc.retriable or exc.code == errors.Code.CANCELLED:
+            return Reattach(exc)
+        if isinstance(exc, errors.NotFoundError | errors.ConflictError):
             return Reattach(exc)
         return exc
 

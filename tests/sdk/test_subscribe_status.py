@@ -16,6 +16,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import pytest
 
 import raftstream
@@ -403,6 +404,45 @@ def test_drain_hands_over_the_buffer_or_gives_up_after_its_timeout():
             assert sub.is_closed and sub.pending == 0
             with pytest.raises(errors.SubscriptionClosedError):
                 await sub.next_msg(0.1)
+            await rs.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    "code", [grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL]
+)
+def test_a_call_ended_by_the_server_reattaches_unless_the_error_is_final(code):
+    """A call the server or the transport ends (CANCELLED by a shutting-down node,
+    UNAVAILABLE) is opened again; a final error (INTERNAL) ends the subscription."""
+
+    async def main() -> None:
+        errs: list[errors.RaftStreamError] = []
+        calls: list[int] = []
+
+        async def consume(requests: Any, context: Any) -> AsyncIterator[pb.ConsumeResponse]:
+            calls.append(1)
+            if len(calls) == 1:
+                yield pb.ConsumeResponse(messages=[msg(1)])
+                await context.abort(code, "ended by the server")
+            yield pb.ConsumeResponse(messages=[msg(2)])
+            await asyncio.Event().wait()
+
+        async with Nodes(1) as (node,):
+            node.on("Consume", consume)
+            rs = await raftstream.connect([node.addr], timeout=5, error_cb=errs.append)
+            sub = attach(
+                rs, info(), subject="orders.x", queue=None, created=False, options=PushOptions()
+            )
+            assert (await sub.next_msg(5)).data == b"1"
+            if code is grpc.StatusCode.INTERNAL:
+                with pytest.raises(errors.RaftStreamError) as e:
+                    await sub.next_msg(5)
+                assert e.value.code == errors.Code.INTERNAL
+                assert len(calls) == 1 and errs == [e.value]
+            else:
+                assert (await sub.next_msg(5)).data == b"2"
+                assert len(calls) == 2 and errs == []
             await rs.close()
 
     run(main())
