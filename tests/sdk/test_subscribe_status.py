@@ -438,7 +438,7 @@ def test_a_call_ended_by_the_server_reattaches_unless_the_error_is_final(code):
             if code is grpc.StatusCode.INTERNAL:
                 with pytest.raises(errors.RaftStreamError) as e:
                     await sub.next_msg(5)
-                assert e.value.code == errors.Code.INTERNAL
+                assert "ended by the server" in str(e.value)  # the final error itself
                 assert len(calls) == 1 and errs == [e.value]
             else:
                 assert (await sub.next_msg(5)).data == b"2"
