@@ -54,6 +54,7 @@ __all__ = [
 NodeContents = Mapping[str, Mapping[int, tuple[str, Any]]]
 
 EXAMPLES_MAX = 20  # operations listed per anomaly kind in reports
+CULPRITS_SHOWN = 8  # ops shown for a non-linearizable key: the last of the failing prefix
 # Anomalies that break a safety promise; the rest (lag, an unfinished search) are reported
 # but do not fail a run.
 SAFETY_KINDS = frozenset(
@@ -280,19 +281,34 @@ def check_kv(ops: Sequence[Op]) -> tuple[list[Anomaly], dict[str, int]]:
                 per_key[str(o.value[0])].append(reg)
     out: list[Anomaly] = []
     explored: dict[str, int] = {}
+    by_id = {o.id: o for o in ops}
     for key, reg_ops in sorted(per_key.items()):
         verdict = check_register(reg_ops, initial=0)
         explored[key] = verdict.explored
         if verdict.ok is None:
             out.append(Anomaly("kv-unchecked", f"key {key}: search budget exhausted"))
         elif not verdict.ok:
-            shown = tuple(op.describe() for op in verdict.ops[-EXAMPLES_MAX:])
+            shown = tuple(by_id[op.ref].describe() for op in _culprits(list(verdict.ops)))
             out.append(
                 Anomaly(
                     "nonlinearizable", f"key {key}: {len(verdict.ops)} ops, no linearization", shown
                 )
             )
     return out, explored
+
+
+def _culprits(ops: list[RegOp]) -> list[RegOp]:
+    """The last ops of the shortest non-linearizable prefix (by invocation): the one that
+    cannot be placed and those just before it. Bisection, so about log2(n) searches."""
+    ops = sorted(ops, key=lambda o: o.invoke)
+    lo, hi = 1, len(ops)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if check_register(ops[:mid]).ok is False:
+            hi = mid
+        else:
+            lo = mid + 1
+    return ops[max(0, lo - CULPRITS_SHOWN) : lo]
 
 
 # -- definitions ---------------------------------------------------------------------------
