@@ -17,6 +17,18 @@ leader sequences them into its log). It starts only once the meta log replayed u
 commit index it had at start, so a restarting node never acts on a stale intermediate
 state (say, removing the log of a stream that was deleted and created again).
 
+Repairs: the meta leader proposes ``plan_repairs`` (``cluster/placement.py``) after every
+reconcile it runs while leading, so after a ``PeerRemove`` applies and whenever it becomes
+the meta leader (an interrupted repair resumes: the plan reads only the state). Each
+``ReassignGroup`` carries ``prior_peers``, so a stale one is refused, never misapplied. The
+stream group's leader then carries the new peers out (``cluster/membership.py``).
+
+Fresh groups: ``fresh_groups`` holds the stream groups whose ``AddStream`` this node applied
+and whose peers have not changed since: on those, a node without state for the group is one
+of its initial members and creates it (``RaftHost.create_group``); on any other it joins
+empty and waits for the leader's snapshot (``RaftHost.join_group``). A restored meta
+snapshot empties the set (joining is the safe choice: a node that joins never campaigns).
+
 Ownership: the node's event loop. Failures in a callback are logged and retried on the
 next trigger (level-triggered).
 """
@@ -30,9 +42,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from raftstream.cluster.assignments import StreamAssignment
-from raftstream.cluster.meta import MetaResult, MetaState
+from raftstream.cluster.meta import (
+    GroupReassigned,
+    MetaResult,
+    MetaState,
+    StreamAdded,
+    StreamDeleted,
+    StreamUpdated,
+)
 from raftstream.cluster.meta_entries import MetaEntry, encode_entry
 from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.placement import NodeInfo, plan_repairs
 from raftstream.cluster.stream_leader import answer_within, no_commit
 from raftstream.errors import DeadlineExceededError, NoLeaderError, NotLeaderError, RaftStreamError
 from raftstream.raft.host import RaftHost
@@ -68,6 +88,7 @@ class MetaGroup:
         proposal_timeout_ms: int,
         client_addr: Callable[[str], str | None],
         reconcile: Callable[[tuple[StreamAssignment, ...]], Awaitable[None]],
+        nodes: Callable[[], Sequence[NodeInfo]],
     ) -> None:
         self.node_id = node_id
         self.state = MetaState()
@@ -76,6 +97,8 @@ class MetaGroup:
         self._timeout_ms = proposal_timeout_ms
         self._client_addr = client_addr
         self._reconcile = reconcile
+        self._nodes = nodes
+        self.fresh_groups: set[str] = set()
         self._trigger = asyncio.Event()
         self._replayed_to = 0  # the commit index the log had at start
         self.applied = 0
@@ -85,17 +108,28 @@ class MetaGroup:
 
     def apply(self, group: str, entries: Sequence[Entry]) -> Sequence[Any]:
         results = [self.state.apply_data(e.data) for e in entries]
+        for r in results:
+            self._track_fresh(r)
         if entries:
             self.applied = entries[-1].index
         self._metrics.commits.labels("meta").inc(len(entries))
         self._trigger.set()
         return results
 
+    def _track_fresh(self, result: MetaResult | RaftStreamError) -> None:
+        if isinstance(result, StreamAdded) and result.created:
+            self.fresh_groups.add(result.assignment.group)
+        elif isinstance(result, GroupReassigned | StreamDeleted) or (
+            isinstance(result, StreamUpdated) and result.assignment.peers != result.previous.peers
+        ):
+            self.fresh_groups.discard(result.assignment.group)
+
     def snapshot(self, group: str) -> bytes:
         return self.state.snapshot()
 
     def restore(self, group: str, data: bytes) -> None:
         self.state.restore(data)
+        self.fresh_groups.clear()
         self._trigger.set()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -127,10 +161,20 @@ class MetaGroup:
                 continue
             try:
                 await self._reconcile(self.state.streams_for_node(self.node_id))
+                if self.is_leader:
+                    await self._repair()
             except RaftStreamError as exc:
                 log.warning("reconcile failed: %r", exc, extra={"node": self.node_id})
                 await asyncio.sleep(0.2)
                 self._trigger.set()
+
+    async def _repair(self) -> None:
+        """Meta leader: propose the ``ReassignGroup`` entries that restore replica counts
+        (one at a time, in order; a refused one is planned again on the next trigger)."""
+        plan = plan_repairs(state=self.state, nodes=self._nodes(), ts_ns=now_ns())
+        for entry in plan.entries:
+            log.info("re-placing %s on %s", entry.stream, ",".join(entry.peers))
+            await self.propose(entry, None)
 
     def poke(self) -> None:
         """Reconcile again soon (a group's leadership changed, a retry is due)."""

@@ -7,6 +7,9 @@ A ``Node`` owns, on the event loop that ran ``start()``:
   server reflection, with message sizes bounded by ``limits.grpc_message_bytes_max``;
 - the ``RaftHost`` driving the meta group (on every node) and the stream groups the meta
   state assigns to this node (``cluster/meta_group.py`` starts and stops them);
+- replica changes: the leader of each stream group this node leads moves the group's Raft
+  membership toward the meta state's peers, one server at a time (``cluster/membership.py``);
+  a replica the meta state moved away lingers until it is out of the membership;
 - the data directory: ``raft/`` holds the Raft logs of every group in one LMDB environment
   (fsynced: it is what "acknowledged" rests on), ``store/`` the engine stores of every
   stream in another, which is a cache rebuilt from the Raft logs at every start (wiped
@@ -42,13 +45,14 @@ from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.forward import Forwarder
+from raftstream.cluster.membership import MembershipDriver
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import LatencyInterceptor, NodeMetrics
 from raftstream.cluster.services_cluster import ClusterServicer
 from raftstream.cluster.services_consume import ConsumeServicer
 from raftstream.cluster.services_consumers import ConsumerServicer
 from raftstream.cluster.services_publish import PublishServicer
-from raftstream.cluster.services_streams import StreamServicer
+from raftstream.cluster.services_streams import StreamServicer, cluster_nodes
 from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
 from raftstream.engine.lmdbstore import DEFAULT_MAP_SIZE_BYTES, open_node_env
 from raftstream.errors import InvariantError, NotFoundError, RaftStreamError
@@ -65,6 +69,10 @@ log = logging.getLogger(__name__)
 PEER_PROBE_INTERVAL_S = 0.5
 PEER_PROBE_TIMEOUT_S = 1.0
 PEER_DOWN_AFTER_S = 3.0  # a peer whose probes failed this long is down (placement, info)
+# A replica this node no longer hosts (per the meta state) is dropped once it has applied
+# its own removal, or once it has known no leader for this long (the leader stops talking
+# to a removed member, which may never learn the removal committed).
+LINGER_NO_LEADER_S = 5.0
 STOP_GRACE_S = 1.0
 _SERVICE_NAMES = (
     "raftstream.v1.StreamService",
@@ -119,6 +127,7 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._reconcile_lock = asyncio.Lock()
+        self._lingering: dict[str, float | None] = {}  # group -> since when leaderless
         self._server: Any = None
         self._health: health.aio.HealthServicer | None = None
         self.bound_port = 0
@@ -153,7 +162,9 @@ class Node:
             proposal_timeout_ms=cfg.raft.proposal_timeout_ms,
             client_addr=self._client_addr,
             reconcile=self._reconcile,
+            nodes=lambda: cluster_nodes(self.ctx),
         )
+        self._membership = MembershipDriver(node_id=cfg.name, host=self.host)
         self.ctx = ServiceContext(
             config=cfg,
             host=self.host,
@@ -252,29 +263,65 @@ class Node:
             return None
 
     async def _reconcile(self, wanted_streams: tuple[StreamAssignment, ...]) -> None:
-        """Start the stream groups assigned here, stop the others, let leaders sequence
-        consumer and config changes (called by the meta group's reconciler)."""
+        """Start the stream groups assigned here, stop the others once they left the
+        group's Raft membership, let leaders sequence consumer and config changes (called
+        by the meta group's reconciler)."""
         async with self._reconcile_lock:
             wanted = {sa.group: sa for sa in wanted_streams}
+            existing = {sa.group for sa in self.meta.state.all_streams()}
             for group in [g for g in self.groups if g not in wanted]:
-                g = self.groups.pop(group)
-                # Out of the host first: nothing may apply to the store once it is dropped.
-                await self.host.remove_group(group)
-                await g.close(drop=True)
-                self.metrics.forget_group(group)
-                log.info("stream group removed", extra={"group": group})
+                if self._may_drop(group, group in existing):
+                    await self._drop_group(group)
             for group, sa in wanted.items():
+                self._lingering.pop(group, None)
                 if group not in self.groups:
-                    g = StreamGroup(self._deps(), sa)
-                    g.replica.starting = True
-                    try:
-                        self.host.add_group(group, voters=sa.peers, state_machine=g.replica)
-                    finally:
-                        g.replica.starting = False
-                    self.groups[group] = g
-                    log.info("stream group started", extra={"group": group})
+                    await self._start_group(sa)
             for g in self.groups.values():
                 g.reconcile()
+
+    async def _start_group(self, sa: StreamAssignment) -> None:
+        """Create the group as one of its initial members (a stream just added here), or
+        join it empty (added later, or unknown: a joiner never campaigns and learns the
+        membership from the leader's snapshot; see ``RaftHost.create_group``)."""
+        group = sa.group
+        g = StreamGroup(self._deps(), sa)
+        g.replica.starting = True
+        try:
+            if group in self.meta.fresh_groups:
+                await self.host.create_group(group, voters=sa.peers, state_machine=g.replica)
+            else:
+                self.host.join_group(group, state_machine=g.replica)
+        finally:
+            g.replica.starting = False
+        self.groups[group] = g
+        log.info("stream group started", extra={"group": group})
+
+    def _may_drop(self, group: str, stream_exists: bool) -> bool:
+        """A replica the meta state no longer places here: drop it at once when the stream
+        is gone, else only once the group's membership no longer names this node, or it
+        has had no leader for ``LINGER_NO_LEADER_S`` (it was removed; a voter that left
+        early could cost the group its quorum before the leader removed it)."""
+        if not stream_exists:
+            return True
+        host, me = self.host, self.config.name
+        if me not in (*host.voters(group), *host.learners(group)):
+            return True
+        now = time.monotonic()
+        if host.leader(group) is not None:
+            self._lingering[group] = None
+            return False
+        since = self._lingering.get(group) or now
+        self._lingering[group] = since
+        return now - since >= LINGER_NO_LEADER_S
+
+    async def _drop_group(self, group: str) -> None:
+        g = self.groups.pop(group)
+        self._lingering.pop(group, None)
+        # Out of the host first: nothing may apply to the store once it is dropped.
+        await self.host.remove_group(group)
+        await g.close(drop=True)
+        self.metrics.forget_group(group)
+        log.info("stream group removed", extra={"group": group})
 
     # -- background work --------------------------------------------------------------------
 
@@ -287,14 +334,20 @@ class Node:
             for g in list(self.groups.values()):
                 try:
                     g.check_leadership()
+                    sa = self._stream_of(g.account, g.name)
+                    if sa is not None and sa.group == g.group:
+                        self._membership.step(sa)
                 except RaftStreamError as exc:
                     log.warning("leadership check failed: %r", exc, extra={"group": g.group})
+            if self._lingering:
+                self.meta.poke()  # a removed replica waits to be dropped
             st = self.host.status(META_GROUP)
             self.metrics.observe_group(
                 META_GROUP, applied=st.applied, term=st.term, leader=st.leader == self.config.name
             )
             if st.leader != meta_leader:
                 meta_leader = st.leader
+                self.meta.poke()  # a new meta leader resumes any interrupted repair
                 self.metrics.leader_changes.labels(META_GROUP).inc()
                 log.info(
                     "meta leader is %s",
@@ -352,6 +405,7 @@ class Node:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.meta.stop()
+        await self._membership.close()
         for g in list(self.groups.values()):
             await g.close(drop=False)
         await self.host.stop()

@@ -6,9 +6,11 @@ each stream's (leader and followers' lag are known only where this node hosts th
 and lag only on that group's leader; elsewhere the group is listed with its peers).
 
 Peer removal is a meta request (forwarded to the meta leader): it records the removal, so
-no new replica is placed on the peer. Re-placing the removed peer's existing replicas needs
-Raft membership changes in the stream groups, which ``RaftHost`` does not expose yet; the
-repair plan is therefore not proposed (see the cluster report).
+no new replica is placed on the peer; the meta leader then re-places the peer's replicas
+(``plan_repairs``, proposed by ``cluster/meta_group.py`` after the removal applies and on
+every election), and each stream group's leader carries the new peers out one server at a
+time (``cluster/membership.py``). The call returns once the removal is recorded; the
+repair follows asynchronously (watch the stream's cluster info).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from raftstream.cluster.convert import (
 from raftstream.cluster.meta import StreamAdded, StreamUpdated
 from raftstream.cluster.meta_entries import AddStream, DeleteStream, UpdateStream
 from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_peers
-from raftstream.cluster.raft_extras import followers, transfer_leadership, voters
+from raftstream.cluster.raft_extras import followers
 from raftstream.engine.entries import DeleteMsg, Purge
 from raftstream.engine.stream import Purged
 from raftstream.engine.stream_config import StreamConfig
@@ -97,14 +97,14 @@ def group_info(ctx: ServiceContext, group: str, peers: tuple[str, ...]) -> pb.Gr
 async def step_down(ctx: ServiceContext, group: str, preferred: str) -> pb.StepDownResponse:
     """Hand this node's leadership of ``group`` to ``preferred`` (any other voter when
     empty) and wait, bounded, to learn the new leader."""
-    candidates = [v for v in voters(ctx.host, group) if v != ctx.node_id]
+    candidates = [v for v in ctx.host.voters(group) if v != ctx.node_id]
     if preferred:
         if preferred not in candidates:
             raise InvalidArgumentError("preferred", f"{preferred!r} is not another replica")
         candidates = [preferred]
     if not candidates:
         raise InvalidArgumentError("preferred", "the group has no other replica")
-    transfer_leadership(ctx.host, group, candidates[0])
+    ctx.host.transfer_leadership(group, candidates[0])
     deadline = time.monotonic() + STEP_DOWN_WAIT_S
     while time.monotonic() < deadline:
         leader = ctx.host.leader(group)
@@ -184,17 +184,18 @@ class StreamServicer(pbg.StreamServiceServicer):
             assets=meta.state.assets(),
             removed=meta.state.removed_peers,
         )
-        if set(peers) != set(old.peers):
-            raise InvalidArgumentError(
-                "num_replicas", "changing a stream's replicas is not supported yet"
-            )
+        # A changed peer set (num_replicas grown or shrunk) is carried out by the stream's
+        # leader one server at a time once the entry applies (cluster/membership.py).
         entry = UpdateStream(
             account=account, config=cfg, peers=peers, prior_peers=old.peers, ts_ns=time.time_ns()
         )
         result = await meta.propose(entry, time_left(context))
         if not isinstance(result, StreamUpdated):
             raise InvariantError(f"UpdateStream answered {result!r}")
-        return await self._info(result.assignment, time_left(context))
+        info = await self._info(result.assignment, time_left(context))
+        # The stream leader may not have applied the update to its meta replica yet: the
+        # answer carries the committed config, whatever that node's state says.
+        return stream_info_pb(result.assignment, info.state, info.cluster)
 
     @map_errors
     async def DeleteStream(

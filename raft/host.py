@@ -59,13 +59,17 @@ from raftstream.raft.storage import GroupWrite, LogStorage
 from raftstream.raft.transport import Inbound, Transport
 from raftstream.raft.types import (
     NONE,
+    ConfChange,
+    ConfState,
     Entry,
     EntryType,
+    HardState,
     Message,
     MessageType,
     Ready,
     Role,
     Snapshot,
+    SnapshotMeta,
 )
 
 __all__ = ["FollowerInfo", "GroupStatus", "HostConfig", "LeaderChange", "RaftHost", "StateMachine"]
@@ -172,6 +176,7 @@ class _Proposal:
     group: str
     data: bytes
     future: asyncio.Future[Any]
+    change: ConfChange | None = None  # a membership change instead of a command
 
 
 class RaftHost:
@@ -283,6 +288,54 @@ class RaftHost:
         self._dirty.add(group)
         self._wake.set()
 
+    async def create_group(
+        self,
+        group: str,
+        *,
+        voters: Sequence[str],
+        state_machine: StateMachine,
+        learners: Sequence[str] = (),
+        on_leader_change: LeaderChange | None = None,
+    ) -> None:
+        """Start this node's replica of a group whose membership may change later.
+
+        The core's rule: the bootstrap membership of a group is the same on every replica
+        ever created for it, a node added later included. Here it is EMPTY on every replica
+        (so ``join_group`` obeys it too), and the initial membership is the group's first
+        snapshot instead: at index 1, term 1, ``voters``/``learners``, the fresh state
+        machine's state, written durably before the group starts. Every replica's log
+        therefore begins after index 1, so a node that joins empty can only be caught up
+        by a snapshot, which tells it the membership; it never infers membership from an
+        empty base plus later changes (which could make it believe it is alone, and elect
+        itself). A group with durable state here resumes from it (arguments ignored).
+        """
+        view = self._storage.log(group)
+        fresh = view.snapshot_meta().index == 0 and view.last_index() == 0
+        if fresh and view.hard_state().term == 0:
+            conf = ConfState(tuple(sorted(voters)), tuple(sorted(learners)))
+            snap = Snapshot(SnapshotMeta(1, 1, conf), state_machine.snapshot(group))
+            write = GroupWrite(group, HardState(term=1, commit=1), snapshot=snap)
+            # Durable before the group runs: its first message may vouch for it.
+            await asyncio.get_running_loop().run_in_executor(
+                self._writer, self._storage.write_batch, [write]
+            )
+        self.join_group(group, state_machine=state_machine, on_leader_change=on_leader_change)
+
+    def join_group(
+        self,
+        group: str,
+        *,
+        state_machine: StateMachine,
+        on_leader_change: LeaderChange | None = None,
+    ) -> None:
+        """Start a replica of a group made by ``create_group`` elsewhere (this node was, or
+        will be, added by a membership change), or resume one with durable state here.
+        With nothing stored it knows no members, so it never campaigns; it waits for the
+        leader's snapshot (see ``create_group``)."""
+        self.add_group(
+            group, voters=(), state_machine=state_machine, on_leader_change=on_leader_change
+        )
+
     async def remove_group(self, group: str) -> None:
         """Stop the replica of ``group`` and delete its log durably. Its waiting proposals
         fail with NotFoundError (their outcome is unknown)."""
@@ -359,7 +412,10 @@ class RaftHost:
                 p.future.set_exception(NotFoundError(f"raft group {p.group} is not running"))
                 continue
             try:
-                index = g.node.propose(p.data)
+                if p.change is not None:
+                    index = g.node.propose_conf_change(p.change)
+                else:
+                    index = g.node.propose(p.data)
             except RaftStreamError as exc:
                 p.future.set_exception(exc)
                 continue
@@ -550,11 +606,20 @@ class RaftHost:
             self._apply(g, rd)
             if not g.halted:
                 g.node.advance(rd)
+                if rd.snapshot is not None or _has_conf_change(rd.committed_entries):
+                    self._follow_membership(g)
                 if rd.committed_entries:
                     self._maybe_snapshot(g)
             self._dirty.add(g.name)  # advance may have produced more (next round)
             if rd.soft_state is not None and g.on_leader_change is not None:
                 self._notify_leader_change(g, rd.soft_state.leader, rd.soft_state.role)
+
+    def _follow_membership(self, g: _Group) -> None:
+        """After a membership change or a snapshot took effect (``advance``): the group's
+        other members are the ones to ping and to watch for silence (quiescence)."""
+        conf = g.node.status().conf
+        g.members = frozenset((*conf.voters, *conf.learners)) - {self.node_id}
+        self._track_peers(g.members)
 
     def _notify_leader_change(self, g: _Group, leader: str, role: Role) -> None:
         if g.on_leader_change is None:
@@ -679,8 +744,41 @@ class RaftHost:
         self._wake.set()
 
     def voters(self, group: str) -> tuple[str, ...]:
-        """The group's voters as this replica knows them (applied membership)."""
+        """The group's voters as this replica knows them (the newest membership it has
+        applied, or received in a snapshot)."""
         return tuple(self._group(group).node.status().conf.voters)
+
+    def learners(self, group: str) -> tuple[str, ...]:
+        """The group's learners (non-voting members), as ``voters`` knows them."""
+        return tuple(self._group(group).node.status().conf.learners)
+
+    def propose_conf_change(
+        self, group: str, change: ConfChange, *, timeout_ms: int | None = None
+    ) -> Awaitable[None]:
+        """Propose ONE membership change to ``group`` (this replica must lead); the
+        awaitable resolves once the change's entry is applied here, when the new membership
+        is in effect (``voters``/``learners`` show it).
+
+        One server at a time (Raft thesis §4.1): the core refuses a change while another is
+        in the log and not applied (ConfChangePendingError, retriable), and before the
+        leader has committed an entry of its term. Add a node as ADD_LEARNER first and
+        promote it (ADD_VOTER) only once it has caught up (``followers``), so it never
+        weakens the quorum while it has no log. Outcomes as ``propose``: a timeout or a stop
+        is ambiguous (the change may still apply), a refusal is not.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        if self._failure is not None:
+            fut.set_exception(UnavailableError("raft host failed", cause=repr(self._failure)))
+            return fut
+        self._group(group)
+        self._pending += 1
+        fut.add_done_callback(self._proposal_done)
+        timeout = self.config.proposal_timeout_ms if timeout_ms is None else timeout_ms
+        heapq.heappush(self._deadlines, (loop.time() + timeout / 1000, next(self._seq), fut))
+        self._proposals.append(_Proposal(group, b"", fut, change))
+        self._wake.set()
+        return fut
 
     def followers(self, group: str) -> tuple[int, list[FollowerInfo]]:
         """(commit index, each follower's progress) when this replica leads ``group``; the
@@ -692,3 +790,7 @@ class RaftHost:
             if p != st.id
         ]
         return st.commit, out
+
+
+def _has_conf_change(entries: Sequence[Entry]) -> bool:
+    return any(e.type == EntryType.CONF_CHANGE for e in entries)

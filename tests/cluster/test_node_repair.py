@@ -1,0 +1,197 @@
+"""Integration: replica changes of stream groups on real node processes (issue 5: "Stepdown
+of the meta, a stream or a consumer leader; removing a dead peer makes the meta leader
+re-place its replicas so the replica count is restored").
+
+- kill -9 a replica of an R3 stream on a 4-node cluster and remove it (``remove_peer``): the
+  meta leader re-places the replica on the 4th node, which the stream leader adds as a
+  learner, catches up, promotes and then drops the dead peer; the new replica holds every
+  message (shown by making it the leader and reading every message from it);
+- ``update_stream`` grows R1 to R3 and shrinks R3 to R1 through the same path, data intact;
+- a stream leader step-down moves the leadership to another replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import raftstream
+from raftstream import StreamConfig
+
+from .node_harness import LocalCluster, retry_async, run, wait_for
+
+pytestmark = pytest.mark.integration
+
+MSGS = 40
+
+
+@pytest.fixture
+def cluster4(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """A started 4-node cluster (killed and removed afterwards; log tails on failure)."""
+    c = LocalCluster(4)
+    try:
+        c.start_all()
+        yield c
+        rep = getattr(request.node, "rep_call", None)
+        if rep is not None and rep.failed:
+            print(c.tails(60))
+    except BaseException:
+        print(c.tails(60))
+        raise
+    finally:
+        c.close()
+
+
+async def _publish(js: raftstream.Client, stream: str, start: int, count: int) -> None:
+    for i in range(start, start + count):
+        await retry_async(lambda i=i: js.publish(f"{stream.lower()}.x", b"%d" % i, msg_id=f"m{i}"))
+
+
+async def _replicas(js: raftstream.Client, stream: str) -> set[str]:
+    """The stream's leader and CURRENT replicas (caught up, in the Raft group)."""
+    info = await js.stream_info(stream)
+    c = info.cluster
+    if c is None or c.leader is None:
+        return set()
+    return {c.leader, *(r.name for r in c.replicas if r.current)}
+
+
+async def _wait_replicas(js: raftstream.Client, stream: str, want: set[str]) -> None:
+    async def check() -> None:
+        got = await _replicas(js, stream)
+        if got != want:
+            raise AssertionError(f"replicas {sorted(got)}, want {sorted(want)}")
+
+    await retry_async(check)
+
+
+async def _wait_replica_count(js: raftstream.Client, stream: str, count: int) -> set[str]:
+    async def check() -> set[str]:
+        got = await _replicas(js, stream)
+        if len(got) != count:
+            raise AssertionError(f"replicas {sorted(got)}, want {count}")
+        return got
+
+    result: set[str] = await retry_async(check)
+    return result
+
+
+def _dropped(cluster: LocalCluster, node: str, stream: str) -> bool | None:
+    """True once ``node`` no longer hosts the stream's group (it reports no leader for it:
+    a node answers cluster info for groups it does not host from the meta state only)."""
+    info = cluster.cluster_info(node)
+    if info is None:
+        return None
+    for g in info.groups:
+        if g.stream == stream:
+            return True if not g.group.leader else None
+    return None
+
+
+async def _lead_and_read_all(js: raftstream.Client, stream: str, node: str, total: int) -> None:
+    """Make ``node`` the leader, then read every message from its store."""
+
+    async def move() -> None:
+        info = await js.stream_info(stream)
+        if info.cluster is None or info.cluster.leader != node:
+            await js.stream_leader_stepdown(stream, preferred=node)
+            raise AssertionError("leadership moving")
+
+    await retry_async(move)
+    info = await retry_async(lambda: js.stream_info(stream))
+    assert info.cluster is not None and info.cluster.leader == node
+    assert info.state.messages == total
+    for seq in range(1, total + 1):
+        m = await retry_async(lambda seq=seq: js.get_msg(stream, seq))
+        assert m.data == b"%d" % (seq - 1)
+
+
+def test_removed_dead_peer_is_re_placed_and_the_new_replica_holds_every_message(
+    cluster4: LocalCluster,
+) -> None:
+    async def body() -> None:
+        js = await raftstream.connect(servers=cluster4.servers, timeout=20)
+        try:
+            await js.add_stream(StreamConfig(name="RP", subjects=("rp.>",), num_replicas=3))
+            await _publish(js, "RP", 0, MSGS)
+            info = await js.stream_info("RP")
+            assert info.cluster is not None and info.cluster.leader
+            hosts = {info.cluster.leader, *(r.name for r in info.cluster.replicas)}
+            assert len(hosts) == 3
+            spare = next(n for n in cluster4.names if n not in hosts)
+            meta_leader = cluster4.wait_meta_leader()
+            victim = next(n for n in sorted(hosts) if n not in (info.cluster.leader, meta_leader))
+            survivors = [n for n in cluster4.names if n != victim]
+            cluster4.kill(victim)  # kill -9
+            js2 = await raftstream.connect(
+                servers=[cluster4.addr(n) for n in survivors], timeout=20
+            )
+            try:
+                await retry_async(lambda: js2.remove_peer(victim))
+                await _wait_replicas(js2, "RP", (hosts - {victim}) | {spare})
+                await _publish(js2, "RP", MSGS, 5)  # the new membership commits
+                await _lead_and_read_all(js2, "RP", spare, MSGS + 5)
+            finally:
+                await js2.close()
+        finally:
+            await js.close()
+
+    run(body())
+
+
+def test_update_stream_grows_r1_to_r3_and_shrinks_back_data_intact(
+    cluster4: LocalCluster,
+) -> None:
+    async def body() -> None:
+        js = await raftstream.connect(servers=cluster4.servers, timeout=20)
+        try:
+            cfg = StreamConfig(name="GR", subjects=("gr.>",), num_replicas=1)
+            await js.add_stream(cfg)
+            await _publish(js, "GR", 0, MSGS)
+            first = (await js.stream_info("GR")).cluster
+            assert first is not None and first.leader and not first.replicas
+
+            grown = await js.update_stream(
+                StreamConfig(name="GR", subjects=("gr.>",), num_replicas=3)
+            )
+            assert grown.config.num_replicas == 3  # the committed config, at once
+            peers = await _wait_replica_count(js, "GR", 3)
+            assert first.leader in peers
+            newcomer = next(p for p in sorted(peers) if p != first.leader)
+            await _lead_and_read_all(js, "GR", newcomer, MSGS)
+
+            await js.update_stream(StreamConfig(name="GR", subjects=("gr.>",), num_replicas=1))
+            await _wait_replicas(js, "GR", {first.leader})
+            for node in peers - {first.leader}:  # the others dropped their replicas
+                wait_for(f"{node} to drop GR", lambda node=node: _dropped(cluster4, node, "GR"))
+            info = await retry_async(lambda: js.stream_info("GR"))
+            assert info.config.num_replicas == 1
+            assert info.state.messages == MSGS
+            # The other replicas' logs are gone: only a Raft membership of the lone voter
+            # can commit this.
+            await _publish(js, "GR", MSGS, 5)
+            assert (await js.stream_info("GR")).state.messages == MSGS + 5
+        finally:
+            await js.close()
+
+    run(body())
+
+
+def test_stream_leader_step_down_moves_the_leader(cluster4: LocalCluster) -> None:
+    async def body() -> None:
+        js = await raftstream.connect(servers=cluster4.servers, timeout=20)
+        try:
+            await js.add_stream(StreamConfig(name="SD", subjects=("sd.>",), num_replicas=3))
+            await _publish(js, "SD", 0, 5)
+            before = (await js.stream_info("SD")).cluster
+            assert before is not None and before.leader
+            new = await retry_async(lambda: js.stream_leader_stepdown("SD"))
+            assert new is not None and new != before.leader
+            after = await retry_async(lambda: js.stream_info("SD"))
+            assert after.cluster is not None and after.cluster.leader == new
+            assert after.state.messages == 5
+        finally:
+            await js.close()
+
+    run(body())

@@ -1,0 +1,132 @@
+"""RaftHost membership changes and leadership transfer, on the in-memory twins.
+
+Properties checked: membership changes one server at a time (Raft thesis §4.1); a node added
+as a non-voting learner catches up (here by the leader's snapshot, as a node joining an
+existing group always does, §7) before it is promoted to voter; a removed voter stops
+counting (the group keeps committing with the new majority); leadership transfer hands the
+group to the chosen voter (thesis §3.10).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from raftstream.raft.core.errors import ConfChangePendingError
+from raftstream.raft.host import RaftHost
+from raftstream.raft.storage import MemoryLogStorage
+from raftstream.raft.transport import MemoryNetwork, MemoryTransport
+from raftstream.raft.types import ConfChange, ConfChangeType, Role
+from tests.raft.test_host import CFG, ListMachine, elected, run, until
+
+GROUP = "g"
+
+
+async def start_hosts(names: tuple[str, ...]) -> tuple[dict[str, RaftHost], dict[str, ListMachine]]:
+    net = MemoryNetwork()
+    hosts: dict[str, RaftHost] = {}
+    machines: dict[str, ListMachine] = {}
+    for n in names:
+        hosts[n] = RaftHost(
+            n, storage=MemoryLogStorage(), transport=MemoryTransport(n, net), config=CFG
+        )
+        machines[n] = ListMachine()
+        hosts[n].start()
+    return hosts, machines
+
+
+async def stop_all(hosts: dict[str, RaftHost]) -> None:
+    for h in hosts.values():
+        await h.stop()
+
+
+async def propose_all(host: RaftHost, prefix: str, count: int) -> None:
+    await asyncio.gather(*(host.propose(GROUP, f"{prefix}-{i}".encode()) for i in range(count)))
+
+
+def test_learner_catches_up_is_promoted_and_a_voter_is_removed() -> None:
+    async def scenario() -> None:
+        hosts, machines = await start_hosts(("n1", "n2", "n3", "n4"))
+        try:
+            for n in ("n1", "n2", "n3"):
+                await hosts[n].create_group(
+                    GROUP, voters=("n1", "n2", "n3"), state_machine=machines[n]
+                )
+            lead = await elected({n: hosts[n] for n in ("n1", "n2", "n3")}, GROUP)
+            await propose_all(hosts[lead], "a", 30)
+            # The joiner starts empty: it knows no members, so it cannot campaign.
+            hosts["n4"].join_group(GROUP, state_machine=machines["n4"])
+            assert hosts["n4"].voters(GROUP) == ()
+            await hosts[lead].propose_conf_change(
+                GROUP, ConfChange(ConfChangeType.ADD_LEARNER, "n4")
+            )
+            assert hosts[lead].learners(GROUP) == ("n4",)
+            assert "n4" not in hosts[lead].voters(GROUP)
+            commit, _ = hosts[lead].followers(GROUP)
+            await until(
+                lambda: any(
+                    f.name == "n4" and f.match >= commit for f in hosts[lead].followers(GROUP)[1]
+                )
+            )
+            # Caught up by a snapshot (the log starts after the bootstrap snapshot).
+            assert machines["n4"].restores >= 1
+            await until(lambda: len(machines["n4"].applied.get(GROUP, [])) == 30)
+            await hosts[lead].propose_conf_change(GROUP, ConfChange(ConfChangeType.ADD_VOTER, "n4"))
+            assert hosts[lead].voters(GROUP) == ("n1", "n2", "n3", "n4")
+            gone = next(n for n in ("n1", "n2", "n3") if n != lead)
+            await hosts[lead].propose_conf_change(GROUP, ConfChange(ConfChangeType.REMOVE, gone))
+            assert gone not in hosts[lead].voters(GROUP)
+            await until(lambda: hosts["n4"].voters(GROUP) == hosts[lead].voters(GROUP))
+            # The removed node is stopped: the remaining three still commit.
+            await hosts[gone].remove_group(GROUP)
+            await propose_all(hosts[lead], "b", 10)
+            await until(lambda: len(machines["n4"].applied.get(GROUP, [])) == 40)
+            assert machines["n4"].applied[GROUP] == machines[lead].applied[GROUP]
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+def test_one_change_at_a_time() -> None:
+    async def scenario() -> None:
+        hosts, machines = await start_hosts(("n1", "n2", "n3"))
+        try:
+            for n in ("n1", "n2"):
+                await hosts[n].create_group(GROUP, voters=("n1", "n2"), state_machine=machines[n])
+            lead = await elected({n: hosts[n] for n in ("n1", "n2")}, GROUP)
+            await propose_all(hosts[lead], "a", 1)  # the leader committed in its term
+            first = hosts[lead].propose_conf_change(
+                GROUP, ConfChange(ConfChangeType.ADD_LEARNER, "n3")
+            )
+            second = hosts[lead].propose_conf_change(
+                GROUP, ConfChange(ConfChangeType.ADD_VOTER, "n3")
+            )
+            await first
+            with pytest.raises(ConfChangePendingError):
+                await second
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+def test_transfer_leadership_moves_the_leader_to_the_chosen_voter() -> None:
+    async def scenario() -> None:
+        names = ("n1", "n2", "n3")
+        hosts, machines = await start_hosts(names)
+        try:
+            for n in names:
+                await hosts[n].create_group(GROUP, voters=names, state_machine=machines[n])
+            lead = await elected(hosts, GROUP)
+            await propose_all(hosts[lead], "a", 5)
+            target = next(n for n in names if n != lead)
+            hosts[lead].transfer_leadership(GROUP, target)
+            await until(lambda: hosts[target].status(GROUP).role == Role.LEADER)
+            await propose_all(hosts[target], "b", 5)
+            await until(lambda: all(len(m.applied.get(GROUP, [])) == 10 for m in machines.values()))
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
