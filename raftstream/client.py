@@ -729,7 +729,9 @@ class Client:
         self._check_open()
         if ordered_consumer:
             check_ordered_options(queue=queue, durable=durable, manual_ack=manual_ack, cfg=cfg)
-            return await subscribe_ordered(self, subject, stream=stream, cfg=cfg, options=options)
+            return await subscribe_ordered(
+                self, subject, stream=stream, cfg=cfg, options=options, timeout=timeout
+            )
         return await _workflow.subscribe(
             self, subject, queue=queue, stream=stream, cfg=cfg, options=options, timeout=timeout
         )

@@ -244,13 +244,15 @@ async def subscribe_ordered(
     stream: str | None,
     cfg: ConsumerConfig,
     options: PushOptions,
+    timeout: float | None = None,
 ) -> OrderedSubscription:
     """Create the first consumer (its errors raise here) and start the subscription."""
-    stream = await find_stream(client, subject, stream)
+    stream = await find_stream(client, subject, stream, timeout)
     base = cfg
     if subject and not cfg.filter_subject and not cfg.filter_subjects:
         base = replace(cfg, filter_subject=subject)
-    info = await client.add_consumer(stream, ordered_config(base, name=_name(), start_seq=0))
+    first = ordered_config(base, name=_name(), start_seq=0)
+    info = await client.add_consumer(stream, first, timeout=timeout)
     sub = OrderedSubscription(client=client, subject=subject, base=base, info=info, options=options)
     client._registry.register(sub, bound=False, ephemeral_created=True)
     sub.start()
