@@ -95,7 +95,7 @@ class MembershipDriver:
         if task is not None and not task.done():
             return
         host = self._host
-        if group not in host.groups() or host.status(group).role != Role.LEADER:
+        if host.leader(group) != self._me or host.status(group).role != Role.LEADER:
             return
         commit, followers = host.followers(group)
         lag = {f.name: max(0, commit - f.match) for f in followers if f.active}

@@ -26,6 +26,14 @@ follows, and a woken follower is credited the ticks of that silence, so its elec
 as if it had been ticking all along. Safety does not depend on any of this (Raft is safe
 under any timing); only how soon a dead leader is replaced does.
 
+Membership. A group whose membership never changes is started with ``add_group`` (a static
+bootstrap, the same on every replica). One whose membership changes is started with
+``create_group`` on its initial members and ``join_group`` on a node added later (see
+``create_group`` for why the bootstrap is then empty everywhere); its leader changes it with
+``propose_conf_change``, one server at a time, and the host follows each applied change
+(the nodes it pings and watches for the group). A removed node's replica keeps running
+until its owner calls ``remove_group``.
+
 Ownership: the host belongs to the event loop that ran ``start()``; its methods must be called
 on that loop. It uses, but does not own, the storage and the transport (close them after
 ``stop()``).
@@ -41,9 +49,9 @@ import heapq
 import itertools
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from raftstream.errors import (
     DeadlineExceededError,
@@ -55,6 +63,13 @@ from raftstream.errors import (
     UnavailableError,
 )
 from raftstream.raft.core import RaftConfig, RaftNode
+from raftstream.raft.host_api import (
+    FollowerInfo,
+    GroupStatus,
+    HostConfig,
+    LeaderChange,
+    StateMachine,
+)
 from raftstream.raft.storage import GroupWrite, LogStorage
 from raftstream.raft.transport import Inbound, Transport
 from raftstream.raft.types import (
@@ -74,77 +89,7 @@ from raftstream.raft.types import (
 
 __all__ = ["FollowerInfo", "GroupStatus", "HostConfig", "LeaderChange", "RaftHost", "StateMachine"]
 
-LeaderChange = Callable[[str, str | None, Role], None]
-"""Called on the host's loop as ``(group, leader or None, this replica's role)`` after the
-round in which this replica learned of a new leader or changed role."""
-
 log = logging.getLogger(__name__)
-
-
-class StateMachine(Protocol):
-    """What a group replicates into. Called on the host's event loop, in log order.
-
-    ``apply`` gets the committed commands (NORMAL entries with data; the leader's empty
-    no-ops and membership changes are not passed) and returns one result per entry, handed to
-    the proposer's awaitable. An exception halts the group (its replica would diverge).
-    ``snapshot`` returns the state after everything applied so far; ``restore`` replaces
-    the state by a snapshot's (on start, and when the leader sends one).
-    """
-
-    def apply(self, group: str, entries: Sequence[Entry]) -> Sequence[Any]: ...
-
-    def snapshot(self, group: str) -> bytes: ...
-
-    def restore(self, group: str, data: bytes) -> None: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HostConfig:
-    """Timing and limits of a host. Ticks drive every core: heartbeats leave once per tick
-    (``heartbeat_tick=1``, so one coalesced heartbeat per peer per tick), and an election
-    starts after ``election_tick``..2x ticks without hearing from a leader."""
-
-    tick_ms: int = 100
-    election_tick: int = 6
-    heartbeat_tick: int = 1
-    proposal_timeout_ms: int = 5_000
-    proposals_pending_max: int = 100_000  # queued or in the log, not yet applied
-    inbox_msgs_max: int = 200_000  # received, not yet stepped
-    snapshot_entries: int = 10_000  # compact a group's log every this many applied entries
-    pre_vote: bool = True
-    check_quorum: bool = True
-    quiesce: bool = True  # stop ticking idle groups (see the module docstring)
-    liveness_ticks: int = 2  # a peer silent for longer than this is presumed down (>= 2)
-
-    def __post_init__(self) -> None:
-        for name in ("tick_ms", "proposal_timeout_ms", "proposals_pending_max", "inbox_msgs_max"):
-            if getattr(self, name) <= 0:
-                raise InvalidArgumentError(name, "must be positive")
-        if self.snapshot_entries <= 0:
-            raise InvalidArgumentError("snapshot_entries", "must be positive")
-        if self.liveness_ticks < 2:  # a ping per tick arrives up to a tick apart, plus jitter
-            raise InvalidArgumentError("liveness_ticks", "must be at least 2")
-
-
-@dataclass(frozen=True, slots=True)
-class GroupStatus:
-    group: str
-    leader: str
-    role: Role
-    term: int
-    applied: int
-    snapshot_index: int
-    quiet: bool
-
-
-@dataclass(frozen=True, slots=True)
-class FollowerInfo:
-    """The leader's view of one follower: its match index, and whether it was heard from
-    within the last election timeout."""
-
-    name: str
-    match: int
-    active: bool
 
 
 @dataclass(slots=True)
@@ -310,8 +255,19 @@ class RaftHost:
         itself). A group with durable state here resumes from it (arguments ignored).
         """
         view = self._storage.log(group)
-        fresh = view.snapshot_meta().index == 0 and view.last_index() == 0
-        if fresh and view.hard_state().term == 0:
+        unsnapshotted = view.snapshot_meta().index == 0
+        if unsnapshotted and view.last_index() > 0:
+            # A log from before this scheme (made with a static bootstrap): resume it with
+            # the bootstrap it was created with.
+            self.add_group(
+                group,
+                voters=voters,
+                learners=learners,
+                state_machine=state_machine,
+                on_leader_change=on_leader_change,
+            )
+            return
+        if unsnapshotted and view.hard_state().term == 0:
             conf = ConfState(tuple(sorted(voters)), tuple(sorted(learners)))
             snap = Snapshot(SnapshotMeta(1, 1, conf), state_machine.snapshot(group))
             write = GroupWrite(group, HardState(term=1, commit=1), snapshot=snap)

@@ -1,0 +1,86 @@
+"""The values of ``RaftHost``'s public API: its configuration, the state machine it drives,
+the status and follower views it answers with, and the leader-change callback.
+
+Re-exported by ``raftstream.raft.host``; import them from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from raftstream.errors import InvalidArgumentError
+from raftstream.raft.types import Entry, Role
+
+__all__ = ["FollowerInfo", "GroupStatus", "HostConfig", "LeaderChange", "StateMachine"]
+
+LeaderChange = Callable[[str, str | None, Role], None]
+"""Called on the host's loop as ``(group, leader or None, this replica's role)`` after the
+round in which this replica learned of a new leader or changed role."""
+
+
+class StateMachine(Protocol):
+    """What a group replicates into. Called on the host's event loop, in log order.
+
+    ``apply`` gets the committed commands (NORMAL entries with data; the leader's empty
+    no-ops and membership changes are not passed) and returns one result per entry, handed to
+    the proposer's awaitable. An exception halts the group (its replica would diverge).
+    ``snapshot`` returns the state after everything applied so far; ``restore`` replaces
+    the state by a snapshot's (on start, and when the leader sends one).
+    """
+
+    def apply(self, group: str, entries: Sequence[Entry]) -> Sequence[Any]: ...
+
+    def snapshot(self, group: str) -> bytes: ...
+
+    def restore(self, group: str, data: bytes) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostConfig:
+    """Timing and limits of a host. Ticks drive every core: heartbeats leave once per tick
+    (``heartbeat_tick=1``, so one coalesced heartbeat per peer per tick), and an election
+    starts after ``election_tick``..2x ticks without hearing from a leader."""
+
+    tick_ms: int = 100
+    election_tick: int = 6
+    heartbeat_tick: int = 1
+    proposal_timeout_ms: int = 5_000
+    proposals_pending_max: int = 100_000  # queued or in the log, not yet applied
+    inbox_msgs_max: int = 200_000  # received, not yet stepped
+    snapshot_entries: int = 10_000  # compact a group's log every this many applied entries
+    pre_vote: bool = True
+    check_quorum: bool = True
+    quiesce: bool = True  # stop ticking idle groups (see the module docstring)
+    liveness_ticks: int = 2  # a peer silent for longer than this is presumed down (>= 2)
+
+    def __post_init__(self) -> None:
+        for name in ("tick_ms", "proposal_timeout_ms", "proposals_pending_max", "inbox_msgs_max"):
+            if getattr(self, name) <= 0:
+                raise InvalidArgumentError(name, "must be positive")
+        if self.snapshot_entries <= 0:
+            raise InvalidArgumentError("snapshot_entries", "must be positive")
+        if self.liveness_ticks < 2:  # a ping per tick arrives up to a tick apart, plus jitter
+            raise InvalidArgumentError("liveness_ticks", "must be at least 2")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    group: str
+    leader: str
+    role: Role
+    term: int
+    applied: int
+    snapshot_index: int
+    quiet: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerInfo:
+    """The leader's view of one follower: its match index, and whether it was heard from
+    within the last election timeout."""
+
+    name: str
+    match: int
+    active: bool
