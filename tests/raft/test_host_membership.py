@@ -4,18 +4,20 @@ Properties checked: membership changes one server at a time (Raft thesis §4.1);
 as a non-voting learner catches up (here by the leader's snapshot, as a node joining an
 existing group always does, §7) before it is promoted to voter; a removed voter stops
 counting (the group keeps committing with the new majority); leadership transfer hands the
-group to the chosen voter (thesis §3.10).
+group to the chosen voter (thesis §3.10); a node started empty never campaigns; a group's
+bootstrap snapshot is durable across a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from raftstream.raft.core.errors import ConfChangePendingError
 from raftstream.raft.host import RaftHost
-from raftstream.raft.storage import MemoryLogStorage
+from raftstream.raft.storage import LmdbLogStorage, MemoryLogStorage
 from raftstream.raft.transport import MemoryNetwork, MemoryTransport
 from raftstream.raft.types import ConfChange, ConfChangeType, Role
 from tests.raft.test_host import CFG, ListMachine, elected, run, until
@@ -128,5 +130,59 @@ def test_transfer_leadership_moves_the_leader_to_the_chosen_voter() -> None:
             await until(lambda: all(len(m.applied.get(GROUP, [])) == 10 for m in machines.values()))
         finally:
             await stop_all(hosts)
+
+    run(scenario)
+
+
+def test_a_joiner_that_nobody_added_never_campaigns() -> None:
+    """A node started empty knows no members: it is nobody's voter, so it never starts an
+    election however long it hears nothing (Election Safety cannot be put at risk by it)."""
+
+    async def scenario() -> None:
+        hosts, machines = await start_hosts(("n1",))
+        try:
+            hosts["n1"].join_group(GROUP, state_machine=machines["n1"])
+            start = hosts["n1"].ticks
+            await until(lambda: hosts["n1"].ticks >= start + 4 * CFG.election_tick)
+            st = hosts["n1"].status(GROUP)
+            assert st.role == Role.FOLLOWER and st.term == 0 and st.leader == ""
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+def test_a_created_group_restarts_from_its_durable_bootstrap(tmp_path: Path) -> None:
+    """The first snapshot written by ``create_group`` is durable: after a restart on the
+    same LMDB data the group elects again and its state is restored (§5.2, §7)."""
+    names = ("n1", "n2", "n3")
+
+    async def one_life(life: int) -> list[bytes]:
+        net = MemoryNetwork()
+        hosts: dict[str, RaftHost] = {}
+        machines: dict[str, ListMachine] = {}
+        storages: list[LmdbLogStorage] = []
+        for n in names:
+            storages.append(LmdbLogStorage(tmp_path / n))
+            hosts[n] = RaftHost(
+                n, storage=storages[-1], transport=MemoryTransport(n, net), config=CFG
+            )
+            machines[n] = ListMachine()
+            hosts[n].start()
+            await hosts[n].create_group(GROUP, voters=names, state_machine=machines[n])
+        try:
+            lead = await elected(hosts, GROUP)
+            await propose_all(hosts[lead], f"life{life}", 3)
+            return list(machines[lead].applied[GROUP])
+        finally:
+            await stop_all(hosts)
+            for st in storages:
+                st.close()
+
+    async def scenario() -> None:
+        first = await one_life(1)
+        assert first == [f"life1-{i}".encode() for i in range(3)]
+        second = await one_life(2)
+        assert second == [*first, *(f"life2-{i}".encode() for i in range(3))]
 
     run(scenario)
