@@ -183,7 +183,7 @@ def _node_parts(node: NodeDir, table: str, step: int) -> list[Part]:
             [Part(table, node.name, path)] if any(g.group.startswith("S:") for g in groups) else []
         )
     return [
-        Part(table, node.name, path, g.group, 0, lo, lo + step)
+        Part(table, node.name, path, g.group, 0, lo, min(lo + step, g.last_index + 1))
         for g in groups
         for lo in range(g.snapshot.index + 1, g.last_index + 1, step)
     ]

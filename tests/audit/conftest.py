@@ -41,7 +41,7 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def faulty_results(spark: SparkSession, faulty: tuple[Path, Path]) -> list[RuleResult]:
     """Every rule's outcome on the faulty data set read from LMDB (one audit, shared)."""
     data, history = faulty
-    tables = load_tables(spark, data=str(data), history=str(history), rows_per_partition=16)
+    tables = load_tables(spark, data=str(data), history=str(history), rows_per_partition=1000)
     try:
         return run_checks(tables)
     finally:
