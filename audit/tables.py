@@ -248,7 +248,7 @@ def _origin(headers: Any) -> tuple[str | None, int | None]:
     return parts[0], int(parts[1])
 
 
-def _origin_hash(m: StoredMsg, origin: str) -> str:
+def _origin_hash(m: StoredMsg) -> str:
     """The content hash of a mirrored or sourced message as its origin stored it: the
     source header (the only thing a mirror or source adds) left out."""
     own = {k: v for k, v in m.headers.items() if k != HDR_STREAM_SOURCE}
@@ -280,7 +280,7 @@ def _message_rows(node: NodeDir, part: Part) -> Iterator[dict[str, Any]]:
                 "subject": m.subject,
                 "msg_id": msg_id,
                 "hash": h,
-                "origin_hash": h if origin_stream is None else _origin_hash(m, origin_stream),
+                "origin_hash": h if origin_stream is None else _origin_hash(m),
                 "size": m.size,
                 "origin_stream": origin_stream,
                 "origin_seq": origin_seq,
