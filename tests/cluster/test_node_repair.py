@@ -2,10 +2,11 @@
 of the meta, a stream or a consumer leader; removing a dead peer makes the meta leader
 re-place its replicas so the replica count is restored").
 
-- kill -9 a replica of an R3 stream on a 4-node cluster and remove it (``remove_peer``): the
-  meta leader re-places the replica on the 4th node, which the stream leader adds as a
-  learner, catches up, promotes and then drops the dead peer; the new replica holds every
-  message (shown by making it the leader and reading every message from it);
+- kill -9 a replica (a follower, or the stream's leader) of an R3 stream on a 4-node cluster
+  and remove it (``remove_peer``): the meta leader re-places the replica on the 4th node,
+  which the stream leader adds as a learner, catches up, promotes and then drops the dead
+  peer; the new replica holds every message (shown by making it the leader and reading
+  every message from it);
 - ``update_stream`` grows R1 to R3 and shrinks R3 to R1 through the same path, data intact;
 - a stream leader step-down moves the leadership to another replica.
 """
@@ -107,8 +108,9 @@ async def _lead_and_read_all(js: raftstream.Client, stream: str, node: str, tota
         assert m.data == b"%d" % (seq - 1)
 
 
+@pytest.mark.parametrize("victim_role", ["follower", "leader"])
 def test_removed_dead_peer_is_re_placed_and_the_new_replica_holds_every_message(
-    cluster4: LocalCluster,
+    cluster4: LocalCluster, victim_role: str
 ) -> None:
     async def body() -> None:
         js = await raftstream.connect(servers=cluster4.servers, timeout=20)
@@ -121,7 +123,10 @@ def test_removed_dead_peer_is_re_placed_and_the_new_replica_holds_every_message(
             assert len(hosts) == 3
             spare = next(n for n in cluster4.names if n not in hosts)
             meta_leader = cluster4.wait_meta_leader()
+            # The meta leader cannot remove itself: the victim is another node.
             victim = next(n for n in sorted(hosts) if n not in (info.cluster.leader, meta_leader))
+            if victim_role == "leader":  # the stream leader dies: its successor repairs
+                await _lead_and_read_all(js, "RP", victim, MSGS)
             survivors = [n for n in cluster4.names if n != victim]
             cluster4.kill(victim)  # kill -9
             js2 = await raftstream.connect(
