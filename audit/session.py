@@ -1,7 +1,7 @@
 """The Spark session of an audit, and the audit tables loaded from either input.
 
 ``spark_session`` never hard-codes a master when Spark already has one: under
-``spark-submit`` (``spark.master`` in the submitted conf) or with an active SparkContext the
+``spark-submit`` (its driver gets ``PYSPARK_GATEWAY_PORT``) or with an active SparkContext the
 existing setup is used unchanged. Otherwise it starts a session sized for a shared machine
 on ``local[2]`` (or the given master): 1 GiB of driver memory, 512 MiB executors, few
 shuffle partitions, no UI, loopback only, and the running interpreter (this venv) as the
@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from pyspark import SparkConf, SparkContext
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from raftstream.audit.checks import AuditTables
@@ -61,7 +61,9 @@ def spark_session(
         register(spark)
         return spark
     builder = SparkSession.builder.appName(app)
-    submitted = SparkConf().contains("spark.master")
+    # spark-submit launches this driver with the JVM already up and passes its port: the
+    # submitted conf (master included) then applies unchanged.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     if SparkContext._active_spark_context is None and not submitted:
         builder = builder.master(master or DEFAULT_MASTER)
         for key, value in _LOCAL_CONF.items():
