@@ -1,8 +1,8 @@
 """A short chaos campaign against real node processes that must find nothing (issue 8:
 "make test runs a short smoke campaign that must find nothing").
 
-Three nemeses (isolate the stream leader, kill -9 the stream leader, SIGSTOP the stream
-leader) with short windows on a 3-node cluster behind per-link proxies; every run must be
+Three nemeses (isolate the stream leader, kill -9 the stream leader, kill -9 every node)
+with short windows on a 3-node cluster behind per-link proxies; every run must be
 safe (no lost acknowledged message, no divergence, no acked redelivery, no minority ack,
 linearizable KV), must actually have injected faults and served traffic, and a kill's
 failover must stay within 1.5 s p99. On a failure the seed and the run directory are in
