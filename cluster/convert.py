@@ -11,6 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.engine.consumer import ConsumerInfo
 from raftstream.engine.consumer_pull import Delivery, PullStatus
@@ -19,8 +21,10 @@ from raftstream.errors import InvalidArgumentError
 from raftstream.proto import raftstream_pb2 as pb
 
 __all__ = [
+    "add_delivery",
     "consumer_info_pb",
     "delivery_pb",
+    "fill_delivery",
     "group_info_pb",
     "parse_json",
     "pull_status_pb",
@@ -118,15 +122,28 @@ def stored_msg_pb(m: StoredMsg) -> pb.Msg:
 
 
 def delivery_pb(d: Delivery) -> pb.Msg:
+    out = pb.Msg()
+    fill_delivery(out, d)
+    return out
+
+
+def add_delivery(msgs: RepeatedCompositeFieldContainer[pb.Msg], d: Delivery) -> None:
+    """Append ``d`` to a repeated ``Msg`` field (``resp.messages``), filled in place:
+    a ``Msg`` built apart would be copied in again (deliveries are the fetch hot path)."""
+    fill_delivery(msgs.add(), d)
+
+
+def fill_delivery(out: pb.Msg, d: Delivery) -> None:
+    """Set the fields of ``out`` from ``d`` (no headers map touched when it has none)."""
     m = d.msg
-    return pb.Msg(
-        subject=m.subject,
-        seq=m.seq,
-        ts_ns=m.ts,
-        headers=dict(d.headers),
-        data=d.data,
-        reply=d.reply,
-    )
+    out.subject = m.subject
+    out.seq = m.seq
+    out.ts_ns = m.ts
+    out.data = d.data
+    out.reply = d.reply
+    headers = d.headers
+    if headers:
+        out.headers.update(headers)
 
 
 def pull_status_pb(s: PullStatus) -> pb.PullStatus:

@@ -21,10 +21,10 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 from raftstream.cluster.context import ServiceContext, account_of, time_left
-from raftstream.cluster.convert import delivery_pb, pull_status_pb
+from raftstream.cluster.convert import add_delivery, pull_status_pb
 from raftstream.cluster.services_push import PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
-from raftstream.engine.ack import parse_ack_subject
+from raftstream.engine.ack import AckMetadata, parse_ack_subject
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_pull import PullEvent
 from raftstream.errors import InvalidArgumentError, RaftStreamError
@@ -157,8 +157,9 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         (one op, one Raft entry per group: the ack hot path), and everything else."""
         plain: list[pb.AckItem] = []
         grouped: dict[tuple[StreamGroup, str], tuple[list[pb.AckItem], list[int]]] = {}
+        groups: dict[str, StreamGroup | None] = {}  # a batch's acks share a stream or few
         for item in items:
-            g, meta = self._local_ack(item, account)
+            g, meta = self._local_ack(item, account, groups)
             if g is None or meta is None or item.kind != pb.ACK_KIND_ACK:
                 plain.append(item)
                 continue
@@ -167,13 +168,23 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
             seqs.append(meta.stream_seq)
         return plain, grouped
 
-    def _local_ack(self, item: pb.AckItem, account: str) -> tuple[StreamGroup | None, Any]:
+    def _local_ack(
+        self, item: pb.AckItem, account: str, groups: dict[str, StreamGroup | None]
+    ) -> tuple[StreamGroup | None, AckMetadata | None]:
+        """The ack's metadata and its stream's group when this node leads it (ready), else
+        (None, None). ``groups`` memoises the answer per stream within one batch."""
         try:
             meta = parse_ack_subject(item.reply)
-            g = self._ctx.local_group(self._ctx.stream(account, meta.stream))
         except RaftStreamError:
             return None, None
-        return (g, meta) if g is not None and g.ready else (None, None)
+        if meta.stream not in groups:
+            try:
+                g = self._ctx.local_group(self._ctx.stream(account, meta.stream))
+            except RaftStreamError:
+                g = None
+            groups[meta.stream] = g if g is not None and g.ready else None
+        g = groups[meta.stream]
+        return (g, meta) if g is not None else (None, None)
 
     async def _ack_many(
         self, g: StreamGroup, consumer: str, seqs: list[int], timeout_s: float | None
@@ -269,7 +280,7 @@ async def _responses(handle: PullHandle, batch: int) -> AsyncIterator[pb.FetchRe
         terminal = False
         while True:
             if ev.delivery is not None:
-                resp.messages.append(delivery_pb(ev.delivery))
+                add_delivery(resp.messages, ev.delivery)
                 got += 1
             if ev.status is not None:
                 resp.status.CopyFrom(pull_status_pb(ev.status))

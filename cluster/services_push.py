@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from raftstream.cluster.context import ServiceContext, account_of
-from raftstream.cluster.convert import delivery_pb
+from raftstream.cluster.convert import add_delivery
 from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_push import PushStep
@@ -104,7 +104,9 @@ class PushSession:
             )
 
     async def _send(self, step: PushStep) -> None:
-        resp = pb.ConsumeResponse(messages=[delivery_pb(d) for d in step.deliveries])
+        resp = pb.ConsumeResponse()
+        for d in step.deliveries:
+            add_delivery(resp.messages, d)
         if step.flow_control:
             resp.flow_control.CopyFrom(pb.FlowControlRequest(token=step.flow_control))
         if step.heartbeat is not None:

@@ -154,25 +154,57 @@ def _number(token: str, what: str) -> int:
     return int(token)
 
 
-_METADATA_SET = tuple(getattr(AckMetadata, name).__set__ for name in AckMetadata.__slots__)
+# ``_v2_metadata`` sets every slot of ``AckMetadata`` itself: it must know them all.
+_METADATA_SLOTS = (
+    "stream",
+    "consumer",
+    "num_delivered",
+    "stream_seq",
+    "consumer_seq",
+    "timestamp",
+    "num_pending",
+    "domain",
+    "account",
+)
+if AckMetadata.__slots__ != _METADATA_SLOTS:  # a field was added: update _v2_metadata too
+    raise ImportError("AckMetadata fields changed; update ack._v2_metadata")
+(
+    _set_stream,
+    _set_consumer,
+    _set_delivered,
+    _set_stream_seq,
+    _set_consumer_seq,
+    _set_timestamp,
+    _set_pending,
+    _set_domain,
+    _set_account,
+) = (getattr(AckMetadata, name).__set__ for name in _METADATA_SLOTS)
 
 
 def _v2_metadata(
-    domain: str, account: str, stream: str, consumer: str, *numbers: str
+    domain: str,
+    account: str,
+    stream: str,
+    consumer: str,
+    delivered: str,
+    stream_seq: str,
+    consumer_seq: str,
+    timestamp: str,
+    pending: str,
 ) -> AckMetadata:
     """The ``AckMetadata`` of a v2 token's checked groups, made without the frozen
-    dataclass's ``__init__`` (a guarded ``__setattr__`` per field, ~5x the cost: this runs
-    on every ack). Same value as ``AckMetadata(...)`` with the fields in slot order."""
-    values = (
-        stream,
-        consumer,
-        *map(int, numbers),
-        None if domain == NO_DOMAIN else domain,
-        account,
-    )
+    dataclass's ``__init__`` (a guarded ``__setattr__`` per field, several times the cost:
+    this runs on every ack). The same value as ``AckMetadata(...)``."""
     meta = object.__new__(AckMetadata)
-    for setter, value in zip(_METADATA_SET, values, strict=True):
-        setter(meta, value)
+    _set_stream(meta, stream)
+    _set_consumer(meta, consumer)
+    _set_delivered(meta, int(delivered))
+    _set_stream_seq(meta, int(stream_seq))
+    _set_consumer_seq(meta, int(consumer_seq))
+    _set_timestamp(meta, int(timestamp))
+    _set_pending(meta, int(pending))
+    _set_domain(meta, None if domain == NO_DOMAIN else domain)
+    _set_account(meta, account)
     return meta
 
 

@@ -140,6 +140,8 @@ class Consumer:
         self._account = account
         self._flow_window_msgs = flow_window_msgs
         self._outbox: list[ConsumerOp] = []
+        # The Deliver op being built at the end of the outbox: (now_ns, its sequences).
+        self._deliver_run: tuple[int, list[int]] | None = None
         self._advisories: deque[Event] = deque(maxlen=ADVISORIES_MAX)
         self._heap: list[tuple[int, int]] = []
         self._dirty: set[int] = set()
@@ -312,19 +314,34 @@ class Consumer:
         self._apply(op)
         if not self._record_ops:
             return
-        last = self._outbox[-1] if self._outbox else None
-        # Consecutive deliveries at one instant merge into one op: applying Deliver(a, b) is
-        # by construction the same as Deliver(a) then Deliver(b).
-        if isinstance(op, Deliver) and isinstance(last, Deliver) and last.now_ns == op.now_ns:
-            self._outbox[-1] = Deliver(
-                stream_seqs=last.stream_seqs + op.stream_seqs, now_ns=op.now_ns
-            )
+        if isinstance(op, Deliver):
+            # Consecutive deliveries at one instant merge into one op: applying
+            # Deliver(a, b) is by construction the same as Deliver(a) then Deliver(b). The
+            # run is a list until taken (one op per batch, not one rebuilt per message).
+            run = self._deliver_run
+            if run is not None and run[0] == op.now_ns:
+                run[1].extend(op.stream_seqs)
+                return
+            self._close_deliver_run()
+            self._deliver_run = (op.now_ns, list(op.stream_seqs))
             return
+        self._close_deliver_run()
+        self._outbox_append(op)
+
+    def _close_deliver_run(self) -> None:
+        """Put the Deliver op being built, if any, in the outbox (keeping op order)."""
+        run = self._deliver_run
+        if run is not None:
+            self._deliver_run = None
+            self._outbox_append(Deliver(stream_seqs=tuple(run[1]), now_ns=run[0]))
+
+    def _outbox_append(self, op: ConsumerOp) -> None:
         invariant(len(self._outbox) < OUTBOX_OPS_MAX, "consumer op outbox overflow")
         self._outbox.append(op)
 
     def take_ops(self) -> list[ConsumerOp]:
         """The ops the leader applied since the last call, in order, for replication."""
+        self._close_deliver_run()
         out, self._outbox = self._outbox, []
         return out
 

@@ -397,6 +397,20 @@ class LmdbStreamReads:
             found = cur.next()
         return out
 
+    def _msgs_from(self, txn: Any, seq: int, limit: int) -> list[StoredMsg]:
+        """Up to ``limit`` whole messages from ``seq`` on, in order (``_heads_from`` then
+        ``_load`` would read and verify every record twice)."""
+        cur = txn.cursor(db=self._dbs.msgs)
+        out: list[StoredMsg] = []
+        found = cur.set_range(self._prefix + SEQ.pack(seq))
+        while found and len(out) < limit:
+            key, value = cur.item()
+            if not key.startswith(self._prefix):
+                break
+            out.append(decode_msg(key, value))
+            found = cur.next()
+        return out
+
     def _next_stored(self, txn: Any, seq: int) -> int:
         """The lowest stored sequence >= ``seq``, written or still buffered in the open
         transaction, or last_seq + 1 when there is none."""
@@ -522,6 +536,9 @@ class LmdbStreamReads:
                 if literal:
                     seqs = self._index_seqs(txn, ikey, seq, 0, limit=ITER_CHUNK_MSGS)
                     chunk = [self._load_indexed(txn, s, ikey) for s in seqs]
+                elif match_all:  # every message: decoded straight off the cursor
+                    chunk = self._msgs_from(txn, seq, ITER_CHUNK_MSGS)
+                    seqs = [m.seq for m in chunk]
                 else:
                     heads = self._heads_from(txn, seq, ITER_CHUNK_MSGS)
                     seqs = [hd.seq for hd in heads]

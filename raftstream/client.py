@@ -46,7 +46,7 @@ from raftstream.models import (
 from raftstream.msg import Acker
 from raftstream.ordered import check_ordered_options, subscribe_ordered
 from raftstream.proto import raftstream_pb2 as pb
-from raftstream.publisher import Publisher, PublishOptions
+from raftstream.publisher import Publisher, options_of
 from raftstream.pull import PullSubscription
 
 __all__ = ["Client", "connect"]
@@ -567,7 +567,7 @@ class Client:
         timeout or a broken connection the message may or may not have been stored; with a
         ``msg_id`` the SDK retries such failures itself (deduplicated by the stream).
         """
-        options = PublishOptions(
+        options = options_of(
             headers=headers,
             msg_id=msg_id,
             expected_stream=expected_stream,
@@ -602,7 +602,7 @@ class Client:
         messages are unanswered, then raises ``LimitError``. See ``raftstream.publisher``
         for ordering and the ambiguity of failed futures.
         """
-        options = PublishOptions(
+        options = options_of(
             headers=headers,
             msg_id=msg_id,
             expected_stream=expected_stream,

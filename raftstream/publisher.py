@@ -34,7 +34,7 @@ from raftstream.models import PubAck
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import from_error_message
 
-__all__ = ["PublishOptions", "Publisher"]
+__all__ = ["NO_OPTIONS", "PublishOptions", "Publisher", "options_of"]
 
 BATCH_MSGS_MAX = 1024
 BATCH_BYTES_MAX = 1024 * 1024
@@ -55,7 +55,12 @@ class PublishOptions:
     ttl_ns: int = 0
 
     def request(self, subject: str, payload: bytes) -> pb.PublishRequest:
-        req = pb.PublishRequest(subject=subject, data=payload, ttl_ns=self.ttl_ns)
+        if self is NO_OPTIONS:
+            return pb.PublishRequest(subject=subject, data=payload)
+        if self.ttl_ns:
+            req = pb.PublishRequest(subject=subject, data=payload, ttl_ns=self.ttl_ns)
+        else:  # the common publish: no keyword to convert and set
+            req = pb.PublishRequest(subject=subject, data=payload)
         if self.headers:
             req.headers.update(self.headers)
         if self.msg_id:
@@ -76,9 +81,48 @@ class PublishOptions:
 NO_OPTIONS = PublishOptions()
 
 
-def _size(req: pb.PublishRequest) -> int:
-    headers = sum(len(k) + len(v) for k, v in req.headers.items()) if req.headers else 0
-    return len(req.data) + len(req.subject) + headers + REQUEST_OVERHEAD_BYTES
+def options_of(
+    *,
+    headers: Mapping[str, str] | None,
+    msg_id: str | None,
+    expected_stream: str | None,
+    expected_last_seq: int | None,
+    expected_last_subject_seq: int | None,
+    expected_last_subject_seq_subject: str | None,
+    expected_last_msg_id: str | None,
+    ttl_ns: int,
+) -> PublishOptions:
+    """The ``PublishOptions`` of a publish call's keywords: the shared ``NO_OPTIONS`` when
+    none is given (the common publish: no frozen object built per message)."""
+    if (
+        headers is None
+        and msg_id is None
+        and expected_stream is None
+        and expected_last_seq is None
+        and expected_last_subject_seq is None
+        and expected_last_subject_seq_subject is None
+        and expected_last_msg_id is None
+        and not ttl_ns
+    ):
+        return NO_OPTIONS
+    return PublishOptions(
+        headers=headers,
+        msg_id=msg_id,
+        expected_stream=expected_stream,
+        expected_last_seq=expected_last_seq,
+        expected_last_subject_seq=expected_last_subject_seq,
+        expected_last_subject_seq_subject=expected_last_subject_seq_subject,
+        expected_last_msg_id=expected_last_msg_id,
+        ttl_ns=ttl_ns,
+    )
+
+
+def _size(subject: str, payload: bytes, options: PublishOptions) -> int:
+    """About the request's size, for batching (from the arguments: reading a built
+    request's header map back costs more than the rest of the estimate)."""
+    h = options.headers
+    headers = sum(len(k) + len(v) for k, v in h.items()) if h else 0
+    return len(payload) + len(subject) + headers + REQUEST_OVERHEAD_BYTES
 
 
 async def _connected(stubs: Stubs, left_s: float) -> Stubs:
@@ -146,7 +190,7 @@ class Publisher:
         fut: asyncio.Future[PubAck] = loop.create_future()
         entry = Entry(
             request=req,
-            size_bytes=_size(req),
+            size_bytes=_size(subject, payload, options),
             expects_result=True,
             future=fut,
             context=(loop.time() + self._timeout_s, subject, payload, options),
