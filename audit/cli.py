@@ -12,24 +12,19 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from pyspark import SparkContext
-from pyspark.sql import functions as F
 
-from raftstream.audit.checks import AuditTables, run_checks
-from raftstream.audit.export import export as export_tables
 from raftstream.audit.layout import snapshot_root
-from raftstream.audit.report import (
-    AuditReport,
-    ReplicaPosition,
-    exit_code,
-    print_summary,
-    to_html,
-    to_json,
-)
-from raftstream.audit.session import load_tables, spark_session
-from raftstream.audit.tables import DEFAULT_ROWS_PER_PARTITION
+
+if TYPE_CHECKING:
+    from raftstream.audit.checks import AuditTables
+    from raftstream.audit.report import ReplicaPosition
+
+# Spark and pyarrow load inside the commands: ``raftstream --help`` (this group is part of
+# the main command line) must not pay for importing them.
+DEFAULT_ROWS_PER_PARTITION = 1_000_000  # tables.DEFAULT_ROWS_PER_PARTITION
 
 __all__ = ["audit"]
 
@@ -49,6 +44,10 @@ def _readable(data: str, copy: bool) -> Iterator[str]:
 
 
 def _positions(t: AuditTables) -> tuple[ReplicaPosition, ...]:
+    from pyspark.sql import functions as F
+
+    from raftstream.audit.report import ReplicaPosition
+
     s = t.streams.where(F.col("last_seq").isNotNull()).collect()
     return tuple(
         ReplicaPosition(
@@ -104,6 +103,12 @@ def run(
     rows_per_partition: int,
 ) -> None:
     """Audit node data (--data) or an export (--parquet); exit 1 on any failure."""
+    from pyspark import SparkContext
+
+    from raftstream.audit.checks import run_checks
+    from raftstream.audit.report import AuditReport, exit_code, print_summary, to_html, to_json
+    from raftstream.audit.session import load_tables, spark_session
+
     if (data is None) == (parquet is None):
         raise click.UsageError("give exactly one of --data and --parquet")
     if master is not None and remote is not None:
@@ -151,6 +156,8 @@ def _nothing() -> Iterator[str]:
 @_rows_option
 def export(data: str, out: str, copy: bool, rows_per_partition: int) -> None:
     """Write the audit tables of --data as Parquet under --out."""
+    from raftstream.audit.export import export as export_tables
+
     with _readable(data, copy) as root:
         summary = export_tables(root, out, rows_per_partition=rows_per_partition)
     rows = ", ".join(f"{k} {v}" for k, v in summary.rows.items())

@@ -84,3 +84,10 @@ def test_snapshot_copy_reads_the_same_and_leaves_the_node_dirs_untouched(tmp_pat
     assert [{**r, "node": ""} for r in a] == [{**r, "node": ""} for r in b] and len(a) == 315
     assert _digest(tmp_path / "data") == before
     assert [n.name for n in discover_nodes(copy)] == ["n1", "n2", "n3"]
+
+
+def test_cli_default_partition_size_is_the_tables_one() -> None:
+    # audit/cli.py repeats the constant so that importing the command line loads no Spark.
+    from raftstream.audit import cli, tables
+
+    assert cli.DEFAULT_ROWS_PER_PARTITION == tables.DEFAULT_ROWS_PER_PARTITION
