@@ -50,6 +50,8 @@ CORRUPT_FLIPS = 64
 LMDB_META_BYTES = 2 * 4096
 DETECT_WAIT_S = 10.0
 DETECT_LOG_LINES = 60
+# What a node says when it refuses damaged data: its own checksums, or LMDB's checks.
+REFUSAL_MARKERS = ("DataLossError", "MDB_CORRUPTED", "MDB_INVALID", "MDB_PAGE_NOTFOUND")
 ELECTION_WAIT_S = 10.0
 ELECTION_POLL_S = 0.02
 
@@ -297,12 +299,13 @@ def _restart_damaged(ctx: NemesisContext, name: str, fault: Fault) -> None:
 
 
 def _damage_outcome(code: int | None, log_tail: str) -> str:
-    """How a node took its damaged data: refused it (DataLossError), crashed (a signal:
+    """How a node took its damaged data: refused it (its checksums or LMDB's), crashed (a signal:
     LMDB reading past a truncated file gets SIGBUS), exited otherwise, or hung."""
     if code is None:
         return "not serving (hung)"
-    if "DataLossError" in log_tail:
-        return f"refused: DataLossError (exit {code})"
+    for marker in REFUSAL_MARKERS:
+        if marker in log_tail:
+            return f"refused: {marker} (exit {code})"
     if code < 0:
         return f"crashed: signal {-code}"
     return f"exited {code}"

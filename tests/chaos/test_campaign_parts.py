@@ -32,6 +32,8 @@ def test_truncation_shortens_the_file(tmp_path: Path) -> None:
 
 def test_damage_outcomes() -> None:
     assert _damage_outcome(1, "raftstream.errors.DataLossError: raft entry").startswith("refused")
+    invalid = "lmdb.InvalidError: mdb_dbi_open: MDB_INVALID: File is not an LMDB file"
+    assert _damage_outcome(1, invalid) == "refused: MDB_INVALID (exit 1)"
     assert _damage_outcome(-7, "") == "crashed: signal 7"
     assert _damage_outcome(None, "") == "not serving (hung)"
     assert _damage_outcome(2, "boom") == "exited 2"
