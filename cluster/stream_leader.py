@@ -359,6 +359,7 @@ class StreamGroup:
         try:
             fut = self._propose(data)
         except RaftStreamError as exc:
+            self.replica.forget_proposed()  # not proposed: the kept entry would never apply
             for p in live:
                 p.future.set_exception(exc)
             return
