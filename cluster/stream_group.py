@@ -242,9 +242,6 @@ class StreamReplica:
 
     def restore(self, group: str, data: bytes) -> None:
         """Replace the whole state by the snapshot's (DataLossError: the replica halts)."""
-        import sys
-
-        print("DEBUG restore called", self.node_id, len(data), file=sys.stderr, flush=True)
         self._store.drop()
         self._store = LmdbStreamStore(self._env, self.group)
         header = restore_store(data, self._store)
