@@ -191,6 +191,15 @@ class Pipeline:
         for entry in entries:
             self._on_failed(entry, exc)
 
+    async def drain(self, *, timeout_s: float, poll_s: float = 0.005) -> None:
+        """Wait, at most ``timeout_s``, until every queued entry is written and every written
+        one answered, then ``close()``: whatever is still unanswered fails as there."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._dead is None and len(self) > 0 and loop.time() < deadline:
+            await asyncio.sleep(poll_s)
+        await self.close()
+
     async def close(self) -> None:
         """Cancel the call now; unanswered entries fail with ``UnavailableError``."""
         self._fail(errors.UnavailableError("the pipeline was closed"))

@@ -165,8 +165,10 @@ class Client:
         return self._closed
 
     async def close(self) -> None:
-        """Close every connection. Pending publish_async futures and queued acks fail;
-        push subscriptions end: ephemeral consumers they made are deleted (best effort, a
+        """Close every connection. Queued acks are sent first (two seconds at most; one not
+        sent by then fails to ``error_cb`` and its message is redelivered after its ack wait);
+        pending publish_async futures fail (await ``publish_async_completed`` first to keep
+        them); push subscriptions end: ephemeral consumers they made are deleted (best effort, a
         few seconds at most), durable ones are kept."""
         if self._closed:
             return

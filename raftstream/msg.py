@@ -37,6 +37,8 @@ NS_PER_S = 1_000_000_000
 ACK_BATCH_MSGS_MAX = 4096
 ACK_BATCH_BYTES_MAX = 1024 * 1024
 ACK_OVERHEAD_BYTES = 16
+# How long closing a client waits for queued fire-and-forget acks to reach the server.
+ACK_FLUSH_TIMEOUT_S = 2.0
 
 
 class AckSender(Protocol):
@@ -242,10 +244,15 @@ class Acker:
                 self._pipes[stubs.addr] = pipe
             return pipe
 
-    async def close(self) -> None:
+    async def close(self, *, flush_timeout_s: float = ACK_FLUSH_TIMEOUT_S) -> None:
+        """Send the acks still queued (waiting at most ``flush_timeout_s`` in all), then close.
+        An ack that could not be sent in time fails to ``error_cb``; its message will be
+        redelivered after its ack wait, as for any lost ack."""
         pipes, self._pipes = list(self._pipes.values()), {}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + flush_timeout_s
         for pipe in pipes:
-            await pipe.close()
+            await pipe.drain(timeout_s=max(0.0, deadline - loop.time()))
 
 
 class ErrorCallback(Protocol):

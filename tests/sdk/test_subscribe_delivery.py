@@ -230,3 +230,31 @@ def test_unsubscribe_ends_iteration_and_next_msg(cluster: LocalCluster) -> None:
 
 async def _ready(cond: bool) -> bool | None:
     return True if cond else None
+
+
+def test_close_sends_queued_fire_and_forget_acks(cluster: LocalCluster) -> None:
+    """``ack()`` only queues the ack; closing the client right after must still deliver it,
+    so an application that acks and exits does not see its messages redelivered."""
+
+    async def body() -> None:
+        async with connected(cluster) as rs:
+            await stream(rs, "DL_FLUSH", "dlflush.>")
+            for i in range(50):
+                await rs.publish("dlflush.x", b"%d" % i)
+            await rs.add_consumer("DL_FLUSH", durable_name="flusher", ack_wait=60 * NS)
+            sub = await rs.pull_subscribe("dlflush.x", durable="flusher")
+            msgs = await sub.fetch(50, timeout=10)
+            assert len(msgs) == 50
+            for msg in msgs:
+                await msg.ack()  # queued; the client closes right after
+        async with connected(cluster) as rs:
+
+            async def all_acked() -> bool | None:
+                ci = await rs.consumer_info("DL_FLUSH", "flusher")
+                return True if ci.ack_floor.stream_seq == 50 else None
+
+            await eventually(all_acked, what="every queued ack applied")
+            ci = await rs.consumer_info("DL_FLUSH", "flusher")
+            assert ci.num_ack_pending == 0
+
+    run(body())
