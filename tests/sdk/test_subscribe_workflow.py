@@ -168,6 +168,28 @@ def test_a_second_non_queue_subscription_is_a_duplicate(cluster: LocalCluster) -
     run(body())
 
 
+def test_a_push_consumer_bound_by_another_client_is_a_duplicate(cluster: LocalCluster) -> None:
+    """ADR-15: the server reports ``push_bound`` while a subscriber is attached, so a second
+    client (which has no memory of the first) is refused with "duplicate subscription"."""
+
+    async def body() -> None:
+        async with connected(cluster) as one, connected(cluster) as two:
+            await stream(one, "WF_DUP2", "wfdup2.>")
+            first = await one.subscribe("wfdup2.x", durable="D2")
+
+            async def bound() -> bool | None:
+                return True if (await two.consumer_info("WF_DUP2", "D2")).push_bound else None
+
+            await eventually(bound, what="push_bound reported")
+            with pytest.raises(errors.DuplicateSubscriptionError):
+                await two.subscribe("wfdup2.x", durable="D2")
+            with pytest.raises(errors.DuplicateSubscriptionError):
+                await two.subscribe_bind("WF_DUP2", "D2")
+            await first.unsubscribe()
+
+    run(body())
+
+
 def test_filter_subject_must_match_the_subject(cluster: LocalCluster) -> None:
     """ADR-15 "Other checks": the consumer's filter (when set) is the subscription's subject."""
 
