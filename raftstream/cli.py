@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from raftstream.audit.cli import audit
 from raftstream.cli_bench import bench
 from raftstream.cli_cluster import cluster
 from raftstream.cli_common import CLI_EPILOG, add_group_connection_options
@@ -196,6 +197,8 @@ def _stop_all(procs: Sequence[subprocess.Popen[Any]]) -> None:
 # The client commands (raftstream/cli_*.py): SDK only, the node is never imported by them.
 for _command in (cluster, stream, consumer, pub, sub, kv, bench):
     cli.add_command(_command)
+# Offline audits of node data dirs; Spark is imported only when an audit runs.
+cli.add_command(audit)
 cli.epilog = CLI_EPILOG
 add_group_connection_options(cli)
 
