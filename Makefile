@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/*.proto)
 SEEDS ?= 200
 
-.PHONY: install test test-fast lint typecheck bench bench-engine bench-raft bench-cluster proto sim run clean
+.PHONY: install test test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim chaos audit run clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "installing a Java runtime for Spark (apt)"; \
@@ -54,6 +54,18 @@ bench-raft: install
 
 bench-cluster: install
 	$(PY) -m raftstream.bench.cluster
+
+bench-audit: install
+	$(PY) -m raftstream.bench.audit
+
+# A chaos campaign of every nemesis: CHAOS_TIME seconds each (default 300), CHAOS_SEED to replay,
+# CHAOS_NEMESES to pick some; runs (node data, history, reports) land under ./chaos-runs.
+chaos: install
+	$(PY) -m raftstream.chaos
+
+# Audit the local cluster's data (stop it first, or the audit reads a consistent copy).
+audit: install
+	$(VENV)/bin/raftstream audit run --data ./data --json ./audit-report.json --html ./audit-report.html
 
 # A local 3-node cluster on 127.0.0.1:7101-7103 with data under ./data; Ctrl-C stops it.
 run: install
