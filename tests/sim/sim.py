@@ -19,6 +19,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from raftstream.chaos.linearizability import RegOp as Op
+from raftstream.chaos.linearizability import check_register
 from raftstream.errors import DataLossError, LimitError, NoLeaderError, NotLeaderError
 from raftstream.raft.core import (
     ConfChangePendingError,
@@ -38,7 +40,6 @@ from raftstream.raft.types import (
 
 from .checkers import SafetyChecker
 from .kv import KV, Command
-from .linearizability import Op, check_register
 from .storage import SimStorage
 
 MS = 1000  # microseconds per millisecond
@@ -627,6 +628,6 @@ class Simulation:
 
     def _check_linearizable(self) -> None:
         for key, ops in sorted(self.history.items()):
-            if not check_register(ops):
+            if check_register(ops).ok is not True:
                 lines = "\n  ".join(o.describe() for o in sorted(ops, key=lambda o: o.invoke))
                 raise self.fail(f"history of {key} is not linearizable:\n  {lines}")
