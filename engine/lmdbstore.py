@@ -69,6 +69,7 @@ from raftstream.engine.store import (
     normalize_purge,
 )
 from raftstream.errors import DataLossError, InvalidArgumentError, LimitError, invariant
+from raftstream.lmdbcheck import check_lmdb_env
 
 __all__ = ["DEFAULT_MAP_SIZE_BYTES", "NODE_MAX_DBS", "LmdbStreamStore", "open_node_env"]
 
@@ -100,8 +101,11 @@ def open_node_env(
 
     Keep ``sync`` on: a committed write transaction is then on disk when ``commit()``
     returns, which is what "acknowledged" promises. Off is a relaxed mode for benchmarks.
+    ``DataLossError`` when the data file is shorter than LMDB's record of its pages.
     """
     Path(path).mkdir(parents=True, exist_ok=True)
+    # LMDB mmaps the file: a truncated one would SIGBUS on first read, so check it first.
+    check_lmdb_env(path)
     return lmdb.open(
         os.fspath(path),
         map_size=map_size_bytes,

@@ -30,7 +30,7 @@ from raftstream.cli_consumer import consumer
 from raftstream.cli_kv import kv
 from raftstream.cli_pub import pub, sub
 from raftstream.cli_stream import stream
-from raftstream.errors import InvalidArgumentError
+from raftstream.errors import DataLossError, InvalidArgumentError
 
 __all__ = ["cli", "main"]
 
@@ -117,6 +117,10 @@ def server(
     configure_logging(config.name, getattr(logging, log_level))
     try:
         asyncio.run(run_node(config))
+    except DataLossError as exc:
+        # Damaged stored data (e.g. a truncated LMDB file): refuse to serve, in one line.
+        click.echo(f"raftstream server: refusing to start: DataLossError: {exc}", err=True)
+        sys.exit(1)
     except OSError as exc:
         click.echo(f"raftstream server: {exc}", err=True)
         sys.exit(1)

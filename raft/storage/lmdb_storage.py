@@ -26,6 +26,7 @@ from typing import Any
 import lmdb
 
 from raftstream.errors import invariant
+from raftstream.lmdbcheck import check_lmdb_env
 from raftstream.raft.storage import codec
 from raftstream.raft.storage.api import GroupWrite, LogStorage
 from raftstream.raft.storage.base import (
@@ -57,6 +58,8 @@ class LmdbLogStorage(LogStorageBase):
     ) -> None:
         super().__init__(tail_cache_entries_max=tail_cache_entries_max)
         os.makedirs(path, exist_ok=True)
+        # LMDB mmaps the file: a truncated one would SIGBUS on first read (DataLossError here).
+        check_lmdb_env(path)
         # sync=False exists for throwaway benchmarks only; it gives up durability on crash.
         self._env: Any = lmdb.open(
             os.fspath(path),

@@ -50,12 +50,6 @@ def restart_damaged(cluster: ChaosCluster, mode: str) -> tuple[int | None, str]:
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="node bug: a truncated raft/data.mdb kills the node with SIGBUS (LMDB reads a "
-    "page past the end of the file) instead of a DataLossError refusal; found by the "
-    "chaos corrupt nemesis, seed 4242",
-)
 def test_truncated_raft_log_is_refused_not_a_crash(cluster: ChaosCluster) -> None:
     code, log = restart_damaged(cluster, "truncate")
     assert code is not None and code > 0, f"exit {code}\n{log}"

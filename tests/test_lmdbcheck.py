@@ -1,0 +1,121 @@
+"""``raftstream.lmdbcheck``: a truncated LMDB data file is refused before LMDB maps it.
+
+The check reads with plain file reads, so a truncated file is safe to test in-process; the
+open paths (which would mmap the file if the check regressed, and then die of SIGBUS) run in
+a subprocess, so that a regression fails a test instead of killing the test runner.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from raftstream.errors import DataLossError
+from raftstream.lmdbcheck import DATA_FILE, check_lmdb_env, read_meta, required_size
+
+
+def write_env(path: Path, records: int = 3000) -> Path:
+    """A real LMDB environment at ``path`` holding ``records`` values; returns its data file."""
+    env = lmdb.open(os.fspath(path), map_size=1 << 28)
+    try:
+        with env.begin(write=True) as txn:
+            for i in range(records):
+                txn.put(f"k{i:06d}".encode(), b"v" * 300)
+    finally:
+        env.close()
+    return path / DATA_FILE
+
+
+def truncate_to_half(data_file: Path) -> int:
+    """Cut ``data_file`` to half its size (whole pages kept: the meta pages survive)."""
+    half = data_file.stat().st_size // 2
+    os.truncate(data_file, half)
+    return half
+
+
+def test_intact_env_passes(tmp_path: Path) -> None:
+    data_file = write_env(tmp_path)
+    check_lmdb_env(tmp_path)
+    meta = read_meta(data_file)
+    assert meta.page_size == os.sysconf("SC_PAGE_SIZE")
+    assert data_file.stat().st_size >= required_size(meta) > 2 * meta.page_size
+
+
+def test_truncated_env_is_data_loss_naming_the_sizes(tmp_path: Path) -> None:
+    data_file = write_env(tmp_path)
+    required = required_size(read_meta(data_file))
+    half = truncate_to_half(data_file)
+    with pytest.raises(DataLossError) as err:
+        check_lmdb_env(tmp_path)
+    message = str(err.value)
+    assert str(data_file) in message
+    assert str(half) in message and str(required) in message
+    assert err.value.details["size"] == half
+    assert err.value.details["required"] == required
+
+
+def test_file_cut_inside_the_meta_pages_is_data_loss(tmp_path: Path) -> None:
+    data_file = write_env(tmp_path)
+    os.truncate(data_file, 100)
+    with pytest.raises(DataLossError, match="truncated"):
+        check_lmdb_env(tmp_path)
+
+
+def test_bad_magic_is_not_an_lmdb_file(tmp_path: Path) -> None:
+    data_file = write_env(tmp_path)
+    size = data_file.stat().st_size
+    data_file.write_bytes(b"\x00" * size)
+    with pytest.raises(DataLossError, match="not an LMDB file"):
+        check_lmdb_env(tmp_path)
+
+
+def test_missing_file_passes(tmp_path: Path) -> None:
+    check_lmdb_env(tmp_path)
+    check_lmdb_env(tmp_path / "not-created-yet")
+
+
+# Each open path, in a fresh interpreter: prints the error's class and message, or "opened".
+OPEN_PROBE = """
+import sys
+from raftstream.errors import DataLossError
+which, path = sys.argv[1], sys.argv[2]
+try:
+    if which == "engine":
+        from raftstream.engine.lmdbstore import open_node_env
+        open_node_env(path).close()
+    else:
+        from raftstream.raft.storage import LmdbLogStorage
+        LmdbLogStorage(path).close()
+except DataLossError as exc:
+    print("DataLossError:", exc)
+else:
+    print("opened")
+"""
+
+
+def open_in_subprocess(which: str, path: Path) -> subprocess.CompletedProcess[str]:
+    """Open ``path`` by the ``which`` path in a child: a SIGBUS there is only a failed test."""
+    return subprocess.run(
+        [sys.executable, "-c", OPEN_PROBE, which, os.fspath(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("which", ["engine", "raft"])
+def test_open_paths_refuse_a_truncated_file(tmp_path: Path, which: str) -> None:
+    env_dir = tmp_path / which
+    opened = open_in_subprocess(which, env_dir)  # creates the environment the path's way
+    assert opened.returncode == 0 and opened.stdout.strip() == "opened", opened
+    write_env(env_dir)  # grow it past a few pages
+    truncate_to_half(env_dir / DATA_FILE)
+    refused = open_in_subprocess(which, env_dir)
+    assert refused.returncode == 0, refused  # negative: killed by a signal (SIGBUS)
+    assert refused.stdout.startswith("DataLossError:"), refused
+    assert "truncated LMDB data file" in refused.stdout
