@@ -125,6 +125,25 @@ class ServiceContext:
             raise self.hint_for(sa)
         return g
 
+    async def read_leader_group(
+        self, account: str, name: str, timeout_s: float | None
+    ) -> StreamGroup:
+        """``leader_group``, then a linearizable read point: returns once this node was
+        confirmed to still lead the group (a heartbeat round with a quorum) and applied the
+        commit index it had at the call, so reading its state afterwards is never stale.
+
+        A deposed leader (paused or partitioned past an election timeout, not yet aware of
+        it) must not serve reads (Raft thesis §6.4): it fails NOT_LEADER/NO_LEADER here, or
+        DEADLINE_EXCEEDED within ``timeout_s`` (None: the raft proposal timeout). Reads
+        have no effect, so every failure is safe to retry."""
+        g = await self.leader_group(account, name)
+        timeout_ms = None if timeout_s is None else max(1, int(timeout_s * 1000))
+        try:
+            await self.host.read_index(g.group, timeout_ms=timeout_ms)
+        except (NotLeaderError, NoLeaderError):
+            raise g.not_leader() from None  # with the client address of the new leader
+        return g
+
     async def to_stream_leader(
         self,
         sa: StreamAssignment,

@@ -43,10 +43,13 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
     def _meta_local(self, context: Any) -> bool:
         return self._ctx.meta.is_leader or self._ctx.forwarded(context)
 
-    async def _info(self, account: str, stream: str, name: str) -> pb.ConsumerInfo:
-        """The info from this node's leader copy (NOT_LEADER/NOT_FOUND otherwise)."""
+    async def _info(
+        self, account: str, stream: str, name: str, timeout_s: float | None
+    ) -> pb.ConsumerInfo:
+        """The info from this node's leader copy (NOT_LEADER/NOT_FOUND otherwise), once
+        this node is confirmed to still lead (a deposed leader's copy is stale, §6.4)."""
         ctx = self._ctx
-        g = await ctx.leader_group(account, stream)
+        g = await ctx.read_leader_group(account, stream, timeout_s)
         ca = ctx.meta.state.consumer(account, stream, name)
         c = g.leader_consumer(name)
         sa = ctx.stream(account, stream)
@@ -153,7 +156,8 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
     async def GetConsumerInfo(
         self, request: pb.ConsumerInfoRequest, context: Any
     ) -> pb.ConsumerInfo:
-        return await self._info(account_of(context), request.stream, request.consumer)
+        account = account_of(context)
+        return await self._info(account, request.stream, request.consumer, time_left(context))
 
     def _listed(self, ca: ConsumerAssignment) -> pb.ConsumerInfo:
         ctx = self._ctx
@@ -232,7 +236,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
             return []
 
         await g.run(c, decide, time_left(context))
-        return await self._info(account, request.stream, request.consumer)
+        return await self._info(account, request.stream, request.consumer, time_left(context))
 
     @map_errors
     async def StepDownConsumerLeader(

@@ -218,7 +218,8 @@ class StreamServicer(pbg.StreamServiceServicer):
     @map_errors
     async def GetStreamInfo(self, request: pb.StreamInfoRequest, context: Any) -> pb.StreamInfo:
         account = account_of(context)
-        g = await self._ctx.leader_group(account, request.name)
+        # Not leader_group alone: a deposed leader would answer a stale state (§6.4).
+        g = await self._ctx.read_leader_group(account, request.name, time_left(context))
         sa = self._ctx.stream(account, request.name)
         store = g.replica.store
         st = store.state()
@@ -279,7 +280,11 @@ class StreamServicer(pbg.StreamServiceServicer):
     async def GetMessage(
         self, request: pb.GetMessageRequest, context: Any
     ) -> pb.GetMessageResponse:
-        g = await self._ctx.leader_group(account_of(context), request.stream)
+        # A read barrier before the store is read, not leader_group alone: a leader paused
+        # or cut off past an election timeout is deposed without knowing it, and its store
+        # misses writes the new leader acknowledged (Raft thesis §6.4, ReadIndex).
+        account = account_of(context)
+        g = await self._ctx.read_leader_group(account, request.stream, time_left(context))
         store = g.replica.store
         by = request.WhichOneof("by")
         if by == "seq":

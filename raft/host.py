@@ -34,6 +34,14 @@ bootstrap, the same on every replica). One whose membership changes is started w
 (the nodes it pings and watches for the group). A removed node's replica keeps running
 until its owner calls ``remove_group``.
 
+Linearizable reads (``read_index``, Raft thesis §6.4). A replica's state machine may be stale
+even on "the leader": a leader paused or partitioned longer than an election timeout has been
+replaced and does not know it yet. A read awaits ``read_index`` first: the leader confirms
+with a heartbeat round that it still leads (after committing an entry of its term) and
+answers its commit index at the read's arrival; the read is served once this replica has
+applied that index. A deposed leader gets no quorum, so the read fails or times out instead
+of answering stale data.
+
 Ownership: the host belongs to the event loop that ran ``start()``; its methods must be called
 on that loop. It uses, but does not own, the storage and the transport (close them after
 ``stop()``).
@@ -45,6 +53,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
@@ -107,6 +116,10 @@ class _Group:
     on_leader_change: LeaderChange | None = None
     ticks_to_check: int = 0  # ticks until the leader next considers quiescing
     last_check: tuple[int, int] = (-1, -1)  # (last index, commit) at the previous check
+    # Reads asked of the core, by context: ((term, leader) when asked, awaitable).
+    reads: dict[bytes, tuple[tuple[int, str], asyncio.Future[int]]] = field(default_factory=dict)
+    # Confirmed reads waiting for this replica to apply their index: (index, seq, future).
+    read_waits: list[tuple[int, int, asyncio.Future[int]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +135,13 @@ class _Proposal:
     data: bytes
     future: asyncio.Future[Any]
     change: ConfChange | None = None  # a membership change instead of a command
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    group: str
+    context: bytes  # unique on this node: the core matches its ReadState by it
+    future: asyncio.Future[int]
 
 
 class RaftHost:
@@ -148,6 +168,8 @@ class RaftHost:
         self._proposals: collections.deque[_Proposal] = collections.deque()
         self._pending = 0  # proposals queued or waiting, against proposals_pending_max
         self._deadlines: list[tuple[float, int, asyncio.Future[Any]]] = []
+        self._reads: collections.deque[_Read] = collections.deque()
+        self._reads_pending = 0  # reads queued or waiting, against reads_pending_max
         self._seq = itertools.count()
         self._dirty: set[str] = set()
         self._peers: set[str] = set()  # every other node of any group here
@@ -294,7 +316,7 @@ class RaftHost:
 
     async def remove_group(self, group: str) -> None:
         """Stop the replica of ``group`` and delete its log durably. Its waiting proposals
-        fail with NotFoundError (their outcome is unknown)."""
+        fail with NotFoundError (their outcome is unknown); so do its waiting reads."""
         g = self._groups.pop(group, None)
         if g is not None:
             self._fail_group(g, NotFoundError(f"group {group} removed; outcome unknown"))
@@ -352,11 +374,109 @@ class RaftHost:
     def _proposal_done(self, _: asyncio.Future[Any]) -> None:
         self._pending -= 1
 
+    # ------------------------------------------------------------------ reads
+    def read_index(self, group: str, *, timeout_ms: int | None = None) -> Awaitable[int]:
+        """A linearizable read point of ``group`` (ReadIndex, Raft thesis §6.4): the
+        awaitable resolves to an index once the group was confirmed to have a leader at the
+        time of the call AND this replica has applied that index; reading the state machine
+        after that is linearizable. On a follower the request is forwarded to the leader
+        (the follower then waits to apply the leader's index).
+
+        Raises at once NotFoundError for an unknown group and LimitError when
+        ``reads_pending_max`` are pending. The awaitable fails with NoLeaderError (no
+        leader known), NotLeaderError (leadership or term changed before the read was
+        confirmed: retry with the new leader), DeadlineExceededError after ``timeout_ms``
+        (e.g. a deposed leader that cannot reach a quorum), UnavailableError on stop /
+        NotFoundError on group removal. A read has no effect, so every failure is safe to
+        retry.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        if self._failure is not None:
+            fut.set_exception(UnavailableError("raft host failed", cause=repr(self._failure)))
+            return fut
+        self._group(group)
+        if self._reads_pending >= self.config.reads_pending_max:
+            raise LimitError("too many raft reads pending", limit="reads_pending_max")
+        self._reads_pending += 1
+        timeout = self.config.proposal_timeout_ms if timeout_ms is None else timeout_ms
+        heapq.heappush(self._deadlines, (loop.time() + timeout / 1000, next(self._seq), fut))
+        context = f"{self.node_id}/{next(self._seq)}".encode()
+        self._reads.append(_Read(group, context, fut))
+        self._wake.set()
+        return fut
+
+    def _take_reads(self) -> None:
+        """Hand queued reads to their groups' cores (only the driver touches cores)."""
+        while self._reads:
+            r = self._reads.popleft()
+            g = self._groups.get(r.group)
+            if r.future.done() or g is None or g.halted:
+                self._reads_pending -= 1
+                if not r.future.done():
+                    r.future.set_exception(NotFoundError(f"raft group {r.group} is not running"))
+                continue
+            try:
+                g.node.read_index(r.context)
+            except RaftStreamError as exc:  # NoLeaderError, LimitError (core's pending reads)
+                self._reads_pending -= 1
+                r.future.set_exception(exc)
+                continue
+            g.reads[r.context] = ((g.node.term, g.node.leader), r.future)
+            # Forget the read at once when it times out, so a lost one never lingers.
+            r.future.add_done_callback(functools.partial(self._read_done, g, r.context))
+            g.quiet = False  # the confirmation needs a heartbeat round (and ticks)
+            self._dirty.add(r.group)
+
+    def _read_done(self, g: _Group, context: bytes, _: asyncio.Future[int]) -> None:
+        if g.reads.pop(context, None) is not None:
+            self._reads_pending -= 1
+
+    def _follow_reads(self, g: _Group, rd: Ready) -> None:
+        """After ``rd`` was applied: confirmed reads wait for their index to be applied;
+        reads asked under another term or leader fail (the core dropped them when it stepped
+        down or changed term, e.g. check-quorum deposing it within its term, so their
+        ReadState will never come); reads now applied resolve."""
+        for rs in rd.read_states:
+            waiter = g.reads.pop(rs.context, None)
+            if waiter is None:
+                continue  # timed out meanwhile, or not ours
+            heapq.heappush(g.read_waits, (rs.index, next(self._seq), waiter[1]))
+        now = (g.node.term, g.node.leader)
+        stale = [ctx for ctx, (asked, _) in g.reads.items() if asked != now]
+        if stale:
+            leader = g.node.leader or None
+            for ctx in stale:
+                _, fut = g.reads.pop(ctx)
+                self._reads_pending -= 1
+                fut.set_exception(NotLeaderError("raft read not confirmed", leader=leader))
+        self._release_reads(g)
+
+    def _release_reads(self, g: _Group) -> None:
+        while g.read_waits and g.read_waits[0][0] <= g.applied:
+            index, _, fut = heapq.heappop(g.read_waits)
+            self._reads_pending -= 1
+            if not fut.done():
+                fut.set_result(index)
+
+    def _fail_reads(self, g: _Group, exc: RaftStreamError) -> None:
+        """Fail every read of ``g`` (halted or removed): none will be confirmed or applied."""
+        reads = [fut for _, fut in g.reads.values()]
+        reads += [fut for _, _, fut in g.read_waits]
+        self._reads_pending -= len(g.reads) + len(g.read_waits)
+        g.reads.clear()
+        g.read_waits.clear()
+        for fut in reads:
+            if not fut.done():
+                fut.set_exception(exc)
+
     def _expire_proposals(self, now: float) -> None:
         while self._deadlines and self._deadlines[0][0] <= now:
             _, _, fut = heapq.heappop(self._deadlines)
             if not fut.done():
-                fut.set_exception(DeadlineExceededError("raft proposal timed out; may commit"))
+                fut.set_exception(
+                    DeadlineExceededError("raft request timed out; a proposal may commit")
+                )
 
     def _take_proposals(self) -> None:
         while self._proposals:
@@ -427,7 +547,7 @@ class RaftHost:
         next_tick = loop.time() + tick_s
         try:
             while not self._stopping:
-                if not (self._inbox or self._proposals or self._dirty):
+                if not (self._inbox or self._proposals or self._reads or self._dirty):
                     self._wake.clear()
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(max(0.0, next_tick - loop.time())):
@@ -442,6 +562,7 @@ class RaftHost:
                     self._expire_proposals(now)
                 self._step_inbox()
                 self._take_proposals()
+                self._take_reads()
                 await self._round()
                 if ticked:  # after the tick's round: peers it sent nothing get a ping
                     self._ping_peers()
@@ -560,6 +681,7 @@ class RaftHost:
         self._send([rd for _, rd in readies])
         for g, rd in readies:
             self._apply(g, rd)
+            self._follow_reads(g, rd)
             if not g.halted:
                 g.node.advance(rd)
                 if rd.snapshot is not None or _has_conf_change(rd.committed_entries):
@@ -670,6 +792,7 @@ class RaftHost:
             if not fut.done():
                 fut.set_exception(exc)
         g.waiting.clear()
+        self._fail_reads(g, exc)
 
     def _fail_all(self, exc: RaftStreamError) -> None:
         for g in self._groups.values():
@@ -678,6 +801,11 @@ class RaftHost:
             p = self._proposals.popleft()
             if not p.future.done():
                 p.future.set_exception(exc)
+        while self._reads:
+            r = self._reads.popleft()
+            self._reads_pending -= 1
+            if not r.future.done():
+                r.future.set_exception(exc)
 
     def leader(self, group: str) -> str | None:
         """The leader this replica knows for ``group``, if any."""

@@ -49,6 +49,7 @@ class HostConfig:
     proposal_timeout_ms: int = 5_000
     proposals_pending_max: int = 100_000  # queued or in the log, not yet applied
     inbox_msgs_max: int = 200_000  # received, not yet stepped
+    reads_pending_max: int = 10_000  # read_index calls queued or waiting, not yet resolved
     snapshot_entries: int = 10_000  # compact a group's log every this many applied entries
     pre_vote: bool = True
     check_quorum: bool = True
@@ -56,7 +57,13 @@ class HostConfig:
     liveness_ticks: int = 2  # a peer silent for longer than this is presumed down (>= 2)
 
     def __post_init__(self) -> None:
-        for name in ("tick_ms", "proposal_timeout_ms", "proposals_pending_max", "inbox_msgs_max"):
+        for name in (
+            "tick_ms",
+            "proposal_timeout_ms",
+            "proposals_pending_max",
+            "inbox_msgs_max",
+            "reads_pending_max",
+        ):
             if getattr(self, name) <= 0:
                 raise InvalidArgumentError(name, "must be positive")
         if self.snapshot_entries <= 0:
