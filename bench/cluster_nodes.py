@@ -19,19 +19,17 @@ import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from raftstream.localnet import free_port, wait_for
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 
@@ -39,19 +37,10 @@ __all__ = ["BenchNodes", "cpu_seconds"]
 
 T = TypeVar("T")
 
-READY_TIMEOUT_S = 60.0  # generous on a shared machine; the loop polls, it never sleeps this
-POLL_S = 0.05
 PROBE_TIMEOUT_S = 1.0
 LOG_TAIL_LINES = 20
 _PR_SET_PDEATHSIG = 1
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -69,19 +58,6 @@ def _die_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = READY_TIMEOUT_S) -> T:
-    """Poll ``probe`` until it returns something other than None; ``TimeoutError`` after
-    ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(POLL_S)
 
 
 class BenchNodes:
@@ -134,8 +110,8 @@ class BenchNodes:
                 preexec_fn=_die_with_parent,  # called before any thread starts; Linux only
             )
         for name in self.names:
-            _wait_for(f"{name} serving", lambda n=name: True if self._serving(n) else None)  # type: ignore[misc]
-        _wait_for("one meta leader known to every node", self._meta_leader)
+            wait_for(f"{name} serving", lambda n=name: True if self._serving(n) else None)  # type: ignore[misc]
+        wait_for("one meta leader known to every node", self._meta_leader)
 
     def _check_alive(self, name: str) -> None:
         p = self.procs[name]

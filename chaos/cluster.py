@@ -21,8 +21,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -31,7 +30,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from toxiproxy import Proxy
 
-from raftstream.chaos.proxyctl import ProxyService, free_loopback_port
+from raftstream.chaos.proxyctl import ProxyService
+from raftstream.localnet import READY_TIMEOUT_S, free_port, wait_for
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 
@@ -39,25 +39,10 @@ __all__ = ["ChaosCluster", "NodeProc", "wait_for"]
 
 T = TypeVar("T")
 
-READY_TIMEOUT_S = 60.0  # generous on a shared 2-core machine; polled, never slept
-POLL_S = 0.05
 RPC_TIMEOUT_S = 1.0
 STOP_TIMEOUT_S = 20.0
 # Fast Raft timing so that failovers fit short windows: election after 500 ms of silence.
 DEFAULT_RAFT = {"tick_ms": 50, "election_ticks": 10}
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = READY_TIMEOUT_S) -> T:
-    """Poll ``probe`` until it returns something other than None; TimeoutError after
-    ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(POLL_S)
 
 
 @dataclass(slots=True)
@@ -92,7 +77,7 @@ class ChaosCluster:
         self.proxies = proxies
         self.raft = {**DEFAULT_RAFT, **(raft or {})}
         self.names = [f"n{i + 1}" for i in range(size)]
-        self.nodes = {n: NodeProc(n, free_loopback_port(), run_dir / n) for n in self.names}
+        self.nodes = {n: NodeProc(n, free_port(), run_dir / n) for n in self.names}
         self.links: dict[tuple[str, str], Proxy] = {}
         # Nodes that refused to start on data a nemesis damaged: left down on purpose.
         self.damaged: set[str] = set()

@@ -32,6 +32,7 @@ from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 
 from raftstream.chaos.toxiproxy_server import DEFAULT_PORT, ServerThread
+from raftstream.localnet import free_port
 
 __all__ = ["TOXIPROXY_URL_ENV", "ProxyService", "start_toxiproxy"]
 
@@ -130,17 +131,10 @@ def url_address(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port or DEFAULT_PORT
 
 
-def free_loopback_port() -> int:
-    """A port free on 127.0.0.1 right now (another process may take it before it is used)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _start_real(binary: str, timeout_s: float) -> tuple[str, subprocess.Popen[Any]]:
     """Start ``toxiproxy-server`` on a free port, retrying if another process took the port."""
     for _ in range(PORT_ATTEMPTS):
-        port = free_loopback_port()
+        port = free_port()
         process = subprocess.Popen(
             [binary, "-host", "127.0.0.1", "-port", str(port)],
             stdin=subprocess.DEVNULL,

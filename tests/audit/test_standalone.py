@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,16 +22,11 @@ import pyspark
 import pytest
 
 from raftstream.audit.checks import RuleResult
+from raftstream.localnet import free_port
 
 DAEMON_UP_S = 90.0
 AUDIT_S = 240.0
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env() -> dict[str, str]:
@@ -81,7 +75,7 @@ def _wait_log(log: Path, needle: str, proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def standalone(tmp_path: Path) -> Iterator[str]:
     """A master and one worker (2 cores, 1 GiB) on loopback; yields the master URL."""
-    port = _free_port()
+    port = free_port()
     url = f"spark://127.0.0.1:{port}"
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -94,7 +88,7 @@ def standalone(tmp_path: Path) -> Iterator[str]:
                 "--port",
                 str(port),
                 "--webui-port",
-                str(_free_port()),
+                str(free_port()),
             ],
             master_log,
         )
@@ -112,7 +106,7 @@ def standalone(tmp_path: Path) -> Iterator[str]:
                 "--memory",
                 "1g",
                 "--webui-port",
-                str(_free_port()),
+                str(free_port()),
                 "--work-dir",
                 str(tmp_path / "work"),
             ],

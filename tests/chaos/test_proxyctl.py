@@ -15,6 +15,7 @@ from toxiproxy.api import APIConsumer
 
 from raftstream.chaos import proxyctl
 from raftstream.chaos.toxiproxy_server import ServerThread, split_host_port
+from raftstream.localnet import free_port
 
 Upstream = Any  # conftest.Upstream
 
@@ -74,7 +75,7 @@ def test_toxiproxy_url_is_used_as_is_and_left_running(
 def test_unreachable_toxiproxy_url_fails_loudly(
     bare_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    port = proxyctl.free_loopback_port()
+    port = free_port()
     monkeypatch.setenv(proxyctl.TOXIPROXY_URL_ENV, f"http://127.0.0.1:{port}")
     before = (APIConsumer.host, APIConsumer.port)
     with pytest.raises(RuntimeError, match="no Toxiproxy server answering"):
