@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import shutil
 import signal
@@ -434,6 +435,9 @@ def _host_config(cfg: NodeConfig) -> HostConfig:
 
 async def run_node(config: NodeConfig) -> None:
     """Run a node until SIGINT or SIGTERM, then stop it gracefully."""
+    # A crash in C code (gRPC, LMDB) then leaves a Python traceback in the node's log rather
+    # than a silent exit.
+    faulthandler.enable()
     node = Node(config=config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -52,6 +52,9 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 RETRY_WAIT_INITIAL_S = 0.01
 RETRY_WAIT_MAX_S = 0.5
+# gRPC fails a call with this text when no connection could be picked for it: the request
+# never left the client, so a retry is safe even for a call that is not idempotent.
+_NOT_SENT_DETAILS = "failed to connect to all addresses"
 
 
 class Stubs:
@@ -78,6 +81,15 @@ class NotConnectedError(errors.UnavailableError):
 def _is_transport_failure(exc: errors.RaftStreamError) -> bool:
     """UNAVAILABLE without raftstream details: the connection, not a server's answer."""
     return type(exc) in (errors.UnavailableError, NotConnectedError)
+
+
+def _not_sent(err: grpc.RpcError, addr: str) -> NotConnectedError | None:
+    """``NotConnectedError`` when gRPC failed ``err``'s call before sending it (the channel had
+    lost its connection between ``connect`` and the call, e.g. the server just died)."""
+    code, details = err.code(), err.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE and _NOT_SENT_DETAILS in details:
+        return NotConnectedError(f"cannot connect to {addr}: {details}", addr=addr)
+    return None
 
 
 class Router:
@@ -232,7 +244,7 @@ class Router:
                 try:
                     return await invoke(stubs, max(deadline - loop.time(), 0.001))
                 except grpc.RpcError as err:
-                    exc = from_rpc_error(err)
+                    exc = _not_sent(err, stubs.addr) or from_rpc_error(err)
                     exc.details.setdefault("addr", stubs.addr)
                     next_addr[0] = self._learn(route, exc)
                     raise exc from None

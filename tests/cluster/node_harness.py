@@ -115,7 +115,16 @@ class LocalCluster:
             path = self.root / f"{name}.log"
             if path.exists():
                 text = path.read_text(errors="replace").splitlines()[-lines:]
-                out.append(f"--- {name} ---\n" + "\n".join(text))
+                proc = self.procs.get(name)
+                code = None if proc is None else proc.poll()
+                state = (
+                    "not running"
+                    if proc is None
+                    else f"exited {code}"
+                    if code is not None
+                    else "running"
+                )
+                out.append(f"--- {name} ({state}) ---\n" + "\n".join(text))
         return "\n".join(out)
 
     # -- polling ---------------------------------------------------------------------------

@@ -13,10 +13,12 @@ import json
 import socket
 from typing import Any
 
+import grpc
 import pytest
 
 import raftstream
 from raftstream import errors
+from raftstream._conn import NotConnectedError, _not_sent
 from raftstream.proto import raftstream_pb2 as pb
 
 from .fakes import Nodes, consumer_info_pb, stream_info_pb
@@ -140,6 +142,48 @@ def test_ambiguous_failures_are_retried_only_for_idempotent_calls():
             assert len(node.calls_to("DeleteStream")) == 1
 
     run(main())
+
+
+class _RpcError(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def test_a_call_grpc_could_not_send_is_classified_as_not_sent():
+    """gRPC fails a call with "failed to connect to all addresses" when the channel lost its
+    connection between our readiness check and the call: nothing was sent, so even a publish
+    may be retried elsewhere. Any other UNAVAILABLE stays ambiguous."""
+    down = _RpcError(
+        grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: x"
+    )
+    exc = _not_sent(down, "127.0.0.1:1")
+    assert isinstance(exc, NotConnectedError) and exc.retriable
+    assert _not_sent(_RpcError(grpc.StatusCode.UNAVAILABLE, "Socket closed"), "a:1") is None
+    assert _not_sent(_RpcError(grpc.StatusCode.INTERNAL, down.details()), "a:1") is None
+
+
+def test_a_server_that_dies_after_connecting_is_skipped_even_for_a_non_idempotent_call():
+    async def main() -> None:
+        async with Nodes(2) as (doomed, alive):
+            doomed.on("GetStreamInfo", lambda req, ctx: _info(req.name))
+            alive.on("DeleteStream", _deleted)
+            async with await raftstream.connect([doomed.addr, alive.addr], timeout=5) as rs:
+                await rs.stream_info("ORDERS")  # the channel to ``doomed`` is READY now
+                await doomed.stop()
+                await rs.delete_stream("ORDERS")
+            assert len(alive.calls_to("DeleteStream")) == 1
+
+    run(main())
+
+
+async def _deleted(req: Any, ctx: Any) -> pb.DeleteStreamResponse:
+    return pb.DeleteStreamResponse()
 
 
 def test_a_validation_error_is_raised_typed_at_once():
