@@ -77,6 +77,7 @@ _BY_CODE: Mapping[e.Code, type[e.RaftStreamError]] = {
     e.Code.FAILED_PRECONDITION: e.PreconditionError,
     e.Code.ABORTED: e.ConflictError,
     e.Code.UNAVAILABLE: e.UnavailableError,
+    e.Code.UNAUTHENTICATED: e.UnauthenticatedError,
     e.Code.DATA_LOSS: e.DataLossError,
 }
 

@@ -43,6 +43,7 @@ __all__ = [
     "RaftStreamError",
     "SequenceGapError",
     "SubscriptionClosedError",
+    "UnauthenticatedError",
     "UnavailableError",
     "invariant",
 ]
@@ -116,6 +117,14 @@ class AlreadyExistsError(RaftStreamError):
 class PermissionDeniedError(RaftStreamError):
     code = Code.PERMISSION_DENIED
     reason = "PERMISSION_DENIED"
+
+
+class UnauthenticatedError(RaftStreamError):
+    """No credentials, or credentials the server does not accept (the message never
+    carries them)."""
+
+    code = Code.UNAUTHENTICATED
+    reason = "UNAUTHENTICATED"
 
 
 class LimitError(RaftStreamError):

@@ -1,0 +1,458 @@
+"""Authentication, accounts and permissions of client calls (issue 10).
+
+The ``[auth]`` section of the node config (parsed by ``parse_auth``) declares accounts with
+their limits, and users (name + bcrypt password hash) and tokens (bcrypt hash of the
+token), each mapped to an account with permissions. Without ``[auth]`` nothing here runs:
+every call acts in the default account ``$G`` with every permission, as before.
+
+A client API call (``/raftstream.v1.*``) carries its credentials as gRPC metadata,
+``authorization: Bearer <token>`` or ``authorization: Basic base64(user:password)``.
+``AuthInterceptor`` resolves them ONCE per call into a ``Caller`` (account, permissions)
+and binds it to the call's task in a context variable; ``caller()`` reads it (the
+servicers reach it through ``cluster/context.py``). Missing or rejected credentials end the
+call with UNAUTHENTICATED before any servicer runs. Raft, health and reflection calls are
+not client calls and need no credentials (TLS protects the Raft service).
+
+bcrypt is slow on purpose (tens of milliseconds per check): a verified result is cached in
+memory, bounded (``verified_cache_entries_max``), keyed by a SHA-256 of the credentials;
+the plaintext is never stored, and every check runs in a worker thread, never on the
+event loop. A forwarded call (``cluster/forward.py``) carries the caller's credentials
+along, so the node that answers it resolves the same identity.
+
+Secrets never reach logs, metrics, errors or ``repr()``: hashes and credentials are
+excluded from the dataclasses' repr, and errors name the field, never the value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextvars
+import fnmatch
+import hashlib
+import re
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import bcrypt
+import grpc
+
+from raftstream.cluster.meta_entries import DEFAULT_ACCOUNT
+from raftstream.cluster.names import validate_account
+from raftstream.engine.subjects import subject_matches, validate_filter
+from raftstream.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
+from raftstream.proto.errors import abort
+
+__all__ = [
+    "ANONYMOUS",
+    "AUTHORIZATION_KEY",
+    "SYSTEM_ACCOUNT",
+    "AccountLimits",
+    "AuthConfig",
+    "AuthInterceptor",
+    "Authenticator",
+    "Caller",
+    "Permissions",
+    "Principal",
+    "bind_caller",
+    "caller",
+    "hash_secret",
+    "parse_auth",
+]
+
+AUTHORIZATION_KEY = "authorization"
+# Cluster-wide operations (meta leader step-down, peer removal, every account's groups in
+# cluster info) are for users of this account when auth is configured.
+SYSTEM_ACCOUNT = "$SYS"
+VERIFIED_CACHE_ENTRIES_MAX = 4096
+CREDENTIALS_BYTES_MAX = 4096  # an authorization value longer than this is refused unread
+# bcrypt checks running at once (worker threads): a storm of bad credentials queues here
+# instead of taking every core from the node's Raft and client work.
+BCRYPT_CHECKS_CONCURRENT_MAX = 2
+_BCRYPT_HASH = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
+_CLIENT_API_PREFIX = "/raftstream.v1."
+
+
+def hash_secret(secret: str, *, rounds: int = 12) -> str:
+    """A bcrypt hash of ``secret`` for the config (``raftstream auth hash-password``)."""
+    raw = secret.encode("utf-8")
+    if not raw or len(raw) > 72:  # bcrypt reads 72 bytes at most: longer would be cut
+        raise InvalidArgumentError("password", "must be 1 to 72 bytes")
+    return bcrypt.hashpw(raw, bcrypt.gensalt(rounds)).decode("ascii")
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Permissions:
+    """What a user may do in its account. ``publish``: subject filters (``orders.>``,
+    matched as subjects are); ``read`` (stream info, get, consume, consumer info) and
+    ``manage`` (create, update, delete, purge streams and consumers): stream name patterns
+    (``*`` any run of characters, ``?`` one, as shell globs). Default: everything."""
+
+    publish: tuple[str, ...] = (">",)
+    read: tuple[str, ...] = ("*",)
+    manage: tuple[str, ...] = ("*",)
+
+    def may_publish(self, subject: str) -> bool:
+        return any(subject_matches(p, subject) for p in self.publish)
+
+    def may_read(self, stream: str) -> bool:
+        return any(fnmatch.fnmatchcase(stream, p) for p in self.read)
+
+    def may_manage(self, stream: str) -> bool:
+        return any(fnmatch.fnmatchcase(stream, p) for p in self.manage)
+
+
+ALL = Permissions()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccountLimits:
+    """``[auth.accounts.<name>]``: limits counted across the cluster by the meta leader;
+    ``None`` is unlimited. Storage is the sum of the account's streams' ``max_bytes``
+    reservations times their replicas, per storage type (docs/security.md)."""
+
+    max_streams: int | None = None
+    max_consumers: int | None = None
+    max_memory_bytes: int | None = None
+    max_file_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Principal:
+    """A user or a token of the config: ``secret_hash`` is the bcrypt hash (never shown)."""
+
+    name: str
+    kind: str  # "user" or "token"
+    secret_hash: bytes = field(repr=False)
+    account: str
+    permissions: Permissions = ALL
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthConfig:
+    """The validated ``[auth]`` section (``parse_auth``)."""
+
+    accounts: Mapping[str, AccountLimits]
+    users: Mapping[str, Principal]
+    tokens: tuple[Principal, ...] = ()
+    verified_cache_entries_max: int = VERIFIED_CACHE_ENTRIES_MAX
+
+    def limits(self, account: str) -> AccountLimits:
+        return self.accounts.get(account) or AccountLimits()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Caller:
+    """Who a call acts for: its account, user (None without auth) and permissions.
+    ``credentials`` is the call's own authorization metadata, kept to forward it (never
+    shown). ``system``: may run cluster-wide operations."""
+
+    account: str
+    user: str | None
+    permissions: Permissions
+    system: bool
+    credentials: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def check_publish(self, subject: str) -> None:
+        if not self.permissions.may_publish(subject):
+            raise PermissionDeniedError(
+                f"user {self.user!r} may not publish to {subject!r}", subject=subject
+            )
+
+    def check_read(self, stream: str) -> None:
+        if not self.permissions.may_read(stream):
+            raise PermissionDeniedError(
+                f"user {self.user!r} may not read stream {stream!r}", stream=stream
+            )
+
+    def check_manage(self, stream: str) -> None:
+        if not self.permissions.may_manage(stream):
+            raise PermissionDeniedError(
+                f"user {self.user!r} may not manage stream {stream!r}", stream=stream
+            )
+
+    def check_system(self, what: str) -> None:
+        if not self.system:
+            raise PermissionDeniedError(f"{what} is for the {SYSTEM_ACCOUNT} account")
+
+
+# Without [auth]: the default account, every permission (today's behaviour).
+ANONYMOUS = Caller(account=DEFAULT_ACCOUNT, user=None, permissions=ALL, system=True)
+_CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("raftstream_caller")
+
+
+def caller() -> Caller:
+    """The caller of the call running in this task (``ANONYMOUS`` without auth)."""
+    return _CALLER.get(ANONYMOUS)
+
+
+def bind_caller(who: Caller) -> None:
+    """Bind ``who`` to the current task (and the tasks it starts from now on)."""
+    _CALLER.set(who)
+
+
+# -- parsing [auth] ----------------------------------------------------------------------------
+
+_LIMIT_KEYS = ("max_streams", "max_consumers", "max_memory_bytes", "max_file_bytes")
+_PERMISSION_KEYS = ("publish", "read", "manage")
+_USER_KEYS = frozenset({"user", "password", "account", *_PERMISSION_KEYS})
+_TOKEN_KEYS = frozenset({"name", "token", "account", *_PERMISSION_KEYS})
+_AUTH_KEYS = frozenset({"accounts", "users", "tokens", "verified_cache_entries_max"})
+
+
+def parse_auth(table: Mapping[str, Any]) -> AuthConfig:
+    """The ``[auth]`` TOML table, validated; ``InvalidArgumentError`` names the key
+    (``auth.users[0].password``) and the rule, never a secret's value."""
+    _known("auth", table, _AUTH_KEYS)
+    accounts_raw = table.get("accounts", {})
+    if not isinstance(accounts_raw, Mapping):
+        raise InvalidArgumentError("auth.accounts", "must be a table of accounts")
+    accounts = {
+        validate_account(name, "auth.accounts"): _limits(f"auth.accounts.{name}", raw)
+        for name, raw in accounts_raw.items()
+    }
+    users: dict[str, Principal] = {}
+    for i, raw in enumerate(_array("auth.users", table.get("users", []))):
+        p = _principal(f"auth.users[{i}]", raw, accounts, kind="user")
+        if p.name in users:
+            raise InvalidArgumentError(f"auth.users[{i}].user", f"user {p.name!r} named twice")
+        users[p.name] = p
+    tokens = [
+        _principal(f"auth.tokens[{i}]", raw, accounts, kind="token")
+        for i, raw in enumerate(_array("auth.tokens", table.get("tokens", [])))
+    ]
+    if len({t.name for t in tokens}) != len(tokens):
+        raise InvalidArgumentError("auth.tokens", "token names must be distinct")
+    if not users and not tokens:
+        raise InvalidArgumentError("auth", "needs at least one user or token")
+    cache_max = table.get("verified_cache_entries_max", VERIFIED_CACHE_ENTRIES_MAX)
+    _count("auth.verified_cache_entries_max", cache_max, minimum=1)
+    return AuthConfig(
+        accounts=MappingProxyType(accounts),
+        users=MappingProxyType(users),
+        tokens=tuple(tokens),
+        verified_cache_entries_max=cache_max,
+    )
+
+
+def _known(where: str, table: Mapping[str, Any], keys: frozenset[str]) -> None:
+    for key in table:
+        if key not in keys:
+            raise InvalidArgumentError(f"{where}.{key}", "unknown key")
+
+
+def _array(where: str, value: object) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise InvalidArgumentError(where, "must be an array of tables ([[...]])")
+    return value
+
+
+def _count(where: str, value: object, *, minimum: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(where, "must be an integer")
+    if value < minimum:
+        raise InvalidArgumentError(where, f"must be at least {minimum}")
+
+
+def _limits(where: str, raw: object) -> AccountLimits:
+    if not isinstance(raw, Mapping):
+        raise InvalidArgumentError(where, "must be a table")
+    _known(where, raw, frozenset(_LIMIT_KEYS))
+    for key, value in raw.items():
+        _count(f"{where}.{key}", value)
+    return AccountLimits(**raw)
+
+
+def _principal(
+    where: str, raw: Mapping[str, Any], accounts: Mapping[str, AccountLimits], *, kind: str
+) -> Principal:
+    name_key, secret_key = ("user", "password") if kind == "user" else ("name", "token")
+    _known(where, raw, _USER_KEYS if kind == "user" else _TOKEN_KEYS)
+    for key in (name_key, secret_key, "account"):
+        if key not in raw:
+            raise InvalidArgumentError(f"{where}.{key}", "is required")
+    name = raw[name_key]
+    if not isinstance(name, str) or not name or not name.isprintable() or ":" in name:
+        raise InvalidArgumentError(f"{where}.{name_key}", "must be printable, without ':'")
+    secret = raw[secret_key]
+    if not isinstance(secret, str) or not _BCRYPT_HASH.match(secret):
+        # Never echo the value: it may be a plaintext secret pasted by mistake.
+        raise InvalidArgumentError(
+            f"{where}.{secret_key}",
+            "must be a bcrypt hash (raftstream auth hash-password), never the plaintext",
+        )
+    account = raw["account"]
+    if account not in accounts:
+        raise InvalidArgumentError(
+            f"{where}.account", f"{account!r} is not declared in [auth.accounts]"
+        )
+    perms = {k: _patterns(f"{where}.{k}", raw[k], k) for k in _PERMISSION_KEYS if k in raw}
+    return Principal(
+        name=name,
+        kind=kind,
+        secret_hash=secret.encode("ascii"),
+        account=account,
+        permissions=Permissions(**perms),
+    )
+
+
+def _patterns(where: str, value: object, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise InvalidArgumentError(where, "must be a list of non-empty strings")
+    if key == "publish":
+        for v in value:
+            validate_filter(v, where)
+    return tuple(value)
+
+
+# -- resolving credentials ---------------------------------------------------------------------
+
+
+class Authenticator:
+    """Resolves a call's metadata into a ``Caller``, with a bounded cache of verified
+    credentials (see the module docstring). Owned by the node's event loop."""
+
+    def __init__(self, config: AuthConfig) -> None:
+        self._config = config
+        self._verified: OrderedDict[bytes, Principal] = OrderedDict()
+        self._checks = asyncio.Semaphore(BCRYPT_CHECKS_CONCURRENT_MAX)
+
+    async def resolve(self, metadata: Sequence[tuple[str, Any]] | None) -> Caller:
+        """The caller named by ``metadata``; ``UnauthenticatedError`` when it names none
+        or its secret does not verify."""
+        values = [v for k, v in metadata or () if k == AUTHORIZATION_KEY]
+        if not values:
+            raise UnauthenticatedError("credentials required (user and password, or token)")
+        value = values[0]
+        if not isinstance(value, str) or len(value) > CREDENTIALS_BYTES_MAX:
+            raise UnauthenticatedError("unreadable credentials")
+        principal = await self._principal(value)
+        return Caller(
+            account=principal.account,
+            user=principal.name,
+            permissions=principal.permissions,
+            system=principal.account == SYSTEM_ACCOUNT,
+            credentials=((AUTHORIZATION_KEY, value),),
+        )
+
+    async def _principal(self, value: str) -> Principal:
+        key = hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
+        hit = self._verified.get(key)
+        if hit is not None:
+            self._verified.move_to_end(key)
+            return hit
+        scheme, _, rest = value.partition(" ")
+        if scheme.lower() == "bearer":
+            found = await self._token(rest.strip())
+        elif scheme.lower() == "basic":
+            found = await self._user(rest.strip())
+        else:
+            found = None
+        if found is None:
+            raise UnauthenticatedError("credentials not accepted")
+        self._verified[key] = found
+        while len(self._verified) > self._config.verified_cache_entries_max:
+            self._verified.popitem(last=False)
+        return found
+
+    async def _user(self, encoded: str) -> Principal | None:
+        try:
+            text = base64.b64decode(encoded, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        name, sep, password = text.partition(":")
+        user = self._config.users.get(name)
+        if not sep or user is None:
+            return None
+        return user if await self._verify(password, user.secret_hash) else None
+
+    async def _token(self, token: str) -> Principal | None:
+        for t in self._config.tokens:
+            if await self._verify(token, t.secret_hash):
+                return t
+        return None
+
+    async def _verify(self, secret: str, secret_hash: bytes) -> bool:
+        raw = secret.encode("utf-8", "surrogatepass")
+        if not raw or len(raw) > 72:
+            return False
+        async with self._checks:
+            # bcrypt takes tens of milliseconds by design: off the event loop.
+            return await asyncio.to_thread(bcrypt.checkpw, raw, secret_hash)
+
+
+# -- the server interceptor --------------------------------------------------------------------
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Resolves every client API call's credentials once, before its servicer runs, and
+    binds the ``Caller`` to the call's task; refuses the call with UNAUTHENTICATED when
+    they do not resolve. Calls outside ``/raftstream.v1.`` (Raft, health, reflection) pass
+    untouched."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._auth = authenticator
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[Any]],
+        handler_call_details: Any,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None or not str(handler_call_details.method).startswith(_CLIENT_API_PREFIX):
+            return handler
+        try:
+            who: Caller | UnauthenticatedError = await self._auth.resolve(
+                handler_call_details.invocation_metadata
+            )
+        except UnauthenticatedError as exc:
+            who = exc
+        return _bound(handler, who)
+
+
+def _bound(handler: Any, who: Caller | UnauthenticatedError) -> Any:
+    """``handler`` with ``who`` bound before its behaviour runs (or refused with it)."""
+    kinds = (
+        ("unary_unary", grpc.unary_unary_rpc_method_handler, False),
+        ("unary_stream", grpc.unary_stream_rpc_method_handler, True),
+        ("stream_unary", grpc.stream_unary_rpc_method_handler, False),
+        ("stream_stream", grpc.stream_stream_rpc_method_handler, True),
+    )
+    for attr, make, streamed in kinds:
+        behavior = getattr(handler, attr)
+        if behavior is not None:
+            wrapped = _streamed(behavior, who) if streamed else _unary(behavior, who)
+            return make(
+                wrapped,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+    return handler
+
+
+def _unary(behavior: Callable[..., Awaitable[Any]], who: Caller | Exception) -> Any:
+    async def bound(request: Any, context: Any) -> Any:
+        if isinstance(who, Exception):
+            await abort(context, who)
+        bind_caller(who)
+        return await behavior(request, context)
+
+    return bound
+
+
+def _streamed(behavior: Callable[..., AsyncIterator[Any]], who: Caller | Exception) -> Any:
+    async def bound(request: Any, context: Any) -> AsyncIterator[Any]:
+        if isinstance(who, Exception):
+            await abort(context, who)
+        bind_caller(who)
+        async for item in behavior(request, context):
+            yield item
+
+    return bound
