@@ -77,14 +77,25 @@ def stream_state_pb(
 
 
 def stream_info_pb(
-    sa: StreamAssignment, state: pb.StreamState | None, cluster: pb.GroupInfo
+    sa: StreamAssignment,
+    state: pb.StreamState | None,
+    cluster: pb.GroupInfo,
+    links: tuple[pb.StreamSourceInfo | None, list[pb.StreamSourceInfo]] | None = None,
 ) -> pb.StreamInfo:
-    return pb.StreamInfo(
+    """``links``: the mirror's and sources' state (``StreamGroup.source_infos``), known
+    only where the stream's leader answers."""
+    out = pb.StreamInfo(
         config_json=json.dumps(sa.config.to_dict()),
         state=state or pb.StreamState(),
         cluster=cluster,
         created_ns=sa.created_ns,
     )
+    if links is not None:
+        mirror, sources = links
+        if mirror is not None:
+            out.mirror.CopyFrom(mirror)
+        out.sources.extend(sources)
+    return out
 
 
 def consumer_info_pb(

@@ -20,7 +20,8 @@ plus the peers removed from the cluster. A ``SubList`` per account, rebuilt from
 streams and never snapshotted, answers "which stream captures this subject".
 
 Rules applied (see each ``_apply_*``): a stream name is unique per account; no two streams
-of an account capture overlapping subjects (``check_no_overlap``); updates follow
+of an account capture overlapping subjects (``check_no_overlap``) nor mirror or source
+each other in a cycle (``check_no_cycle``); updates follow
 ``check_update``; a consumer needs an existing stream, a unique name on it, the stream's
 ``max_consumers``, the workqueue rules (``check_for_stream``), and ``num_replicas`` 0 or
 the stream's (consumers replicate through their stream's group, docs/cluster-design.md);
@@ -62,6 +63,7 @@ from raftstream.engine.consumer_config import check_update as check_consumer_upd
 from raftstream.engine.stream_config import (
     StreamConfig,
     check_create,
+    check_no_cycle,
     check_no_overlap,
 )
 from raftstream.engine.stream_config import check_update as check_stream_update
@@ -287,6 +289,7 @@ class MetaState:
             )
         if acct is not None:
             check_no_overlap(cfg, acct.configs_except(cfg.name))
+            check_no_cycle(cfg, acct.configs_except(cfg.name))
         self._check_peers(e.peers, cfg.num_replicas, exact=True)
         sa = StreamAssignment(
             account=e.account,
@@ -302,6 +305,7 @@ class MetaState:
         acct, old = self._stream(e.account, e.config.name)
         cfg = check_stream_update(old.config, e.config)
         check_no_overlap(cfg, acct.configs_except(cfg.name))
+        check_no_cycle(cfg, acct.configs_except(cfg.name))
         if cfg.num_replicas != old.config.num_replicas:
             for ca in sorted(acct.consumers[cfg.name].values(), key=lambda c: c.name):
                 if ca.config.num_replicas not in (0, cfg.num_replicas):

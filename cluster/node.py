@@ -237,7 +237,12 @@ class Node:
             consumers_of=self._consumers_of,
             stream_of=self._stream_of,
             delete_consumer=self._delete_consumer,
+            cluster_addrs=self._cluster_addrs,
         )
+
+    def _cluster_addrs(self) -> tuple[str, ...]:
+        """This cluster's client API addresses (a mirror/source link to a local origin)."""
+        return tuple(str(a) for a in self.config.peers.values())
 
     async def _delete_consumer(self, account: str, stream: str, name: str) -> None:
         """Through the meta leader, as a client would (the account is the call's: today

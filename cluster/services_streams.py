@@ -228,7 +228,8 @@ class StreamServicer(pbg.StreamServiceServicer):
         )
         consumers = len(self._ctx.meta.state.consumers_of(account, sa.name))
         state = stream_state_pb(st, consumers=consumers, subjects=subjects)
-        return stream_info_pb(sa, state, group_info(self._ctx, sa.group, sa.peers))
+        cluster = group_info(self._ctx, sa.group, sa.peers)
+        return stream_info_pb(sa, state, cluster, g.source_infos())
 
     def _local_info(self, sa: StreamAssignment) -> pb.StreamInfo:
         g = self._ctx.local_group(sa)

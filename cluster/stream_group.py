@@ -238,7 +238,7 @@ class StreamReplica:
             ConsumerImage(n, self.consumers[n].config, self.consumers[n].state)
             for n in sorted(self.consumers)
         ]
-        return encode_snapshot(self.stream.config, self._store, images)
+        return encode_snapshot(self.stream.config, self._store, images, self.stream.origins)
 
     def restore(self, group: str, data: bytes) -> None:
         """Replace the whole state by the snapshot's (DataLossError: the replica halts)."""
@@ -246,6 +246,7 @@ class StreamReplica:
         self._store = LmdbStreamStore(self._env, self.group)
         header = restore_store(data, self._store)
         self.stream = Stream(header.config, self._store)
+        self.stream.restore_origins(header.origins)
         self.consumers = {}
         self._cset = self._new_cset(header.config)
         for img in header.consumers:

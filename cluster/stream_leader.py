@@ -22,6 +22,10 @@ Failure: a proposal that fails leaves the leader copies ahead of the log by ops 
 never commit, so the copies are dropped (waiting pulls get 409 Leadership Change) and a new
 barrier is proposed if this node still leads. Ambiguous outcomes (timeouts) are reported to
 the caller as such.
+
+Mirrors and sources: while this node leads (from its barrier on), a ``LinkSet``
+(``cluster/mirror_links.py``) runs one coordinator per origin of the config; they propose
+``Copy`` entries through ``propose_copies`` and stop when leadership is lost.
 """
 
 from __future__ import annotations
@@ -33,13 +37,14 @@ import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.config import Limits
 from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.mirror_links import LinkSet
 from raftstream.cluster.stream_entries import (
     ConsumerDelete,
     ConsumerPut,
@@ -52,8 +57,9 @@ from raftstream.cluster.stream_group import StreamReplica, drain_events
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_pull import Delivery, PullEvent, PullRequest
 from raftstream.engine.consumer_push import PushStep
+from raftstream.engine.entries import Copy, Expire, Publish, UpdateConfig, plain_publish
 from raftstream.engine.entries import Entry as EngineEntry
-from raftstream.engine.entries import Expire, Publish, UpdateConfig, plain_publish
+from raftstream.engine.origins import OriginState
 from raftstream.engine.stream import PubAck
 from raftstream.errors import (
     DeadlineExceededError,
@@ -64,6 +70,7 @@ from raftstream.errors import (
     RaftStreamError,
     UnavailableError,
 )
+from raftstream.proto import raftstream_pb2 as pb
 from raftstream.raft.host import RaftHost
 from raftstream.raft.types import Role
 
@@ -92,6 +99,8 @@ class GroupDeps:
     stream_of: Callable[[str, str], StreamAssignment | None]
     # Ask the meta leader to delete a consumer (an ephemeral one gone inactive).
     delete_consumer: Callable[[str, str, str], Awaitable[None]]
+    # This cluster's client API addresses: where a mirror/source link finds a local origin.
+    cluster_addrs: Callable[[], tuple[str, ...]] = tuple
 
 
 @dataclass(slots=True)
@@ -165,6 +174,13 @@ class StreamGroup:
         self._attached: dict[str, int] = {}  # consumer -> attached Consume calls
         self._active_ns: dict[str, int] = {}  # consumer -> last request, ack or push step
         self._reaping: set[str] = set()  # inactive ephemerals whose deletion is in flight
+        self._links = LinkSet(
+            host=self,
+            account=self.account,
+            stream=self.name,
+            servers=deps.cluster_addrs,
+            log_extra={"node": deps.node_id, "group": self.group},
+        )
 
     # -- leadership ----------------------------------------------------------------------------
 
@@ -215,11 +231,13 @@ class StreamGroup:
         if self._poller is None or self._poller.done():
             self._poller = asyncio.get_running_loop().create_task(self._poll_loop())
         self.reconcile()
+        self._links.sync(self.replica.stream.config)
 
     def _drop_leader_state(self, why: str) -> None:
         if self._lead_term:
             log.info(why, extra={"node": self._d.node_id, "group": self.group, "term": self._term})
         self._lead_term = 0
+        self._links.stop_all()
         self._dispatch(drain_events(list(self._leaders.values())))
         self._leaders.clear()
         self._sequencing.clear()
@@ -238,6 +256,7 @@ class StreamGroup:
             w.set()
         if self._lead_term:
             self._sync_leader_copies()
+            self._links.sync(self.replica.stream.config)
 
     def _sync_leader_copies(self) -> None:
         """Follow consumer puts/deletes that just applied (level-triggered)."""
@@ -403,6 +422,36 @@ class StreamGroup:
         if isinstance(result, BaseException):
             raise result
         return result
+
+    # -- mirrors and sources (cluster/mirror.py) -------------------------------------------------
+
+    def origin_position(self, key: str) -> OriginState:
+        """The replicated position of origin ``key``, as applied here."""
+        return self.replica.stream.origins.get(key, OriginState())
+
+    async def propose_copies(self, copies: Sequence[Copy]) -> list[Any]:
+        """Propose ``copies`` as one entry; their results (refusals as values). Raises
+        NotLeader/Unavailable when it cannot commit (the outcome may be unknown: the
+        engine's position check makes a retry safe)."""
+        self.require_leader()
+        batch = StreamBatch(tuple(copies))
+        data = encode(batch)
+        self.replica.remember(data, batch)
+        try:
+            fut = self._propose(data)
+        except RaftStreamError:
+            self.replica.forget_proposed()
+            raise
+        return list(await self._await(fut))
+
+    def source_infos(self) -> tuple[pb.StreamSourceInfo | None, list[pb.StreamSourceInfo]]:
+        """(mirror, sources) of ``GetStreamInfo``: replicated positions, plus the live
+        state of the links running here."""
+        stream = self.replica.stream
+        infos = self._links.source_infos(stream.config, stream.origins)
+        if stream.config.mirror is not None:
+            return (infos[0] if infos else None), []
+        return None, infos
 
     async def _await(self, fut: Awaitable[Any]) -> Any:
         try:
@@ -648,6 +697,7 @@ class StreamGroup:
     async def close(self, *, drop: bool) -> None:
         """Stop the leader's work and close (``drop``: delete) the store."""
         self._drop_leader_state("group closed")
+        await self._links.close()
         if self._poller is not None:
             self._poller.cancel()
         for t in list(self._tasks):

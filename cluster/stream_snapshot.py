@@ -9,14 +9,17 @@ Layout (integers little-endian)::
     b"RSSTRM" | u8 version | u32 header length | header (JSON)
       | u32 dedup count | dedup records | message records
 
-The header holds the stream config (JetStream JSON), ``last_seq`` and the consumers (name,
-config JSON, ``encode_state`` in hex). A dedup record is ``u64 seq | i64 ts_ns | u32 n |
-msg id``: the duplicate window outlives the messages (a message removed by a limit or an
-ack still answers a retry of its msg id as a duplicate), so a replica restored from a
-snapshot must hold the records too. A message record is ``u64 seq | i64 ts | i64 ttl_ns |
-u32 n | subject | u32 n | headers JSON | u32 n | data``. ``restore_store`` raises
-``DataLossError`` for anything it cannot read exactly. Version 1 (no dedup section) is no
-longer read: a snapshot only travels between replicas of one release.
+The header holds the stream config (JetStream JSON), ``last_seq``, the consumers (name,
+config JSON, ``encode_state`` in hex) and, since version 3, ``origins``: a mirror's or
+sourcing stream's replicated position per origin (``engine/origins.py``), without which a
+replica restored from a snapshot would copy again what the snapshot already holds. Version 2
+(no ``origins``: a stream that copies nothing) is still read. A dedup record is ``u64 seq |
+i64 ts_ns | u32 n | msg id``: the duplicate window outlives the messages (a message removed
+by a limit or an ack still answers a retry of its msg id as a duplicate), so a replica
+restored from a snapshot must hold the records too. A message record is ``u64 seq | i64 ts |
+i64 ttl_ns | u32 n | subject | u32 n | headers JSON | u32 n | data``. ``restore_store``
+raises ``DataLossError`` for anything it cannot read exactly. Version 1 (no dedup section)
+is no longer read: a snapshot only travels between replicas of one release.
 
 Known gap: the restored store's ``last_ts`` is the newest stored message's stamp, which is
 below the source's when its newest message was removed; ``Stream`` floors time with it only
@@ -33,6 +36,7 @@ from typing import Any
 
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.consumer_state import ConsumerState, decode_state, encode_state
+from raftstream.engine.origins import OriginState, origins_from_json, origins_to_json
 from raftstream.engine.store import DedupRecord, StoredMsg, StreamStore
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.errors import DataLossError, InvariantError, RaftStreamError
@@ -40,7 +44,8 @@ from raftstream.errors import DataLossError, InvariantError, RaftStreamError
 __all__ = ["ConsumerImage", "SnapshotHeader", "encode_snapshot", "restore_store"]
 
 _MAGIC = b"RSSTRM"
-_VERSION = 2
+_VERSION = 3
+_VERSIONS_READ = (2, 3)
 _HEAD = struct.Struct("<6sBI")
 _MSG = struct.Struct("<Qqq")
 _DEDUP = struct.Struct("<Qq")
@@ -59,13 +64,18 @@ class SnapshotHeader:
     config: StreamConfig
     last_seq: int
     consumers: tuple[ConsumerImage, ...]
+    origins: dict[str, OriginState]
 
 
 def encode_snapshot(
-    config: StreamConfig, store: StreamStore, consumers: list[ConsumerImage]
+    config: StreamConfig,
+    store: StreamStore,
+    consumers: list[ConsumerImage],
+    origins: dict[str, OriginState] | None = None,
 ) -> bytes:
     """The snapshot bytes of a stream group as it is now (reads the whole store)."""
     header = {
+        "origins": origins_to_json(origins or {}),
         "config": config.to_dict(),
         "last_seq": store.state().last_seq,
         "consumers": [
@@ -119,7 +129,7 @@ def restore_store(data: bytes, store: StreamStore) -> SnapshotHeader:
 def _read_header(data: bytes) -> tuple[SnapshotHeader, int]:
     try:
         magic, version, n = _HEAD.unpack_from(data, 0)
-        if magic != _MAGIC or version != _VERSION:
+        if magic != _MAGIC or version not in _VERSIONS_READ:
             raise DataLossError("not a stream snapshot (magic or version)")
         raw: dict[str, Any] = json.loads(data[_HEAD.size : _HEAD.size + n])
         consumers = tuple(
@@ -131,7 +141,10 @@ def _read_header(data: bytes) -> tuple[SnapshotHeader, int]:
             for c in raw["consumers"]
         )
         header = SnapshotHeader(
-            StreamConfig.from_dict(raw["config"]), int(raw["last_seq"]), consumers
+            StreamConfig.from_dict(raw["config"]),
+            int(raw["last_seq"]),
+            consumers,
+            origins_from_json(raw["origins"]) if version >= 3 else {},
         )
     except DataLossError:
         raise

@@ -51,6 +51,7 @@ __all__ = [
     "HDR_ROLLUP",
     "HDR_TTL",
     "TTL_MIN_NS",
+    "Copy",
     "DeleteMsg",
     "Entry",
     "Expire",
@@ -79,6 +80,7 @@ class Kind(enum.IntEnum):
     UPDATE_CONFIG = 4
     EXPIRE = 5
     BATCH = 6
+    COPY = 7
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +141,26 @@ class Expire:
     ts_ns: int
 
 
-Entry = Publish | DeleteMsg | Purge | UpdateConfig | Expire
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Copy:
+    """Store one message copied from origin ``origin`` (a ``stream_source.source_key``) of a
+    mirror or source, at origin sequence ``origin_seq``. ``prev_origin_seq`` is the origin
+    sequence the proposer believed was stored last: a copy whose belief is stale (another
+    leader copied meanwhile) is refused rather than stored out of order. ``skipped`` is an
+    origin range the proposer saw removed before it could be copied (reported, not stored).
+    ``headers`` are the origin's; the stream adds ``Nats-Stream-Source``."""
+
+    ts_ns: int
+    origin: str
+    origin_seq: int
+    prev_origin_seq: int
+    subject: str
+    data: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=lambda: EMPTY_HEADERS, hash=False)
+    skipped: tuple[int, int] | None = None
+
+
+Entry = Publish | DeleteMsg | Purge | UpdateConfig | Expire | Copy
 
 _HEAD = struct.Struct("<BBq")
 _U8 = struct.Struct("<B")
@@ -295,6 +316,18 @@ def _encode_body(entry: Entry, w: _Writer) -> Kind:
     if isinstance(entry, UpdateConfig):
         w.text(json.dumps(entry.config.to_dict(), sort_keys=True, separators=(",", ":")))
         return Kind.UPDATE_CONFIG
+    if isinstance(entry, Copy):
+        lo, hi = entry.skipped or (0, 0)
+        w.parts.append(_U64.pack(entry.origin_seq) + _U64.pack(entry.prev_origin_seq))
+        w.parts.append(_U64.pack(lo) + _U64.pack(hi))
+        w.text(entry.origin)
+        w.text(entry.subject)
+        w.raw(bytes(entry.data))
+        w.parts.append(_U32.pack(len(entry.headers)))
+        for k, v in entry.headers.items():
+            w.text(k)
+            w.text(v)
+        return Kind.COPY
     return Kind.EXPIRE
 
 
@@ -332,12 +365,36 @@ def _decode_update(ts_ns: int, r: _Reader) -> UpdateConfig:
     return UpdateConfig(ts_ns=ts_ns, config=config)
 
 
+def _decode_copy(ts_ns: int, r: _Reader) -> Copy:
+    origin_seq, prev, lo, hi = (r.unpack(_U64) for _ in range(4))
+    origin = r.text()
+    subject = r.text()
+    data = r.raw()
+    headers = {}
+    for _ in range(r.unpack(_U32)):
+        k = r.text()
+        headers[k] = r.text()
+    if (lo == 0) != (hi == 0) or lo > hi:
+        raise DataLossError(f"copy entry has a bad skipped range {lo}..{hi}")
+    return Copy(
+        ts_ns=ts_ns,
+        origin=origin,
+        origin_seq=origin_seq,
+        prev_origin_seq=prev,
+        subject=subject,
+        data=data,
+        headers=headers or EMPTY_HEADERS,
+        skipped=(lo, hi) if lo else None,
+    )
+
+
 _DECODERS: Mapping[int, Callable[[int, _Reader], Entry]] = {
     Kind.PUBLISH: _decode_publish,
     Kind.DELETE_MSG: _decode_delete,
     Kind.PURGE: _decode_purge,
     Kind.UPDATE_CONFIG: _decode_update,
     Kind.EXPIRE: lambda ts_ns, _r: Expire(ts_ns=ts_ns),
+    Kind.COPY: _decode_copy,
 }
 
 

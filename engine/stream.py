@@ -28,6 +28,13 @@ a cache: every replica writes the same records on the same entries and expires t
 same entries (``dedup_expire`` as of each entry's time, a bounded amount per entry), so a
 replica that restarted reads from its store exactly what one that did not holds.
 
+Mirrors and sources. A ``Copy`` entry stores a message copied from an origin and advances
+that origin's replicated position (``engine/origins.py``) in the same apply: a copy at or
+below the position is a duplicate (stored once only, whoever proposed it twice); a copy whose
+``prev_origin_seq`` is not the position is refused (the proposer missed something and must
+resume from the replicated position). A mirror stores each message at its origin sequence
+(skipping the store's sequence forward over origin gaps) and refuses publishes.
+
 Retention. Interest and workqueue streams need the consumers' state; the consumer engine
 provides it through ``RetentionPolicyHook`` (below) and tells the stream when a message may
 go through ``Stream.release`` and ``Stream.sweep_interest``. Those calls come from the
@@ -43,6 +50,7 @@ from typing import Protocol
 
 from raftstream.engine.entries import (
     HDR_MSG_ID,
+    Copy,
     DeleteMsg,
     Entry,
     Expire,
@@ -53,6 +61,7 @@ from raftstream.engine.entries import (
     UpdateConfig,
     publish_options,
 )
+from raftstream.engine.origins import HDR_STREAM_SOURCE, OriginState
 from raftstream.engine.store import EMPTY_HEADERS, StoredMsg, StreamStore, headers_size
 from raftstream.engine.stream_config import (
     RetentionPolicy,
@@ -60,6 +69,7 @@ from raftstream.engine.stream_config import (
     check_update,
     store_limits,
 )
+from raftstream.engine.stream_source import source_key
 from raftstream.engine.subjects import subject_matches, validate_filter, validate_subject
 from raftstream.errors import (
     ExpectedLastMsgIdError,
@@ -76,6 +86,7 @@ from raftstream.errors import (
 
 __all__ = [
     "ConfigUpdated",
+    "Copied",
     "Expired",
     "MsgDeleted",
     "PubAck",
@@ -138,7 +149,17 @@ class Expired:
     expired: int
 
 
-Result = PubAck | MsgDeleted | Purged | ConfigUpdated | Expired
+@dataclass(frozen=True, slots=True)
+class Copied:
+    """A ``Copy`` applied: stored at ``seq`` (0: not stored, as interest retention may
+    decide), or a ``duplicate`` of a copy already applied."""
+
+    origin_seq: int
+    seq: int
+    duplicate: bool = False
+
+
+Result = PubAck | MsgDeleted | Purged | ConfigUpdated | Expired | Copied
 
 # Errors that refuse an entry. Each is raised before the entry writes anything (checks come
 # first; the store refuses an append before writing it), which ``Stream.apply`` relies on.
@@ -193,6 +214,8 @@ class Stream:
         # it changes): subjects known to be valid and captured, and their stored subjects.
         self._captured: dict[str, str] = {}
         self._transformed: dict[str, str] = {}
+        # Replicated per-origin positions of a mirror or sourcing stream (engine/origins.py).
+        self._origins: dict[str, OriginState] = {}
         state = store.state()
         if store.limits != store_limits(self._config):
             store.update_limits(store_limits(self._config), state.last_ts)
@@ -217,6 +240,15 @@ class Stream:
         """How many dedup records the store holds, including any past the window that a
         later entry has yet to expire. Walks them all: for tests and diagnostics."""
         return sum(1 for _ in self._store.dedup_iter())
+
+    @property
+    def origins(self) -> dict[str, OriginState]:
+        """The replicated position of each origin (a copy: change it with ``apply``)."""
+        return dict(self._origins)
+
+    def restore_origins(self, origins: Mapping[str, OriginState]) -> None:
+        """Set the origin positions read from a snapshot (with the store it restored)."""
+        self._origins = dict(origins)
 
     def set_retention_hook(self, hook: RetentionPolicyHook | None) -> None:
         """Attach the consumer engine (consumers may be created after the stream)."""
@@ -263,6 +295,8 @@ class Stream:
             return self._purge(entry)
         if isinstance(entry, UpdateConfig):
             return self._update(entry, now)
+        if isinstance(entry, Copy):
+            return self._copy(entry, now)
         invariant(isinstance(entry, Expire), f"unknown entry type {type(entry).__name__}")
         return Expired(expired=expired)
 
@@ -304,6 +338,12 @@ class Stream:
 
     def _publish(self, e: Publish, now: int) -> PubAck:
         cfg = self._config
+        if cfg.mirror is not None:
+            raise PreconditionError(
+                f"publish refused: stream {cfg.name} is a mirror of {cfg.mirror.name} "
+                "(read-only; remove its mirror setting to write to it)",
+                rule="mirror",
+            )
         self._check_captured(e.subject)
         self._refuse_if_sealed("publish")
         opts = publish_options(e)
@@ -330,6 +370,52 @@ class Stream:
             return PubAck(stream=cfg.name, seq=seq)
         seq = self._store_msg(subject, e.data, headers, now, opts)
         return PubAck(stream=cfg.name, seq=seq)
+
+    def _copy(self, e: Copy, now: int) -> Copied:
+        """Store a copied message and advance its origin's position (module docstring)."""
+        cfg = self._config
+        links = (cfg.mirror,) if cfg.mirror is not None else cfg.sources
+        link = next((s for s in links if source_key(s) == e.origin), None)
+        if link is None:
+            raise InvalidArgumentError("origin", f"{e.origin!r} is not an origin of {cfg.name}")
+        self._refuse_if_sealed("copy")
+        pos = self._origins.get(e.origin, OriginState())
+        if e.origin_seq <= pos.last_seq:
+            return Copied(origin_seq=e.origin_seq, seq=0, duplicate=True)
+        if e.prev_origin_seq != pos.last_seq:
+            raise PreconditionError(
+                f"copy of {e.origin} {e.origin_seq} expects {e.prev_origin_seq} stored last; "
+                f"{pos.last_seq} is",
+                rule="origin_seq",
+            )
+        headers = dict(e.headers)
+        headers[HDR_STREAM_SOURCE] = f"{link.name} {e.origin_seq}"
+        subject = link.stored_subject(e.subject)
+        if cfg.max_msg_size > 0 and headers_size(headers) + len(e.data) > cfg.max_msg_size:
+            raise LimitError(
+                f"message size exceeds max_msg_size {cfg.max_msg_size}", limit="max_msg_size"
+            )
+        store = self._store
+        seq = 0
+        with store.transaction():
+            if cfg.mirror is not None:
+                # A mirror keeps its origin's sequences: origin gaps stay gaps.
+                if e.origin_seq <= store.last_seq:
+                    raise PreconditionError(
+                        f"mirror already holds sequence {store.last_seq} >= {e.origin_seq}",
+                        rule="origin_seq",
+                    )
+                if e.origin_seq > store.last_seq + 1:
+                    store.skip(e.origin_seq)
+            if cfg.retention is not RetentionPolicy.INTEREST or self._has_interest(subject):
+                seq = store.append(subject, e.data, headers=headers, now_ns=now)
+            elif cfg.mirror is not None:
+                store.skip(e.origin_seq + 1)
+            invariant(
+                cfg.mirror is None or seq in (0, e.origin_seq), "a mirror stored out of place"
+            )
+        self._origins[e.origin] = pos.after_copy(e.origin_seq, e.skipped)
+        return Copied(origin_seq=e.origin_seq, seq=seq)
 
     def _store_msg(
         self,

@@ -15,8 +15,10 @@ capture the same subject; the meta group calls it with the other streams' config
 Implemented fields: name, description, subjects, subject_transform, retention,
 max_consumers, max_msgs, max_bytes, max_age, max_msgs_per_subject, max_msg_size, discard,
 discard_new_per_subject, storage, num_replicas, duplicate_window, sealed, deny_delete,
-deny_purge, allow_rollup_hdrs, allow_direct, first_seq, metadata, allow_msg_ttl, placement.
-JetStream fields that belong to later issues (mirror, sources, republish, ...) are
+deny_purge, allow_rollup_hdrs, allow_direct, first_seq, metadata, allow_msg_ttl, placement,
+mirror, sources (``engine/stream_source.py``; docs/mirrors.md). A mirror has no subjects,
+sources or first_seq of its own; a stream with a mirror or sources captures no subject by
+default (JetStream). JetStream fields that belong to later issues (republish, ...) are
 refused by ``from_dict`` with a rule saying so, rather than silently ignored.
 """
 
@@ -31,6 +33,7 @@ from types import MappingProxyType
 from typing import Any
 
 from raftstream.engine.store import UNLIMITED, DiscardPolicy, StoreLimits
+from raftstream.engine.stream_source import SOURCES_MAX, StreamSource, check_links, find_cycle
 from raftstream.engine.subjects import (
     FWC,
     PWC,
@@ -57,7 +60,9 @@ __all__ = [
     "StreamConfig",
     "SubjectTransform",
     "check_create",
+    "check_no_cycle",
     "check_no_overlap",
+    "check_stream_name",
     "check_update",
     "store_limits",
 ]
@@ -81,8 +86,6 @@ PLACEMENT_NAME_BYTES_MAX = 255
 # for instead of dropping them silently.
 _DEFERRED_FIELDS: Mapping[str, str] = MappingProxyType(
     {
-        "mirror": "mirrors and sources issue",
-        "sources": "mirrors and sources issue",
         "mirror_direct": "mirrors and sources issue",
         "republish": "a later issue",
         "compression": "a later issue",
@@ -345,6 +348,8 @@ class StreamConfig:
     metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
     allow_msg_ttl: bool = False
     placement: Placement | None = None
+    mirror: StreamSource | None = None
+    sources: tuple[StreamSource, ...] = ()
 
     def normalized(self) -> StreamConfig:
         """JetStream's defaults applied; no rule is checked (``validate`` does both)."""
@@ -362,6 +367,7 @@ class StreamConfig:
         _check_durations(cfg)
         _check_discard(cfg)
         _check_misc(cfg)
+        _check_mirror(cfg)
         if cfg.subject_transform is not None:
             cfg.subject_transform.validate()
         if cfg.placement is not None:
@@ -375,6 +381,10 @@ class StreamConfig:
             value = getattr(self, f.name)
             if isinstance(value, enum.Enum):
                 value = value.value
+            elif isinstance(value, StreamSource):
+                value = value.to_dict()
+            elif f.name == "sources":
+                value = [s.to_dict() for s in value] if value else None
             elif isinstance(value, tuple):
                 value = list(value)
             elif isinstance(value, Mapping):
@@ -479,6 +489,12 @@ def _parse_field(key: str, value: object) -> Any:
         if not isinstance(value, Mapping):
             raise InvalidArgumentError(key, "must be an object with 'src' and 'dest'")
         return SubjectTransform.from_dict(value)
+    if key == "mirror":
+        return StreamSource.from_dict(value, "mirror")
+    if key == "sources":
+        if not isinstance(value, list | tuple):
+            raise InvalidArgumentError(key, "must be a list of sources")
+        return tuple(StreamSource.from_dict(v, f"sources[{i}]") for i, v in enumerate(value))
     if key == "placement":
         if not isinstance(value, Mapping):
             raise InvalidArgumentError(key, "must be an object with 'cluster' and/or 'tags'")
@@ -506,7 +522,10 @@ def _normalize(cfg: StreamConfig) -> StreamConfig:
             window = max_age
     return replace(
         cfg,
-        subjects=tuple(cfg.subjects) or (cfg.name,),
+        # JetStream: a stream that mirrors or sources captures no subject unless told to.
+        subjects=tuple(cfg.subjects)
+        or (() if cfg.mirror is not None or cfg.sources else (cfg.name,)),
+        sources=tuple(cfg.sources),
         max_consumers=unlimited(cfg.max_consumers),
         max_msgs=unlimited(cfg.max_msgs),
         max_bytes=unlimited(cfg.max_bytes),
@@ -533,18 +552,45 @@ def _utf8_len(field_name: str, text: str) -> int:
 
 
 def _check_name(name: str) -> None:
+    check_stream_name(name, "name")
+
+
+def check_stream_name(name: str, field_name: str) -> None:
     """JetStream's ``isValidName`` plus its path-separator and length rules."""
     if not name:
-        raise InvalidArgumentError("name", "stream name is required")
+        raise InvalidArgumentError(field_name, "stream name is required")
     if any(c.isspace() or not c.isprintable() for c in name):
-        raise InvalidArgumentError("name", "must not contain whitespace or control characters")
+        raise InvalidArgumentError(field_name, "must not contain whitespace or control characters")
     bad = sorted(set(name) & _NAME_FORBIDDEN)
     if bad:
         raise InvalidArgumentError(
-            "name", f"must not contain {''.join(bad)!r} ('.', '*', '>', '/', '\\' are refused)"
+            field_name,
+            f"must not contain {''.join(bad)!r} ('.', '*', '>', '/', '\\' are refused)",
         )
-    if _utf8_len("name", name) > NAME_BYTES_MAX:
-        raise InvalidArgumentError("name", f"must be at most {NAME_BYTES_MAX} bytes")
+    if _utf8_len(field_name, name) > NAME_BYTES_MAX:
+        raise InvalidArgumentError(field_name, f"must be at most {NAME_BYTES_MAX} bytes")
+
+
+def _check_mirror(cfg: StreamConfig) -> None:
+    """A mirror is an exact, read-only copy: nothing of its own beside the origin."""
+    if len(cfg.sources) > SOURCES_MAX:
+        raise InvalidArgumentError("sources", f"at most {SOURCES_MAX} sources")
+    check_links("sources", cfg.sources, cfg.name)
+    if cfg.mirror is None:
+        return
+    check_links("mirror", (cfg.mirror,), cfg.name)
+    if cfg.subjects:
+        raise InvalidArgumentError("subjects", "a mirror has no subjects of its own")
+    if cfg.sources:
+        raise InvalidArgumentError("sources", "a mirror cannot also have sources")
+    if cfg.first_seq:
+        raise InvalidArgumentError("first_seq", "a mirror keeps its origin's sequences")
+    if cfg.subject_transform is not None:
+        raise InvalidArgumentError("subject_transform", "a mirror stores subjects unchanged")
+    if cfg.mirror.subject_transforms:
+        raise InvalidArgumentError(
+            "mirror.subject_transforms", "a mirror stores subjects unchanged"
+        )
 
 
 def _check_subjects(cfg: StreamConfig) -> None:
@@ -630,6 +676,8 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
     """Validate ``new`` as an update of ``old``; return the normalised new config.
 
     Immutable, as in JetStream: ``name``, ``storage``, ``max_consumers``, ``first_seq``.
+    ``mirror`` may only be removed (the mirror becomes a normal stream, keeping its
+    messages), never added to an existing stream or changed to another origin.
     ``retention`` may switch between limits and interest but never to or from workqueue
     (a work queue's one-consumer-per-subject guarantee cannot be retrofitted). One-way
     switches: ``sealed``, ``deny_delete``, ``deny_purge`` and ``allow_msg_ttl`` can be turned
@@ -654,6 +702,13 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
     for name, rule in one_way.items():
         if getattr(before, name) and not getattr(after, name):
             raise InvalidArgumentError(name, rule)
+    if after.mirror is not None and before.mirror != after.mirror:
+        rule = (
+            "cannot be added to an existing stream"
+            if before.mirror is None
+            else "cannot be changed (remove it to promote the mirror)"
+        )
+        raise InvalidArgumentError("mirror", rule)
     return after
 
 
@@ -675,6 +730,25 @@ def check_no_overlap(config: StreamConfig, others: Iterable[StreamConfig]) -> No
                         "subjects",
                         f"subject {s!r} overlaps {theirs!r} of stream {other.name!r}",
                     )
+
+
+def _origins(config: StreamConfig) -> tuple[str, ...]:
+    """The same-cluster streams ``config`` copies from (external ones leave the cluster)."""
+    links = (config.mirror,) if config.mirror is not None else config.sources
+    return tuple(s.name for s in links if s is not None and s.external is None)
+
+
+def check_no_cycle(config: StreamConfig, others: Iterable[StreamConfig]) -> None:
+    """Refuse ``config`` when its mirror or sources close a cycle among the account's
+    streams (``others``; one named like ``config`` is skipped): copying would loop forever.
+    The error names ``mirror`` or ``sources`` and the cycle."""
+    links = {o.name: _origins(o) for o in others if o.name != config.name}
+    links[config.name] = _origins(config)
+    path = find_cycle(config.name, links)
+    if path is None:
+        return
+    field_name = "mirror" if config.mirror is not None else "sources"
+    raise InvalidArgumentError(field_name, "a mirror/source cycle: " + " -> ".join(path))
 
 
 def store_limits(config: StreamConfig) -> StoreLimits:

@@ -562,6 +562,8 @@ class StreamInfo(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
     CREATED_NS_FIELD_NUMBER: _builtins.int
+    MIRROR_FIELD_NUMBER: _builtins.int
+    SOURCES_FIELD_NUMBER: _builtins.int
     config_json: _builtins.str
     """the normalised config (defaults applied)"""
     created_ns: _builtins.int
@@ -569,6 +571,12 @@ class StreamInfo(_message.Message):
     def state(self) -> Global___StreamState: ...
     @_builtins.property
     def cluster(self) -> Global___GroupInfo: ...
+    @_builtins.property
+    def mirror(self) -> Global___StreamSourceInfo:
+        """set for a mirror (docs/mirrors.md)"""
+
+    @_builtins.property
+    def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamSourceInfo]: ...
     def __init__(
         self,
         *,
@@ -576,14 +584,101 @@ class StreamInfo(_message.Message):
         state: Global___StreamState | None = ...,
         cluster: Global___GroupInfo | None = ...,
         created_ns: _builtins.int = ...,
+        mirror: Global___StreamSourceInfo | None = ...,
+        sources: _abc.Iterable[Global___StreamSourceInfo] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "state", b"state"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "mirror", b"mirror", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "config_json", b"config_json", "created_ns", b"created_ns", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "config_json", b"config_json", "created_ns", b"created_ns", "mirror", b"mirror", "sources", b"sources", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamInfo: _TypeAlias = StreamInfo  # noqa: Y015
+
+@_typing.final
+class SkippedRange(_message.Message):
+    """An origin range a mirror or source could not copy: the origin removed it first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIRST_SEQ_FIELD_NUMBER: _builtins.int
+    LAST_SEQ_FIELD_NUMBER: _builtins.int
+    first_seq: _builtins.int
+    last_seq: _builtins.int
+    def __init__(
+        self,
+        *,
+        first_seq: _builtins.int = ...,
+        last_seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_seq", b"first_seq", "last_seq", b"last_seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SkippedRange: _TypeAlias = SkippedRange  # noqa: Y015
+
+@_typing.final
+class StreamSourceInfo(_message.Message):
+    """The state of one mirror or source link, as the copying stream's leader sees it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    EXTERNAL_API_FIELD_NUMBER: _builtins.int
+    LAG_FIELD_NUMBER: _builtins.int
+    ACTIVE_NS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    LAST_ORIGIN_SEQ_FIELD_NUMBER: _builtins.int
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    SKIPPED_MSGS_FIELD_NUMBER: _builtins.int
+    FILTER_SUBJECT_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """the origin stream"""
+    lag: _builtins.int
+    """origin messages not copied yet (as last seen)"""
+    active_ns: _builtins.int
+    """time since the link last heard from the origin; -1: never"""
+    error: _builtins.str
+    """the link's last error; empty: none"""
+    last_origin_seq: _builtins.int
+    """the replicated last origin sequence stored"""
+    skipped_msgs: _builtins.int
+    """every skipped message counted"""
+    filter_subject: _builtins.str
+    running: _builtins.bool
+    """a coordinator runs for it (this node leads the stream)"""
+    @_builtins.property
+    def external_api(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the origin cluster's addresses; empty: this cluster"""
+
+    @_builtins.property
+    def skipped(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkippedRange]:
+        """newest last, a bounded number"""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        external_api: _abc.Iterable[_builtins.str] | None = ...,
+        lag: _builtins.int = ...,
+        active_ns: _builtins.int = ...,
+        error: _builtins.str = ...,
+        last_origin_seq: _builtins.int = ...,
+        skipped: _abc.Iterable[Global___SkippedRange] | None = ...,
+        skipped_msgs: _builtins.int = ...,
+        filter_subject: _builtins.str = ...,
+        running: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_ns", b"active_ns", "error", b"error", "external_api", b"external_api", "filter_subject", b"filter_subject", "lag", b"lag", "last_origin_seq", b"last_origin_seq", "name", b"name", "running", b"running", "skipped", b"skipped", "skipped_msgs", b"skipped_msgs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamSourceInfo: _TypeAlias = StreamSourceInfo  # noqa: Y015
 
 @_typing.final
 class ListStreamsRequest(_message.Message):

@@ -37,11 +37,13 @@ __all__ = [
     "ConsumerConfig",
     "DeliverPolicy",
     "DiscardPolicy",
+    "ExternalStream",
     "Placement",
     "ReplayPolicy",
     "RetentionPolicy",
     "StorageType",
     "StreamConfig",
+    "StreamSource",
     "SubjectTransform",
     "format_rfc3339_ns",
     "parse_rfc3339_ns",
@@ -136,6 +138,70 @@ class Placement:
         return out
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExternalStream:
+    """An origin in another cluster: that cluster's client ``host:port`` addresses."""
+
+    api: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.api, str):
+            _set(self, "api", tuple(a.strip() for a in self.api.split(",") if a.strip()))
+        _set(self, "api", tuple(self.api))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"api": list(self.api)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamSource:
+    """A mirror's or a source's origin (docs/mirrors.md): the stream ``name``, where to
+    start (``opt_start_seq``, or ``opt_start_time`` in ns since the epoch), which subjects
+    (``filter_subject`` or ``subject_transforms``), and ``external`` for another cluster."""
+
+    name: str
+    opt_start_seq: int = 0
+    opt_start_time: int = 0
+    filter_subject: str | None = None
+    subject_transforms: tuple[SubjectTransform, ...] = ()
+    external: ExternalStream | None = None
+
+    def __post_init__(self) -> None:
+        _set(
+            self,
+            "subject_transforms",
+            tuple(
+                SubjectTransform(**t) if isinstance(t, Mapping) else t
+                for t in self.subject_transforms
+            ),
+        )
+        if isinstance(self.external, Mapping):
+            _set(self, "external", ExternalStream(api=self.external.get("api", ())))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.opt_start_seq:
+            out["opt_start_seq"] = self.opt_start_seq
+        if self.opt_start_time:
+            out["opt_start_time"] = format_rfc3339_ns(self.opt_start_time)
+        if self.filter_subject is not None:
+            out["filter_subject"] = self.filter_subject
+        if self.subject_transforms:
+            out["subject_transforms"] = [t.to_dict() for t in self.subject_transforms]
+        if self.external is not None:
+            out["external"] = self.external.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> StreamSource:
+        """Read JetStream JSON; unknown keys are ignored (a newer server's fields)."""
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in raw.items() if k in known and v is not None}
+        if isinstance(kwargs.get("opt_start_time"), str):
+            kwargs["opt_start_time"] = parse_rfc3339_ns(kwargs["opt_start_time"])
+        return cls(**kwargs)
+
+
 @dataclass(frozen=True, kw_only=True)
 class StreamConfig:
     """A stream's configuration (see the module docstring for units and defaults)."""
@@ -165,8 +231,17 @@ class StreamConfig:
     metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
     allow_msg_ttl: bool = False
     placement: Placement | None = None
+    mirror: StreamSource | None = None
+    sources: tuple[StreamSource, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.mirror, Mapping):
+            _set(self, "mirror", StreamSource.from_dict(self.mirror))
+        _set(
+            self,
+            "sources",
+            tuple(StreamSource.from_dict(s) if isinstance(s, Mapping) else s for s in self.sources),
+        )
         if isinstance(self.subjects, str):
             raise InvalidArgumentError("subjects", "a list of subjects, not one string")
         _set(self, "subjects", tuple(self.subjects))
@@ -184,7 +259,7 @@ class StreamConfig:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None:
+            if value is None or (f.name == "sources" and not value):
                 continue
             out[f.name] = _plain(value)
         return out
@@ -203,10 +278,10 @@ def _plain(value: object) -> object:
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, tuple):
-        return list(value)
+        return [_plain(v) for v in value]
     if isinstance(value, Mapping):
         return dict(value)
-    if isinstance(value, SubjectTransform | Placement):
+    if isinstance(value, SubjectTransform | Placement | StreamSource):
         return value.to_dict()
     return value
 

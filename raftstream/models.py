@@ -34,6 +34,7 @@ __all__ = [
     "ReplicaInfo",
     "SequenceInfo",
     "StreamInfo",
+    "StreamSourceInfo",
     "StreamState",
 ]
 
@@ -132,6 +133,8 @@ class StreamInfo:
     state: StreamState
     cluster: GroupInfo | None
     created_ns: int
+    mirror: StreamSourceInfo | None = None
+    sources: tuple[StreamSourceInfo, ...] = ()
 
     @classmethod
     def from_pb(cls, m: pb.StreamInfo) -> StreamInfo:
@@ -140,6 +143,46 @@ class StreamInfo:
             state=StreamState.from_pb(m.state),
             cluster=GroupInfo.from_pb(m.cluster) if m.HasField("cluster") else None,
             created_ns=m.created_ns,
+            mirror=StreamSourceInfo.from_pb(m.mirror) if m.HasField("mirror") else None,
+            sources=tuple(StreamSourceInfo.from_pb(s) for s in m.sources),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamSourceInfo:
+    """A mirror's or source's link, as the copying stream's leader reports it.
+
+    ``external``: the origin cluster's addresses (empty: this cluster). ``lag``: origin
+    messages not copied yet, as last seen; ``active_ns``: since the origin was last heard
+    from (-1: never, or no link runs, ``running`` False); ``error``: the link's last error
+    (None: none). ``last_origin_seq`` is the replicated last origin sequence stored;
+    ``skipped`` the origin ranges (first, last) removed before they could be copied (newest
+    last, bounded), ``skipped_msgs`` all of them counted."""
+
+    name: str
+    external: tuple[str, ...] = ()
+    lag: int = 0
+    active_ns: int = -1
+    error: str | None = None
+    last_origin_seq: int = 0
+    skipped: tuple[tuple[int, int], ...] = ()
+    skipped_msgs: int = 0
+    filter_subject: str | None = None
+    running: bool = False
+
+    @classmethod
+    def from_pb(cls, m: pb.StreamSourceInfo) -> StreamSourceInfo:
+        return cls(
+            name=m.name,
+            external=tuple(m.external_api),
+            lag=m.lag,
+            active_ns=m.active_ns,
+            error=m.error or None,
+            last_origin_seq=m.last_origin_seq,
+            skipped=tuple((r.first_seq, r.last_seq) for r in m.skipped),
+            skipped_msgs=m.skipped_msgs,
+            filter_subject=m.filter_subject or None,
+            running=m.running,
         )
 
 

@@ -61,3 +61,49 @@ def test_a_truncated_dedup_section_is_data_loss(env: Any) -> None:
     cut = data.index(b"a-long-msg-id") + 4
     with pytest.raises(DataLossError):
         restore_store(data[:cut], LmdbStreamStore(env, "replica"))
+
+
+def test_a_snapshot_carries_the_origin_positions_of_a_mirror(env: Any) -> None:
+    """Issue 7: the replicated origin position is in the snapshot (version 3), so a replica
+    caught up by one resumes copying after it, not from the start."""
+    from raftstream.engine.entries import Copy
+    from raftstream.engine.stream_source import StreamSource
+
+    cfg = StreamConfig(name="M", mirror=StreamSource(name="O"))
+    source = Stream(cfg, LmdbStreamStore(env, "src"))
+    for seq, prev in ((3, 0), (4, 3), (9, 4)):
+        source.apply(
+            Copy(
+                ts_ns=seq,
+                origin="O",
+                origin_seq=seq,
+                prev_origin_seq=prev,
+                subject="a",
+                skipped=(1, 2) if seq == 3 else None,
+            )
+        )
+    data = encode_snapshot(cfg, source.store, [], source.origins)
+    store = LmdbStreamStore(env, "replica")
+    header = restore_store(data, store)
+    assert header.origins == source.origins
+    assert store.state().last_seq == 9 and store.state().msgs == 3
+    replica = Stream(header.config, store)
+    replica.restore_origins(header.origins)
+    dup = replica.apply(Copy(ts_ns=10, origin="O", origin_seq=9, prev_origin_seq=4, subject="a"))
+    assert getattr(dup, "duplicate", False)
+
+
+def test_a_version_2_snapshot_still_restores_without_origins(env: Any) -> None:
+    import json
+    import struct
+
+    source = Stream(CFG, LmdbStreamStore(env, "src"))
+    source.apply(Publish(ts_ns=1 * SEC, subject="s.a", data=b"x"))
+    data = encode_snapshot(CFG, source.store, [])
+    magic, _, n = struct.unpack_from("<6sBI", data, 0)
+    header = json.loads(data[11 : 11 + n])
+    del header["origins"]
+    raw = json.dumps(header, sort_keys=True).encode()
+    old = struct.pack("<6sBI", magic, 2, len(raw)) + raw + data[11 + n :]
+    restored = restore_store(old, LmdbStreamStore(env, "replica"))
+    assert restored.origins == {} and restored.last_seq == 1

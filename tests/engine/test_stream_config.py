@@ -377,8 +377,8 @@ def test_json_uses_jetstream_names_and_nanoseconds() -> None:
     "raw,field",
     [
         ({"name": "S", "max_mesages": 1}, "max_mesages"),
-        ({"name": "S", "mirror": {"name": "O"}}, "mirror"),
-        ({"name": "S", "sources": []}, "sources"),
+        ({"name": "S", "mirror_direct": True}, "mirror_direct"),
+        ({"name": "S", "sources": {"name": "O"}}, "sources"),
         ({"name": "S", "max_msgs": True}, "max_msgs"),
         ({"name": "S", "max_msgs": "10"}, "max_msgs"),
         ({"name": "S", "sealed": 1}, "sealed"),

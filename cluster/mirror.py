@@ -1,0 +1,301 @@
+"""The mirror/source coordinator: one ``MirrorLink`` per origin of a stream, on its leader.
+
+A link is a CLIENT of the origin through the public gRPC API (the SDK, ``raftstream.client``),
+wherever the origin is: this cluster (its own node addresses) or another (``external.api``).
+One session of a link:
+
+1. connect; read the origin's info; read the REPLICATED position of this origin
+   (``Stream.origins``, advanced by every applied ``Copy``);
+2. replace the link's pull consumer on the origin (a fixed name per link, so a new leader
+   replaces the old leader's) with one that starts right after that position, acks
+   explicitly and expires when abandoned (``inactive_threshold``);
+3. loop: fetch a batch with idle heartbeats; propose it as ``Copy`` entries (each naming the
+   origin sequence it copies and the one it believes was stored before it); once the entry
+   committed, ack the batch on the origin. The next fetch overlaps the commit.
+
+Exactly once, in order: the engine stores a ``Copy`` only when its ``prev_origin_seq`` is the
+replicated position, and ignores one at or below it, so whatever was proposed twice (a
+redelivery, two leaders for a moment) is stored once, and nothing is stored past a hole.
+Any failure (origin or own leader change, a refused copy, missed heartbeats: a stalled link,
+a broken connection) ends the session; the next one starts from the replicated position
+again, after a tenacity backoff. Acks go out only after commit, so a work-queue or interest
+origin drops a message only once the copy is durable on a quorum here. What was committed
+but not acked when a session ended is deleted from a work-queue origin by the next session
+(it holds the copies), since a fresh consumer never sees those sequences again.
+
+Origin sequences that the origin removed before they could be copied (limits, purge) are
+reported as ``skipped`` ranges in the replicated state: a gap in the delivered sequences is
+checked against the origin's first sequence (links with a subject filter see gaps for every
+other subject, so they report none).
+
+Ownership: the node's event loop. ``StreamGroup`` starts links when its leader barrier
+applies and stops them when leadership is lost or the config drops the origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    wait_exponential_jitter,
+)
+
+from raftstream import errors as sdk_errors
+from raftstream.client import Client, connect
+from raftstream.config import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy
+from raftstream.engine.entries import Copy
+from raftstream.engine.origins import HDR_STREAM_SOURCE, OriginState
+from raftstream.engine.stream_source import StreamSource, source_key
+from raftstream.engine.subjects import subject_matches
+from raftstream.msg import Msg
+
+__all__ = ["LinkHost", "LinkInfo", "MirrorLink", "link_consumer_name"]
+
+log = logging.getLogger(__name__)
+
+NS_PER_S = 1_000_000_000
+FETCH_MSGS_MAX = 512  # messages per fetch (and per proposed entry)
+FETCH_WAIT_S = 2.0  # how long one fetch waits for messages
+HEARTBEAT_S = 0.5  # the origin's idle heartbeat; 3 missed ones end the session (stalled)
+CLIENT_TIMEOUT_S = 5.0  # per call to the origin
+ACK_WAIT_NS = 30 * NS_PER_S  # the origin redelivers an unacked copy after this
+ACK_PENDING_MSGS_MAX = 4 * FETCH_MSGS_MAX
+INACTIVE_THRESHOLD_NS = 30 * NS_PER_S  # the origin drops an abandoned link consumer
+RECONNECT_WAIT_MIN_S = 0.1
+RECONNECT_WAIT_MAX_S = 5.0
+WORKQUEUE_CLEANUP_MSGS_MAX = 4 * ACK_PENDING_MSGS_MAX  # committed-not-acked, deleted at start
+
+
+class LinkHost(Protocol):
+    """What a link needs from the stream group it copies into (``StreamGroup``)."""
+
+    def origin_position(self, key: str) -> OriginState:
+        """The replicated position of origin ``key`` (as applied on this node)."""
+        ...
+
+    async def propose_copies(self, copies: Sequence[Copy]) -> list[Any]:
+        """Propose the copies as one entry; their results (a refusal is an exception
+        VALUE in the list); raises when the entry could not be committed."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LinkInfo:
+    """A link as its leader sees it (``lag``: origin messages not copied yet, as last
+    seen; ``active_ns``: since the origin was last heard from, -1 never)."""
+
+    lag: int
+    active_ns: int
+    error: str | None
+    running: bool
+
+
+def link_consumer_name(account: str, stream: str, src: StreamSource, *, mirror: bool) -> str:
+    """The link's consumer name on the origin: fixed per link, so a new leader replaces
+    the consumer of the old one instead of leaving a second one reading."""
+    digest = hashlib.sha256(f"{account}/{stream}/{source_key(src)}".encode()).hexdigest()
+    return ("MIRROR_" if mirror else "SOURCE_") + digest[:20].upper()
+
+
+class _SessionEnd(Exception):
+    """A session ended for a reason worth a retry (reported as the link's error)."""
+
+
+class MirrorLink:
+    """Copies one origin into its host's stream while started (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        host: LinkHost,
+        source: StreamSource,
+        mirror: bool,
+        consumer_name: str,
+        servers: Callable[[], tuple[str, ...]],
+        log_extra: dict[str, str],
+    ) -> None:
+        self._host = host
+        self.source = source
+        self.key = source_key(source)
+        self._mirror = mirror
+        self._consumer = consumer_name
+        self._servers = servers
+        self._extra = log_extra
+        self._task: asyncio.Task[None] | None = None
+        self._lag = 0
+        self._active_mono: float | None = None
+        self._error: str | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def info(self) -> LinkInfo:
+        active = -1
+        if self._active_mono is not None:
+            active = int((time.monotonic() - self._active_mono) * NS_PER_S)
+        running = self._task is not None and not self._task.done()
+        return LinkInfo(lag=self._lag, active_ns=active, error=self._error, running=running)
+
+    async def _run(self) -> None:
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(Exception),
+            wait=wait_exponential_jitter(initial=RECONNECT_WAIT_MIN_S, max=RECONNECT_WAIT_MAX_S),
+            before_sleep=self._report,
+        )
+        # Never gives up while started: the link is stopped by its stream group.
+        async for attempt in retrying:
+            with attempt:
+                await self._session()
+
+    def _report(self, state: Any) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        self._error = f"{type(exc).__name__}: {exc}" if exc is not None else None
+        log.info("link to %s interrupted: %s", self.key, self._error, extra=self._extra)
+
+    # -- one session -------------------------------------------------------------------------
+
+    def _servers_now(self) -> tuple[str, ...]:
+        if self.source.external is not None:
+            return self.source.external.api
+        return self._servers()
+
+    async def _session(self) -> None:
+        servers = self._servers_now()
+        if not servers:
+            raise _SessionEnd("no address to reach the origin")
+        client = await connect(list(servers), timeout=CLIENT_TIMEOUT_S)
+        try:
+            await self._copy_with(client)
+        finally:
+            await client.close()
+
+    async def _copy_with(self, client: Client) -> None:
+        src = self.source
+        info = await client.stream_info(src.name)
+        pos = self._host.origin_position(self.key).last_seq
+        if info.config.retention is RetentionPolicy.WORKQUEUE and pos:
+            await self._clean_workqueue(client, info.state.first_seq, pos)
+        with contextlib.suppress(sdk_errors.NotFoundError):
+            await client.delete_consumer(src.name, self._consumer)
+        await client.add_consumer(src.name, self._consumer_config(pos))
+        sub = await client.pull_subscribe_bind(src.name, self._consumer)
+        self._error = None
+        expect = pos + 1 if pos else max(src.opt_start_seq, 1)
+        first_gap_checked = bool(pos) or not src.opt_start_time
+        prev = pos
+        pending: asyncio.Task[None] | None = None
+        try:
+            while True:
+                msgs = await sub.fetch(FETCH_MSGS_MAX, FETCH_WAIT_S, heartbeat=HEARTBEAT_S)
+                self._active_mono = time.monotonic()
+                copies: list[Copy] = []
+                for m in msgs:
+                    seq = m.metadata.stream_seq
+                    if seq <= prev:
+                        continue  # a redelivery of what is stored or proposed already
+                    skipped = None
+                    if seq > expect and first_gap_checked and not src.filters:
+                        skipped = await self._skipped(client, expect, seq - 1)
+                    first_gap_checked = True
+                    copies.append(self._copy(m, prev, skipped))
+                    prev, expect = seq, seq + 1
+                if pending is not None:
+                    await pending  # the previous batch committed (or this raises)
+                    pending = None
+                if msgs:
+                    self._lag = msgs[-1].metadata.num_pending
+                    pending = asyncio.get_running_loop().create_task(self._commit(copies, msgs))
+                else:
+                    self._lag = 0
+        finally:
+            if pending is not None:
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+
+    def _consumer_config(self, pos: int) -> ConsumerConfig:
+        src = self.source
+        filters = src.filters
+        start: dict[str, Any] = {}
+        if pos:
+            start = {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": pos + 1}
+        elif src.opt_start_seq:
+            start = {
+                "deliver_policy": DeliverPolicy.BY_START_SEQUENCE,
+                "opt_start_seq": src.opt_start_seq,
+            }
+        elif src.opt_start_time:
+            start = {
+                "deliver_policy": DeliverPolicy.BY_START_TIME,
+                "opt_start_time": src.opt_start_time,
+            }
+        return ConsumerConfig(
+            name=self._consumer,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ACK_WAIT_NS,
+            max_ack_pending=ACK_PENDING_MSGS_MAX,
+            inactive_threshold=INACTIVE_THRESHOLD_NS,
+            filter_subject=filters[0] if len(filters) == 1 else None,
+            filter_subjects=filters if len(filters) > 1 else (),
+            **start,
+        )
+
+    def _copy(self, m: Msg, prev: int, skipped: tuple[int, int] | None) -> Copy:
+        headers = {k: v for k, v in m.headers.items() if k != HDR_STREAM_SOURCE}
+        return Copy(
+            ts_ns=time.time_ns(),  # the leader's stamp, as for a publish
+            origin=self.key,
+            origin_seq=m.metadata.stream_seq,
+            prev_origin_seq=prev,
+            subject=m.subject,
+            data=m.data,
+            headers=headers,
+            skipped=skipped,
+        )
+
+    async def _commit(self, copies: list[Copy], msgs: list[Msg]) -> None:
+        """Propose the copies; ack the batch on the origin only once they committed."""
+        if copies:
+            results = await self._host.propose_copies(copies)
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise _SessionEnd(f"copy refused: {r}")
+        for m in msgs:
+            await m.ack()
+
+    async def _skipped(self, client: Client, lo: int, hi: int) -> tuple[int, int] | None:
+        """The part of the undelivered origin range ``lo..hi`` that lies below the origin's
+        first sequence now (removed by limits or a purge before it could be copied); the
+        rest are messages deleted inside the origin, which a copy keeps as gaps."""
+        info = await client.stream_info(self.source.name)
+        top = min(hi, info.state.first_seq - 1)
+        return (lo, top) if top >= lo else None
+
+    async def _clean_workqueue(self, client: Client, first: int, pos: int) -> None:
+        """Delete from a work-queue origin what is copied (up to ``pos``) but was never
+        acked (module docstring); only messages this link takes (its filters)."""
+        filters = self.source.filters
+        for seq in range(max(first, 1, pos - WORKQUEUE_CLEANUP_MSGS_MAX + 1), pos + 1):
+            with contextlib.suppress(sdk_errors.NotFoundError):
+                if filters:
+                    msg = await client.get_msg(self.source.name, seq)
+                    if not any(subject_matches(f, msg.subject) for f in filters):
+                        continue
+                await client.delete_msg(self.source.name, seq)

@@ -1,0 +1,114 @@
+"""The set of mirror/source links of one stream group, kept in line with its config.
+
+``StreamGroup`` owns one ``LinkSet``: ``sync`` (called when its leader barrier applies and
+after every apply while it leads; cheap when the config did not change) starts a
+``MirrorLink`` per origin of the current config and stops those the config dropped;
+``stop_all`` runs when leadership is lost or the group closes. ``source_infos`` builds the
+``StreamSourceInfo`` of ``GetStreamInfo`` from the replicated positions plus, where a link
+runs here, its leader-local lag, activity and error. Owned by the node's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+
+from raftstream.cluster.mirror import LinkHost, LinkInfo, MirrorLink, link_consumer_name
+from raftstream.engine.origins import OriginState
+from raftstream.engine.stream_config import StreamConfig
+from raftstream.engine.stream_source import StreamSource, source_key
+from raftstream.proto import raftstream_pb2 as pb
+
+__all__ = ["LinkSet", "links_of"]
+
+
+def links_of(config: StreamConfig) -> tuple[StreamSource, ...]:
+    """The origins ``config`` copies from: its mirror, or its sources."""
+    return (config.mirror,) if config.mirror is not None else config.sources
+
+
+class LinkSet:
+    """The running links of one stream group (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        host: LinkHost,
+        account: str,
+        stream: str,
+        servers: Callable[[], tuple[str, ...]],
+        log_extra: dict[str, str],
+    ) -> None:
+        self._host = host
+        self._account = account
+        self._stream = stream
+        self._servers = servers
+        self._extra = log_extra
+        self._links: dict[str, MirrorLink] = {}
+        self._config: StreamConfig | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
+
+    def sync(self, config: StreamConfig) -> None:
+        """Start the links ``config`` asks for, stop the others (this node leads)."""
+        if config is self._config:
+            return
+        self._config = config
+        mirror = config.mirror is not None
+        wanted = {source_key(s): s for s in links_of(config)}
+        for key in [k for k, link in self._links.items() if wanted.get(k) != link.source]:
+            self._stop_later(self._links.pop(key))
+        for key, src in wanted.items():
+            if key in self._links:
+                continue
+            link = MirrorLink(
+                host=self._host,
+                source=src,
+                mirror=mirror,
+                consumer_name=link_consumer_name(self._account, self._stream, src, mirror=mirror),
+                servers=self._servers,
+                log_extra=self._extra,
+            )
+            self._links[key] = link
+            link.start()
+
+    def stop_all(self) -> None:
+        """Leadership lost: stop every link (their sessions end at once)."""
+        self._config = None
+        for link in self._links.values():
+            self._stop_later(link)
+        self._links.clear()
+
+    async def close(self) -> None:
+        self.stop_all()
+        await asyncio.gather(*self._stopping, return_exceptions=True)
+
+    def _stop_later(self, link: MirrorLink) -> None:
+        task = asyncio.get_running_loop().create_task(link.stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    def source_infos(
+        self, config: StreamConfig, origins: Mapping[str, OriginState]
+    ) -> list[pb.StreamSourceInfo]:
+        """One ``StreamSourceInfo`` per origin of ``config``, in config order."""
+        out = []
+        for src in links_of(config):
+            key = source_key(src)
+            link = self._links.get(key)
+            live = link.info() if link is not None else LinkInfo(0, -1, None, running=False)
+            pos = origins.get(key, OriginState())
+            out.append(
+                pb.StreamSourceInfo(
+                    name=src.name,
+                    external_api=list(src.external.api) if src.external is not None else [],
+                    lag=live.lag,
+                    active_ns=live.active_ns,
+                    error=live.error or "",
+                    last_origin_seq=pos.last_seq,
+                    skipped=[pb.SkippedRange(first_seq=lo, last_seq=hi) for lo, hi in pos.skipped],
+                    skipped_msgs=pos.skipped_msgs,
+                    filter_subject=src.filter_subject or "",
+                    running=live.running,
+                )
+            )
+        return out

@@ -1,0 +1,196 @@
+"""Integration: mirrors and sources between real node processes (issue 7, "Tests").
+
+- one cluster: an R3 origin, an R3 mirror and an R1 source of it, while a publisher runs,
+  kill -9 the mirror's leader, then the origin's leader (each restarted after); afterwards
+  the mirror equals the origin message for message and sequence for sequence (an origin
+  gap made before copying stays a gap), and the source holds every origin message exactly
+  once (the ``Nats-Stream-Source`` header names origin and sequence);
+- two clusters: a source whose origin is in a second cluster (``external``), while that
+  cluster's only node is stopped and restarted mid-stream: every origin message exactly
+  once, and the link reports its state in stream info.
+
+Waits poll (``wait_for``/``retry_async``); nothing asserts on timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+import raftstream
+from raftstream import errors
+from raftstream.config import ExternalStream, StreamSource
+from raftstream.localnet import wait_for
+
+from .node_harness import LocalCluster, retry_async, run
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HDR = "Nats-Stream-Source"
+TOTAL_MSGS = 240
+SETTLE_TIMEOUT_S = 60.0
+
+
+@pytest.fixture
+def cluster1(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """A second, one-node cluster (another cluster's origin)."""
+    c = LocalCluster(1)
+    try:
+        c.start_all()
+        yield c
+        if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+            print(c.tails(60))
+    finally:
+        c.close()
+
+
+async def _publish(js: raftstream.Client, subject: str, i: int) -> None:
+    """Publish message ``i`` with a msg id, retrying with the SAME id until acknowledged."""
+    await retry_async(lambda: js.publish(f"{subject}.{i % 5}", b"m%d" % i, msg_id=f"m{i}"))
+
+
+async def _messages(js: raftstream.Client, stream: str) -> dict[int, raftstream.RawStreamMsg]:
+    """Every message of ``stream`` by sequence (gaps left out)."""
+    info = await js.stream_info(stream)
+    out = {}
+    for seq in range(info.state.first_seq, info.state.last_seq + 1):
+        try:
+            out[seq] = await js.get_msg(stream, seq)
+        except errors.NotFoundError:
+            continue
+    return out
+
+
+async def _wait_copied(js: raftstream.Client, stream: str, origin_seq: int) -> None:
+    """Poll until ``stream``'s link reports ``origin_seq`` as its last copied origin seq."""
+
+    async def copied() -> bool:
+        info = await js.stream_info(stream)
+        links = (info.mirror,) if info.mirror is not None else info.sources
+        return bool(links) and all(s.last_origin_seq >= origin_seq for s in links)
+
+    deadline = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_S
+    while not await retry_async(copied):
+        if asyncio.get_running_loop().time() > deadline:
+            info = await js.stream_info(stream)
+            raise AssertionError(f"{stream} did not catch up to {origin_seq}: {info}")
+        await asyncio.sleep(0.1)
+
+
+def _origin_of(m: raftstream.RawStreamMsg) -> tuple[str, int]:
+    name, seq = m.headers[HDR].split()[:2]
+    return name, int(seq)
+
+
+def _assert_exactly_once(
+    copies: dict[int, raftstream.RawStreamMsg],
+    origin: dict[int, raftstream.RawStreamMsg],
+    name: str,
+) -> None:
+    seen = [_origin_of(m) for m in copies.values()]
+    assert all(n == name for n, _ in seen)
+    seqs = [s for _, s in seen]
+    assert seqs == sorted(origin), "every origin message exactly once, in order"
+    for m in copies.values():
+        o = origin[_origin_of(m)[1]]
+        assert (m.subject, m.data) == (o.subject, o.data)
+
+
+def test_mirror_and_source_survive_kill9_of_both_leaders(cluster3: LocalCluster) -> None:
+    c = cluster3
+
+    async def body() -> None:
+        js = await raftstream.connect(servers=c.servers, timeout=20)
+        try:
+            await js.add_stream(
+                raftstream.StreamConfig(name="ORIG", subjects=("o.>",), num_replicas=3)
+            )
+            for i in range(10):
+                await _publish(js, "o", i)
+            await js.delete_msg("ORIG", 3)  # an origin gap before any copy: stays a gap
+            await js.add_stream(
+                raftstream.StreamConfig(
+                    name="MIR", mirror=StreamSource(name="ORIG"), num_replicas=3
+                )
+            )
+            await js.add_stream(
+                raftstream.StreamConfig(name="SRC", sources=(StreamSource(name="ORIG"),))
+            )
+            with pytest.raises(errors.RaftStreamError):
+                await js.publish("MIR", b"x")  # a mirror captures nothing, takes no publish
+
+            for i in range(10, TOTAL_MSGS):
+                await _publish(js, "o", i)
+                if i == TOTAL_MSGS // 3:
+                    victim = wait_for("a mirror leader", lambda: c.stream_leader("MIR"))
+                    c.kill(victim)
+                    c.start(victim)
+                if i == 2 * TOTAL_MSGS // 3:
+                    victim = wait_for("an origin leader", lambda: c.stream_leader("ORIG"))
+                    c.kill(victim)
+                    c.start(victim)
+            last = (await js.stream_info("ORIG")).state.last_seq
+            await _wait_copied(js, "MIR", last)
+            await _wait_copied(js, "SRC", last)
+
+            origin = await _messages(js, "ORIG")
+            mirror = await _messages(js, "MIR")
+            assert sorted(mirror) == sorted(origin), "sequence for sequence"
+            assert 3 not in mirror
+            for seq, m in mirror.items():
+                assert _origin_of(m) == ("ORIG", seq)
+                assert (m.subject, m.data) == (origin[seq].subject, origin[seq].data)
+            _assert_exactly_once(await _messages(js, "SRC"), origin, "ORIG")
+            info = await js.stream_info("MIR")
+            assert info.mirror is not None and info.mirror.name == "ORIG"
+            assert info.mirror.skipped_msgs == 0  # a deleted message is a gap, not skipped
+        finally:
+            await js.close()
+
+    run(body())
+
+
+def test_source_from_another_cluster_survives_its_node_restarting(
+    cluster3: LocalCluster, cluster1: LocalCluster
+) -> None:
+    remote = cluster1
+
+    async def body() -> None:
+        there = await raftstream.connect(servers=remote.servers, timeout=20)
+        here = await raftstream.connect(servers=cluster3.servers, timeout=20)
+        try:
+            await there.add_stream(raftstream.StreamConfig(name="FAR", subjects=("f.>",)))
+            ext = ExternalStream(api=tuple(remote.servers))
+            await here.add_stream(
+                raftstream.StreamConfig(
+                    name="NEAR",
+                    subjects=("near.>",),
+                    sources=(StreamSource(name="FAR", external=ext),),
+                    num_replicas=3,
+                )
+            )
+            for i in range(TOTAL_MSGS // 2):
+                await _publish(there, "f", i)
+                await here.publish("near.own", b"own")  # the stream's own messages too
+                if i == TOTAL_MSGS // 4:
+                    node = remote.names[0]
+                    assert remote.stop(node) == 0
+                    remote.start(node)
+                    remote.wait_serving(node)
+            last = (await there.stream_info("FAR")).state.last_seq
+            await _wait_copied(here, "NEAR", last)
+            near = await _messages(here, "NEAR")
+            copies = {s: m for s, m in near.items() if HDR in m.headers}
+            assert len(near) - len(copies) == TOTAL_MSGS // 2
+            _assert_exactly_once(copies, await _messages(there, "FAR"), "FAR")
+            info = await here.stream_info("NEAR")
+            (link,) = info.sources
+            assert link.external == tuple(remote.servers) and link.running
+            assert link.lag == 0 or link.last_origin_seq == last
+        finally:
+            await there.close()
+            await here.close()
+
+    run(body())

@@ -1,0 +1,130 @@
+"""The stream state machine's ``Copy`` entries: the replicated origin positions of mirrors
+and sources (``engine/stream.py``, ``engine/origins.py``; docs/mirrors.md).
+
+Pins issue 7: a mirror keeps its origin's sequence numbers (origin gaps stay gaps) and is
+read-only; each copied message carries ``Nats-Stream-Source: <origin> <seq>``; a copy at or
+below the replicated position is a duplicate (stored once), one whose ``prev_origin_seq`` is
+not the position is refused (nothing stored past a hole); skipped ranges are recorded.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from raftstream.engine.entries import Copy, Publish, UpdateConfig, decode, encode
+from raftstream.engine.memstore import MemoryStreamStore
+from raftstream.engine.origins import HDR_STREAM_SOURCE, OriginState
+from raftstream.engine.stream import Copied, PubAck, Stream
+from raftstream.engine.stream_config import StreamConfig
+from raftstream.engine.stream_source import ExternalStream, StreamSource, source_key
+from raftstream.errors import InvalidArgumentError, NotFoundError, PreconditionError
+
+MIRROR = StreamConfig(name="M", mirror=StreamSource(name="O"))
+EXT = StreamSource(name="O", external=ExternalStream(api=("h:1",)))
+SOURCING = StreamConfig(
+    name="S", subjects=("own.>",), sources=(StreamSource(name="O"), StreamSource(name="P"), EXT)
+)
+
+
+def _copy(origin: str, seq: int, prev: int, **kw: object) -> Copy:
+    return Copy(ts_ns=seq, origin=origin, origin_seq=seq, prev_origin_seq=prev, subject="a", **kw)  # type: ignore[arg-type]
+
+
+def test_a_mirror_keeps_origin_sequences_and_gaps() -> None:
+    s = Stream(MIRROR, MemoryStreamStore())
+    assert s.apply(_copy("O", 4, 0, data=b"x")) == Copied(origin_seq=4, seq=4)
+    assert s.apply(_copy("O", 7, 4, data=b"y")) == Copied(origin_seq=7, seq=7)
+    st = s.store.state()
+    assert (st.first_seq, st.last_seq, st.msgs) == (4, 7, 2)
+    with pytest.raises(NotFoundError):
+        s.store.load(5)  # deleted in the origin: a gap here too
+    assert s.store.load(7).headers[HDR_STREAM_SOURCE] == "O 7"
+    assert s.origins == {"O": OriginState(last_seq=7)}
+
+
+def test_a_copy_at_or_below_the_position_is_a_duplicate_and_stores_nothing() -> None:
+    s = Stream(MIRROR, MemoryStreamStore())
+    s.apply(_copy("O", 1, 0))
+    s.apply(_copy("O", 2, 1))
+    assert s.apply(_copy("O", 2, 1)) == Copied(origin_seq=2, seq=0, duplicate=True)
+    assert s.apply(_copy("O", 1, 0)) == Copied(origin_seq=1, seq=0, duplicate=True)
+    assert s.store.state().msgs == 2
+
+
+def test_a_copy_past_a_hole_is_refused_and_changes_nothing() -> None:
+    """The proposer believed 3 was stored last; it is 2: it missed something."""
+    s = Stream(MIRROR, MemoryStreamStore())
+    s.apply(_copy("O", 1, 0))
+    s.apply(_copy("O", 2, 1))
+    with pytest.raises(PreconditionError) as info:
+        s.apply(_copy("O", 5, 3))
+    assert info.value.details["rule"] == "origin_seq"
+    assert s.store.state().last_seq == 2
+    assert s.origins["O"].last_seq == 2
+
+
+def test_skipped_ranges_are_recorded_with_their_count() -> None:
+    s = Stream(MIRROR, MemoryStreamStore())
+    s.apply(_copy("O", 10, 0, skipped=(1, 9)))
+    s.apply(_copy("O", 15, 10, skipped=(11, 12)))
+    o = s.origins["O"]
+    assert o.skipped == ((1, 9), (11, 12)) and o.skipped_msgs == 11 and o.last_seq == 15
+
+
+def test_publishes_to_a_mirror_are_refused_until_it_is_promoted() -> None:
+    s = Stream(MIRROR, MemoryStreamStore())
+    s.apply(_copy("O", 3, 0))
+    with pytest.raises(PreconditionError) as info:
+        s.apply(Publish(ts_ns=5, subject="M", data=b"x"))
+    assert info.value.details["rule"] == "mirror"
+    assert s.store.state().msgs == 1
+    s.apply(UpdateConfig(ts_ns=6, config=StreamConfig(name="M")))
+    ack = s.apply(Publish(ts_ns=7, subject="M", data=b"x"))
+    assert isinstance(ack, PubAck) and ack.seq == 4
+    with pytest.raises(InvalidArgumentError):  # no longer a mirror: copies are refused
+        s.apply(_copy("O", 4, 3))
+
+
+def test_sources_interleave_with_own_publishes_each_origin_once() -> None:
+    s = Stream(SOURCING, MemoryStreamStore())
+    s.apply(_copy("O", 1, 0))
+    s.apply(Publish(ts_ns=2, subject="own.x"))
+    s.apply(_copy("P", 1, 0))
+    s.apply(_copy(source_key(EXT), 1, 0))
+    s.apply(_copy("O", 2, 1))
+    s.apply(_copy("O", 2, 1))  # a redelivery: stored once
+    headers = [m.headers.get(HDR_STREAM_SOURCE) for m in s.store.iter_from(1)]
+    assert headers == ["O 1", None, "P 1", "O 1", "O 2"]  # the external O is named O too
+    assert {k: v.last_seq for k, v in s.origins.items()} == {"O": 2, "P": 1, "O@h:1": 1}
+
+
+def test_a_copy_from_an_origin_not_configured_is_refused() -> None:
+    s = Stream(SOURCING, MemoryStreamStore())
+    with pytest.raises(InvalidArgumentError) as info:
+        s.apply(_copy("Q", 1, 0))
+    assert info.value.field == "origin"
+
+
+def test_source_transforms_rename_subjects() -> None:
+    from raftstream.engine.stream_source import SourceTransform
+
+    src = StreamSource(name="O", subject_transforms=(SourceTransform(src="a", dest="b.a"),))
+    s = Stream(StreamConfig(name="S", sources=(src,)), MemoryStreamStore())
+    s.apply(_copy("O", 1, 0))
+    assert s.store.load(1).subject == "b.a"
+
+
+def test_the_copy_entry_round_trips() -> None:
+    e = Copy(
+        ts_ns=9,
+        origin="O@h:1",
+        origin_seq=12,
+        prev_origin_seq=10,
+        subject="a.b",
+        data=b"\x00\x01",
+        headers={"k": "v"},
+        skipped=(11, 11),
+    )
+    assert decode(encode(e)) == e
+    plain = Copy(ts_ns=1, origin="O", origin_seq=1, prev_origin_seq=0, subject="a")
+    assert decode(encode(plain)) == plain
