@@ -100,8 +100,11 @@ def cluster3(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         c.start_all()
         yield c
         rep = getattr(request.node, "rep_call", None)
-        if rep is not None and rep.failed:
+        dead = c.unexpected_exits()
+        if (rep is not None and rep.failed) or dead:
             print(c.tails(60))
+        if dead:
+            pytest.fail(f"node(s) exited during the test (name: exit code): {dead}")
     except BaseException:
         print(c.tails(60))
         raise

@@ -34,9 +34,30 @@ T = TypeVar("T")
 
 
 class LocalCluster:
-    """``n`` nodes ``n1..nN``; ``raft``: extra ``[raft]`` settings for every node."""
+    """``n`` nodes ``n1..nN``; ``raft``: extra ``[raft]`` settings for every node.
 
-    def __init__(self, n: int, *, raft: dict[str, int] | None = None) -> None:
+    TLS (tests/security): ``tls`` maps a node to its ``[tls]`` files (ca, cert, key), read
+    when the node is started (change an entry, then restart the node to give it other
+    ones); ``client_tls`` (ca, cert, key) is what the harness's own probes present.
+
+    Auth (tests/security): ``auth`` is the TOML text of an ``[auth]`` section written into
+    every node's config; ``client_metadata`` the credentials the harness's probes send.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        raft: dict[str, int] | None = None,
+        tls: dict[str, tuple[Path, Path, Path]] | None = None,
+        client_tls: tuple[Path, Path, Path] | None = None,
+        auth: str | None = None,
+        client_metadata: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self.auth = auth
+        self.client_metadata = client_metadata
+        self.tls = dict(tls or {})
+        self.client_tls = client_tls
         self.root = Path(tempfile.mkdtemp(prefix="raftstream-it-"))
         self.names = [f"n{i + 1}" for i in range(n)]
         self.ports = {name: free_port() for name in self.names}
@@ -65,6 +86,11 @@ class LocalCluster:
             f'data = "{self.root / name}"\npeers = {{ {peers} }}\n'
             f'metrics_listen = "127.0.0.1:{self.metrics_ports[name]}"\n\n[raft]\n{raft}\n'
         )
+        if name in self.tls:
+            ca, cert, key = self.tls[name]
+            text += f'\n[tls]\nca_file = "{ca}"\ncert_file = "{cert}"\nkey_file = "{key}"\n'
+        if self.auth is not None:
+            text += "\n" + self.auth
         path = self.config_path(name)
         path.write_text(text)
         return path
@@ -102,6 +128,11 @@ class LocalCluster:
         p.send_signal(signal.SIGTERM)
         return p.wait(timeout=30)
 
+    def unexpected_exits(self) -> dict[str, int]:
+        """Nodes that exited although the test neither killed nor stopped them: a crash."""
+        codes = {name: p.poll() for name, p in self.procs.items()}
+        return {name: code for name, code in codes.items() if code is not None}
+
     def close(self) -> None:
         for name in list(self.procs):
             self.kill(name)
@@ -129,8 +160,15 @@ class LocalCluster:
 
     # -- polling ---------------------------------------------------------------------------
 
+    def channel(self, name: str) -> grpc.Channel:
+        """A blocking channel to the node (TLS with ``client_tls`` when set)."""
+        if self.client_tls is None:
+            return grpc.insecure_channel(self.addr(name))
+        ca, cert, key = (p.read_bytes() for p in self.client_tls)
+        return grpc.secure_channel(self.addr(name), grpc.ssl_channel_credentials(ca, key, cert))
+
     def _health(self, name: str) -> bool:
-        with grpc.insecure_channel(self.addr(name)) as ch:
+        with self.channel(name) as ch:
             try:
                 resp = health_pb2_grpc.HealthStub(ch).Check(
                     health_pb2.HealthCheckRequest(), timeout=1
@@ -156,9 +194,11 @@ class LocalCluster:
             return str(resp.read().decode())
 
     def cluster_info(self, name: str) -> pb.ClusterInfo | None:
-        with grpc.insecure_channel(self.addr(name)) as ch:
+        with self.channel(name) as ch:
             try:
-                return pbg.ClusterServiceStub(ch).GetClusterInfo(pb.ClusterInfoRequest(), timeout=2)
+                return pbg.ClusterServiceStub(ch).GetClusterInfo(
+                    pb.ClusterInfoRequest(), timeout=2, metadata=self.client_metadata
+                )
             except grpc.RpcError:
                 return None
 
