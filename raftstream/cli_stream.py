@@ -40,7 +40,7 @@ from raftstream.config import StreamConfig
 
 if TYPE_CHECKING:
     from raftstream.client import Client
-    from raftstream.models import RawStreamMsg, StreamInfo
+    from raftstream.models import RawStreamMsg, StreamInfo, StreamSourceInfo
 
 __all__ = [
     "STREAM_FLAGS",
@@ -115,6 +115,12 @@ STREAM_FLAGS: tuple[Flag, ...] = (
     Flag("--placement-cluster", "placement_cluster", "Place the stream in this cluster."),
     Flag("--placement-tags", "placement_tags", "Place on nodes with these tags (comma-separated).",
          multiple=True),
+    Flag("--mirror", "mirror", "Mirror this origin stream (read-only copy, same sequences)."),
+    Flag("--mirror-external", "mirror_external",
+         "The mirror's origin is in another cluster at host:port (repeatable or comma-separated).",
+         multiple=True),
+    Flag("--source", "source", "Copy messages from these origin streams (repeatable or "
+         "comma-separated).", multiple=True),
 )  # fmt: skip
 
 
@@ -158,6 +164,15 @@ def stream_params(values: dict[str, Any]) -> dict[str, Any]:
     cluster, tags = given.pop("placement_cluster", None), given.pop("placement_tags", None)
     if cluster is not None or tags is not None:
         given["placement"] = {"cluster": cluster, "tags": split_csv(tags or [])}
+    mirror, external = given.pop("mirror", None), given.pop("mirror_external", None)
+    if external is not None and mirror is None:
+        raise click.UsageError("--mirror-external needs --mirror")
+    if mirror is not None:
+        given["mirror"] = {"name": mirror}
+        if external is not None:
+            given["mirror"]["external"] = {"api": split_csv(external)}
+    if "source" in given:
+        given["sources"] = [{"name": n} for n in split_csv(given.pop("source"))]
     return given
 
 
@@ -217,12 +232,32 @@ def _info_fields(info: StreamInfo) -> list[tuple[str, Any]]:
         ("Subjects stored", s.num_subjects),
         ("Consumers", s.consumer_count),
     ]
+    links = [("Mirror", info.mirror)] if info.mirror is not None else []
+    links += [("Source", s) for s in info.sources]
+    for label, link in links:
+        pairs.append((f"{label} {link.name}", _link_state(link)))
     if info.cluster is not None:
         pairs.append(("Leader", info.cluster.leader or "none"))
         for r in info.cluster.replicas:
             state = "offline" if r.offline else ("current" if r.current else "catching up")
             pairs.append((f"Replica {r.name}", f"{state}, lag {r.lag}"))
     return pairs
+
+
+def _link_state(link: StreamSourceInfo) -> str:
+    """One mirror/source link for humans: where, how far, how recent, what went wrong."""
+    parts = [f"external {','.join(link.external)}" if link.external else "this cluster"]
+    parts.append(f"last origin seq {link.last_origin_seq}, lag {link.lag}")
+    if not link.running:
+        parts.append("not running")
+    elif link.active_ns >= 0:
+        parts.append(f"active {fmt_duration_ns(link.active_ns)} ago")
+    if link.skipped_msgs:
+        ranges = " ".join(f"{lo}-{hi}" for lo, hi in link.skipped)
+        parts.append(f"skipped {link.skipped_msgs} ({ranges})")
+    if link.error:
+        parts.append(f"error: {link.error}")
+    return "; ".join(parts)
 
 
 def show_info(info: StreamInfo, as_json: bool) -> None:

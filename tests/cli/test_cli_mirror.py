@@ -1,0 +1,43 @@
+"""``raftstream stream add --mirror/--mirror-external/--source`` and the link lines of
+``stream info`` (docs/cli.md, docs/mirrors.md)."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from raftstream.cli_stream import _link_state, stream_params
+from raftstream.config import StreamConfig
+from raftstream.models import StreamSourceInfo
+
+
+def test_mirror_and_source_flags_become_jetstream_fields() -> None:
+    params = stream_params({"mirror": "ORDERS", "mirror_external": ("h1:1,h2:2",)})
+    assert params == {"mirror": {"name": "ORDERS", "external": {"api": ["h1:1", "h2:2"]}}}
+    cfg = StreamConfig(name="M", **params)
+    assert cfg.to_dict()["mirror"] == {"name": "ORDERS", "external": {"api": ["h1:1", "h2:2"]}}
+    sources = stream_params({"source": ("EU,US", "ASIA")})
+    assert [s["name"] for s in sources["sources"]] == ["EU", "US", "ASIA"]
+
+
+def test_mirror_external_alone_is_a_usage_error() -> None:
+    with pytest.raises(click.UsageError):
+        stream_params({"mirror_external": ("h:1",)})
+
+
+def test_a_link_line_shows_position_lag_skips_and_error() -> None:
+    link = StreamSourceInfo(
+        name="O",
+        external=("h:1",),
+        lag=7,
+        active_ns=2_000_000_000,
+        error="UnavailableError: down",
+        last_origin_seq=40,
+        skipped=((1, 9),),
+        skipped_msgs=9,
+        running=True,
+    )
+    line = _link_state(link)
+    for part in ("external h:1", "last origin seq 40, lag 7", "skipped 9 (1-9)", "error: Unav"):
+        assert part in line
+    assert "not running" in _link_state(StreamSourceInfo(name="O"))
