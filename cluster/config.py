@@ -1,4 +1,5 @@
-"""The node configuration: a TOML file (``[cluster]``, ``[raft]``, ``[limits]``) and CLI flags.
+"""The node configuration: a TOML file (``[cluster]``, ``[raft]``, ``[limits]``, ``[auth]``)
+and CLI flags.
 
 ``load_config(path=None, **overrides)`` reads the file with ``tomllib`` (when given), lays
 the flags over it (``--name --listen --data --peers ...`` map to the ``[cluster]`` keys of
@@ -19,11 +20,12 @@ from __future__ import annotations
 import ipaddress
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from raftstream.cluster.auth import AuthConfig, parse_auth
 from raftstream.cluster.names import validate_node_name
 from raftstream.errors import InvalidArgumentError
 
@@ -159,6 +161,8 @@ class NodeConfig:
     meta_voters_max: int = 5
     raft: RaftSettings = field(default_factory=RaftSettings)
     limits: Limits = field(default_factory=Limits)
+    # [auth] (cluster/auth.py); None: no authentication, everything in the default account.
+    auth: AuthConfig | None = None
 
     def __post_init__(self) -> None:
         validate_node_name(self.name, "cluster.name")
@@ -251,8 +255,13 @@ def parse_peers(value: object, field_name: str = "cluster.peers") -> dict[str, A
 
 # -- loading --------------------------------------------------------------------------------
 
-_SECTIONS: Mapping[str, type[Any]] = {"cluster": NodeConfig, "raft": RaftSettings, "limits": Limits}
-_CLUSTER_KEYS = frozenset(f.name for f in fields(NodeConfig)) - {"raft", "limits"}
+_SECTIONS: Mapping[str, type[Any]] = {
+    "cluster": NodeConfig,
+    "raft": RaftSettings,
+    "limits": Limits,
+    "auth": AuthConfig,
+}
+_CLUSTER_KEYS = frozenset(f.name for f in fields(NodeConfig)) - {"raft", "limits", "auth"}
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
@@ -278,7 +287,8 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
             cluster[key] = value
             sources[f"cluster.{key}"] = f"--{key.replace('_', '-')}"
     try:
-        return _build(cluster, raw.get("raft", {}), raw.get("limits", {}))
+        cfg = _build(cluster, raw.get("raft", {}), raw.get("limits", {}))
+        return cfg if "auth" not in raw else replace(cfg, auth=parse_auth(raw["auth"]))
     except InvalidArgumentError as exc:
         where = sources.get(exc.field, "defaults" if exc.field in _known_keys() else origin)
         raise InvalidArgumentError(
@@ -302,7 +312,7 @@ def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
         raise InvalidArgumentError("config", f"not valid TOML: {exc}", f"{path}: {exc}") from None
     for section, table in raw.items():
         if section not in _SECTIONS:
-            rule = f"unknown section [{section}] (known: cluster, raft, limits)"
+            rule = f"unknown section [{section}] (known: {', '.join(_SECTIONS)})"
             raise InvalidArgumentError(section, rule, f"{path}: {rule}")
         if not isinstance(table, dict):
             raise InvalidArgumentError(section, "must be a table", f"{path}: [{section}] ...")
@@ -338,7 +348,7 @@ def _build(cluster: dict[str, Any], raft: dict[str, Any], limits: dict[str, Any]
 
 
 def _check_keys(section: str, table: Mapping[str, Any], cls: type[Any]) -> None:
-    known = {f.name for f in fields(cls)} - {"raft", "limits"}
+    known = {f.name for f in fields(cls)} - {"raft", "limits", "auth"}
     for key in table:
         if key not in known:
             raise InvalidArgumentError(f"{section}.{key}", "unknown key")

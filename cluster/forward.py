@@ -11,6 +11,9 @@ No retries here: the one hop either answers or fails with the remote's typed err
 (``from_rpc_error``), which the local servicer maps back, unchanged, to its caller; the SDK
 retries. ``forwarded`` metadata marks the call so the remote never forwards it again (two
 nodes that disagree about the leader would otherwise bounce a request between them).
+A forwarded call keeps the caller's identity: it carries the caller's own credentials
+(``cluster/auth.py``), which the remote resolves as it would the client's; a publish relay
+is therefore shared only by calls with the same credentials.
 
 Owned by the node's event loop. At most one channel per peer address.
 """
@@ -27,6 +30,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from raftstream.cluster.auth import caller
 from raftstream.errors import LimitError, NoLeaderError, RaftStreamError, UnavailableError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
@@ -44,6 +48,11 @@ FORWARDED_KEY = "raftstream-forwarded"
 R = TypeVar("R")
 
 
+def _forward_metadata() -> tuple[tuple[str, str], ...]:
+    """The forwarded mark and the current caller's credentials (none without auth)."""
+    return ((FORWARDED_KEY, "1"), *caller().credentials)
+
+
 def was_forwarded(context: Any) -> bool:
     """True when the current call came from another node's forwarder."""
     md = context.invocation_metadata() or ()
@@ -56,7 +65,8 @@ class Forwarder:
     def __init__(self, *, channel_options: list[tuple[str, int]]) -> None:
         self._options = channel_options
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._relays: dict[str, PublishRelay] = {}
+        # Keyed by address and the callers' credentials: a relay acts for one identity.
+        self._relays: dict[tuple[str, tuple[tuple[str, str], ...]], PublishRelay] = {}
 
     def channel(self, addr: str) -> grpc.aio.Channel:
         """The channel to ``addr`` (made on first use, kept until ``close``)."""
@@ -84,15 +94,18 @@ class Forwarder:
             response_deserializer=response_type,
         )
         try:
-            return await call(request, timeout=timeout_s, metadata=((FORWARDED_KEY, "1"),))  # type: ignore[no-any-return]
+            return await call(request, timeout=timeout_s, metadata=_forward_metadata())  # type: ignore[no-any-return]
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
     def relay(self, addr: str) -> PublishRelay:
-        """The live publish relay to ``addr`` (made on first use, remade after a break)."""
-        r = self._relays.get(addr)
+        """The live publish relay to ``addr`` for the current caller (made on first use,
+        remade after a break)."""
+        metadata = _forward_metadata()
+        key = (addr, metadata)
+        r = self._relays.get(key)
         if r is None or r.broken:
-            r = self._relays[addr] = PublishRelay(self.channel(addr))
+            r = self._relays[key] = PublishRelay(self.channel(addr), metadata)
         return r
 
     async def close(self) -> None:
@@ -113,14 +126,14 @@ class PublishRelay:
     msg_id makes a retry safe). Owned by the node's event loop.
     """
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[pb.PubAck]] = {}
         self._queue: collections.deque[pb.PublishRequest] = collections.deque()
         self._wake = asyncio.Event()
         self.broken = False
         stub = pbg.PublishServiceStub(channel)
-        self._call = stub.PublishStream(self._requests(), metadata=((FORWARDED_KEY, "1"),))
+        self._call = stub.PublishStream(self._requests(), metadata=metadata)
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     def submit(self, req: pb.PublishRequest) -> asyncio.Future[pb.PubAck]:

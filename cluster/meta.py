@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
+from raftstream.cluster.auth import AccountLimits
 from raftstream.cluster.meta_entries import (
     AddConsumer,
     AddStream,
@@ -61,6 +62,7 @@ from raftstream.engine.consumer_config import (
 )
 from raftstream.engine.consumer_config import check_update as check_consumer_update
 from raftstream.engine.stream_config import (
+    StorageType,
     StreamConfig,
     check_create,
     check_no_cycle,
@@ -95,6 +97,7 @@ __all__ = [
     "StreamAssignment",
     "StreamDeleted",
     "StreamUpdated",
+    "check_account_limits",
 ]
 
 # JetStream's API list limit (JSApiListLimit): one page of a list or names call.
@@ -655,3 +658,69 @@ def _page(items: list[_T], offset: int, limit: int) -> Page[_T]:
         raise InvalidArgumentError("limit", f"must be 0 (the default) to {LIST_LIMIT_MAX}")
     limit = limit or LIST_LIMIT_MAX
     return Page(tuple(items[offset : offset + limit]), len(items), offset, limit)
+
+
+# -- account limits (issue 10) -------------------------------------------------------------------
+
+
+def check_account_limits(
+    state: MetaState,
+    account: str,
+    limits: AccountLimits,
+    *,
+    stream: StreamConfig | None = None,
+    new_consumer: bool = False,
+) -> None:
+    """Refuse, with ``LimitError`` naming the limit, a stream ``stream`` (new or updated) or
+    a new consumer that would take ``account`` past ``limits``, counted over every stream and
+    consumer of the account in the cluster (this replica's state: the meta leader's, which
+    is the one that calls this before proposing).
+
+    Storage counts reservations, as JetStream does: each stream reserves ``max_bytes`` times
+    its replicas in its storage type, so a stream must set ``max_bytes`` when the account
+    limits that storage (``InvalidArgumentError`` otherwise). Reserving up front makes the
+    limit a promise the account cannot outgrow later, without summing live usage across
+    replicas on every publish."""
+    own = [sa for sa in state.all_streams() if sa.account == account]
+    if stream is not None:
+        existing = next((sa for sa in own if sa.name == stream.name), None)
+        full = limits.max_streams is not None and len(own) + 1 > limits.max_streams
+        if existing is None and full:
+            raise LimitError(
+                f"account {account!r} reached max_streams ({limits.max_streams})",
+                limit="max_streams",
+            )
+        _check_storage(account, limits, stream, [sa.config for sa in own if sa.name != stream.name])
+    if new_consumer and limits.max_consumers is not None:
+        count = sum(len(state.consumers_of(account, sa.name)) for sa in own)
+        if count + 1 > limits.max_consumers:
+            raise LimitError(
+                f"account {account!r} reached max_consumers ({limits.max_consumers})",
+                limit="max_consumers",
+            )
+
+
+def _check_storage(
+    account: str, limits: AccountLimits, cfg: StreamConfig, others: list[StreamConfig]
+) -> None:
+    memory = cfg.storage == StorageType.MEMORY
+    limit_bytes = limits.max_memory_bytes if memory else limits.max_file_bytes
+    if limit_bytes is None:
+        return
+    name = "max_memory_bytes" if memory else "max_file_bytes"
+    if cfg.max_bytes <= 0:
+        raise InvalidArgumentError(
+            "max_bytes", f"must be set: account {account!r} has a {name} limit"
+        )
+    reserved = sum(
+        c.max_bytes * max(1, c.num_replicas)
+        for c in others
+        if c.storage == cfg.storage and c.max_bytes > 0
+    )
+    wanted = cfg.max_bytes * max(1, cfg.num_replicas)
+    if reserved + wanted > limit_bytes:
+        raise LimitError(
+            f"account {account!r} would reserve {reserved + wanted} bytes of {cfg.storage} "
+            f"storage, over {name} ({limit_bytes})",
+            limit=name,
+        )

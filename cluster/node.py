@@ -43,6 +43,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from raftstream.cluster.assignments import StreamAssignment
+from raftstream.cluster.auth import Authenticator, AuthInterceptor
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.forward import Forwarder
@@ -191,7 +192,10 @@ class Node:
         log.info("node started on %s (data %s)", cfg.listen, data)
 
     async def _start_server(self, options: list[tuple[str, int]]) -> None:
-        server = grpc.aio.server(options=options, interceptors=(LatencyInterceptor(self.metrics),))
+        interceptors: tuple[Any, ...] = (LatencyInterceptor(self.metrics),)
+        if self.config.auth is not None:  # who calls: resolved once per call, refused early
+            interceptors = (*interceptors, AuthInterceptor(Authenticator(self.config.auth)))
+        server = grpc.aio.server(options=options, interceptors=interceptors)
         ctx = self.ctx
         pbg.add_StreamServiceServicer_to_server(StreamServicer(ctx), server)
         pbg.add_ConsumerServiceServicer_to_server(ConsumerServicer(ctx), server)

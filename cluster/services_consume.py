@@ -20,6 +20,7 @@ import collections
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
+from raftstream.cluster.auth import caller
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.convert import add_delivery, pull_status_pb
 from raftstream.cluster.services_push import PushSession
@@ -83,6 +84,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         self, request: pb.FetchRequest, context: Any
     ) -> AsyncIterator[pb.FetchResponse]:
         left = time_left(context)
+        caller().check_read(request.stream)
         g = await self._ctx.leader_group(account_of(context), request.stream)
         handle = await g.open_pull(request.consumer, _fetch_request(request, left), left)
         try:
@@ -107,6 +109,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
     ) -> pb.AckResponse:
         """Apply one ack through the stream leader; answered once the op committed."""
         meta = parse_ack_subject(item.reply)
+        caller().check_read(meta.stream)
         sa = await self._ctx.caught_up(lambda: self._ctx.stream(account, meta.stream))
         g = self._ctx.local_group(sa)
         if g is None or not g.ready:
@@ -178,6 +181,8 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         except RaftStreamError:
             return None, None
         if meta.stream not in groups:
+            if not caller().permissions.may_read(meta.stream):
+                return None, None  # ack_one refuses it, per item
             try:
                 g = self._ctx.local_group(self._ctx.stream(account, meta.stream))
             except RaftStreamError:

@@ -5,6 +5,11 @@ other nodes forward). The stream leader then *sequences* each definition into it
 log (``StreamGroup.reconcile``), so a created consumer is answered only once its stream
 group has it (bounded by the caller's deadline). Info, pause, resume, reset and step-down
 act on the stream leader's copy of the consumer (NOT_LEADER elsewhere).
+
+Permissions (docs/security.md): reading a stream's consumers and running an ephemeral one
+(create, delete) takes ``read`` on the stream; a durable consumer's definition and every
+control (pause, resume, reset, step-down) take ``manage`` as well. The account's
+``max_consumers`` is checked by the meta leader before it proposes a new consumer.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from raftstream.cluster.assignments import ConsumerAssignment
-from raftstream.cluster.context import ServiceContext, account_of, time_left
+from raftstream.cluster.context import ServiceContext, account_of, caller_of, time_left
 from raftstream.cluster.convert import consumer_info_pb, parse_json
-from raftstream.cluster.meta import ConsumerAdded, ConsumerUpdated
+from raftstream.cluster.meta import ConsumerAdded, ConsumerUpdated, check_account_limits
 from raftstream.cluster.meta_entries import AddConsumer, DeleteConsumer, UpdateConsumer
 from raftstream.cluster.services_streams import group_info, step_down
 from raftstream.engine.consumer_config import ConsumerConfig, with_changes
@@ -42,6 +47,14 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
 
     def _meta_local(self, context: Any) -> bool:
         return self._ctx.meta.is_leader or self._ctx.forwarded(context)
+
+    @staticmethod
+    def _check(context: Any, stream: str, *, manage: bool) -> None:
+        """``read`` on ``stream``, and ``manage`` too when ``manage``."""
+        who = caller_of(context)
+        who.check_read(stream)
+        if manage:
+            who.check_manage(stream)
 
     async def _info(
         self, account: str, stream: str, name: str, timeout_s: float | None
@@ -97,6 +110,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
             raise meta.not_leader()
         account = account_of(context)
         cfg = ConsumerConfig.from_dict(parse_json(request.config_json))
+        self._check(context, request.stream, manage=cfg.is_durable)
         if cfg.consumer_name is None:  # ephemeral: the leader names it before proposing
             cfg = with_changes(cfg, name=secrets.token_hex(EPHEMERAL_NAME_BYTES // 2).upper())
         name = cfg.consumer_name or ""
@@ -108,7 +122,10 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
             )
         else:
             entry = AddConsumer(account=account, stream=request.stream, config=cfg, ts_ns=now)
-        result = await meta.propose(entry, time_left(context))
+        async with self._ctx.admission_lock:  # limits checked and used up atomically
+            limits = self._ctx.account_limits(account)
+            check_account_limits(meta.state, account, limits, new_consumer=not exists)
+            result = await meta.propose(entry, time_left(context))
         if not isinstance(result, ConsumerAdded | ConsumerUpdated):
             raise InvariantError(f"consumer entry answered {result!r}")
         ca = result.assignment
@@ -123,6 +140,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
                 _SVC + "UpdateConsumer", request, pb.ConsumerInfo.FromString, time_left(context)
             )
         cfg = ConsumerConfig.from_dict(parse_json(request.config_json))
+        self._check(context, request.stream, manage=cfg.is_durable)
         entry = UpdateConsumer(
             account=account_of(context), stream=request.stream, config=cfg, ts_ns=time.time_ns()
         )
@@ -143,6 +161,9 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
                 pb.DeleteConsumerResponse.FromString,
                 time_left(context),
             )
+        self._check(context, request.stream, manage=False)
+        ca = self._ctx.meta.state.consumer(account_of(context), request.stream, request.consumer)
+        self._check(context, request.stream, manage=ca.config.is_durable)
         entry = DeleteConsumer(
             account=account_of(context),
             stream=request.stream,
@@ -156,6 +177,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
     async def GetConsumerInfo(
         self, request: pb.ConsumerInfoRequest, context: Any
     ) -> pb.ConsumerInfo:
+        self._check(context, request.stream, manage=False)
         account = account_of(context)
         return await self._info(account, request.stream, request.consumer, time_left(context))
 
@@ -172,6 +194,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
     async def ListConsumers(
         self, request: pb.ListConsumersRequest, context: Any
     ) -> pb.ListConsumersResponse:
+        self._check(context, request.stream, manage=False)
         page = self._ctx.meta.state.list_consumers(
             account_of(context), request.stream, offset=request.offset
         )
@@ -184,6 +207,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
     async def ConsumerNames(
         self, request: pb.ConsumerNamesRequest, context: Any
     ) -> pb.ConsumerNamesResponse:
+        self._check(context, request.stream, manage=False)
         page = self._ctx.meta.state.consumer_names(
             account_of(context), request.stream, offset=request.offset
         )
@@ -195,6 +219,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
     async def _pause(
         self, context: Any, stream: str, consumer: str, until_ns: int
     ) -> pb.PauseConsumerResponse:
+        self._check(context, stream, manage=True)
         g = await self._ctx.leader_group(account_of(context), stream)
         c = g.leader_consumer(consumer)
 
@@ -226,6 +251,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
     async def ResetConsumer(
         self, request: pb.ResetConsumerRequest, context: Any
     ) -> pb.ConsumerInfo:
+        self._check(context, request.stream, manage=True)
         account = account_of(context)
         g = await self._ctx.leader_group(account, request.stream)
         c = g.leader_consumer(request.consumer)
@@ -243,6 +269,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         self, request: pb.ConsumerStepDownRequest, context: Any
     ) -> pb.StepDownResponse:
         # Consumers replicate through their stream's group: its leadership moves.
+        self._check(context, request.stream, manage=True)
         g = await self._ctx.leader_group(account_of(context), request.stream)
         g.leader_consumer(request.consumer)
         return await step_down(self._ctx, g.group, request.preferred)

@@ -20,12 +20,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from raftstream.cluster.assignments import StreamAssignment
+from raftstream.cluster.auth import caller
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.errors import (
     InvalidArgumentError,
     LimitError,
     NotFoundError,
+    PermissionDeniedError,
     RaftStreamError,
     UnavailableError,
 )
@@ -88,6 +90,7 @@ class PublishServicer(pbg.PublishServiceServicer):
         ctx = self._ctx
         if not req.subject:
             raise InvalidArgumentError("subject", "is required")
+        caller().check_publish(req.subject)  # only the caller's account's streams match below
         if len(req.data) > ctx.config.limits.max_payload_bytes:
             raise LimitError(
                 f"payload of {len(req.data)} bytes exceeds max_payload_bytes",
@@ -120,6 +123,8 @@ class PublishServicer(pbg.PublishServiceServicer):
         the stream (no task per message: the hot path), else a task that forwards it."""
         ctx = self._ctx
         try:
+            if req.subject and not caller().permissions.may_publish(req.subject):
+                raise PermissionDeniedError("publish")  # publish_one answers it in full
             sa = ctx.meta.state.stream_for_subject(account, req.subject) if req.subject else None
             g = ctx.local_group(sa) if sa is not None else None
             if (

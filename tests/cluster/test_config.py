@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from raftstream.cluster.auth import LIMIT_KEYS, TOKEN_KEYS, USER_KEYS, AuthConfig
 from raftstream.cluster.config import (
     MIB,
     Address,
@@ -304,8 +305,13 @@ def test_every_key_is_documented_and_every_documented_key_exists() -> None:
         elif section and (m := re.match(r"^\| `(\w+)` \|", line)):
             documented[section].add(m.group(1))
     in_code = {
-        "cluster": {f.name for f in dataclasses.fields(NodeConfig)} - {"raft", "limits"},
+        "cluster": {f.name for f in dataclasses.fields(NodeConfig)} - {"raft", "limits", "auth"},
         "raft": {f.name for f in dataclasses.fields(RaftSettings)},
         "limits": {f.name for f in dataclasses.fields(Limits)},
+        # [auth] and the keys of its accounts, users and tokens (one namespace in the doc).
+        "auth": {f.name for f in dataclasses.fields(AuthConfig)}
+        | set(LIMIT_KEYS)
+        | USER_KEYS
+        | TOKEN_KEYS,
     }
     assert documented == in_code
