@@ -50,7 +50,10 @@ from raftstream.proto.errors import abort
 __all__ = [
     "ANONYMOUS",
     "AUTHORIZATION_KEY",
+    "LIMIT_KEYS",
     "SYSTEM_ACCOUNT",
+    "TOKEN_KEYS",
+    "USER_KEYS",
     "AccountLimits",
     "AuthConfig",
     "AuthInterceptor",
@@ -200,10 +203,10 @@ def bind_caller(who: Caller) -> None:
 
 # -- parsing [auth] ----------------------------------------------------------------------------
 
-_LIMIT_KEYS = ("max_streams", "max_consumers", "max_memory_bytes", "max_file_bytes")
+LIMIT_KEYS = ("max_streams", "max_consumers", "max_memory_bytes", "max_file_bytes")
 _PERMISSION_KEYS = ("publish", "read", "manage")
-_USER_KEYS = frozenset({"user", "password", "account", *_PERMISSION_KEYS})
-_TOKEN_KEYS = frozenset({"name", "token", "account", *_PERMISSION_KEYS})
+USER_KEYS = frozenset({"user", "password", "account", *_PERMISSION_KEYS})
+TOKEN_KEYS = frozenset({"name", "token", "account", *_PERMISSION_KEYS})
 _AUTH_KEYS = frozenset({"accounts", "users", "tokens", "verified_cache_entries_max"})
 
 
@@ -264,7 +267,7 @@ def _count(where: str, value: object, *, minimum: int = 0) -> None:
 def _limits(where: str, raw: object) -> AccountLimits:
     if not isinstance(raw, Mapping):
         raise InvalidArgumentError(where, "must be a table")
-    _known(where, raw, frozenset(_LIMIT_KEYS))
+    _known(where, raw, frozenset(LIMIT_KEYS))
     for key, value in raw.items():
         _count(f"{where}.{key}", value)
     return AccountLimits(**raw)
@@ -274,7 +277,7 @@ def _principal(
     where: str, raw: Mapping[str, Any], accounts: Mapping[str, AccountLimits], *, kind: str
 ) -> Principal:
     name_key, secret_key = ("user", "password") if kind == "user" else ("name", "token")
-    _known(where, raw, _USER_KEYS if kind == "user" else _TOKEN_KEYS)
+    _known(where, raw, USER_KEYS if kind == "user" else TOKEN_KEYS)
     for key in (name_key, secret_key, "account"):
         if key not in raw:
             raise InvalidArgumentError(f"{where}.{key}", "is required")

@@ -1,8 +1,11 @@
 """What the gRPC servicers share: the node's groups, the meta state, routing to leaders.
 
-``ServiceContext`` belongs to the node's event loop. The account of a call is resolved in
-ONE place (``account_of``: today always ``$G``; later from the authenticated identity, see
-docs/cluster-design.md) and passed explicitly below.
+``ServiceContext`` belongs to the node's event loop. Who a call acts for is resolved ONCE,
+by ``cluster/auth.py``'s interceptor, before the servicer runs; ``account_of`` and
+``caller_of`` read it (the default account ``$G`` with every permission when the node has
+no ``[auth]``), and the account is passed explicitly below. Permission checks live in the
+servicers; account limits are checked by the meta leader (``check_account_limits`` in
+``cluster/meta.py``, under ``admission_lock``) before it proposes (docs/security.md).
 
 Routing: a request that needs a leader this node is not either fails NOT_LEADER with the
 leader's client address (reads, fetches: the SDK follows the hint), or is forwarded
@@ -17,15 +20,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from raftstream.cluster.assignments import StreamAssignment
+from raftstream.cluster.auth import AccountLimits, Caller, caller
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.forward import Forwarder, was_forwarded
-from raftstream.cluster.meta_entries import DEFAULT_ACCOUNT
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.raft_extras import followers
@@ -33,7 +36,7 @@ from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.errors import NoLeaderError, NotFoundError, NotLeaderError, UnavailableError
 from raftstream.raft.host import RaftHost
 
-__all__ = ["ServiceContext", "account_of", "time_left"]
+__all__ = ["ServiceContext", "account_of", "caller_of", "time_left"]
 
 R = TypeVar("R")
 FORWARD_HOPS_MAX = 4  # NOT_LEADER hints followed by one forwarded request
@@ -43,9 +46,14 @@ META_CATCHUP_POLL_S = 0.02
 
 
 def account_of(context: Any) -> str:
-    """The account the call acts in (the one place that decides it)."""
-    del context
-    return DEFAULT_ACCOUNT
+    """The account the call acts in (resolved once per call by the auth interceptor)."""
+    return caller_of(context).account
+
+
+def caller_of(context: Any) -> Caller:
+    """Who the call acts for: account, user, permissions (``cluster/auth.py``)."""
+    del context  # bound to the call's task by the interceptor, not to the gRPC context
+    return caller()
 
 
 def time_left(context: Any) -> float | None:
@@ -64,6 +72,9 @@ class ServiceContext:
     metrics: NodeMetrics
     peer_seen_ns: Callable[[], Mapping[str, int]]  # node -> last time it answered (ns)
     peer_down: Callable[[str], bool]  # True once a peer failed its probes for a while
+    # Held by the meta leader from an account-limit check to the commit of what it admitted,
+    # so two concurrent creates cannot both pass the same last free place.
+    admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def node_id(self) -> str:
@@ -77,6 +88,11 @@ class ServiceContext:
             return True
         _, progress = followers(self.host, META_GROUP)
         return any(f.name == node and f.active for f in progress)
+
+    def account_limits(self, account: str) -> AccountLimits:
+        """The account's limits (none without ``[auth]``)."""
+        auth = self.config.auth
+        return AccountLimits() if auth is None else auth.limits(account)
 
     def client_addr(self, node: str) -> str | None:
         addr = self.config.peers.get(node)

@@ -11,6 +11,10 @@ no new replica is placed on the peer; the meta leader then re-places the peer's 
 every election), and each stream group's leader carries the new peers out one server at a
 time (``cluster/membership.py``). The call returns once the removal is recorded; the
 repair follows asynchronously (watch the stream's cluster info).
+
+With ``[auth]`` (docs/security.md), any authenticated user may read cluster info, but it
+lists only its own account's stream groups; users of the ``$SYS`` account see every group
+and alone may step the meta leader down or remove a peer.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from raftstream.cluster.context import ServiceContext, time_left
+from raftstream.cluster.context import ServiceContext, caller_of, time_left
 from raftstream.cluster.meta_entries import PeerRemove
 from raftstream.cluster.meta_group import META_GROUP
 from raftstream.cluster.services_streams import group_info, step_down
@@ -61,7 +65,10 @@ class ClusterServicer(pbg.ClusterServiceServicer):
                 group=group_info(ctx, META_GROUP, tuple(ctx.config.peers)),
             )
         ]
+        who = caller_of(context)
         for sa in ctx.meta.state.all_streams():
+            if not who.system and sa.account != who.account:
+                continue  # another account's stream: not even its name (docs/security.md)
             groups.append(
                 pb.ClusterGroup(
                     kind=pb.GROUP_KIND_STREAM,
@@ -83,6 +90,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
         self, request: pb.MetaStepDownRequest, context: Any
     ) -> pb.StepDownResponse:
         ctx = self._ctx
+        caller_of(context).check_system("meta leader step-down")
         if not ctx.meta.is_leader:
             if ctx.forwarded(context):
                 raise ctx.meta.not_leader()
@@ -99,6 +107,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
         self, request: pb.RemovePeerRequest, context: Any
     ) -> pb.RemovePeerResponse:
         ctx = self._ctx
+        caller_of(context).check_system("peer removal")
         if not ctx.meta.is_leader and not ctx.forwarded(context):
             return await ctx.to_meta_leader(
                 _SVC + "RemovePeer", request, pb.RemovePeerResponse.FromString, time_left(context)

@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from raftstream.cluster.context import ServiceContext, account_of
+from raftstream.cluster.context import ServiceContext, account_of, caller_of
 from raftstream.cluster.convert import add_delivery
 from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.engine.consumer import Consumer
@@ -60,6 +60,7 @@ class PushSession:
         if first is None or not first.HasField("start"):
             raise InvalidArgumentError("start", "the first request must be a ConsumeStart")
         start = first.start
+        caller_of(context).check_read(start.stream)
         account = account_of(context)
         g = await self._ctx.leader_group(account, start.stream)
         c = g.leader_consumer(start.consumer)

@@ -17,7 +17,7 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from raftstream.cluster.assignments import StreamAssignment
-from raftstream.cluster.context import ServiceContext, account_of, time_left
+from raftstream.cluster.context import ServiceContext, account_of, caller_of, time_left
 from raftstream.cluster.convert import (
     group_info_pb,
     parse_json,
@@ -25,7 +25,7 @@ from raftstream.cluster.convert import (
     stream_info_pb,
     stream_state_pb,
 )
-from raftstream.cluster.meta import StreamAdded, StreamUpdated
+from raftstream.cluster.meta import StreamAdded, StreamUpdated, check_account_limits
 from raftstream.cluster.meta_entries import AddStream, DeleteStream, UpdateStream
 from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_peers
 from raftstream.cluster.raft_extras import followers
@@ -156,11 +156,14 @@ class StreamServicer(pbg.StreamServiceServicer):
         if not meta.is_leader:
             raise meta.not_leader()
         cfg = StreamConfig.from_dict(parse_json(request.config_json))
-        peers = place_stream(config=cfg, state=meta.state, nodes=cluster_nodes(self._ctx))
-        entry = AddStream(
-            account=account_of(context), config=cfg, peers=peers, ts_ns=time.time_ns()
-        )
-        result = await meta.propose(entry, time_left(context))
+        caller_of(context).check_manage(cfg.name)
+        account = account_of(context)
+        async with self._ctx.admission_lock:  # limits checked and used up atomically
+            limits = self._ctx.account_limits(account)
+            check_account_limits(meta.state, account, limits, stream=cfg)
+            peers = place_stream(config=cfg, state=meta.state, nodes=cluster_nodes(self._ctx))
+            entry = AddStream(account=account, config=cfg, peers=peers, ts_ns=time.time_ns())
+            result = await meta.propose(entry, time_left(context))
         if not isinstance(result, StreamAdded):
             raise InvariantError(f"AddStream answered {result!r}")
         return await self._info(result.assignment, time_left(context))
@@ -175,8 +178,10 @@ class StreamServicer(pbg.StreamServiceServicer):
         if not meta.is_leader:
             raise meta.not_leader()
         cfg = StreamConfig.from_dict(parse_json(request.config_json))
+        caller_of(context).check_manage(cfg.name)
         account = account_of(context)
         old = meta.state.stream(account, cfg.name)
+        check_account_limits(meta.state, account, self._ctx.account_limits(account), stream=cfg)
         peers = plan_stream_peers(
             config=cfg,
             current=old.peers,
@@ -209,6 +214,7 @@ class StreamServicer(pbg.StreamServiceServicer):
                 time_left(context),
             )
         meta = self._ctx.meta
+        caller_of(context).check_manage(request.name)
         entry = DeleteStream(account=account_of(context), name=request.name, ts_ns=time.time_ns())
         await meta.propose(entry, time_left(context))
         return pb.DeleteStreamResponse()
@@ -217,6 +223,7 @@ class StreamServicer(pbg.StreamServiceServicer):
 
     @map_errors
     async def GetStreamInfo(self, request: pb.StreamInfoRequest, context: Any) -> pb.StreamInfo:
+        caller_of(context).check_read(request.name)
         account = account_of(context)
         # Not leader_group alone: a deposed leader would answer a stale state (§6.4).
         g = await self._ctx.read_leader_group(account, request.name, time_left(context))
@@ -265,6 +272,7 @@ class StreamServicer(pbg.StreamServiceServicer):
     async def PurgeStream(
         self, request: pb.PurgeStreamRequest, context: Any
     ) -> pb.PurgeStreamResponse:
+        caller_of(context).check_manage(request.name)
         g = await self._ctx.leader_group(account_of(context), request.name)
         entry = Purge(
             ts_ns=time.time_ns(),
@@ -284,6 +292,7 @@ class StreamServicer(pbg.StreamServiceServicer):
         # A read barrier before the store is read, not leader_group alone: a leader paused
         # or cut off past an election timeout is deposed without knowing it, and its store
         # misses writes the new leader acknowledged (Raft thesis §6.4, ReadIndex).
+        caller_of(context).check_read(request.stream)
         account = account_of(context)
         g = await self._ctx.read_leader_group(account, request.stream, time_left(context))
         store = g.replica.store
@@ -305,6 +314,7 @@ class StreamServicer(pbg.StreamServiceServicer):
     async def DeleteMessage(
         self, request: pb.DeleteMessageRequest, context: Any
     ) -> pb.DeleteMessageResponse:
+        caller_of(context).check_manage(request.stream)
         g = await self._ctx.leader_group(account_of(context), request.stream)
         entry = DeleteMsg(ts_ns=time.time_ns(), seq=request.seq, no_erase=request.no_erase)
         await g.propose_stream(entry, time_left(context))
@@ -314,5 +324,6 @@ class StreamServicer(pbg.StreamServiceServicer):
     async def StepDownStreamLeader(
         self, request: pb.StreamStepDownRequest, context: Any
     ) -> pb.StepDownResponse:
+        caller_of(context).check_manage(request.stream)
         g = await self._ctx.leader_group(account_of(context), request.stream)
         return await step_down(self._ctx, g.group, request.preferred)

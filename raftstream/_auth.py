@@ -67,28 +67,28 @@ class _Credentials:
         return details._replace(metadata=md)
 
 
-class _UnaryUnary(_Credentials, grpc.aio.UnaryUnaryClientInterceptor):
+class _UnaryUnary(_Credentials, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_unary(
         self, continuation: Callable[..., Any], client_call_details: Any, request: Any
     ) -> Any:
         return await continuation(self._details(client_call_details), request)
 
 
-class _UnaryStream(_Credentials, grpc.aio.UnaryStreamClientInterceptor):
+class _UnaryStream(_Credentials, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_stream(
         self, continuation: Callable[..., Any], client_call_details: Any, request: Any
     ) -> Any:
         return await continuation(self._details(client_call_details), request)
 
 
-class _StreamUnary(_Credentials, grpc.aio.StreamUnaryClientInterceptor):
+class _StreamUnary(_Credentials, grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]
     async def intercept_stream_unary(
         self, continuation: Callable[..., Any], client_call_details: Any, request_iterator: Any
     ) -> Any:
         return await continuation(self._details(client_call_details), request_iterator)
 
 
-class _StreamStream(_Credentials, grpc.aio.StreamStreamClientInterceptor):
+class _StreamStream(_Credentials, grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]
     async def intercept_stream_stream(
         self, continuation: Callable[..., Any], client_call_details: Any, request_iterator: Any
     ) -> Any:

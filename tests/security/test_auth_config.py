@@ -1,0 +1,383 @@
+"""Unit tests of authentication and accounts (issue 10, docs/security.md): the ``[auth]``
+config section and its refusals, resolving credentials (with the verified cache), permission
+patterns, account limits as the meta leader checks them, and secrets kept out of repr()
+and errors."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import bcrypt
+import grpc
+import pytest
+
+from raftstream import errors
+from raftstream._auth import authorization_value, credential_interceptors
+from raftstream.cluster.auth import (
+    ANONYMOUS,
+    SYSTEM_ACCOUNT,
+    AccountLimits,
+    Authenticator,
+    Caller,
+    Permissions,
+    hash_secret,
+)
+from raftstream.cluster.config import load_config
+from raftstream.cluster.meta import MetaState, check_account_limits
+from raftstream.cluster.meta_entries import AddConsumer, AddStream
+from raftstream.engine.consumer_config import ConsumerConfig
+from raftstream.engine.stream_config import StorageType, StreamConfig
+
+# Few rounds: the tests check behaviour, not bcrypt's cost.
+ALICE_PW = "alice-secret"
+ALICE_HASH = hash_secret(ALICE_PW, rounds=4)
+CI_TOKEN = "tok-0123456789"
+CI_HASH = hash_secret(CI_TOKEN, rounds=4)
+
+AUTH_TOML = f"""
+[auth.accounts.A]
+max_streams = 2
+max_consumers = 3
+max_file_bytes = 1000
+[auth.accounts.B]
+[auth.accounts."$SYS"]
+
+[[auth.users]]
+user = "alice"
+password = "{ALICE_HASH}"
+account = "A"
+publish = ["orders.>"]
+read = ["ORD*"]
+manage = ["ORDERS"]
+
+[[auth.tokens]]
+name = "ci"
+token = "{CI_HASH}"
+account = "B"
+"""
+
+
+def _node_toml(tmp_path: Path, auth: str) -> Path:
+    path = tmp_path / "node.toml"
+    path.write_text(
+        '[cluster]\nname = "n1"\nlisten = "127.0.0.1:7101"\n'
+        f'data = "{tmp_path / "d"}"\npeers = {{ n1 = "127.0.0.1:7101" }}\n' + auth
+    )
+    return path
+
+
+def _basic(user: str, password: str) -> tuple[tuple[str, str], ...]:
+    raw = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return (("authorization", f"Basic {raw}"),)
+
+
+# -- config ----------------------------------------------------------------------------------
+
+
+def test_no_auth_section_keeps_the_default_account() -> None:
+    """Without [auth] the node runs as before: no auth config, calls act in $G with every
+    permission (issue 10: "Without auth configured, everything runs in one default
+    account")."""
+    cfg = load_config(None, name="n1", listen="127.0.0.1:7101", data="d", peers="n1=127.0.0.1:7101")
+    assert cfg.auth is None
+    assert ANONYMOUS.account == "$G" and ANONYMOUS.system
+    assert ANONYMOUS.permissions.may_publish("any.thing")
+    assert ANONYMOUS.permissions.may_manage("ANY")
+
+
+def test_auth_section_is_parsed(tmp_path: Path) -> None:
+    cfg = load_config(_node_toml(tmp_path, AUTH_TOML))
+    auth = cfg.auth
+    assert auth is not None
+    assert set(auth.accounts) == {"A", "B", SYSTEM_ACCOUNT}
+    assert auth.limits("A") == AccountLimits(max_streams=2, max_consumers=3, max_file_bytes=1000)
+    assert auth.limits("B") == AccountLimits()
+    alice = auth.users["alice"]
+    assert alice.account == "A"
+    assert alice.permissions == Permissions(
+        publish=("orders.>",), read=("ORD*",), manage=("ORDERS",)
+    )
+    assert [t.name for t in auth.tokens] == ["ci"]
+    assert auth.tokens[0].permissions == Permissions()  # default: everything in its account
+
+
+@pytest.mark.parametrize(
+    ("auth", "field"),
+    [
+        ("[auth]\nusers = []\n[auth.accounts.A]\n", "auth"),
+        ("[auth]\nbogus = 1\n", "auth.bogus"),
+        ('[auth.accounts."a.b"]\n', "auth.accounts"),
+        ("[auth.accounts.A]\nmax_streams = -1\n", "auth.accounts.A.max_streams"),
+        ('[auth.accounts.A]\nmax_streams = "many"\n', "auth.accounts.A.max_streams"),
+        ("[auth.accounts.A]\nmax_bytes = 5\n", "auth.accounts.A.max_bytes"),
+        (
+            '[auth.accounts.A]\n[[auth.users]]\nuser = "u"\npassword = "plain-secret"\n'
+            'account = "A"\n',
+            "auth.users[0].password",
+        ),
+        (
+            f'[auth.accounts.A]\n[[auth.users]]\nuser = "u"\npassword = "{ALICE_HASH}"\n'
+            'account = "Z"\n',
+            "auth.users[0].account",
+        ),
+        (
+            f'[auth.accounts.A]\n[[auth.users]]\nuser = "u"\npassword = "{ALICE_HASH}"\n',
+            "auth.users[0].account",
+        ),
+        (
+            f'[auth.accounts.A]\n[[auth.users]]\nuser = "u"\npassword = "{ALICE_HASH}"\n'
+            'account = "A"\npublish = ["a..b"]\n',
+            "auth.users[0].publish",
+        ),
+        (
+            f'[auth.accounts.A]\n[[auth.users]]\nuser = "u"\npassword = "{ALICE_HASH}"\n'
+            'account = "A"\n[[auth.users]]\nuser = "u"\n'
+            f'password = "{ALICE_HASH}"\naccount = "A"\n',
+            "auth.users[1].user",
+        ),
+        (
+            f'[auth.accounts.A]\n[[auth.tokens]]\nname = "t"\ntoken = "{CI_HASH}"\n'
+            'account = "A"\nread = "ORDERS"\n',
+            "auth.tokens[0].read",
+        ),
+    ],
+)
+def test_bad_auth_config_is_refused_naming_the_field(tmp_path: Path, auth: str, field: str) -> None:
+    with pytest.raises(errors.InvalidArgumentError) as info:
+        load_config(_node_toml(tmp_path, auth))
+    assert info.value.field == field
+    assert "plain-secret" not in str(info.value)  # a pasted plaintext is never echoed
+
+
+def test_secrets_are_not_in_repr(tmp_path: Path) -> None:
+    cfg = load_config(_node_toml(tmp_path, AUTH_TOML))
+    text = repr(cfg)
+    assert "alice" in text  # the user is named ...
+    assert ALICE_HASH not in text and CI_HASH not in text  # ... its hash is not
+
+
+# -- resolving credentials -------------------------------------------------------------------
+
+
+def _authenticator(tmp_path: Path) -> Authenticator:
+    auth = load_config(_node_toml(tmp_path, AUTH_TOML)).auth
+    assert auth is not None
+    return Authenticator(auth)
+
+
+def test_user_and_token_resolve_to_their_accounts(tmp_path: Path) -> None:
+    a = _authenticator(tmp_path)
+
+    async def body() -> None:
+        alice = await a.resolve(_basic("alice", ALICE_PW))
+        assert (alice.account, alice.user, alice.system) == ("A", "alice", False)
+        assert alice.permissions.may_publish("orders.eu")
+        assert not alice.permissions.may_publish("billing.eu")
+        ci = await a.resolve((("authorization", f"Bearer {CI_TOKEN}"),))
+        assert (ci.account, ci.user) == ("B", "ci")
+        assert ALICE_PW not in repr(alice) and CI_TOKEN not in repr(ci)
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        (),
+        (("x-other", "1"),),
+        _basic("alice", "wrong"),
+        _basic("nobody", ALICE_PW),
+        (("authorization", "Bearer wrong-token"),),
+        (("authorization", "Basic !!!not-base64"),),
+        (("authorization", "Digest abc"),),
+        (("authorization", "Bearer " + "x" * 10_000),),
+    ],
+)
+def test_missing_or_bad_credentials_are_unauthenticated(
+    tmp_path: Path, metadata: tuple[tuple[str, str], ...]
+) -> None:
+    a = _authenticator(tmp_path)
+    with pytest.raises(errors.UnauthenticatedError) as info:
+        asyncio.run(a.resolve(metadata))
+    assert ALICE_PW not in str(info.value) and "wrong" not in str(info.value)
+
+
+def test_verified_credentials_are_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bcrypt runs once per distinct accepted credentials; a repeat is a cache hit. The
+    cache is keyed by a digest: the plaintext is not kept in it."""
+    a = _authenticator(tmp_path)
+    calls: list[int] = []
+    real = bcrypt.checkpw
+
+    def counting(pw: bytes, hashed: bytes) -> bool:
+        calls.append(1)
+        return real(pw, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", counting)
+
+    async def body() -> None:
+        for _ in range(5):
+            await a.resolve(_basic("alice", ALICE_PW))
+        assert len(calls) == 1
+        with pytest.raises(errors.UnauthenticatedError):
+            await a.resolve(_basic("alice", "wrong"))
+        assert len(calls) == 2  # a refusal is checked, never cached as accepted
+
+    asyncio.run(body())
+    assert all(ALICE_PW.encode() not in k for k in a._verified)
+
+
+# -- permissions -----------------------------------------------------------------------------
+
+
+def test_permission_patterns() -> None:
+    p = Permissions(publish=("orders.*", "audit.>"), read=("ORD*",), manage=("ORDERS",))
+    assert p.may_publish("orders.eu") and p.may_publish("audit.a.b")
+    assert not p.may_publish("orders.eu.x") and not p.may_publish("billing")
+    assert p.may_read("ORDERS") and p.may_read("ORD2") and not p.may_read("BILLING")
+    assert p.may_manage("ORDERS") and not p.may_manage("ORD2")
+    alice = Caller(account="A", user="alice", permissions=p, system=False)
+    with pytest.raises(errors.PermissionDeniedError):
+        alice.check_publish("billing")
+    with pytest.raises(errors.PermissionDeniedError):
+        alice.check_manage("ORD2")
+    with pytest.raises(errors.PermissionDeniedError):
+        alice.check_system("meta leader step-down")
+
+
+# -- account limits --------------------------------------------------------------------------
+
+
+def _state_with(account: str, *streams: StreamConfig) -> MetaState:
+    state = MetaState()
+    for cfg in streams:
+        state.apply(AddStream(account=account, config=cfg, peers=("n1",), ts_ns=1))
+    return state
+
+
+def test_max_streams_counts_the_account_only() -> None:
+    state = _state_with("A", StreamConfig(name="S1", subjects=("a.1",)))
+    for name in ("S2", "S4"):
+        cfg = StreamConfig(name=name, subjects=(f"b.{name}",))
+        state.apply(AddStream(account="B", config=cfg, peers=("n1",), ts_ns=1))
+    limits = AccountLimits(max_streams=2)
+    # A has one stream: B's two do not count against it.
+    check_account_limits(state, "A", limits, stream=StreamConfig(name="S3", subjects=("x",)))
+    with pytest.raises(errors.LimitError) as info:
+        check_account_limits(state, "B", limits, stream=StreamConfig(name="S5", subjects=("y",)))
+    assert info.value.details["limit"] == "max_streams"
+    # Re-creating (or updating) an existing stream takes no new place.
+    check_account_limits(state, "B", limits, stream=StreamConfig(name="S2", subjects=("b.S2",)))
+
+
+def test_max_consumers_counts_every_stream_of_the_account() -> None:
+    state = _state_with(
+        "A", StreamConfig(name="S1", subjects=("a.1",)), StreamConfig(name="S2", subjects=("a.2",))
+    )
+    for stream, name in (("S1", "C1"), ("S2", "C2")):
+        cfg = ConsumerConfig(durable_name=name)
+        state.apply(AddConsumer(account="A", stream=stream, config=cfg, ts_ns=1))
+    check_account_limits(state, "A", AccountLimits(max_consumers=3), new_consumer=True)
+    with pytest.raises(errors.LimitError) as info:
+        check_account_limits(state, "A", AccountLimits(max_consumers=2), new_consumer=True)
+    assert info.value.details["limit"] == "max_consumers"
+
+
+def test_storage_limit_counts_max_bytes_reservations_per_storage_type() -> None:
+    state = _state_with("A", StreamConfig(name="S1", subjects=("a.1",), max_bytes=400))
+    limits = AccountLimits(max_file_bytes=1000, max_memory_bytes=100)
+    ok = StreamConfig(name="S2", subjects=("a.2",), max_bytes=600)
+    check_account_limits(state, "A", limits, stream=ok)
+    over = StreamConfig(name="S2", subjects=("a.2",), max_bytes=601)
+    with pytest.raises(errors.LimitError) as info:
+        check_account_limits(state, "A", limits, stream=over)
+    assert info.value.details["limit"] == "max_file_bytes"
+    # Replicas multiply the reservation: 2 x 400 > 1000 - 400.
+    r2 = StreamConfig(name="S2", subjects=("a.2",), max_bytes=400, num_replicas=2)
+    with pytest.raises(errors.LimitError):
+        check_account_limits(state, "A", limits, stream=r2)
+    mem = StreamConfig(
+        name="M", subjects=("m",), max_bytes=100, storage=StorageType.MEMORY
+    )  # memory is counted apart from file storage
+    check_account_limits(state, "A", limits, stream=mem)
+    unbounded = StreamConfig(name="S3", subjects=("a.3",))
+    with pytest.raises(errors.InvalidArgumentError) as bad:
+        check_account_limits(state, "A", limits, stream=unbounded)
+    assert bad.value.field == "max_bytes"
+
+
+# -- the SDK's side --------------------------------------------------------------------------
+
+
+def test_sdk_authorization_values() -> None:
+    assert authorization_value() is None
+    assert authorization_value(token="t") == "Bearer t"
+    value = authorization_value(user="alice", password="p:w")
+    assert value is not None
+    assert base64.b64decode(value.removeprefix("Basic ")) == b"alice:p:w"
+    for kwargs, field in (
+        ({"token": "t", "user": "u"}, "token"),
+        ({"user": "u"}, "password"),
+        ({"password": "p"}, "user"),
+        ({"user": "a:b", "password": "p"}, "user"),
+    ):
+        with pytest.raises(errors.InvalidArgumentError) as info:
+            authorization_value(**kwargs)
+        assert info.value.field == field
+    assert credential_interceptors() == ()
+    interceptors = credential_interceptors(token="secret-token")
+    assert len(interceptors) == 4  # one per call kind: grpc.aio files each under one kind
+    assert all("secret-token" not in repr(icp) for icp in interceptors)
+
+
+def test_sdk_sends_credentials_on_every_call_kind() -> None:
+    """Unary and streamed calls alike carry ``authorization`` (a grpc.aio interceptor
+    object serves one call kind only: a single one would leave streamed calls bare)."""
+
+    async def body() -> list[bytes]:
+        def seen(context: grpc.aio.ServicerContext) -> bytes:
+            md = dict(context.invocation_metadata() or ())
+            return str(md.get("authorization", "")).encode()
+
+        async def uu(req: bytes, ctx: grpc.aio.ServicerContext) -> bytes:
+            return seen(ctx)
+
+        async def us(req: bytes, ctx: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            yield seen(ctx)
+
+        async def su(reqs: AsyncIterator[bytes], ctx: grpc.aio.ServicerContext) -> bytes:
+            return seen(ctx)
+
+        async def ss(
+            reqs: AsyncIterator[bytes], ctx: grpc.aio.ServicerContext
+        ) -> AsyncIterator[bytes]:
+            yield seen(ctx)
+
+        handlers = grpc.method_handlers_generic_handler(
+            "t.S",
+            {
+                "UU": grpc.unary_unary_rpc_method_handler(uu),
+                "US": grpc.unary_stream_rpc_method_handler(us),
+                "SU": grpc.stream_unary_rpc_method_handler(su),
+                "SS": grpc.stream_stream_rpc_method_handler(ss),
+            },
+        )
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((handlers,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        icp = list(credential_interceptors(token="T"))
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", interceptors=icp) as ch:
+                out = [await ch.unary_unary("/t.S/UU")(b"x", timeout=5)]
+                out += [r async for r in ch.unary_stream("/t.S/US")(b"x", timeout=5)]
+                out.append(await ch.stream_unary("/t.S/SU")(iter([b"x"]), timeout=5))
+                out += [r async for r in ch.stream_stream("/t.S/SS")(iter([b"x"]), timeout=5)]
+                return out
+        finally:
+            await server.stop(0)
+
+    assert asyncio.run(body()) == [b"Bearer T"] * 4
