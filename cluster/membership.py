@@ -15,6 +15,11 @@ next leader simply continues):
 3. only then, a member the assignment no longer names is removed; when that member is this
    leader, leadership moves first to a caught-up voter of the assignment.
 
+A peer under repair after data loss (``cluster/repair.py``) is first taken OUT of the
+membership whatever the assignment says; once it is out, the leader reports that, with its
+term, to the meta leader (``RepairCleared``), and only then is it wanted again: added as a
+learner (it rejoins empty at that term), caught up, promoted, like any new peer.
+
 One server at a time (Raft thesis §4.1): a step is proposed only when no other change is in
 flight (here, and the core refuses a second one as well), so any two consecutive
 configurations have overlapping majorities.
@@ -26,10 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from raftstream.cluster.assignments import StreamAssignment
+from raftstream.cluster.repair_state import RepairRecord
 from raftstream.errors import RaftStreamError
 from raftstream.raft.host import RaftHost
 from raftstream.raft.types import ConfChange, ConfChangeType, Role
@@ -80,11 +86,22 @@ def next_change(
 
 class MembershipDriver:
     """Runs ``next_change`` for the stream groups this node leads (one change in flight per
-    group; the host refuses a second anyway)."""
+    group; the host refuses a second anyway). ``repairs`` gives the repairs under way (meta
+    state); ``report_cleared(node, repair_id, group, term)`` tells the meta leader a node
+    under repair is out of a group."""
 
-    def __init__(self, *, node_id: str, host: RaftHost) -> None:
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        host: RaftHost,
+        repairs: Callable[[], Mapping[str, RepairRecord]] = dict,
+        report_cleared: Callable[[str, str, str, int], Awaitable[None]] | None = None,
+    ) -> None:
         self._me = node_id
         self._host = host
+        self._repairs = repairs
+        self._report_cleared = report_cleared
         self._inflight: dict[str, asyncio.Task[None]] = {}
 
     def step(self, sa: StreamAssignment) -> None:
@@ -99,11 +116,23 @@ class MembershipDriver:
             return
         commit, followers = host.followers(group)
         lag = {f.name: max(0, commit - f.match) for f in followers if f.active}
+        voters, learners = host.voters(group), host.learners(group)
+        repairs = self._repairs()
+        # Peers under repair that this group has not let go of yet: out first.
+        held = {
+            p: repairs[p]
+            for p in sa.peers
+            if p in repairs and repairs[p].may_rejoin(group) is None and p != self._me
+        }
+        for p, rec in held.items():
+            if p not in voters and p not in learners:
+                self._clear(group, p, rec.repair_id)
+                return
         step = next_change(
             me=self._me,
-            wanted=sa.peers,
-            voters=host.voters(group),
-            learners=host.learners(group),
+            wanted=tuple(p for p in sa.peers if p not in held),
+            voters=voters,
+            learners=learners,
             lag=lag,
         )
         if step is None:
@@ -118,6 +147,25 @@ class MembershipDriver:
             self._inflight[group] = asyncio.get_running_loop().create_task(
                 self._change(group, step.change), name=f"membership-{group}"
             )
+
+    def _clear(self, group: str, node: str, repair_id: str) -> None:
+        """``node`` (under repair) is out of ``group``'s applied membership: report it with
+        this leader's term, in which that holds (any later leader has it too)."""
+        if self._report_cleared is None:
+            return
+        term = self._host.status(group).term
+        log.info("repair: %s is out of the group at term %d", node, term, extra={"group": group})
+        self._inflight[group] = asyncio.get_running_loop().create_task(
+            self._report(group, node, repair_id, term), name=f"repair-cleared-{group}"
+        )
+
+    async def _report(self, group: str, node: str, repair_id: str, term: int) -> None:
+        if self._report_cleared is None:
+            return
+        try:
+            await self._report_cleared(node, repair_id, group, term)
+        except RaftStreamError as exc:
+            log.info("repair report not made: %r", exc, extra={"group": group})
 
     async def _change(self, group: str, change: ConfChange) -> None:
         log.info("membership: %s %s", change.type.name, change.node, extra={"group": group})

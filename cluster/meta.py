@@ -48,6 +48,9 @@ from raftstream.cluster.meta_entries import (
     MetaEntry,
     PeerRemove,
     ReassignGroup,
+    RepairCleared,
+    RepairDone,
+    RepairStart,
     UpdateConsumer,
     UpdateStream,
     decode_entry,
@@ -55,6 +58,7 @@ from raftstream.cluster.meta_entries import (
 )
 from raftstream.cluster.meta_snapshot import decode_snapshot, encode_snapshot
 from raftstream.cluster.names import validate_account, validate_node_name
+from raftstream.cluster.repair_state import RepairBook, RepairRecorded
 from raftstream.engine.consumer_config import (
     ConsumerConfig,
     RetentionKind,
@@ -168,6 +172,7 @@ MetaResult = (
     | ConsumerDeleted
     | PeerRemoved
     | GroupReassigned
+    | RepairRecorded
 )
 
 
@@ -234,6 +239,8 @@ class MetaState:
         self._accounts: dict[str, _Account] = {}
         self._removed: set[str] = set()
         self._last_ts_ns = 0
+        # Repairs after data loss (docs/cluster-design.md, "Repair after data loss").
+        self.repairs = RepairBook()
         # (account, subject) -> stream_for_subject's answer, for the publish hot path;
         # emptied by every apply and restore (anything that could change the answer).
         self._subject_memo: dict[tuple[str, str], StreamAssignment | None] = {}
@@ -275,6 +282,8 @@ class MetaState:
             return self._apply_delete_consumer(entry)
         if isinstance(entry, PeerRemove):
             return self._apply_peer_remove(entry)
+        if isinstance(entry, RepairStart | RepairCleared | RepairDone):
+            return self.repairs.apply(entry)
         invariant(isinstance(entry, ReassignGroup), f"unknown meta entry {type(entry).__name__}")
         return self._apply_reassign(entry)
 
@@ -548,6 +557,7 @@ class MetaState:
             consumers=[ca for sa in self.all_streams() for ca in self._consumers_sorted(sa)],
             removed_peers=sorted(self._removed),
             last_ts_ns=self._last_ts_ns,
+            repairs=self.repairs.to_json(),
         )
 
     def restore(self, data: bytes) -> None:
@@ -557,7 +567,9 @@ class MetaState:
         fresh = MetaState()
         fresh._load(snap.streams, snap.consumers, snap.removed_peers, snap.last_ts_ns)
         fresh.check_invariants()
+        repairs = RepairBook.from_json(snap.repairs)
         self._accounts, self._removed = fresh._accounts, fresh._removed
+        self.repairs = repairs
         self._last_ts_ns = fresh._last_ts_ns
         self._subject_memo.clear()
 

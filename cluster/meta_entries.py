@@ -4,7 +4,7 @@ Every entry is a frozen value proposed by the meta leader AFTER it has made ever
 needs the cluster's live view (placement, an ephemeral consumer's name): replicas never
 consult anything but the entry and the replicated state, so they all apply the same choice.
 Every entry carries ``ts_ns``, the LEADER's time (nanoseconds since the epoch), and, except
-``PeerRemove`` (a cluster-wide fact), the ``account`` it belongs to.
+``PeerRemove`` and the repair entries (cluster-wide facts), the ``account`` it belongs to.
 
 Encoding: ``u8 FORMAT_VERSION | u8 kind | canonical JSON body`` (UTF-8, sorted keys, no
 spaces). JSON rather than the binary framing of ``engine/entries.py`` because definitions
@@ -39,6 +39,9 @@ __all__ = [
     "MetaEntry",
     "PeerRemove",
     "ReassignGroup",
+    "RepairCleared",
+    "RepairDone",
+    "RepairStart",
     "UpdateConsumer",
     "UpdateStream",
     "decode_entry",
@@ -69,6 +72,9 @@ class _Kind(enum.IntEnum):
     DELETE_CONSUMER = 6
     PEER_REMOVE = 7
     REASSIGN_GROUP = 8
+    REPAIR_START = 9
+    REPAIR_CLEARED = 10
+    REPAIR_DONE = 11
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,6 +170,41 @@ class ReassignGroup:
     ts_ns: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepairStart:
+    """``node`` lost its Raft data and is out of the meta group's membership (the leader
+    proposes this only once that removal applied); ``repair_id`` names this repair, and
+    ``meta_term`` is the meta leader's term then: the node restarts the meta group at that
+    term (docs/cluster-design.md, "Repair after data loss"). A new ``repair_id`` restarts
+    the repair from scratch."""
+
+    node: str
+    repair_id: str
+    meta_term: int
+    ts_ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepairCleared:
+    """``node`` (under repair ``repair_id``) is out of ``group``'s membership as of the
+    group leader's ``term``: it may now rejoin the group empty, at that term."""
+
+    node: str
+    repair_id: str
+    group: str
+    term: int
+    ts_ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepairDone:
+    """Repair ``repair_id`` of ``node`` is over: every group has it back."""
+
+    node: str
+    repair_id: str
+    ts_ns: int
+
+
 MetaEntry = (
     AddStream
     | UpdateStream
@@ -173,6 +214,9 @@ MetaEntry = (
     | DeleteConsumer
     | PeerRemove
     | ReassignGroup
+    | RepairStart
+    | RepairCleared
+    | RepairDone
 )
 
 _KIND_OF: Mapping[type[Any], _Kind] = {
@@ -184,10 +228,14 @@ _KIND_OF: Mapping[type[Any], _Kind] = {
     DeleteConsumer: _Kind.DELETE_CONSUMER,
     PeerRemove: _Kind.PEER_REMOVE,
     ReassignGroup: _Kind.REASSIGN_GROUP,
+    RepairStart: _Kind.REPAIR_START,
+    RepairCleared: _Kind.REPAIR_CLEARED,
+    RepairDone: _Kind.REPAIR_DONE,
 }
 _CLASS_OF: Mapping[_Kind, type[Any]] = {kind: cls for cls, kind in _KIND_OF.items()}
 # Fields whose JSON form is not the Python value itself.
 _TUPLE_FIELDS = frozenset({"peers", "prior_peers"})
+_INT_FIELDS = frozenset({"ts_ns", "meta_term", "term"})
 
 
 def _body(entry: MetaEntry) -> dict[str, Any]:
@@ -221,7 +269,7 @@ def _field_value(cls: type[Any], name: str, raw: Any) -> Any:
         if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
             raise DataLossError(f"meta entry field {name!r} is not a list of strings")
         return tuple(raw)
-    expected = int if name == "ts_ns" else str
+    expected = int if name in _INT_FIELDS else str
     if not isinstance(raw, expected) or isinstance(raw, bool):
         raise DataLossError(f"meta entry field {name!r} is not a {expected.__name__}")
     return raw

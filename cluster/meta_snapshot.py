@@ -7,6 +7,8 @@ tests can compare bytes. JSON for the same reasons as the entries (``meta_entrie
 state is definitions only, small, with canonical JSON forms already. The checksum catches
 a torn or bit-flipped snapshot: ``decode_snapshot`` raises ``DataLossError`` rather than
 restore something half-right. The subject index is not stored; restoring rebuilds it.
+Repairs after data loss (``cluster/repair_state.py``) are stored under ``repairs`` only when
+there are any, so a state that never had one encodes as before.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
@@ -39,6 +41,7 @@ class DecodedSnapshot:
     consumers: tuple[ConsumerAssignment, ...]
     removed_peers: tuple[str, ...]
     last_ts_ns: int
+    repairs: dict[str, Any] = field(default_factory=dict)  # RepairBook.to_json's form
 
 
 def encode_snapshot(
@@ -47,6 +50,7 @@ def encode_snapshot(
     consumers: Iterable[ConsumerAssignment],
     removed_peers: Sequence[str],
     last_ts_ns: int,
+    repairs: dict[str, Any] | None = None,
 ) -> bytes:
     """The snapshot bytes; ``streams`` and ``consumers`` come in canonical order (the
     caller sorts them)."""
@@ -69,6 +73,8 @@ def encode_snapshot(
             for sa in streams
         ],
     }
+    if repairs:
+        body["repairs"] = repairs
     raw = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return _HEADER.pack(_MAGIC, SNAPSHOT_VERSION, zlib.crc32(raw)) + raw
 
@@ -120,6 +126,7 @@ def _decode_body(body: dict[str, Any]) -> DecodedSnapshot:
         consumers=tuple(consumers),
         removed_peers=tuple(_str(p) for p in body["removed_peers"]),
         last_ts_ns=_int(body["last_ts_ns"]),
+        repairs=dict(body.get("repairs", {})),
     )
 
 

@@ -19,7 +19,9 @@ A ``Node`` owns, on the event loop that ran ``start()``:
   term on every record that has them).
 
 A restart rebuilds everything from the node's own data: the meta group from its snapshot
-and log, then the stream groups it assigns here, each from its snapshot and log.
+and log, then the stream groups it assigns here, each from its snapshot and log. Raft data
+that fails its checks is quarantined first and the node rejoins its groups as a new member,
+health NOT_SERVING until the healthy cluster has repaired it (``cluster/repair.py``).
 
 Failure: ``start`` raises (and leaves nothing running) when the port or the data directory
 cannot be used. ``stop`` is graceful: health goes NOT_SERVING, the server stops taking calls
@@ -50,6 +52,13 @@ from raftstream.cluster.forward import Forwarder
 from raftstream.cluster.membership import MembershipDriver
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import LatencyInterceptor, NodeMetrics
+from raftstream.cluster.repair import (
+    RepairClient,
+    RepairServicer,
+    finish,
+    prepare,
+    report_cleared,
+)
 from raftstream.cluster.services_cluster import ClusterServicer
 from raftstream.cluster.services_consume import ConsumeServicer
 from raftstream.cluster.services_consumers import ConsumerServicer
@@ -60,6 +69,7 @@ from raftstream.engine.lmdbstore import DEFAULT_MAP_SIZE_BYTES, open_node_env
 from raftstream.errors import InvariantError, NotFoundError, RaftStreamError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.proto import repair_pb2_grpc as rpbg
 from raftstream.raft.host import HostConfig, RaftHost
 from raftstream.raft.storage import LmdbLogStorage
 from raftstream.raft.transport import GrpcTransport, GrpcTransportConfig
@@ -75,6 +85,7 @@ PEER_DOWN_AFTER_S = 3.0  # a peer whose probes failed this long is down (placeme
 # its own removal, or once it has known no leader for this long (the leader stops talking
 # to a removed member, which may never learn the removal committed).
 LINGER_NO_LEADER_S = 5.0
+REPAIR_APPLY_POLL_S = 0.05  # how often a repaired node looks whether it applied RepairDone
 STOP_GRACE_S = 1.0
 _SERVICE_NAMES = (
     "raftstream.v1.StreamService",
@@ -131,6 +142,8 @@ class Node:
         self._reconcile_lock = asyncio.Lock()
         self._lingering: dict[str, float | None] = {}  # group -> since when leaderless
         self._server: Any = None
+        self._meta_started = False
+        self._repair_id: str | None = None
         self._health: health.aio.HealthServicer | None = None
         self.bound_port = 0
 
@@ -140,6 +153,9 @@ class Node:
         cfg = self.config
         data = Path(cfg.data)
         store_dir = data / "store"
+        # Damaged Raft data is found and quarantined before anything opens it; the node then
+        # runs no group until its peers took it out of their membership (cluster/repair.py).
+        self._repair_id = prepare(data, has_peers=len(set(cfg.peers) - {cfg.name}) > 0)
         # The engine stores are a cache of the Raft logs: rebuilt from them at every start.
         shutil.rmtree(store_dir, ignore_errors=True)
         # Address space, not disk: the file grows with the data (LMDB needs the bound).
@@ -166,7 +182,12 @@ class Node:
             reconcile=self._reconcile,
             nodes=lambda: cluster_nodes(self.ctx),
         )
-        self._membership = MembershipDriver(node_id=cfg.name, host=self.host)
+        self._membership = MembershipDriver(
+            node_id=cfg.name,
+            host=self.host,
+            repairs=lambda: self.meta.state.repairs.pending(),
+            report_cleared=lambda *a: report_cleared(self.ctx, *a),
+        )
         self.ctx = ServiceContext(
             config=cfg,
             host=self.host,
@@ -179,17 +200,57 @@ class Node:
         )
         await self._start_server(options)
         self.host.start()
-        replay_to = self._storage.log(META_GROUP).hard_state().commit
-        self.meta.start(list(cfg.peers), cfg.meta_voters_max, replay_to)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._monitor(), name="leadership-monitor"),
             loop.create_task(self._probe_peers(), name="peer-prober"),
         ]
+        if self._repair_id is None:
+            self._start_meta()
+        else:
+            client = RepairClient(
+                node_id=cfg.name,
+                repair_id=self._repair_id,
+                peers=[str(a) for n, a in cfg.peers.items() if n != cfg.name],
+                forwarder=self._forwarder,
+                on_meta_term=self._rejoin_meta,
+                on_done=self._repair_done,
+            )
+            self._tasks.append(loop.create_task(client.run(), name="repair"))
         if cfg.metrics_listen is not None:
             self.metrics.serve(cfg.metrics_listen.host, cfg.metrics_listen.port)
-        await self._health_servicer().set("", health_pb2.HealthCheckResponse.SERVING)
+        # grpc's health service starts out SERVING: a node under repair must say it is not.
+        status = health_pb2.HealthCheckResponse
+        serving = status.SERVING if self._repair_id is None else status.NOT_SERVING
+        await self._health_servicer().set("", serving)
         log.info("node started on %s (data %s)", cfg.listen, data)
+
+    def _start_meta(self) -> None:
+        cfg = self.config
+        replay_to = self._storage.log(META_GROUP).hard_state().commit
+        self.meta.start(list(cfg.peers), cfg.meta_voters_max, replay_to)
+        self._meta_started = True
+
+    async def _rejoin_meta(self, term: int) -> None:
+        """Under repair, out of the meta group's membership: start it empty at ``term``
+        (no older leader's message is then accepted), to be added back as a learner."""
+        await self.host.raise_term(META_GROUP, term)
+        self._start_meta()
+
+    async def _repair_done(self) -> None:
+        """The meta leader closed the repair: once this replica has applied that too, the
+        groups it replayed while under repair are joined, never created, from now on."""
+        me, repair_id = self.config.name, self._repair_id
+        while True:
+            rec = self.meta.state.repairs.get(me)
+            if rec is not None and rec.repair_id == repair_id and rec.done:
+                break
+            await asyncio.sleep(REPAIR_APPLY_POLL_S)
+        self.meta.fresh_groups.clear()
+        self._repair_id = None
+        finish(Path(self.config.data))
+        await self._health_servicer().set("", health_pb2.HealthCheckResponse.SERVING)
+        log.info("repaired: serving again")
 
     async def _start_server(self, options: list[tuple[str, int]]) -> None:
         interceptors: tuple[Any, ...] = (LatencyInterceptor(self.metrics),)
@@ -202,6 +263,7 @@ class Node:
         pbg.add_PublishServiceServicer_to_server(PublishServicer(ctx), server)
         pbg.add_ConsumeServiceServicer_to_server(ConsumeServicer(ctx), server)
         pbg.add_ClusterServiceServicer_to_server(ClusterServicer(ctx), server)
+        rpbg.add_RepairServiceServicer_to_server(RepairServicer(ctx), server)
         server.add_generic_rpc_handlers((self._transport.rpc_handler(),))
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -294,10 +356,20 @@ class Node:
         join it empty (added later, or unknown: a joiner never campaigns and learns the
         membership from the leader's snapshot; see ``RaftHost.create_group``)."""
         group = sa.group
+        rec = self.meta.state.repairs.get(self.config.name)
+        rejoin_term = rec.may_rejoin(group) if rec is not None else None
+        if self._repair_id is not None and (
+            rec is None or rec.repair_id != self._repair_id or rejoin_term is None
+        ):
+            return  # under repair and still a member there: it must not run the group yet
+        if rejoin_term is not None:
+            # Rejoining after data loss: never at a term older than the group's leader that
+            # dropped this node from the membership (cluster/repair.py).
+            await self.host.raise_term(group, rejoin_term)
         g = StreamGroup(self._deps(), sa)
         g.replica.starting = True
         try:
-            if group in self.meta.fresh_groups:
+            if group in self.meta.fresh_groups and self._repair_id is None:
                 await self.host.create_group(group, voters=sa.peers, state_machine=g.replica)
             else:
                 self.host.join_group(group, state_machine=g.replica)
@@ -351,6 +423,8 @@ class Node:
                     log.warning("leadership check failed: %r", exc, extra={"group": g.group})
             if self._lingering:
                 self.meta.poke()  # a removed replica waits to be dropped
+            if not self._meta_started:
+                continue  # under repair, not yet back in the meta group
             st = self.host.status(META_GROUP)
             self.metrics.observe_group(
                 META_GROUP, applied=st.applied, term=st.term, leader=st.leader == self.config.name

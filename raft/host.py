@@ -314,6 +314,23 @@ class RaftHost:
             group, voters=(), state_machine=state_machine, on_leader_change=on_leader_change
         )
 
+    async def raise_term(self, group: str, term: int) -> None:
+        """Durably raise the stored term of ``group`` (not running here) to at least ``term``,
+        with no vote: a node that lost its Raft state and rejoins a group does so at a term
+        no older than the one in which the group dropped it from its membership, so that it
+        never acknowledges a message of a leader older than that (docs/cluster-design.md,
+        "Repair after data loss"). A no-op when the stored term is already as high."""
+        if group in self._groups:
+            raise InvalidArgumentError("group", f"{group} runs here; its term is the core's")
+        hs = self._storage.log(group).hard_state()
+        if hs.term >= term:
+            return
+        write = GroupWrite(group, HardState(term=term, commit=hs.commit))
+        # Durable before the group starts: its first answer may rest on this term.
+        await asyncio.get_running_loop().run_in_executor(
+            self._writer, self._storage.write_batch, [write]
+        )
+
     async def remove_group(self, group: str) -> None:
         """Stop the replica of ``group`` and delete its log durably. Its waiting proposals
         fail with NotFoundError (their outcome is unknown); so do its waiting reads."""

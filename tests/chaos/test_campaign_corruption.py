@@ -2,8 +2,10 @@
 damaged node, which never serves or spreads bad data").
 
 A one-node cluster (through the chaos harness) takes some messages, is killed, has its
-Raft LMDB file damaged, and is started again: it must refuse to serve, saying why
-(``DataLossError``), rather than serve what is left or die of a signal.
+Raft LMDB file damaged, and is started again: with no peer to be repaired from, it must
+refuse to serve, saying why (``DataLossError``), rather than serve what is left or die of a
+signal, and leave its data where it is. (A node with peers is repaired from them:
+``test_repair.py``.)
 """
 
 from __future__ import annotations
@@ -54,3 +56,4 @@ def test_truncated_raft_log_is_refused_not_a_crash(cluster: ChaosCluster) -> Non
     code, log = restart_damaged(cluster, "truncate")
     assert code is not None and code > 0, f"exit {code}\n{log}"
     assert "DataLossError" in log, log
+    assert not (cluster.nodes["n1"].data / "quarantine").exists()

@@ -1,0 +1,380 @@
+"""Repair after data loss: detect damaged Raft data at start, quarantine it, rejoin fresh.
+
+A node's Raft environment (``data/raft``) holds every group's log, term and vote: what its
+promises to its peers rest on. If any of it fails its checks, the node cannot simply start
+empty under its old name: an amnesic voter may vote twice in a term or acknowledge an old
+leader's append, and so break entries its peers consider committed (Raft thesis §11.7;
+"protocol-aware recovery"). So, at start (``prepare``):
+
+1. the environment is scrubbed: LMDB's own checks and every record's checksum (hard states,
+   snapshot metadata and data, every entry);
+2. if it fails, a marker (``data/REPAIR``, naming a fresh repair id) is written durably
+   FIRST, then the environment is moved to ``data/quarantine/`` (kept for inspection, logged).
+   The marker makes an interrupted repair resume as a repair: a node without it and without
+   a Raft environment would look like a new node;
+3. the node then runs no group until the healthy cluster has taken it out of the
+   membership: ``RepairClient`` asks the meta leader (through any peer) to take the next step
+   of its repair until it is done (the steps are ``RepairSteps``, on the meta leader), and the
+   node starts each group only once the meta state says it may (at the term it names).
+
+The engine store (``data/store``) is a cache rebuilt from the Raft logs at every start, so
+damage there is repaired locally by the wipe every start does anyway.
+
+When a majority of the cluster is damaged no meta leader exists to ask: the node keeps
+asking (logging that it cannot be repaired yet) and never serves; nothing in that case can
+tell which copy of the data is right.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import lmdb
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
+
+from raftstream.cluster.context import ServiceContext, time_left
+from raftstream.cluster.forward import Forwarder
+from raftstream.cluster.membership import LEARNER_LAG_MAX_ENTRIES
+from raftstream.cluster.meta_entries import RepairCleared, RepairDone, RepairStart
+from raftstream.cluster.meta_group import META_GROUP, meta_members
+from raftstream.engine.lmdbstore import DEFAULT_MAP_SIZE_BYTES
+from raftstream.errors import (
+    DataLossError,
+    InvalidArgumentError,
+    InvariantError,
+    RaftStreamError,
+)
+from raftstream.proto import repair_pb2 as rpb
+from raftstream.proto import repair_pb2_grpc as rpbg
+from raftstream.proto.errors import map_errors
+from raftstream.raft.storage import LmdbLogStorage
+from raftstream.raft.types import ConfChange, ConfChangeType
+
+__all__ = [
+    "MARKER",
+    "RepairClient",
+    "RepairServicer",
+    "prepare",
+    "scrub_raft_env",
+]
+
+log = logging.getLogger(__name__)
+
+MARKER = "REPAIR"
+QUARANTINE = "quarantine"
+SCRUB_BATCH_BYTES_MAX = 8 << 20  # entries read per step of the scrub
+REPAIR_POLL_S = 0.3  # between two steps of a repair that is under way
+REPAIR_RETRY_S = 0.5  # after a failed call (no leader, a peer down)
+REPAIR_CALL_TIMEOUT_S = 5.0
+CHANGE_TIMEOUT_MS = 5_000
+_SVC = "/raftstream.repair.v1.RepairService/"
+
+
+# -- detection and quarantine (node start, before anything opens the environment) ---------
+
+
+def scrub_raft_env(path: Path) -> None:
+    """Raise ``DataLossError`` unless every record of the Raft environment at ``path`` passes
+    LMDB's checks and its own checksum. A missing environment passes (a fresh node)."""
+    if not (path / "data.mdb").exists():
+        return
+    try:
+        storage = LmdbLogStorage(path, map_size_bytes=DEFAULT_MAP_SIZE_BYTES)
+    except (lmdb.Error, InvariantError) as exc:
+        raise DataLossError(f"{path}: LMDB refused the environment: {exc}") from None
+    try:
+        for group in storage.groups():
+            view = storage.log(group)
+            view.snapshot()  # verifies the snapshot data against its metadata's checksum
+            lo, last = view.first_index(), view.last_index()
+            while lo <= last:
+                got = view.entries(lo, last + 1, SCRUB_BATCH_BYTES_MAX)
+                lo += max(1, len(got))
+    except (lmdb.Error, InvariantError) as exc:
+        raise DataLossError(f"{path}: LMDB found damage: {exc}") from None
+    finally:
+        storage.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_marker(data: Path, repair_id: str, reason: str) -> None:
+    tmp = data / (MARKER + ".tmp")
+    with tmp.open("w") as fh:
+        json.dump({"repair_id": repair_id, "reason": reason}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(data / MARKER)
+    _fsync_dir(data)
+
+
+def _read_marker(data: Path) -> str | None:
+    path = data / MARKER
+    if not path.exists():
+        return None
+    try:
+        repair_id = json.loads(path.read_text())["repair_id"]
+    except (ValueError, KeyError, TypeError, OSError):
+        # The marker itself is damaged: still a repair (a new one, so nothing is assumed).
+        return ""
+    return str(repair_id)
+
+
+def prepare(data: Path, *, has_peers: bool) -> str | None:
+    """Scrub ``data/raft``; quarantine it if damaged. Returns the repair id the node is
+    under (a new one after a quarantine, the marker's when a repair was interrupted), or
+    None for a healthy node with no repair pending. A node with no peers has nobody to be
+    repaired from: its damaged data stays where it is and ``DataLossError`` is raised (the
+    node refuses to start)."""
+    raft = data / "raft"
+    pending = _read_marker(data)
+    try:
+        scrub_raft_env(raft)
+    except DataLossError as exc:
+        if not has_peers:
+            log.error("Raft data damaged and no peer to repair it from: refusing to start")
+            raise
+        repair_id = secrets.token_hex(8)
+        log.error("Raft data damaged, DataLossError: %s; repair %s", exc, repair_id)
+        # The marker first: a crash after the move must still find the node under repair.
+        _write_marker(data, repair_id, str(exc))
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        target = data / QUARANTINE / f"{stamp}-raft"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(raft, target)
+        _fsync_dir(data)
+        log.error("damaged Raft data quarantined in %s; rejoining the cluster as new", target)
+        return repair_id
+    if pending == "":
+        repair_id = secrets.token_hex(8)
+        _write_marker(data, repair_id, "unreadable repair marker")
+        return repair_id
+    if pending is not None:
+        log.warning("resuming repair %s (interrupted)", pending)
+    return pending
+
+
+def finish(data: Path) -> None:
+    """The repair is over: drop the marker (durably)."""
+    (data / MARKER).unlink(missing_ok=True)
+    _fsync_dir(data)
+
+
+# -- the damaged node's side ------------------------------------------------------------------
+
+
+class RepairClient:
+    """Drives this node's repair: asks the meta leader, through any peer, for the next step
+    until it is done. ``on_meta_term`` is awaited once, when the node may start the meta
+    group (at that term); ``on_done`` when the repair is over. Owned by the node's loop."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        repair_id: str,
+        peers: Sequence[str],
+        forwarder: Forwarder,
+        on_meta_term: Callable[[int], Awaitable[None]],
+        on_done: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._me = node_id
+        self._id = repair_id
+        self._peers = list(peers)
+        self._forwarder = forwarder
+        self._on_meta_term = on_meta_term
+        self._on_done = on_done
+        self._turn = 0
+        self._failing_since: float | None = None
+
+    async def run(self) -> None:
+        meta_started = False
+        while True:
+            resp = await self._ask()
+            if resp.meta_term and not meta_started:
+                await self._on_meta_term(int(resp.meta_term))
+                meta_started = True
+            if resp.phase == rpb.REPAIR_PHASE_DONE and meta_started:
+                log.info("repair %s done: back in every group", self._id)
+                await self._on_done()
+                return
+            await asyncio.sleep(REPAIR_POLL_S)
+
+    async def _ask(self) -> rpb.RepairNodeResponse:
+        req = rpb.RepairNodeRequest(node=self._me, repair_id=self._id)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(RaftStreamError),
+            wait=wait_fixed(REPAIR_RETRY_S),
+            before_sleep=lambda _: self._note_failure(),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                # Any peer will do: it forwards to the meta leader it knows.
+                addr = self._peers[self._turn % len(self._peers)]
+                self._turn += 1
+                resp: rpb.RepairNodeResponse = await self._forwarder.unary(
+                    addr,
+                    _SVC + "RepairNode",
+                    req,
+                    rpb.RepairNodeResponse.FromString,
+                    timeout_s=REPAIR_CALL_TIMEOUT_S,
+                )
+                self._failing_since = None
+                return resp
+        raise InvalidArgumentError("peers", "no peer to ask")  # pragma: no cover
+
+    def _note_failure(self) -> None:
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        elif now - self._failing_since > 10.0:
+            self._failing_since = now
+            log.warning(
+                "repair %s: no meta leader answers (a majority down or damaged?): this node "
+                "keeps refusing to serve until a healthy majority repairs it",
+                self._id,
+            )
+
+
+# -- the meta leader's side ---------------------------------------------------------------------
+
+
+async def repair_step(ctx: ServiceContext, node: str, repair_id: str) -> rpb.RepairNodeResponse:
+    """Meta leader: take the next step of ``node``'s repair ``repair_id`` and say where it
+    stands. Level-triggered: every step is decided from the applied state, so a new meta
+    leader continues where an old one stopped.
+
+    1. out of the meta group's membership (a conf change), and only then ``RepairStart`` at
+       the current term;
+    2. back into the meta group as a learner, promoted to voter once caught up (if the static
+       membership makes it a voter);
+    3. wait until every stream group's leader reported it out of that group
+       (``RepairCleared``; the group leaders re-add it through ``cluster/membership.py``);
+    4. ``RepairDone``.
+    """
+    meta, host = ctx.meta, ctx.host
+    if node not in ctx.config.peers:
+        raise InvalidArgumentError("node", f"{node!r} is not a node of this cluster")
+    if node == ctx.node_id:
+        raise InvalidArgumentError("node", "the meta leader is not under repair")
+    rec = meta.state.repairs.get(node)
+    voters, learners = host.voters(META_GROUP), host.learners(META_GROUP)
+    if rec is None or rec.repair_id != repair_id:
+        if node in voters or node in learners:
+            log.info("repair %s: removing %s from the meta group", repair_id, node)
+            await _conf_change(ctx, ConfChange(ConfChangeType.REMOVE, node))
+            return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_REMOVING)
+        term = host.status(META_GROUP).term
+        await meta.propose(
+            RepairStart(node=node, repair_id=repair_id, meta_term=term, ts_ns=time.time_ns()),
+            None,
+        )
+        return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_META_REJOIN, meta_term=term)
+    term = rec.meta_term
+    if rec.done:
+        return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_DONE, meta_term=term)
+    if node not in voters and node not in learners:
+        log.info("repair %s: adding %s back to the meta group as a learner", repair_id, node)
+        await _conf_change(ctx, ConfChange(ConfChangeType.ADD_LEARNER, node))
+        return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_META_REJOIN, meta_term=term)
+    static_voters, _ = meta_members(list(ctx.config.peers), ctx.config.meta_voters_max)
+    if node in learners and node in static_voters:
+        commit, followers = host.followers(META_GROUP)
+        lag = {f.name: commit - f.match for f in followers if f.active}
+        if lag.get(node, LEARNER_LAG_MAX_ENTRIES + 1) <= LEARNER_LAG_MAX_ENTRIES:
+            log.info("repair %s: %s caught up; promoting it in the meta group", repair_id, node)
+            await _conf_change(ctx, ConfChange(ConfChangeType.ADD_VOTER, node))
+        return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_META_REJOIN, meta_term=term)
+    waiting = [
+        sa.group
+        for sa in meta.state.streams_for_node(node)
+        if rec.may_rejoin(sa.group) is None and len(sa.peers) > 1
+    ]
+    if waiting:
+        return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_GROUPS, meta_term=term)
+    await meta.propose(RepairDone(node=node, repair_id=repair_id, ts_ns=time.time_ns()), None)
+    log.info("repair %s of %s done", repair_id, node)
+    return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_DONE, meta_term=term)
+
+
+async def _conf_change(ctx: ServiceContext, change: ConfChange) -> None:
+    await ctx.host.propose_conf_change(META_GROUP, change, timeout_ms=CHANGE_TIMEOUT_MS)
+
+
+class RepairServicer(rpbg.RepairServiceServicer):
+    """``raftstream.repair.v1.RepairService`` on every node: forwards to the meta leader,
+    which takes the steps (``repair_step``) and records what the stream leaders report."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self._ctx = ctx
+
+    @map_errors
+    async def RepairNode(
+        self, request: rpb.RepairNodeRequest, context: Any
+    ) -> rpb.RepairNodeResponse:
+        ctx = self._ctx
+        if not ctx.meta.is_leader:
+            if ctx.forwarded(context):
+                raise ctx.meta.not_leader()
+            return await ctx.to_meta_leader(
+                _SVC + "RepairNode", request, rpb.RepairNodeResponse.FromString, time_left(context)
+            )
+        return await repair_step(ctx, request.node, request.repair_id)
+
+    @map_errors
+    async def ReportCleared(
+        self, request: rpb.ReportClearedRequest, context: Any
+    ) -> rpb.ReportClearedResponse:
+        ctx = self._ctx
+        if not ctx.meta.is_leader:
+            if ctx.forwarded(context):
+                raise ctx.meta.not_leader()
+            return await ctx.to_meta_leader(
+                _SVC + "ReportCleared",
+                request,
+                rpb.ReportClearedResponse.FromString,
+                time_left(context),
+            )
+        entry = RepairCleared(
+            node=request.node,
+            repair_id=request.repair_id,
+            group=request.group,
+            term=int(request.term),
+            ts_ns=time.time_ns(),
+        )
+        await ctx.meta.propose(entry, time_left(context))
+        return rpb.ReportClearedResponse()
+
+
+async def report_cleared(
+    ctx: ServiceContext, node: str, repair_id: str, group: str, term: int
+) -> None:
+    """A stream group's leader: tell the meta leader ``node`` is out of ``group`` at
+    ``term`` (through the meta leader, wherever it is)."""
+    req = rpb.ReportClearedRequest(node=node, repair_id=repair_id, group=group, term=term)
+    if ctx.meta.is_leader:
+        entry = RepairCleared(
+            node=node, repair_id=repair_id, group=group, term=term, ts_ns=time.time_ns()
+        )
+        await ctx.meta.propose(entry, REPAIR_CALL_TIMEOUT_S)
+        return
+    await ctx.to_meta_leader(
+        _SVC + "ReportCleared", req, rpb.ReportClearedResponse.FromString, REPAIR_CALL_TIMEOUT_S
+    )
