@@ -59,9 +59,12 @@ bench-audit: install
 	$(PY) -m raftstream.bench.audit
 
 # A chaos campaign of every nemesis: CHAOS_TIME seconds each (default 300), CHAOS_SEED to replay,
-# CHAOS_NEMESES to pick some; runs (node data, history, reports) land under ./chaos-runs.
+# CHAOS_NEMESES to pick some, NODES=5 for a 5-node cluster (default 3), RUNS=10 for ten runs of
+# each nemesis (default 1); runs (node data, history, reports) land under ./chaos-runs.
+NODES ?= $(or $(CHAOS_SIZE),3)
+RUNS ?= $(or $(CHAOS_RUNS),1)
 chaos: install
-	$(PY) -m raftstream.chaos
+	CHAOS_SIZE=$(NODES) CHAOS_RUNS=$(RUNS) $(PY) -m raftstream.chaos
 
 # Audit the local cluster's data (stop it first, or the audit reads a consistent copy).
 audit: install

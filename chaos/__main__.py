@@ -1,11 +1,13 @@
 """``python -m raftstream.chaos``: run a chaos campaign and print its summary.
 
 Environment (or the matching options): ``CHAOS_TIME`` seconds of faults per nemesis
-(default 300), ``CHAOS_SEED`` (default: random, printed so the run can be repeated),
-``CHAOS_NEMESES`` (comma-separated, default: all), ``CHAOS_SIZE`` (3 or 5 nodes),
-``CHAOS_ROOT`` (default ``./chaos-runs``). Exits 1 when any run found a safety anomaly,
-2 when a run could not be carried out (a harness error, e.g. a node that never started;
-its message is in campaign.txt).
+(default 300), ``CHAOS_RUNS`` runs of each nemesis (default 1, each a fresh cluster with
+its own schedule drawn from the seed), ``CHAOS_SEED`` (default: random, printed so the
+campaign can be repeated), ``CHAOS_NEMESES`` (comma-separated, default: all),
+``CHAOS_SIZE`` (3 to 5 nodes; ``make chaos NODES=5``), ``CHAOS_ROOT`` (default
+``./chaos-runs``). Exits 1 when any run found a safety anomaly, 2 when a run could not be
+carried out (a harness error, e.g. a node that never started; its message is in
+campaign.txt).
 """
 
 from __future__ import annotations
@@ -22,12 +24,16 @@ from raftstream.chaos.nemesis import NEMESES
 
 @click.command()
 @click.option("--time", "duration_s", envvar="CHAOS_TIME", type=float, default=300.0)
+@click.option("--runs", envvar="CHAOS_RUNS", type=click.IntRange(min=1), default=1)
 @click.option("--seed", envvar="CHAOS_SEED", type=int, default=None)
 @click.option("--nemeses", envvar="CHAOS_NEMESES", default=",".join(NEMESES))
 @click.option("--size", envvar="CHAOS_SIZE", type=click.IntRange(3, 5), default=3)
 @click.option("--root", envvar="CHAOS_ROOT", type=click.Path(path_type=Path), default="chaos-runs")
-def main(duration_s: float, seed: int | None, nemeses: str, size: int, root: Path) -> None:
-    """Run every nemesis (or those named) for CHAOS_TIME seconds each against a fresh cluster."""
+def main(
+    duration_s: float, runs: int, seed: int | None, nemeses: str, size: int, root: Path
+) -> None:
+    """Run every nemesis (or those named) CHAOS_RUNS times for CHAOS_TIME seconds each, each
+    run against a fresh cluster."""
     names = tuple(n.strip() for n in nemeses.split(",") if n.strip())
     unknown = [n for n in names if n not in NEMESES]
     if unknown:
@@ -35,7 +41,9 @@ def main(duration_s: float, seed: int | None, nemeses: str, size: int, root: Pat
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
     click.echo(f"chaos campaign seed={seed} (repeat with CHAOS_SEED={seed})", err=True)
-    cfg = CampaignConfig(nemeses=names, duration_s=duration_s, seed=seed, size=size, root=root)
+    cfg = CampaignConfig(
+        nemeses=names, duration_s=duration_s, seed=seed, size=size, runs=runs, root=root
+    )
     campaign_dir, outcomes = run_campaign(cfg)
     click.echo((campaign_dir / "campaign.txt").read_text())
     click.echo(f"runs, histories and node data under {campaign_dir}")

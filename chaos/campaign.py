@@ -5,13 +5,17 @@ the nemesis timeline injects and heals faults for ``duration_s``; stop the worke
 the queue; take the final reads; wait (bounded) for replicas to catch up; stop every node
 gracefully and read each node's store read-only from its data directory; check; report.
 
-A campaign (``run_campaign``) does that for every nemesis asked for, under
-``<root>/<UTC timestamp>-<seed>/<nemesis>/``: node data directories (kept for the Spark
-audit: ``raftstream audit run <dir>``), node logs and configs, ``history.jsonl``,
-``report.txt``, ``report.json`` and ``timeline.png``; plus ``campaign.txt`` and
-``campaign.json`` at the top. One seed drives every random choice of the harness (which
-node, which fault, when); the cluster's own timing is not deterministic, so a seed replays
-the same schedule, not the same interleaving.
+A campaign (``run_campaign``) does that ``runs`` times for every nemesis asked for (round
+by round, so a campaign cut short has as many runs of each), under
+``<root>/<UTC timestamp>-<seed>/<nemesis>/`` (``<nemesis>/r<k>/`` when ``runs`` > 1): node
+data directories (kept for the Spark audit: ``raftstream audit run <dir>``), node logs and
+configs, ``history.jsonl``, ``report.txt``, ``report.json`` and ``timeline.png``; plus
+``campaign.txt`` and ``campaign.json`` at the top, rewritten after every run, with the
+figures per nemesis summed over its runs (lost acknowledged messages, divergence, acked
+redeliveries, minority acks, failover p99). One seed drives every random choice of the
+harness (which node, which fault, when); run ``k`` of a nemesis draws from
+``<seed>:<nemesis>:<k>`` (the first run from ``<seed>:<nemesis>``). The cluster's own timing
+is not deterministic, so a seed replays the same schedule, not the same interleaving.
 """
 
 from __future__ import annotations
@@ -32,12 +36,12 @@ from typing import Any
 
 from raftstream.audit.layout import open_readonly
 from raftstream.audit.readers import content_hash, iter_store_msgs, split_group, store_streams
-from raftstream.chaos.checker import CheckResult, NodeContents, check
+from raftstream.chaos.checker import SAFETY_KINDS, CheckResult, NodeContents, check
 from raftstream.chaos.cluster import ChaosCluster, wait_for
 from raftstream.chaos.history import History, load_ops
 from raftstream.chaos.nemesis import NEMESES, NemesisContext, run_timeline
 from raftstream.chaos.proxyctl import ProxyService, start_toxiproxy
-from raftstream.chaos.report import write_report
+from raftstream.chaos.report import percentile, write_report
 from raftstream.chaos.workloads import WorkloadConfig, Workloads
 
 __all__ = ["CampaignConfig", "RunOutcome", "run_campaign", "run_one"]
@@ -51,12 +55,14 @@ WORKERS_STOP_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CampaignConfig:
-    """What to run: nemeses, seconds of faults per nemesis, cluster size, workload sizes."""
+    """What to run: nemeses, runs of each, seconds of faults per run, cluster size, workload
+    sizes."""
 
     nemeses: tuple[str, ...] = tuple(NEMESES)
     duration_s: float = 300.0
     seed: int = 0
     size: int = 3
+    runs: int = 1
     root: Path = Path("chaos-runs")
     quiet_s: tuple[float, float] = (2.0, 4.0)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
@@ -75,10 +81,15 @@ class RunOutcome:
 
 
 def run_one(
-    nemesis: str, *, cfg: CampaignConfig, run_dir: Path, proxies: ProxyService
+    nemesis: str, *, cfg: CampaignConfig, run_dir: Path, proxies: ProxyService, run: int = 0
 ) -> RunOutcome:
-    """One run of ``nemesis`` (see the module docstring). The cluster is always torn down."""
-    rng = random.Random(f"{cfg.seed}:{nemesis}")
+    """Run number ``run`` of ``nemesis`` (see the module docstring). The cluster is always
+    torn down."""
+    rng = random.Random(f"{cfg.seed}:{nemesis}" + (f":{run}" if run else ""))
+    # The workload streams live on every node, so a minority of the cluster is a minority of
+    # their groups too: the minority-ack check relies on it (an R3 stream on 5 nodes could
+    # have its own majority on the smaller side of a split, and rightly acknowledge there).
+    cfg = replace(cfg, workload=replace(cfg.workload, replicas=cfg.size))
     run_dir.mkdir(parents=True, exist_ok=True)
     cluster = ChaosCluster(size=cfg.size, run_dir=run_dir / "data", proxies=proxies)
     history = History(run_dir / "history.jsonl")
@@ -189,24 +200,80 @@ def _value(data: bytes) -> Any:
 
 
 def run_campaign(cfg: CampaignConfig) -> tuple[Path, list[RunOutcome]]:
-    """Every nemesis of ``cfg`` in turn; returns the campaign directory and the outcomes."""
+    """``cfg.runs`` rounds of every nemesis of ``cfg``; returns the campaign directory and the
+    outcomes (round by round)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     root = cfg.root / f"{stamp}-{cfg.seed}"
     root.mkdir(parents=True, exist_ok=True)
     outcomes: list[RunOutcome] = []
     with start_toxiproxy() as proxies:
-        for name in cfg.nemeses:
-            try:
-                outcome = run_one(name, cfg=cfg, run_dir=root / name, proxies=proxies)
-            except Exception as exc:  # one broken run must not hide the others' results
-                log.exception("chaos run %s failed", name)
-                outcome = RunOutcome(name, root / name, {}, CheckResult(), error=repr(exc))
-            outcomes.append(outcome)
-            report = root / name / "report.txt"
-            text = report.read_text() if report.exists() else outcome.error
-            print(text.split("\n\n")[0], flush=True)
-    _write_campaign(root, cfg, outcomes)
+        for run in range(cfg.runs):
+            for name in cfg.nemeses:
+                run_dir = root / name / f"r{run + 1}" if cfg.runs > 1 else root / name
+                try:
+                    outcome = run_one(name, cfg=cfg, run_dir=run_dir, proxies=proxies, run=run)
+                except Exception as exc:  # one broken run must not hide the others' results
+                    log.exception("chaos run %s failed", name)
+                    outcome = RunOutcome(name, run_dir, {}, CheckResult(), error=repr(exc))
+                outcomes.append(outcome)
+                report = run_dir / "report.txt"
+                text = report.read_text() if report.exists() else outcome.error
+                print(text.split("\n\n")[0], flush=True)
+                _write_campaign(root, cfg, outcomes)
     return root, outcomes
+
+
+# Anomaly kinds the campaign totals name: what the issue asks to be zero in every nemesis.
+LOST_KINDS = ("lost-prefix", "lost-middle", "lost-postfix")
+TOTAL_KINDS = {
+    "lost": LOST_KINDS,
+    "divergence": ("divergence",),
+    "acked_redelivered": ("acked-redelivered",),
+    "minority_acks": ("minority-ack",),
+}
+
+
+def nemesis_totals(outcomes: Sequence[RunOutcome]) -> dict[str, dict[str, Any]]:
+    """Per nemesis, over its runs: how many ran, were safe or failed to run; publishes acked;
+    the anomaly counts of ``TOTAL_KINDS`` and of every safety kind; failover and election p99
+    over every kill of every run; corruption outcomes."""
+    out: dict[str, dict[str, Any]] = {}
+    for o in outcomes:
+        t = out.setdefault(
+            o.nemesis,
+            {
+                "runs": 0,
+                "safe": 0,
+                "errors": 0,
+                "faults": 0,
+                "acked": 0,
+                **{k: 0 for k in TOTAL_KINDS},
+                "safety_anomalies": 0,
+                "failovers_s": [],
+                "elections_s": [],
+                "corruption": [],
+            },
+        )
+        t["runs"] += 1
+        if o.error:
+            t["errors"] += 1
+            continue
+        t["safe"] += int(o.result.safe)
+        kinds: dict[str, int] = o.figures.get("anomalies", {})
+        for key, names in TOTAL_KINDS.items():
+            t[key] += sum(kinds.get(k, 0) for k in names)
+        t["safety_anomalies"] += sum(v for k, v in kinds.items() if k in SAFETY_KINDS)
+        t["faults"] += o.figures.get("faults", 0)
+        t["acked"] += o.figures.get("publish", {}).get("ok", 0)
+        t["failovers_s"] += o.figures.get("failovers_s", [])
+        t["elections_s"] += o.figures.get("elections_s", [])
+        t["corruption"] += o.figures.get("corruption", [])
+    for t in out.values():
+        fails, elections = t.pop("failovers_s"), t.pop("elections_s")
+        t["failovers"] = len(fails)
+        t["failover_p99_s"] = round(percentile(fails, 0.99), 3) if fails else None
+        t["election_p99_s"] = round(percentile(elections, 0.99), 3) if elections else None
+    return out
 
 
 def _write_campaign(root: Path, cfg: CampaignConfig, outcomes: Sequence[RunOutcome]) -> None:
@@ -222,6 +289,7 @@ def _write_campaign(root: Path, cfg: CampaignConfig, outcomes: Sequence[RunOutco
     rows = [
         {
             "nemesis": o.nemesis,
+            "run_dir": str(o.run_dir),
             "safe": o.result.safe and not o.error,
             "error": o.error,
             **{k: o.figures.get(k) for k in keys},
@@ -229,9 +297,17 @@ def _write_campaign(root: Path, cfg: CampaignConfig, outcomes: Sequence[RunOutco
         }
         for o in outcomes
     ]
-    payload = {"seed": cfg.seed, "duration_s": cfg.duration_s, "size": cfg.size, "runs": rows}
+    totals = nemesis_totals(outcomes)
+    payload = {
+        "seed": cfg.seed,
+        "duration_s": cfg.duration_s,
+        "size": cfg.size,
+        "runs_per_nemesis": cfg.runs,
+        "totals": totals,
+        "runs": rows,
+    }
     (root / "campaign.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    lines = [f"campaign seed={cfg.seed} duration={cfg.duration_s}s size={cfg.size}"]
+    lines = [f"campaign seed={cfg.seed} duration={cfg.duration_s}s size={cfg.size} runs={cfg.runs}"]
     for r in rows:
         if r["error"]:
             lines.append(f"  {r['nemesis']:<20} ERROR  {r['error']}")
@@ -242,6 +318,17 @@ def _write_campaign(root: Path, cfg: CampaignConfig, outcomes: Sequence[RunOutco
             f"faults={r['faults']} failover_p99={r['failover_p99_s']} "
             f"election_p99={r['election_p99_s']} anomalies={r['anomalies']}"
             + (f" corruption={r['corruption']}" if r["corruption"] else "")
+        )
+    lines.append("per nemesis, over its runs:")
+    for name, t in totals.items():
+        lines.append(
+            f"  {name:<20} runs={t['runs']} safe={t['safe']} errors={t['errors']} "
+            f"faults={t['faults']} acked={t['acked']} lost={t['lost']} "
+            f"divergence={t['divergence']} acked_redelivered={t['acked_redelivered']} "
+            f"minority_acks={t['minority_acks']} safety_anomalies={t['safety_anomalies']} "
+            f"failover_p99={t['failover_p99_s']} ({t['failovers']} kills) "
+            f"election_p99={t['election_p99_s']}"
+            + (f" corruption={len(t['corruption'])}" if t["corruption"] else "")
         )
     (root / "campaign.txt").write_text("\n".join(lines) + "\n")
 

@@ -48,8 +48,11 @@ CORRUPT_FLIPS = 64
 # LMDB keeps its two meta pages at the start of data.mdb; flipping them only makes LMDB fall
 # back to the other root, so flips go past them to hit B-tree pages and records.
 LMDB_META_BYTES = 2 * 4096
-DETECT_WAIT_S = 10.0
-DETECT_LOG_LINES = 60
+# A damaged node detects the damage at start, quarantines its Raft data and is repaired from
+# its peers (removed from every group and added back fresh) before it serves again.
+REPAIR_WAIT_S = 60.0
+DETECT_LOG_LINES = 400
+QUARANTINE_MARKER = "quarantined"
 # What a node says when it refuses damaged data: its own checksums, or LMDB's checks.
 REFUSAL_MARKERS = ("DataLossError", "MDB_CORRUPTED", "MDB_INVALID", "MDB_PAGE_NOTFOUND")
 ELECTION_WAIT_S = 10.0
@@ -122,6 +125,16 @@ def split_minority(ctx: NemesisContext) -> Fault:
     names = list(ctx.cluster.names)
     ctx.rng.shuffle(names)
     return _split(ctx, names[: (len(names) - 1) // 2], "majority-minority")
+
+
+def leader_minority(ctx: NemesisContext) -> Fault:
+    """The largest minority, the stream leader in it (on 3 nodes: the leader alone; on 5: the
+    leader and one follower, which can still elect nobody)."""
+    names = list(ctx.cluster.names)
+    leader = ctx.cluster.stream_leader(ctx.stream) or ctx.rng.choice(names)
+    others = [n for n in names if n != leader]
+    ctx.rng.shuffle(others)
+    return _split(ctx, [leader, *others[: (len(names) - 1) // 2 - 1]], "leader-minority")
 
 
 def bridge(ctx: NemesisContext) -> Fault:
@@ -264,7 +277,9 @@ def corrupt_file(path: Path, rng: random.Random, *, mode: str) -> dict[str, Any]
 
 def corrupt(ctx: NemesisContext) -> Fault:
     """Stop one non-leader node, damage its Raft log environment, then (at the window's
-    end) try to start it again and record whether it refused its damaged data."""
+    end) start it again: it must detect the damage and be repaired from its peers before it
+    serves (``outcome`` says how it went; the run's divergence check then compares its store
+    with its peers')."""
     c = ctx.cluster
     if len(c.damaged) >= (len(c.names) - 1) // 2:
         # One more damaged node would take the majority: a minority only, as the issue says.
@@ -284,13 +299,20 @@ def corrupt(ctx: NemesisContext) -> Fault:
 
 
 def _restart_damaged(ctx: NemesisContext, name: str, fault: Fault) -> None:
-    """Start the damaged node; if it exits, record it as having detected the damage and
-    leave it down (repair from peers is the node's job, not the harness's)."""
+    """Start the damaged node and wait until it serves again: ``repaired`` when it found the
+    damage (quarantined its data) and was repaired from its peers, ``serving (no damage
+    found)`` when the damage missed every record it reads (free pages); if instead it exits
+    or never serves, record how and leave it down (``damaged``)."""
     c = ctx.cluster
     c.start_node(name, wait=False)
+    start = time.monotonic()
     try:
-        c.wait_serving(name, timeout_s=DETECT_WAIT_S)
-        fault.facts["outcome"] = "serving"
+        c.wait_serving(name, timeout_s=REPAIR_WAIT_S)
+        took = round(time.monotonic() - start, 1)
+        detected = QUARANTINE_MARKER in c.log_tail(name, DETECT_LOG_LINES)
+        fault.facts["outcome"] = (
+            f"repaired in {took} s" if detected else "serving (no damage found)"
+        )
     except (RuntimeError, TimeoutError):
         code = c.exited(name)
         fault.facts["outcome"] = _damage_outcome(code, c.log_tail(name, DETECT_LOG_LINES))
@@ -299,10 +321,11 @@ def _restart_damaged(ctx: NemesisContext, name: str, fault: Fault) -> None:
 
 
 def _damage_outcome(code: int | None, log_tail: str) -> str:
-    """How a node took its damaged data: refused it (its checksums or LMDB's), crashed (a signal:
-    LMDB reading past a truncated file gets SIGBUS), exited otherwise, or hung."""
+    """How a node that did not come back took its damaged data: refused it (its checksums or
+    LMDB's), crashed (a signal: LMDB reading past a truncated file gets SIGBUS), exited
+    otherwise, or hung (still under repair: no healthy majority answered it)."""
     if code is None:
-        return "not serving (hung)"
+        return "not serving (hung or still under repair)"
     for marker in REFUSAL_MARKERS:
         if marker in log_tail:
             return f"refused: {marker} (exit {code})"
@@ -319,6 +342,7 @@ NEMESES: dict[str, Nemesis] = {
         Nemesis("isolate-node", isolate_random),
         Nemesis("isolate-leader", isolate_leader),
         Nemesis("majority-minority", split_minority),
+        Nemesis("leader-minority", leader_minority),
         Nemesis("bridge", bridge),
         Nemesis("one-way", one_way),
         Nemesis("latency", latency),
@@ -378,7 +402,7 @@ def _heal(ctx: NemesisContext, fault: Fault, name: str) -> None:
 
 def _final_heal(ctx: NemesisContext) -> None:
     """Every link back and every live node resumed; dead nodes restarted (except a node a
-    corruption left down: it refused its data)."""
+    corruption left down: it was not repaired)."""
     c = ctx.cluster
     with contextlib.suppress(Exception):
         c.heal()

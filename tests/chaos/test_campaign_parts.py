@@ -35,7 +35,7 @@ def test_damage_outcomes() -> None:
     invalid = "lmdb.InvalidError: mdb_dbi_open: MDB_INVALID: File is not an LMDB file"
     assert _damage_outcome(1, invalid) == "refused: MDB_INVALID (exit 1)"
     assert _damage_outcome(-7, "") == "crashed: signal 7"
-    assert _damage_outcome(None, "") == "not serving (hung)"
+    assert _damage_outcome(None, "") == "not serving (hung or still under repair)"
     assert _damage_outcome(2, "boom") == "exited 2"
 
 
