@@ -45,6 +45,10 @@ T = TypeVar("T")
 NS_PER_S = 1_000_000_000
 SETUP_TIMEOUT_S = 60.0
 FINAL_READ_CONCURRENCY = 16
+# The final reads are one operation each over the whole stream (a ReadIndex-barriered get per
+# message): bounded by this, not by a single request's timeout, so that a loaded machine does
+# not turn a slow read into "loss cannot be judged".
+FINAL_READ_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,12 +123,20 @@ class Workloads:
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
     async def _op(
-        self, process: str, node: str, f: str, value: Any, call: Callable[[], Awaitable[Any]]
+        self,
+        process: str,
+        node: str,
+        f: str,
+        value: Any,
+        call: Callable[[], Awaitable[Any]],
+        *,
+        timeout_s: float | None = None,
     ) -> Op:
-        """Invoke ``call`` as one recorded operation; its return value is the op's result."""
+        """Invoke ``call`` as one recorded operation; its return value is the op's result.
+        Bounded by ``timeout_s`` (default: three request timeouts)."""
         op = self.history.invoke(process, f, value, node=node)
         try:
-            async with asyncio.timeout(self.cfg.request_timeout_s * 3):
+            async with asyncio.timeout(timeout_s or self.cfg.request_timeout_s * 3):
                 result = await call()
         except asyncio.CancelledError:
             self.history.done(op, "info", error="cancelled")
@@ -316,12 +328,16 @@ class Workloads:
         """Record (as ``final_*`` ops) the queue stream's contents by sequence, every KV
         key's value, and the stream and consumer listings."""
         client = await self._client(self._node_for(0))
-        await self._op("final", "", "final_queue", None, lambda: self._read_queue(client))
+        within = FINAL_READ_TIMEOUT_S
+        await self._op(
+            "final", "", "final_queue", None, lambda: self._read_queue(client), timeout_s=within
+        )
         for key in self.cfg.kv_keys:
-            await self._op(
-                "final", "", "get", [key], partial(_get, client, self.cfg.kv_stream, key)
-            )
-        await self._op("final", "", "final_defs", None, lambda: self._read_defs(client))
+            get = partial(_get, client, self.cfg.kv_stream, key)
+            await self._op("final", "", "get", [key], get, timeout_s=within)
+        await self._op(
+            "final", "", "final_defs", None, lambda: self._read_defs(client), timeout_s=within
+        )
 
     async def _read_queue(self, client: Client) -> dict[str, Any]:
         info = await self._retry(lambda: client.stream_info(self.cfg.queue_stream))
