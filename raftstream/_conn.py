@@ -97,6 +97,7 @@ class Router:
 
     ``servers`` are ``host:port`` seed addresses, tried in turn. ``connect_timeout_s`` bounds
     how long one attempt waits for a channel to connect before moving to the next server.
+    ``interceptors``: on every channel (``raftstream/_auth.py``: the caller's credentials).
     """
 
     def __init__(
@@ -106,7 +107,9 @@ class Router:
         connect_timeout_s: float,
         channels_max: int = 64,
         leader_hints_max: int = 1024,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
+        self._interceptors = list(interceptors) or None
         if not servers:
             raise errors.InvalidArgumentError("servers", "at least one server address")
         self._servers = list(dict.fromkeys(servers))
@@ -139,7 +142,10 @@ class Router:
             if self._closed:
                 raise errors.UnavailableError("the client is closed")
             self._evict_channel()
-            stubs = Stubs(addr, grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS))
+            channel = grpc.aio.insecure_channel(
+                addr, options=CHANNEL_OPTIONS, interceptors=self._interceptors
+            )
+            stubs = Stubs(addr, channel)
             self._channels[addr] = stubs
         self._channels.move_to_end(addr)
         return stubs

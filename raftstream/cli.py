@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from raftstream.audit.cli import audit
+from raftstream.cli_auth import auth
 from raftstream.cli_bench import bench
 from raftstream.cli_cluster import cluster
 from raftstream.cli_common import CLI_EPILOG, add_group_connection_options
@@ -203,6 +204,8 @@ for _command in (cluster, stream, consumer, pub, sub, kv, bench):
     cli.add_command(_command)
 # Offline audits of node data dirs; Spark is imported only when an audit runs.
 cli.add_command(audit)
+# Helpers for the node's [auth] section (bcrypt hashes); they talk to no node.
+cli.add_command(auth)
 cli.epilog = CLI_EPILOG
 add_group_connection_options(cli)
 

@@ -23,7 +23,7 @@ import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
@@ -64,6 +64,12 @@ T = TypeVar("T")
 DEFAULT_SERVERS = "127.0.0.1:7101"
 DEFAULT_TIMEOUT_S = 5.0
 SERVERS_ENV = "RAFTSTREAM_SERVERS"
+# --user, --password, --token (docs/security.md): option name -> env variable.
+AUTH_ENV = {
+    "user": "RAFTSTREAM_USER",
+    "password": "RAFTSTREAM_PASSWORD",
+    "token": "RAFTSTREAM_TOKEN",
+}
 NS_PER_S = 1_000_000_000
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -96,17 +102,29 @@ def split_csv(values: Iterable[str]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Conn:
-    """Where and how long: the servers to try and the per-call timeout (seconds)."""
+    """Where and how long: the servers to try and the per-call timeout (seconds); and the
+    credentials (all None: none)."""
 
     servers: tuple[str, ...]
     timeout_s: float
+    # Credentials (docs/security.md): never shown by repr().
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
 
     @classmethod
-    def from_options(cls, servers: Sequence[str], timeout_s: float | None) -> Conn:
+    def from_options(
+        cls, servers: Sequence[str], timeout_s: float | None, **creds: str | None
+    ) -> Conn:
         """The command's ``-s``/``--timeout``, else the ones given before the command
         (``raftstream -s HOST:PORT stream ls``), else ``$RAFTSTREAM_SERVERS`` and 5 s, else
-        ``127.0.0.1:7101``."""
+        ``127.0.0.1:7101``. ``creds``: the command's ``user``/``password``/``token``, each
+        else the group's, else ``$RAFTSTREAM_USER`` (``_PASSWORD``, ``_TOKEN``)."""
         meta = _group_meta()
+        given = {
+            name: creds.get(name) or meta.get(_META_AUTH + name) or os.environ.get(env) or None
+            for name, env in AUTH_ENV.items()
+        }
         listed = (
             split_csv(servers)
             or split_csv(meta.get(_META_SERVERS, ()))
@@ -114,29 +132,51 @@ class Conn:
         )
         if timeout_s is None:
             timeout_s = meta.get(_META_TIMEOUT) or DEFAULT_TIMEOUT_S
-        return cls(servers=tuple(listed or [DEFAULT_SERVERS]), timeout_s=timeout_s)
+        return cls(servers=tuple(listed or [DEFAULT_SERVERS]), timeout_s=timeout_s, **given)
 
     async def connect(self) -> Client:
         """A connected client (the caller closes it); ``UnavailableError`` when no server
         answers within the timeout."""
         from raftstream.client import connect  # the SDK loads grpc: only when needed
 
-        return await connect(list(self.servers), timeout=self.timeout_s)
+        return await connect(
+            list(self.servers),
+            timeout=self.timeout_s,
+            user=self.user,
+            password=self.password,
+            token=self.token,
+        )
 
 
 def connection_options(f: Callable[..., R]) -> Callable[..., R]:
-    """Add ``-s/--server`` and ``--timeout``; the command receives them as ``conn: Conn``."""
+    """Add ``-s/--server``, ``--timeout`` and ``--user/--password/--token``; the command
+    receives them as ``conn: Conn``."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, server: tuple[str, ...], timeout: float | None, **kwargs: Any) -> R:
-        return f(*args, conn=Conn.from_options(server, timeout), **kwargs)
+        creds = {name: kwargs.pop(name) for name in AUTH_ENV}
+        return f(*args, conn=Conn.from_options(server, timeout, **creds), **kwargs)
 
+    for name in reversed(AUTH_ENV):
+        wrapper = click.option(f"--{name}", name, **_auth_attrs(name))(wrapper)
     wrapper = click.option(*_TIMEOUT_DECLS, **_timeout_attrs())(wrapper)
     return click.option(*_SERVER_DECLS, **_server_attrs())(wrapper)
 
 
 _SERVER_DECLS = ("-s", "--server")
 _TIMEOUT_DECLS = ("--timeout",)
+_META_AUTH = "raftstream.auth."
+_AUTH_HELP = {
+    "user": "User name for a cluster with [auth]",
+    "password": "The user's password (prefer the environment variable: a flag shows in ps)",
+    "token": "Token for a cluster with [auth], instead of a user and password",
+}
+
+
+def _auth_attrs(name: str) -> dict[str, Any]:
+    return {"default": None, "help": f"{_AUTH_HELP[name]} (default: ${AUTH_ENV[name]})."}
+
+
 _META_SERVERS = "raftstream.servers"
 _META_TIMEOUT = "raftstream.timeout_s"
 
@@ -172,9 +212,9 @@ def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]
 
 
 def add_group_connection_options(group: click.Group) -> None:
-    """Let ``-s``/``--timeout`` come before the command too (``raftstream -s H:P stream
-    ls``, as with the nats CLI); stored in the context's meta, read by ``Conn``, so the
-    group's own callback is unchanged. A command's own ``-s``/``--timeout`` wins."""
+    """Let ``-s``/``--timeout``/``--user``... come before the command too (``raftstream -s
+    H:P stream ls``, as with the nats CLI); stored in the context's meta, read by ``Conn``,
+    so the group's own callback is unchanged. A command's own options win."""
     group.params.append(
         click.Option(
             _SERVER_DECLS, expose_value=False, callback=_remember(_META_SERVERS), **_server_attrs()
@@ -188,6 +228,15 @@ def add_group_connection_options(group: click.Group) -> None:
             **_timeout_attrs(),
         )
     )
+    for name in AUTH_ENV:
+        group.params.append(
+            click.Option(
+                [f"--{name}"],
+                expose_value=False,
+                callback=_remember(_META_AUTH + name),
+                **_auth_attrs(name),
+            )
+        )
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -428,7 +477,8 @@ Examples:
   raftstream consumer add ORDERS worker && raftstream consumer next ORDERS worker --ack
 \b
 Client commands take -s/--server HOST:PORT (repeatable or comma-separated; default
-$RAFTSTREAM_SERVERS, else 127.0.0.1:7101) and --timeout SECONDS, after the command or
-before it; read commands take --json. Every command's --help shows an example.
+$RAFTSTREAM_SERVERS, else 127.0.0.1:7101), --timeout SECONDS and, for a cluster with
+[auth], --user/--password or --token ($RAFTSTREAM_USER, _PASSWORD, _TOKEN), after the
+command or before it; read commands take --json. Every command's --help shows an example.
 Exit codes: 0 success, 1 error (refused, not found, unreachable), 2 usage error.
 """

@@ -22,8 +22,11 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+import grpc
+
 from raftstream import errors
 from raftstream import subscribe as _workflow
+from raftstream._auth import credential_interceptors
 from raftstream._conn import Router, Stubs
 from raftstream._push import PENDING_BYTES_MAX, PENDING_MSGS_MAX, MsgCallback, PushSubscription
 from raftstream._registry import SubscriptionRegistry
@@ -74,6 +77,9 @@ async def connect(
     publish_async_wait_stall: float | None = None,
     ack_pending_msgs_max: int = ACK_PENDING_MSGS_MAX,
     error_cb: Callable[[errors.RaftStreamError], None] | None = None,
+    token: str | None = None,
+    user: str | None = None,
+    password: str | None = None,
 ) -> Client:
     """Connect to a raftstream cluster.
 
@@ -85,10 +91,15 @@ async def connect(
     fire-and-forget acks queued at once. ``error_cb`` gets errors no call can raise (a
     failed fire-and-forget ack); by default they are logged.
 
+    Credentials (docs/security.md), sent on every call: ``token``, or ``user`` and
+    ``password``, for a cluster with ``[auth]``; a call it refuses raises
+    ``UnauthenticatedError`` (``connect`` itself only opens the connection).
+
     Raises ``UnavailableError`` when no server answers within ``timeout``.
     """
     if isinstance(servers, str):
         servers = [s.strip() for s in servers.split(",") if s.strip()]
+    interceptors = credential_interceptors(token=token, user=user, password=password)
     client = Client(
         servers=servers,
         timeout=timeout,
@@ -97,6 +108,7 @@ async def connect(
         publish_async_wait_stall=publish_async_wait_stall,
         ack_pending_msgs_max=ack_pending_msgs_max,
         error_cb=error_cb,
+        interceptors=interceptors,
     )
     try:
         await client._router.call(None, _noop, timeout_s=timeout, idempotent=True)
@@ -124,9 +136,10 @@ class Client:
         publish_async_wait_stall: float | None,
         ack_pending_msgs_max: int,
         error_cb: Callable[[errors.RaftStreamError], None] | None,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
         self._timeout_s = timeout
-        self._router = Router(servers, connect_timeout_s=connect_timeout)
+        self._router = Router(servers, connect_timeout_s=connect_timeout, interceptors=interceptors)
         self._publisher = Publisher(
             self._router,
             timeout_s=timeout,
