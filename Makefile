@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/*.proto)
 SEEDS ?= 200
 
-.PHONY: install test test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim chaos audit run clean
+.PHONY: install test test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim chaos audit run fuzz clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "installing a Java runtime for Spark (apt)"; \
@@ -42,6 +42,14 @@ test-fast: install
 
 sim: install
 	RAFTSTREAM_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q tests/sim -k seeds
+
+# A longer fuzz campaign against a real node (docs/limits.md): FUZZ_EXAMPLES random and
+# malformed requests within FUZZ_SECONDS seconds of calls; prints requests tried and codes seen.
+FUZZ_EXAMPLES ?= 5000
+FUZZ_SECONDS ?= 300
+fuzz: install
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_SECONDS=$(FUZZ_SECONDS) \
+		$(PY) -m pytest -q -s -p no:cacheprovider tests/security/test_fuzz.py
 
 # Benchmarks print figures; they assert nothing (the machines are shared and noisy).
 bench: bench-engine bench-raft bench-cluster

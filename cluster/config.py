@@ -5,7 +5,7 @@ and CLI flags.
 the flags over it (``--name --listen --data --peers ...`` map to the ``[cluster]`` keys of
 the same name; a flag left at ``None`` does not override), fills in defaults and validates
 everything before the node starts. Every refusal is an ``InvalidArgumentError`` whose
-``field`` is the TOML key (``cluster.listen``, ``limits.max_payload_bytes``) and whose
+``field`` is the TOML key (``cluster.listen``, ``limits.payload_bytes_max``) and whose
 message says where the value came from (the file's path, or the flag) and the rule broken.
 Unknown sections and keys are refused, never ignored: a typo must not silently leave a
 default in place.
@@ -30,6 +30,7 @@ from raftstream.cluster.names import validate_node_name
 from raftstream.errors import InvalidArgumentError
 
 __all__ = [
+    "HEADERS_BYTES_CEILING",
     "KIB",
     "MIB",
     "PAYLOAD_BYTES_CEILING",
@@ -45,6 +46,7 @@ KIB = 1024
 MIB = 1024 * KIB
 # Issue 10: the payload limit is configurable but never above 64 MiB.
 PAYLOAD_BYTES_CEILING = 64 * MIB
+HEADERS_BYTES_CEILING = 1 * MIB
 # Room a gRPC message needs beyond payload and headers (subject, ids, framing).
 _ENVELOPE_BYTES = 64 * KIB
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
@@ -110,36 +112,55 @@ class RaftSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
-    """``[limits]``: every bound a client can reach, the unit in each name."""
+    """``[limits]``: every bound a client can reach, the unit in each name.
 
-    max_payload_bytes: int = 1 * MIB
+    What each bounds, its error and why: docs/limits.md; the checks: ``cluster/limits.py``.
+    The gRPC message size is not a key: it follows from the payload and header limits
+    (``grpc_message_bytes_max``), so the two cannot disagree.
+    """
+
+    payload_bytes_max: int = 1 * MIB
     headers_bytes_max: int = 64 * KIB
-    grpc_message_bytes_max: int = 4 * MIB
+    headers_count_max: int = 256
     publish_batch_entries_max: int = 256
     publish_batch_bytes_max: int = 4 * MIB
     publish_async_pending_max: int = 4_096
-    pull_batch_max: int = 10_000
+    pull_batch_msgs_max: int = 10_000
+    pull_batch_bytes_max: int = 64 * MIB
     pull_waiting_max: int = 512
     request_timeout_ms: int = 5_000
+    call_timeout_max_ms: int = 60_000
 
     def __post_init__(self) -> None:
         for f in fields(self):
             _positive(f"limits.{f.name}", getattr(self, f.name))
-        if self.max_payload_bytes > PAYLOAD_BYTES_CEILING:
+        if self.payload_bytes_max > PAYLOAD_BYTES_CEILING:
             raise InvalidArgumentError(
-                "limits.max_payload_bytes", f"must be at most {PAYLOAD_BYTES_CEILING} (64 MiB)"
+                "limits.payload_bytes_max", f"must be at most {PAYLOAD_BYTES_CEILING} (64 MiB)"
             )
-        message_bytes = self.max_payload_bytes + self.headers_bytes_max
-        if self.grpc_message_bytes_max < message_bytes + _ENVELOPE_BYTES:
+        if self.headers_bytes_max > HEADERS_BYTES_CEILING:
             raise InvalidArgumentError(
-                "limits.grpc_message_bytes_max",
-                "must hold the largest message: max_payload_bytes + headers_bytes_max + 64 KiB",
+                "limits.headers_bytes_max", f"must be at most {HEADERS_BYTES_CEILING} (1 MiB)"
             )
-        if self.publish_batch_bytes_max < message_bytes:
+        if self.publish_batch_bytes_max < self.payload_bytes_max + self.headers_bytes_max:
             raise InvalidArgumentError(
                 "limits.publish_batch_bytes_max",
-                "must hold one largest message: max_payload_bytes + headers_bytes_max",
+                "must hold one largest message: payload_bytes_max + headers_bytes_max",
             )
+        if self.request_timeout_ms > self.call_timeout_max_ms:
+            raise InvalidArgumentError(
+                "limits.request_timeout_ms", "must be at most limits.call_timeout_max_ms"
+            )
+
+    @property
+    def grpc_message_bytes_max(self) -> int:
+        """The gRPC message size the node sends and receives: one largest message and its
+        envelope (subject, ids, framing; a fetch response groups messages only up to
+        ``payload_bytes_max + headers_bytes_max``, ``cluster/limits.py``), at least 4 MiB
+        (the gRPC default, so small limits do not shrink ordinary batches). The SDK's
+        channels take the largest this can be (64 MiB + 1 MiB + 64 KiB)."""
+        message_bytes = self.payload_bytes_max + self.headers_bytes_max
+        return max(4 * MIB, message_bytes + _ENVELOPE_BYTES)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,7 +4,8 @@ A ``Node`` owns, on the event loop that ran ``start()``:
 
 - one ``grpc.aio`` server on ``listen`` serving the client API (``raftstream.v1``), the Raft
   service (``raftstream.raft.v1``, from ``raft/transport``), grpc health checking and
-  server reflection, with message sizes bounded by ``limits.grpc_message_bytes_max``;
+  server reflection, with message sizes bounded by ``limits.grpc_message_bytes_max`` and
+  every client request checked, and put under a deadline, by ``cluster/limits.py``;
 - the ``RaftHost`` driving the meta group (on every node) and the stream groups the meta
   state assigns to this node (``cluster/meta_group.py`` starts and stops them);
 - replica changes: the leader of each stream group this node leads moves the group's Raft
@@ -49,6 +50,7 @@ from raftstream.cluster.auth import Authenticator, AuthInterceptor
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.forward import Forwarder
+from raftstream.cluster.limits import LimitsInterceptor, server_options
 from raftstream.cluster.membership import MembershipDriver
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import LatencyInterceptor, NodeMetrics
@@ -167,11 +169,7 @@ class Node:
         self.host = RaftHost(
             cfg.name, storage=self._storage, transport=self._transport, config=_host_config(cfg)
         )
-        msg_max = max(cfg.limits.grpc_message_bytes_max, tcfg.message_bytes_max)
-        options = [
-            ("grpc.max_send_message_length", msg_max),
-            ("grpc.max_receive_message_length", msg_max),
-        ]
+        options = server_options(cfg.limits, raft_message_bytes_max=tcfg.message_bytes_max)
         self._forwarder = Forwarder(channel_options=options)
         self.meta = MetaGroup(
             node_id=cfg.name,
@@ -256,6 +254,9 @@ class Node:
         interceptors: tuple[Any, ...] = (LatencyInterceptor(self.metrics),)
         if self.config.auth is not None:  # who calls: resolved once per call, refused early
             interceptors = (*interceptors, AuthInterceptor(Authenticator(self.config.auth)))
+        # Limits after latency (a refused request is observed with its status code) and
+        # after authentication (an unknown caller learns nothing about request rules).
+        interceptors = (*interceptors, LimitsInterceptor(self.config.limits))
         server = grpc.aio.server(options=options, interceptors=interceptors)
         ctx = self.ctx
         pbg.add_StreamServiceServicer_to_server(StreamServicer(ctx), server)

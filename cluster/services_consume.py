@@ -21,8 +21,15 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 from raftstream.cluster.auth import caller
+from raftstream.cluster.config import Limits
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.convert import add_delivery, pull_status_pb
+from raftstream.cluster.limits import (
+    capped_time_left,
+    check_ack,
+    delivery_bytes,
+    fetch_response_full,
+)
 from raftstream.cluster.services_push import PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.ack import AckMetadata, parse_ack_subject
@@ -83,12 +90,14 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
     async def Fetch(
         self, request: pb.FetchRequest, context: Any
     ) -> AsyncIterator[pb.FetchResponse]:
-        left = time_left(context)
+        # Within the server's cap (cluster/limits.py): a pull without expires ends with
+        # 408 before it, never with the cap's DEADLINE_EXCEEDED.
+        left = capped_time_left(time_left(context))
         caller().check_read(request.stream)
         g = await self._ctx.leader_group(account_of(context), request.stream)
         handle = await g.open_pull(request.consumer, _fetch_request(request, left), left)
         try:
-            async for resp in _responses(handle, request.batch):
+            async for resp in _responses(handle, request.batch, self._ctx.config.limits):
                 yield resp
         finally:
             handle.close()
@@ -108,6 +117,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         self, item: pb.AckItem, account: str, timeout_s: float | None, forwarded: bool
     ) -> pb.AckResponse:
         """Apply one ack through the stream leader; answered once the op committed."""
+        check_ack(item, self._ctx.config.limits)
         meta = parse_ack_subject(item.reply)
         caller().check_read(meta.stream)
         sa = await self._ctx.caught_up(lambda: self._ctx.stream(account, meta.stream))
@@ -140,7 +150,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         handle = await g.open_pull(consumer, req, timeout_s)
         out = pb.AckResponse()
         try:
-            async for resp in _responses(handle, req["batch"]):
+            async for resp in _responses(handle, req["batch"], self._ctx.config.limits):
                 out.messages.extend(resp.messages)
                 if resp.HasField("status"):
                     out.status.CopyFrom(resp.status)
@@ -275,17 +285,25 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
                 t.cancel()
 
 
-async def _responses(handle: PullHandle, batch: int) -> AsyncIterator[pb.FetchResponse]:
+async def _responses(
+    handle: PullHandle, batch: int, limits: Limits
+) -> AsyncIterator[pb.FetchResponse]:
     """The FetchResponses of one pull: messages as they come (grouped when several are
-    queued), heartbeats, and the terminal status; ends when the batch is complete."""
+    queued, up to one largest message's bytes per response, so every response fits the
+    gRPC message limit), heartbeats, and the terminal status; ends when the batch is
+    complete."""
     got = 0
+    carried: PullEvent | None = None  # taken from the queue, for the next response
     while got < batch:
-        ev = await handle.queue.get()
+        ev = carried if carried is not None else await handle.queue.get()
+        carried = None
         resp = pb.FetchResponse()
         terminal = False
+        size_bytes = 0
         while True:
             if ev.delivery is not None:
                 add_delivery(resp.messages, ev.delivery)
+                size_bytes += delivery_bytes(ev.delivery)
                 got += 1
             if ev.status is not None:
                 resp.status.CopyFrom(pull_status_pb(ev.status))
@@ -296,6 +314,9 @@ async def _responses(handle: PullHandle, batch: int) -> AsyncIterator[pb.FetchRe
             try:
                 ev = handle.queue.get_nowait()
             except asyncio.QueueEmpty:
+                break
+            if ev.delivery is not None and fetch_response_full(size_bytes, ev.delivery, limits):
+                carried = ev
                 break
         yield resp
         if terminal:

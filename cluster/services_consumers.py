@@ -23,6 +23,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 from raftstream.cluster.assignments import ConsumerAssignment
 from raftstream.cluster.context import ServiceContext, account_of, caller_of, time_left
 from raftstream.cluster.convert import consumer_info_pb, parse_json
+from raftstream.cluster.limits import bound_consumer
 from raftstream.cluster.meta import ConsumerAdded, ConsumerUpdated, check_account_limits
 from raftstream.cluster.meta_entries import AddConsumer, DeleteConsumer, UpdateConsumer
 from raftstream.cluster.services_streams import group_info, step_down
@@ -110,6 +111,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
             raise meta.not_leader()
         account = account_of(context)
         cfg = ConsumerConfig.from_dict(parse_json(request.config_json))
+        cfg = bound_consumer(cfg, self._ctx.config.limits)  # within the node's pull limits
         self._check(context, request.stream, manage=cfg.is_durable)
         if cfg.consumer_name is None:  # ephemeral: the leader names it before proposing
             cfg = with_changes(cfg, name=secrets.token_hex(EPHEMERAL_NAME_BYTES // 2).upper())
@@ -140,6 +142,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
                 _SVC + "UpdateConsumer", request, pb.ConsumerInfo.FromString, time_left(context)
             )
         cfg = ConsumerConfig.from_dict(parse_json(request.config_json))
+        cfg = bound_consumer(cfg, self._ctx.config.limits)  # within the node's pull limits
         self._check(context, request.stream, manage=cfg.is_durable)
         entry = UpdateConsumer(
             account=account_of(context), stream=request.stream, config=cfg, ts_ns=time.time_ns()

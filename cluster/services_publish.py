@@ -22,10 +22,9 @@ from typing import Any
 from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.auth import caller
 from raftstream.cluster.context import ServiceContext, account_of, time_left
+from raftstream.cluster.limits import check_publish
 from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.errors import (
-    InvalidArgumentError,
-    LimitError,
     NotFoundError,
     PermissionDeniedError,
     RaftStreamError,
@@ -88,15 +87,9 @@ class PublishServicer(pbg.PublishServiceServicer):
     ) -> pb.PubAck:
         """Store one message through its stream's leader; the PubAck or the typed error."""
         ctx = self._ctx
-        if not req.subject:
-            raise InvalidArgumentError("subject", "is required")
+        # Subject, payload and header limits, ids, numbers: refused before any lookup.
+        check_publish(req, ctx.config.limits)
         caller().check_publish(req.subject)  # only the caller's account's streams match below
-        if len(req.data) > ctx.config.limits.max_payload_bytes:
-            raise LimitError(
-                f"payload of {len(req.data)} bytes exceeds max_payload_bytes",
-                field="data",
-                limit="max_payload_bytes",
-            )
 
         def lookup() -> StreamAssignment:
             sa = ctx.meta.state.stream_for_subject(account, req.subject)
@@ -123,15 +116,12 @@ class PublishServicer(pbg.PublishServiceServicer):
         the stream (no task per message: the hot path), else a task that forwards it."""
         ctx = self._ctx
         try:
+            check_publish(req, ctx.config.limits)  # a refusal takes the slow path's error
             if req.subject and not caller().permissions.may_publish(req.subject):
                 raise PermissionDeniedError("publish")  # publish_one answers it in full
             sa = ctx.meta.state.stream_for_subject(account, req.subject) if req.subject else None
             g = ctx.local_group(sa) if sa is not None else None
-            if (
-                g is not None
-                and g.is_leader
-                and len(req.data) <= ctx.config.limits.max_payload_bytes
-            ):
+            if g is not None and g.is_leader:
                 if is_plain(req):
                     return g.submit_plain(req.subject, req.data)
                 return g.submit(publish_args(req))

@@ -42,13 +42,16 @@ __all__ = ["NotConnectedError", "Router", "Stubs"]
 
 T = TypeVar("T")
 
+MESSAGE_BYTES_MAX = 65 * 1024 * 1024 + 64 * 1024
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     # Reconnect quickly after a node restarts: a client waits at most its timeout anyway.
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    # The largest message any node may send (its payload and headers ceilings, 64 MiB and
+    # 1 MiB, and an envelope): a node's own limits are lower or equal.
+    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
 )
 RETRY_WAIT_INITIAL_S = 0.01
 RETRY_WAIT_MAX_S = 0.5

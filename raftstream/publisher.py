@@ -36,6 +36,9 @@ from raftstream.proto.errors import from_error_message
 
 __all__ = ["NO_OPTIONS", "PublishOptions", "Publisher", "options_of"]
 
+# The payload limit no node accepts more than (issue 10; a node's own limit may be lower:
+# the publisher learns it from the node's first refusal, see ``_learn_limit``).
+PAYLOAD_BYTES_CEILING = 64 * 1024 * 1024
 BATCH_MSGS_MAX = 1024
 BATCH_BYTES_MAX = 1024 * 1024
 REQUEST_OVERHEAD_BYTES = 32
@@ -146,6 +149,7 @@ class Publisher:
         self._timeout_s = timeout_s
         self._wait_stall_s = wait_stall_s
         self._pending_msgs_max = pending_msgs_max
+        self._payload_bytes_max = PAYLOAD_BYTES_CEILING
         self._room = asyncio.Semaphore(pending_msgs_max)
         self._pending = 0
         self._idle = asyncio.Event()
@@ -163,17 +167,42 @@ class Publisher:
         self, subject: str, payload: bytes, options: PublishOptions, *, timeout_s: float | None
     ) -> PubAck:
         """One message, acknowledged (see the module docstring for retries and ambiguity)."""
+        self._check_payload(payload)
         req = options.request(subject, payload)
 
         async def invoke(stubs: Stubs, left_s: float) -> PubAck:
             return PubAck.from_pb(await stubs.publish.Publish(req, timeout=left_s))
 
-        return await self._router.call(
-            None,
-            invoke,
-            timeout_s=timeout_s or self._timeout_s,
-            idempotent=bool(options.msg_id),
-        )
+        try:
+            return await self._router.call(
+                None,
+                invoke,
+                timeout_s=timeout_s or self._timeout_s,
+                idempotent=bool(options.msg_id),
+            )
+        except errors.LimitError as exc:
+            self._learn_limit(exc)
+            raise
+
+    def _check_payload(self, payload: bytes) -> None:
+        """Fail fast, before anything is sent, on a payload no node would take: above the
+        limit learned from a node's refusal, or the 64 MiB ceiling. The same error the
+        node answers (``LimitError``, field ``data``, rule ``payload_bytes_max``)."""
+        if len(payload) > self._payload_bytes_max:
+            raise errors.LimitError(
+                f"data: payload of {len(payload)} bytes exceeds the node's "
+                f"payload_bytes_max ({self._payload_bytes_max} bytes)",
+                field="data",
+                rule="payload_bytes_max",
+                limit="payload_bytes_max",
+                payload_bytes_max=self._payload_bytes_max,
+            )
+
+    def _learn_limit(self, exc: errors.RaftStreamError) -> None:
+        """Keep the payload limit a node's refusal carries (the lowest seen)."""
+        learned = str(exc.details.get("payload_bytes_max", ""))
+        if isinstance(exc, errors.LimitError) and learned.isdigit():
+            self._payload_bytes_max = min(self._payload_bytes_max, int(learned))
 
     async def publish_async(
         self,
@@ -184,6 +213,7 @@ class Publisher:
         wait_stall_s: float | None,
     ) -> asyncio.Future[PubAck]:
         """Queue one message; the future resolves to its PubAck or its typed error."""
+        self._check_payload(payload)
         req = options.request(subject, payload)  # before reserving: a bad argument leaks no room
         await self._reserve(wait_stall_s if wait_stall_s is not None else self._wait_stall_s)
         loop = asyncio.get_running_loop()
@@ -258,6 +288,7 @@ class Publisher:
             self._resolve(entry, PubAck.from_pb(result.ack))
             return
         exc = from_error_message(result.error)
+        self._learn_limit(exc)
         if isinstance(exc, errors.NotLeaderError | errors.NoLeaderError):
             # Refused before anything was applied: resend with the hint-following publish.
             task = asyncio.get_running_loop().create_task(self._resend(entry))

@@ -49,8 +49,8 @@ tick_ms = 50
 election_ticks = 10
 
 [limits]
-max_payload_bytes = 2097152
-grpc_message_bytes_max = 8388608
+payload_bytes_max = 2097152
+publish_batch_bytes_max = 8388608
 """
 
 
@@ -78,7 +78,7 @@ def test_flags_alone_make_a_config_with_defaults() -> None:
     assert cfg.listen == Address("127.0.0.1", 7101) == cfg.advertise
     assert cfg.data == Path("data/n1")
     assert list(cfg.peers) == ["n1", "n2", "n3"]
-    assert cfg.limits.max_payload_bytes == 1 * MIB
+    assert cfg.limits.payload_bytes_max == 1 * MIB
     assert cfg.raft == RaftSettings() and cfg.limits == Limits()
     assert cfg.metrics_listen is None and cfg.tags == () and cfg.meta_voters_max == 5
 
@@ -92,7 +92,7 @@ def test_a_toml_file_fills_every_section(tmp_path: Path) -> None:
     assert cfg.meta_voters_max == 3
     assert cfg.raft.tick_ms == 50 and cfg.raft.election_ticks == 10
     assert cfg.raft.heartbeat_ticks == 1
-    assert cfg.limits.max_payload_bytes == 2 * MIB
+    assert cfg.limits.payload_bytes_max == 2 * MIB
 
 
 def test_flags_override_the_file(tmp_path: Path) -> None:
@@ -224,9 +224,9 @@ def test_meta_voters_max_rule(voters: object, ok: bool) -> None:
 @pytest.mark.parametrize(
     ("section", "key", "value"),
     [
-        ("limits", "max_payload_bytes", -1),
-        ("limits", "max_payload_bytes", 0),
-        ("limits", "pull_batch_max", -5),
+        ("limits", "payload_bytes_max", -1),
+        ("limits", "payload_bytes_max", 0),
+        ("limits", "pull_batch_msgs_max", -5),
         ("limits", "request_timeout_ms", "5s"),
         ("limits", "publish_batch_entries_max", True),
         ("raft", "tick_ms", 0),
@@ -251,30 +251,23 @@ def _toml_value(value: object) -> str:
 def test_payload_limit_never_above_64_mib() -> None:
     """Issue 10: the maximum payload is configurable, never above 64 MiB."""
     with pytest.raises(InvalidArgumentError) as info:
-        Limits(
-            max_payload_bytes=64 * MIB + 1,
-            grpc_message_bytes_max=128 * MIB,
-            publish_batch_bytes_max=128 * MIB,
-        )
-    assert info.value.field == "limits.max_payload_bytes"
-    Limits(
-        max_payload_bytes=64 * MIB,
-        grpc_message_bytes_max=128 * MIB,
-        publish_batch_bytes_max=128 * MIB,
-    )
+        Limits(payload_bytes_max=64 * MIB + 1, publish_batch_bytes_max=128 * MIB)
+    assert info.value.field == "limits.payload_bytes_max"
+    top = Limits(payload_bytes_max=64 * MIB, publish_batch_bytes_max=128 * MIB)
+    assert top.grpc_message_bytes_max > 64 * MIB  # derived: a message and its envelope
 
 
-def test_grpc_messages_must_hold_the_largest_message(tmp_path: Path) -> None:
-    """A payload limit the transport cannot carry is refused at start, not on first use;
-    the message says the grpc limit is a default when the file did not set it."""
+def test_publish_batches_must_hold_the_largest_message(tmp_path: Path) -> None:
+    """A payload limit a publish batch cannot carry is refused at start, not on first use;
+    the message says the batch limit is a default when the file did not set it."""
     err = bad(
-        "limits.grpc_message_bytes_max",
-        write(tmp_path, "[limits]\nmax_payload_bytes = 8388608\n"),
+        "limits.publish_batch_bytes_max",
+        write(tmp_path, "[limits]\npayload_bytes_max = 8388608\n"),
         **FLAGS,
     )
     assert err.message.startswith("defaults:")
     with pytest.raises(InvalidArgumentError) as info:
-        Limits(max_payload_bytes=4 * MIB, grpc_message_bytes_max=16 * MIB)
+        Limits(payload_bytes_max=4 * MIB)
     assert info.value.field == "limits.publish_batch_bytes_max"
 
 

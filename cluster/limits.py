@@ -1,0 +1,618 @@
+"""Hostile input: the node's checks of every client request, its gRPC options and deadlines.
+
+Why one module: a request must be refused before it does any work (a rejection changes
+nothing), and the rules for names, subjects, sizes and numbers must be the same on every
+RPC. ``check_request`` runs on every unary request and on the first message of ``Consume``
+(from ``LimitsInterceptor``, before the servicer sees the call); the per-item checks
+(``check_publish``, ``check_ack``) run inside ``PublishStream``/``AckStream``/``Consume``,
+where one bad item is that item's error and the call goes on.
+
+Every refusal is an ``InvalidArgumentError`` (INVALID_ARGUMENT: a malformed field, a number
+out of its range) or a ``LimitError`` (RESOURCE_EXHAUSTED: a payload or headers above the
+node's limits), naming the field and the rule (``field``/``rule`` in the error details).
+Error texts never carry a payload or a header value, and quote a name or subject only
+through ``sanitize`` (a short, escaped prefix): a client's data must not land in logs.
+
+Deadlines: every unary and server-streaming call of the client API runs under a deadline:
+the client's, capped at ``limits.call_timeout_max_ms``; a call without one gets
+``limits.request_timeout_ms`` (``Fetch``, a long poll: ``call_timeout_max_ms``). The cap is
+enforced here (DEADLINE_EXCEEDED when it passes) and visible to the servicers through
+``capped_time_left``, so the work inside (forwards, proposals, pull expiry) ends before it.
+Bidirectional streams (``PublishStream``, ``AckStream``, ``Consume``) are sessions: they
+are bounded by their windows (``publish_async_pending_max``, acks in flight, flow control)
+rather than by a deadline. Every list is paged (``cluster/meta.py`` LIST_LIMIT_MAX).
+
+The limits themselves are ``[limits]`` of the node config (``cluster/config.py``); their
+documentation, with defaults, units and errors, is docs/limits.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import grpc
+
+from raftstream.cluster.config import Limits
+from raftstream.cluster.names import validate_node_name
+from raftstream.engine.ack import parse_ack_subject
+from raftstream.engine.consumer_config import MAX_WAITING_DEFAULT, ConsumerConfig, with_changes
+from raftstream.engine.consumer_pull import Delivery
+from raftstream.engine.subjects import validate_filter, validate_queue, validate_subject
+from raftstream.errors import (
+    DeadlineExceededError,
+    InvalidArgumentError,
+    LimitError,
+    RaftStreamError,
+)
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto.errors import abort
+
+__all__ = [
+    "INT64_MAX",
+    "NAME_BYTES_MAX",
+    "PULL_HEARTBEAT_MIN_NS",
+    "TOKEN_BYTES_MAX",
+    "LimitsInterceptor",
+    "bound_consumer",
+    "capped_time_left",
+    "check_ack",
+    "check_consumer_limits",
+    "check_name",
+    "check_publish",
+    "check_request",
+    "delivery_bytes",
+    "fetch_response_full",
+    "sanitize",
+    "server_options",
+]
+
+INT64_MAX = 2**63 - 1  # sequences and times are stored as int64: larger ones are refused
+NAME_BYTES_MAX = 255  # stream and consumer names (as engine/stream_config.py)
+TOKEN_BYTES_MAX = 4096  # ack tokens, msg ids, flow-control tokens, TERM reasons
+HEADER_NAME_BYTES_MAX = 256
+PULL_HEARTBEAT_MIN_NS = 10_000_000  # 10 ms: a pull's idle heartbeats are at most 100 per second
+ACK_DELAY_NS_MAX = 365 * 24 * 3600 * 1_000_000_000  # a NAK's redelivery delay: a year
+SANITIZED_CHARS_MAX = 32
+# JetStream's name rule (isValidName) plus path separators: names end up in subjects, group
+# ids and paths.
+_NAME_FORBIDDEN = frozenset(".*>/\\")
+_ACK_KINDS = frozenset(pb.AckKind.values())
+_CONSUMER_ACTIONS = frozenset(pb.ConsumerAction.values())
+_PREFIX = "/raftstream.v1."
+_LONG_POLLS = frozenset({"/raftstream.v1.ConsumeService/Fetch"})
+
+_DEADLINE: contextvars.ContextVar[float] = contextvars.ContextVar("raftstream_call_deadline")
+
+
+# -- text -------------------------------------------------------------------------------------
+
+
+def sanitize(text: str, chars_max: int = SANITIZED_CHARS_MAX) -> str:
+    """A short, escaped prefix of ``text`` fit for an error message or a log line."""
+    head = text[:chars_max]
+    return repr(head) + ("..." if len(text) > chars_max else "")
+
+
+def _utf8_bytes(value: str, field: str) -> int:
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(field, "must be valid UTF-8") from None
+
+
+def check_name(value: str, field: str) -> str:
+    """A stream or consumer name: non-empty, printable, no whitespace, none of ``. * > / \\``,
+    at most ``NAME_BYTES_MAX`` bytes (the engine's rule, checked before any lookup so a bad
+    name is INVALID_ARGUMENT rather than NOT_FOUND)."""
+    if not value:
+        raise InvalidArgumentError(field, "is required")
+    if _utf8_bytes(value, field) > NAME_BYTES_MAX:
+        raise InvalidArgumentError(field, f"must be at most {NAME_BYTES_MAX} bytes")
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise InvalidArgumentError(field, "must not contain whitespace or control characters")
+    if not _NAME_FORBIDDEN.isdisjoint(value):
+        raise InvalidArgumentError(field, "must not contain '.', '*', '>', '/' or '\\'")
+    return value
+
+
+def _token(value: str, field: str, bytes_max: int = TOKEN_BYTES_MAX) -> None:
+    if _utf8_bytes(value, field) > bytes_max:
+        raise InvalidArgumentError(field, f"must be at most {bytes_max} bytes")
+
+
+def _seq(value: int, field: str) -> None:
+    if value > INT64_MAX:
+        raise InvalidArgumentError(field, f"must be at most {INT64_MAX} (int64)")
+
+
+def _non_negative(value: int, field: str) -> None:
+    if value < 0:
+        raise InvalidArgumentError(field, "must not be negative")
+
+
+def _node(value: str, field: str) -> None:
+    if value:
+        validate_node_name(value, field)
+
+
+def _filter(value: str, field: str) -> None:
+    if value:
+        validate_filter(value, field)
+
+
+# -- publish ----------------------------------------------------------------------------------
+
+
+def _check_header(name: str, value: str) -> int:
+    """One header's rules; its size in bytes. The value is never quoted back."""
+    name_bytes = _utf8_bytes(name, "headers")
+    if not name or name_bytes > HEADER_NAME_BYTES_MAX:
+        raise InvalidArgumentError(
+            "headers", f"a header name must be 1 to {HEADER_NAME_BYTES_MAX} bytes"
+        )
+    if not name.isascii() or any(c <= " " or c == ":" or c == "\x7f" for c in name):
+        raise InvalidArgumentError(
+            "headers", "a header name must be printable ASCII without spaces or ':'"
+        )
+    if any((c < " " and c != "\t") or c == "\x7f" for c in value):
+        raise InvalidArgumentError(
+            "headers", f"the value of header {sanitize(name)} has a control character"
+        )
+    return name_bytes + _utf8_bytes(value, "headers")
+
+
+def check_publish(req: pb.PublishRequest, limits: Limits) -> None:
+    """A publish request's subject, payload, headers, ids and numbers (before any lookup).
+
+    The stream's own ``max_msg_size`` is the engine's check, on the leader, below this one."""
+    validate_subject(req.subject, "subject")
+    size = len(req.data)
+    if size > limits.payload_bytes_max:
+        raise LimitError(
+            f"data: payload of {size} bytes exceeds limits.payload_bytes_max "
+            f"({limits.payload_bytes_max} bytes)",
+            field="data",
+            rule="payload_bytes_max",
+            limit="payload_bytes_max",
+            payload_bytes_max=limits.payload_bytes_max,
+        )
+    if req.headers:
+        _check_headers(req.headers, limits)
+    _token(req.msg_id, "msg_id")
+    if req.HasField("expected_stream"):
+        check_name(req.expected_stream, "expected_stream")
+    if req.HasField("expected_last_seq"):
+        _seq(req.expected_last_seq, "expected_last_seq")
+    if req.HasField("expected_last_subject_seq"):
+        _seq(req.expected_last_subject_seq, "expected_last_subject_seq")
+    if req.HasField("expected_last_subject_seq_subject"):
+        validate_filter(req.expected_last_subject_seq_subject, "expected_last_subject_seq_subject")
+    if req.HasField("expected_last_msg_id"):
+        _token(req.expected_last_msg_id, "expected_last_msg_id")
+    _non_negative(req.ttl_ns, "ttl_ns")
+
+
+def _check_headers(headers: Mapping[str, str], limits: Limits) -> None:
+    if len(headers) > limits.headers_count_max:
+        raise LimitError(
+            f"headers: {len(headers)} headers exceed limits.headers_count_max "
+            f"({limits.headers_count_max})",
+            field="headers",
+            rule="headers_count_max",
+            limit="headers_count_max",
+        )
+    total = 0
+    for name, value in headers.items():
+        total += _check_header(name, value)
+    if total > limits.headers_bytes_max:
+        raise LimitError(
+            f"headers: {total} bytes exceed limits.headers_bytes_max "
+            f"({limits.headers_bytes_max} bytes)",
+            field="headers",
+            rule="headers_bytes_max",
+            limit="headers_bytes_max",
+        )
+
+
+# -- pull and acks ----------------------------------------------------------------------------
+
+
+def _check_fetch(req: pb.FetchRequest, limits: Limits) -> None:
+    check_name(req.stream, "stream")
+    check_name(req.consumer, "consumer")
+    if not 1 <= req.batch <= limits.pull_batch_msgs_max:
+        raise InvalidArgumentError(
+            "batch", f"must be 1 to {limits.pull_batch_msgs_max} (limits.pull_batch_msgs_max)"
+        )
+    if req.max_bytes > limits.pull_batch_bytes_max:
+        raise InvalidArgumentError(
+            "max_bytes",
+            f"must be at most {limits.pull_batch_bytes_max} (limits.pull_batch_bytes_max)",
+        )
+    expires_max_ns = limits.call_timeout_max_ms * 1_000_000
+    if not 0 <= req.expires_ns <= expires_max_ns:
+        raise InvalidArgumentError(
+            "expires_ns", f"must be 0 to {expires_max_ns} (limits.call_timeout_max_ms)"
+        )
+    hb = req.idle_heartbeat_ns
+    if hb and not PULL_HEARTBEAT_MIN_NS <= hb <= expires_max_ns:
+        raise InvalidArgumentError(
+            "idle_heartbeat_ns", f"must be 0 or {PULL_HEARTBEAT_MIN_NS} to {expires_max_ns}"
+        )
+
+
+def check_ack(item: pb.AckItem, limits: Limits) -> None:
+    """One ack item: a well-formed token with int64 sequences, a known kind, bounded
+    numbers (before it reaches its stream)."""
+    _token(item.reply, "reply")
+    meta = parse_ack_subject(item.reply)
+    _seq(meta.stream_seq, "reply")
+    _seq(meta.consumer_seq, "reply")
+    if item.kind not in _ACK_KINDS:
+        raise InvalidArgumentError("kind", "must be one of the AckKind values")
+    if not 0 <= item.delay_ns <= ACK_DELAY_NS_MAX:
+        raise InvalidArgumentError("delay_ns", f"must be 0 to {ACK_DELAY_NS_MAX} (a year)")
+    _token(item.reason, "reason")
+    if item.next_batch > limits.pull_batch_msgs_max:
+        raise InvalidArgumentError(
+            "next_batch",
+            f"must be at most {limits.pull_batch_msgs_max} (limits.pull_batch_msgs_max)",
+        )
+
+
+def _check_consume(req: pb.ConsumeRequest, limits: Limits) -> None:
+    """The first message of a Consume call: a start naming a valid consumer."""
+    if not req.HasField("start"):
+        raise InvalidArgumentError("start", "the first request must carry start")
+    check_name(req.start.stream, "start.stream")
+    check_name(req.start.consumer, "start.consumer")
+    if req.start.queue:
+        validate_queue(req.start.queue, "start.queue")
+    for reply in req.flow_control_replies:
+        _token(reply.token, "flow_control_replies")
+
+
+def bound_consumer(cfg: ConsumerConfig, limits: Limits) -> ConsumerConfig:
+    """``cfg`` within the node's pull limits: a ``max_waiting`` left at the engine's default
+    is lowered to ``limits.pull_waiting_max``; one set above it, or a ``max_batch`` or
+    ``max_bytes`` above the node's, is refused naming the field."""
+    if cfg.max_waiting == MAX_WAITING_DEFAULT and cfg.max_waiting > limits.pull_waiting_max:
+        cfg = with_changes(cfg, max_waiting=limits.pull_waiting_max)
+    check_consumer_limits(cfg.max_waiting, cfg.max_batch, cfg.max_bytes, limits)
+    return cfg
+
+
+def check_consumer_limits(max_waiting: int, max_batch: int, max_bytes: int, limits: Limits) -> None:
+    """A pull consumer's own bounds may not exceed the node's (its config is the engine's)."""
+    if max_waiting > limits.pull_waiting_max:
+        raise InvalidArgumentError(
+            "max_waiting", f"must be at most {limits.pull_waiting_max} (limits.pull_waiting_max)"
+        )
+    if max_batch > limits.pull_batch_msgs_max:
+        raise InvalidArgumentError(
+            "max_batch",
+            f"must be at most {limits.pull_batch_msgs_max} (limits.pull_batch_msgs_max)",
+        )
+    if max_bytes > limits.pull_batch_bytes_max:
+        raise InvalidArgumentError(
+            "max_bytes",
+            f"must be at most {limits.pull_batch_bytes_max} (limits.pull_batch_bytes_max)",
+        )
+
+
+def delivery_bytes(d: Delivery) -> int:
+    """About what delivery ``d`` adds to a response: data, subject, ack token, headers."""
+    headers = d.headers
+    size = len(d.data) + len(d.msg.subject) + len(d.reply)
+    return size + sum(len(k) + len(v) for k, v in headers.items()) if headers else size
+
+
+def fetch_response_full(size_bytes: int, d: Delivery, limits: Limits) -> bool:
+    """True when delivery ``d`` would take a response holding ``size_bytes`` past one
+    largest message (``payload_bytes_max + headers_bytes_max``): ``d`` goes in the next
+    response, so every response fits ``grpc_message_bytes_max``."""
+    return size_bytes + delivery_bytes(d) > limits.payload_bytes_max + limits.headers_bytes_max
+
+
+# -- per RPC ----------------------------------------------------------------------------------
+
+
+def _stream_info(r: pb.StreamInfoRequest, _: Limits) -> None:
+    check_name(r.name, "name")
+    _filter(r.subjects_filter, "subjects_filter")
+
+
+def _purge(r: pb.PurgeStreamRequest, _: Limits) -> None:
+    check_name(r.name, "name")
+    if r.HasField("subject"):
+        validate_filter(r.subject, "subject")
+    if r.HasField("seq"):
+        _seq(r.seq, "seq")
+    if r.HasField("keep"):
+        _seq(r.keep, "keep")
+    if r.HasField("seq") and r.HasField("keep"):
+        raise InvalidArgumentError("keep", "may not be combined with seq")
+
+
+def _get_message(r: pb.GetMessageRequest, _: Limits) -> None:
+    check_name(r.stream, "stream")
+    by = r.WhichOneof("by")
+    if by is None:
+        raise InvalidArgumentError("by", "one of seq, last_by_subject, next_by_subject")
+    if by == "seq":
+        _seq(r.seq, "seq")
+    elif by == "last_by_subject":
+        validate_filter(r.last_by_subject, "last_by_subject")
+    else:
+        validate_filter(r.next_by_subject, "next_by_subject")
+    _seq(r.start_seq, "start_seq")
+
+
+def _delete_message(r: pb.DeleteMessageRequest, _: Limits) -> None:
+    check_name(r.stream, "stream")
+    if r.seq < 1:
+        raise InvalidArgumentError("seq", "must be at least 1")
+    _seq(r.seq, "seq")
+
+
+def _config(config_json: str, limits: Limits) -> None:
+    # The JSON is parsed and validated by the engine; here only its size is bounded: a
+    # config is small (its largest part, metadata, is at most 128 KiB).
+    if len(config_json) > limits.headers_bytes_max + 256 * 1024:
+        raise InvalidArgumentError("config_json", "is too large to be a configuration")
+
+
+def _stream_consumer(stream: str, consumer: str) -> None:
+    check_name(stream, "stream")
+    check_name(consumer, "consumer")
+
+
+def _action(action: int) -> None:
+    if action not in _CONSUMER_ACTIONS:
+        raise InvalidArgumentError("action", "must be one of the ConsumerAction values")
+
+
+def _stream_config(r: pb.CreateStreamRequest | pb.UpdateStreamRequest, limits: Limits) -> None:
+    _config(r.config_json, limits)
+
+
+def _named(r: pb.DeleteStreamRequest, _: Limits) -> None:
+    check_name(r.name, "name")
+
+
+def _listed(r: pb.ListStreamsRequest | pb.StreamNamesRequest, _: Limits) -> None:
+    _filter(r.subject, "subject")
+
+
+def _stream_step_down(r: pb.StreamStepDownRequest, _: Limits) -> None:
+    check_name(r.stream, "stream")
+    _node(r.preferred, "preferred")
+
+
+def _create_consumer(r: pb.CreateConsumerRequest, limits: Limits) -> None:
+    check_name(r.stream, "stream")
+    _config(r.config_json, limits)
+    _action(r.action)
+
+
+def _update_consumer(r: pb.UpdateConsumerRequest, limits: Limits) -> None:
+    check_name(r.stream, "stream")
+    _config(r.config_json, limits)
+
+
+def _consumer(r: Any, _: Limits) -> None:
+    """Requests that name a stream and a consumer (info, delete, pause, resume)."""
+    _stream_consumer(r.stream, r.consumer)
+
+
+def _of_stream(r: pb.ListConsumersRequest | pb.ConsumerNamesRequest, _: Limits) -> None:
+    check_name(r.stream, "stream")
+
+
+def _reset(r: pb.ResetConsumerRequest, _: Limits) -> None:
+    _stream_consumer(r.stream, r.consumer)
+    _seq(r.seq, "seq")
+
+
+def _consumer_step_down(r: pb.ConsumerStepDownRequest, _: Limits) -> None:
+    _stream_consumer(r.stream, r.consumer)
+    _node(r.preferred, "preferred")
+
+
+def _ack(r: pb.AckRequest, limits: Limits) -> None:
+    check_ack(r.ack, limits)
+
+
+def _meta_step_down(r: pb.MetaStepDownRequest, _: Limits) -> None:
+    _node(r.preferred, "preferred")
+
+
+def _remove_peer(r: pb.RemovePeerRequest, _: Limits) -> None:
+    validate_node_name(r.peer, "peer")
+
+
+_Check = Callable[[Any, Limits], None]
+_CHECKS: Mapping[str, _Check] = {
+    "StreamService/CreateStream": _stream_config,
+    "StreamService/UpdateStream": _stream_config,
+    "StreamService/DeleteStream": _named,
+    "StreamService/GetStreamInfo": _stream_info,
+    "StreamService/ListStreams": _listed,
+    "StreamService/StreamNames": _listed,
+    "StreamService/PurgeStream": _purge,
+    "StreamService/GetMessage": _get_message,
+    "StreamService/DeleteMessage": _delete_message,
+    "StreamService/StepDownStreamLeader": _stream_step_down,
+    "ConsumerService/CreateConsumer": _create_consumer,
+    "ConsumerService/UpdateConsumer": _update_consumer,
+    "ConsumerService/DeleteConsumer": _consumer,
+    "ConsumerService/GetConsumerInfo": _consumer,
+    "ConsumerService/ListConsumers": _of_stream,
+    "ConsumerService/ConsumerNames": _of_stream,
+    "ConsumerService/PauseConsumer": _consumer,
+    "ConsumerService/ResumeConsumer": _consumer,
+    "ConsumerService/ResetConsumer": _reset,
+    "ConsumerService/StepDownConsumerLeader": _consumer_step_down,
+    "PublishService/Publish": check_publish,
+    "ConsumeService/Fetch": _check_fetch,
+    "ConsumeService/Ack": _ack,
+    "ConsumeService/Consume": _check_consume,
+    "ClusterService/StepDownMetaLeader": _meta_step_down,
+    "ClusterService/RemovePeer": _remove_peer,
+}
+
+
+def check_request(method: str, request: Any, limits: Limits) -> None:
+    """The checks of ``method`` (``/raftstream.v1.<Service>/<Rpc>``) on ``request``;
+    nothing for a method without checks (``GetClusterInfo``, the bidirectional streams'
+    later messages)."""
+    check = _CHECKS.get(method.removeprefix(_PREFIX))
+    if check is not None:
+        check(request, limits)
+
+
+# -- gRPC -------------------------------------------------------------------------------------
+
+
+def server_options(limits: Limits, *, raft_message_bytes_max: int) -> list[tuple[str, int]]:
+    """The gRPC server (and node-to-node channel) options the limits imply: messages up to
+    ``grpc_message_bytes_max`` (or the Raft transport's, when larger) in and out; larger
+    ones fail RESOURCE_EXHAUSTED in gRPC itself, before any of their bytes is parsed."""
+    msg_max = max(limits.grpc_message_bytes_max, raft_message_bytes_max)
+    return [
+        ("grpc.max_send_message_length", msg_max),
+        ("grpc.max_receive_message_length", msg_max),
+    ]
+
+
+def capped_time_left(left_s: float | None) -> float | None:
+    """Seconds left of the call: the client's ``left_s`` (None: no deadline), within the
+    server's cap when ``LimitsInterceptor`` set one for the running call."""
+    deadline = _DEADLINE.get(None)
+    if deadline is None:
+        return left_s
+    cap = max(0.001, deadline - time.monotonic())
+    return cap if left_s is None else min(left_s, cap)
+
+
+class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Checks every client API request (``check_request``) before its servicer runs and
+    puts unary and server-streaming calls under the server's deadline cap (see the module
+    docstring). The Raft service, health and reflection are left alone."""
+
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[Any]],
+        handler_call_details: Any,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        method = str(handler_call_details.method)
+        if handler is None or not method.startswith(_PREFIX):
+            return handler
+        kw = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(method, handler.unary_unary), **kw
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._server_stream(method, handler.unary_stream), **kw
+            )
+        if handler.stream_stream is not None and method.endswith("/Consume"):
+            return grpc.stream_stream_rpc_method_handler(
+                self._checked_first(method, handler.stream_stream), **kw
+            )
+        return handler
+
+    def _cap_s(self, method: str, context: Any) -> float:
+        lim = self._limits
+        cap_s = lim.call_timeout_max_ms / 1000
+        left = context.time_remaining()
+        if left is None:
+            return cap_s if method in _LONG_POLLS else lim.request_timeout_ms / 1000
+        return min(cap_s, max(0.001, float(left)))
+
+    async def _check(self, method: str, request: Any, context: Any) -> None:
+        try:
+            check_request(method, request, self._limits)
+        except RaftStreamError as exc:
+            await abort(context, exc)
+
+    def _unary(self, method: str, behavior: Callable[..., Awaitable[Any]]) -> Any:
+        async def capped(request: Any, context: Any) -> Any:
+            await self._check(method, request, context)
+            cap_s = self._cap_s(method, context)
+            _DEADLINE.set(time.monotonic() + cap_s)
+            try:
+                async with asyncio.timeout(cap_s):
+                    return await behavior(request, context)
+            except TimeoutError:
+                await abort(context, _past_cap(cap_s))
+
+        return capped
+
+    def _server_stream(self, method: str, behavior: Callable[..., AsyncIterator[Any]]) -> Any:
+        async def capped(request: Any, context: Any) -> AsyncIterator[Any]:
+            await self._check(method, request, context)
+            cap_s = self._cap_s(method, context)
+            deadline = time.monotonic() + cap_s
+            _DEADLINE.set(deadline)
+            responses = aiter(behavior(request, context))
+            # Only our own awaits are under the timeout, never a yield: a timeout must not
+            # fire inside gRPC's write of a response.
+            try:
+                while True:
+                    try:
+                        async with asyncio.timeout_at(_loop_time(deadline)):
+                            item = await anext(responses)
+                    except StopAsyncIteration:
+                        return
+                    yield item
+            except TimeoutError:
+                await abort(context, _past_cap(cap_s))
+            finally:
+                await responses.aclose()  # type: ignore[attr-defined]
+
+        return capped
+
+    def _checked_first(self, method: str, behavior: Callable[..., AsyncIterator[Any]]) -> Any:
+        limits = self._limits
+
+        async def checked(request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+            async def requests() -> AsyncIterator[Any]:
+                first = True
+                async for req in request_iterator:
+                    if first:
+                        check_request(method, req, limits)
+                        first = False
+                    yield req
+
+            async for item in behavior(requests(), context):
+                yield item
+
+        return checked
+
+
+def _loop_time(deadline_monotonic: float) -> float:
+    """``deadline_monotonic`` (``time.monotonic``) on the running loop's clock."""
+    loop = asyncio.get_running_loop()
+    return loop.time() + (deadline_monotonic - time.monotonic())
+
+
+def _past_cap(cap_s: float) -> DeadlineExceededError:
+    return DeadlineExceededError(
+        f"the call ran past the server's deadline of {cap_s:.3f} s "
+        "(limits.request_timeout_ms without a client deadline, at most "
+        "limits.call_timeout_max_ms)",
+        limit="call_timeout_max_ms",
+    )
