@@ -13,6 +13,13 @@ servicers reach it through ``cluster/context.py``). Missing or rejected credenti
 call with UNAUTHENTICATED before any servicer runs. Raft, health and reflection calls are
 not client calls and need no credentials (TLS protects the Raft service).
 
+A node also acts for an account itself, on its own behalf: deleting an ephemeral consumer
+gone inactive through the meta leader, reading a mirror's or source's origin in this cluster.
+It then sends a **node token** (``node_caller``): ``Bearer rs-node.<account>.<mac>``, the MAC
+an HMAC-SHA256 of the account under a key derived from the whole ``[auth]`` section, which
+every node has (docs/security.md: all nodes share it). It grants every permission in that
+account, never ``$SYS``; whoever can read the config can mint one, as they can read its hashes.
+
 bcrypt is slow on purpose (tens of milliseconds per check): a verified result is cached in
 memory, bounded (``verified_cache_entries_max``), keyed by a SHA-256 of the credentials;
 the plaintext is never stored, and every check runs in a worker thread, never on the
@@ -28,12 +35,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import contextvars
 import fnmatch
 import hashlib
+import hmac
+import json
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -61,9 +71,12 @@ __all__ = [
     "Caller",
     "Permissions",
     "Principal",
+    "acting_as",
     "bind_caller",
     "caller",
     "hash_secret",
+    "node_caller",
+    "node_token",
     "parse_auth",
 ]
 
@@ -78,6 +91,8 @@ CREDENTIALS_BYTES_MAX = 4096  # an authorization value longer than this is refus
 BCRYPT_CHECKS_CONCURRENT_MAX = 2
 _BCRYPT_HASH = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
 _CLIENT_API_PREFIX = "/raftstream.v1."
+NODE_TOKEN_PREFIX = "rs-node."
+NODE_USER = "$node"  # the user name of a node acting for an account
 
 
 def hash_secret(secret: str, *, rounds: int = 12) -> str:
@@ -199,6 +214,55 @@ def caller() -> Caller:
 def bind_caller(who: Caller) -> None:
     """Bind ``who`` to the current task (and the tasks it starts from now on)."""
     _CALLER.set(who)
+
+
+@contextlib.contextmanager
+def acting_as(who: Caller) -> Iterator[None]:
+    """``who`` is the caller inside the block (its forwarded calls carry its credentials);
+    the previous caller again after it."""
+    token = _CALLER.set(who)
+    try:
+        yield
+    finally:
+        _CALLER.reset(token)
+
+
+def _node_key(config: AuthConfig) -> bytes:
+    """The key of node tokens: a digest of the whole [auth] section (the same on every node
+    of a cluster, secret like the section's hashes)."""
+    principals = [
+        [p.kind, p.name, p.account, p.secret_hash.decode("ascii")]
+        for p in (*config.users.values(), *config.tokens)
+    ]
+    text = json.dumps([sorted(config.accounts), principals], sort_keys=True)
+    return hashlib.sha256(b"raftstream node token\0" + text.encode("utf-8")).digest()
+
+
+def _node_mac(key: bytes, account: str) -> str:
+    return hmac.new(key, account.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def node_token(config: AuthConfig | None, account: str) -> str | None:
+    """The token this node sends when it acts for ``account`` (None without ``[auth]``):
+    what an SDK client the node runs for the account passes as ``connect(token=...)``."""
+    if config is None:
+        return None
+    return f"{NODE_TOKEN_PREFIX}{account}.{_node_mac(_node_key(config), account)}"
+
+
+def node_caller(config: AuthConfig | None, account: str) -> Caller:
+    """This node acting for ``account``: every permission there, and (with ``[auth]``) a
+    node token as its credentials. Use with ``acting_as``."""
+    token = node_token(config, account)
+    if token is None:
+        return Caller(account=account, user=None, permissions=ALL, system=False)
+    return Caller(
+        account=account,
+        user=NODE_USER,
+        permissions=ALL,
+        system=False,
+        credentials=((AUTHORIZATION_KEY, f"Bearer {token}"),),
+    )
 
 
 # -- parsing [auth] ----------------------------------------------------------------------------
@@ -326,6 +390,7 @@ class Authenticator:
         self._config = config
         self._verified: OrderedDict[bytes, Principal] = OrderedDict()
         self._checks = asyncio.Semaphore(BCRYPT_CHECKS_CONCURRENT_MAX)
+        self._node_key = _node_key(config)
 
     async def resolve(self, metadata: Sequence[tuple[str, Any]] | None) -> Caller:
         """The caller named by ``metadata``; ``UnauthenticatedError`` when it names none
@@ -336,6 +401,9 @@ class Authenticator:
         value = values[0]
         if not isinstance(value, str) or len(value) > CREDENTIALS_BYTES_MAX:
             raise UnauthenticatedError("unreadable credentials")
+        node = self._node_account(value)
+        if node is not None:
+            return node_caller(self._config, node)
         principal = await self._principal(value)
         return Caller(
             account=principal.account,
@@ -344,6 +412,16 @@ class Authenticator:
             system=principal.account == SYSTEM_ACCOUNT,
             credentials=((AUTHORIZATION_KEY, value),),
         )
+
+    def _node_account(self, value: str) -> str | None:
+        """The account of a valid node token (an HMAC check: no bcrypt), else None."""
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != "bearer" or not token.startswith(NODE_TOKEN_PREFIX):
+            return None
+        account, _, mac = token[len(NODE_TOKEN_PREFIX) :].rpartition(".")
+        if account not in self._config.accounts:
+            return None
+        return account if hmac.compare_digest(mac, _node_mac(self._node_key, account)) else None
 
     async def _principal(self, value: str) -> Principal:
         key = hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()

@@ -46,7 +46,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from raftstream.cluster.assignments import StreamAssignment
-from raftstream.cluster.auth import Authenticator, AuthInterceptor
+from raftstream.cluster.auth import Authenticator, AuthInterceptor, acting_as, node_caller
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.forward import Forwarder
@@ -312,16 +312,16 @@ class Node:
         return tuple(str(a) for a in self.config.peers.values())
 
     async def _delete_consumer(self, account: str, stream: str, name: str) -> None:
-        """Through the meta leader, as a client would (the account is the call's: today
-        the only one; a per-account internal identity comes with authentication)."""
-        del account
+        """Through the meta leader, as a client of ``account`` would: the node acts for the
+        account with its node token when ``[auth]`` is configured (cluster/auth.py)."""
         req = pb.DeleteConsumerRequest(stream=stream, consumer=name)
-        await self.ctx.to_meta_leader(
-            "/raftstream.v1.ConsumerService/DeleteConsumer",
-            req,
-            pb.DeleteConsumerResponse.FromString,
-            self.config.limits.request_timeout_ms / 1000,
-        )
+        with acting_as(node_caller(self.config.auth, account)):
+            await self.ctx.to_meta_leader(
+                "/raftstream.v1.ConsumerService/DeleteConsumer",
+                req,
+                pb.DeleteConsumerResponse.FromString,
+                self.config.limits.request_timeout_ms / 1000,
+            )
 
     def _consumers_of(self, account: str, stream: str) -> tuple[Any, ...]:
         try:

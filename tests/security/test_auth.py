@@ -428,3 +428,30 @@ def test_cli_hash_password_makes_a_hash_the_config_accepts() -> None:
     )
     empty = CliRunner().invoke(cli, ["auth", "hash-password"], input="\n")
     assert empty.exit_code == 1
+
+
+# -- the node acting for an account ----------------------------------------------------------
+
+
+def test_inactive_ephemeral_consumer_is_deleted_in_its_account(cluster: LocalCluster) -> None:
+    """An ephemeral consumer past its inactive_threshold is deleted by its stream leader
+    through the meta leader, which the node asks as the consumer's account (B here, not the
+    default account) with its node token: without it the request would be refused."""
+
+    async def body() -> None:
+        await _b_world(cluster)
+        b = await raftstream.connect(servers=cluster.servers, timeout=15, token=B_TOKEN)
+        try:
+            info = await b.add_consumer("BONLY", ConsumerConfig(inactive_threshold=300_000_000))
+            assert info.name in await b.consumer_names("BONLY")
+
+            async def gone() -> None:
+                while info.name in await b.consumer_names("BONLY"):
+                    await asyncio.sleep(0.1)
+
+            await asyncio.wait_for(gone(), timeout=30)
+            assert "C1" in await b.consumer_names("BONLY")  # the durable one stays
+        finally:
+            await b.close()
+
+    run(body())

@@ -24,6 +24,7 @@ from raftstream.cluster.auth import (
     Caller,
     Permissions,
     hash_secret,
+    node_caller,
 )
 from raftstream.cluster.config import load_config
 from raftstream.cluster.meta import MetaState, check_account_limits
@@ -381,3 +382,34 @@ def test_sdk_sends_credentials_on_every_call_kind() -> None:
             await server.stop(0)
 
     assert asyncio.run(body()) == [b"Bearer T"] * 4
+
+
+def test_node_token_acts_for_one_account_and_cannot_be_forged(tmp_path: Path) -> None:
+    """A node acting for an account (cluster/auth.py ``node_caller``) sends a token every
+    node with the same [auth] accepts for that account only; a changed MAC or account, or a
+    node of a cluster with another [auth], is refused."""
+    a = _authenticator(tmp_path)
+    auth = load_config(_node_toml(tmp_path, AUTH_TOML)).auth
+    assert auth is not None
+    node = node_caller(auth, "B")
+    ((key, value),) = node.credentials
+    assert key == "authorization" and value.startswith("Bearer rs-node.B.")
+
+    async def body() -> None:
+        who = await a.resolve(node.credentials)
+        assert (who.account, who.user, who.system) == ("B", "$node", False)
+        sys_node = node_caller(auth, SYSTEM_ACCOUNT)
+        assert not (await a.resolve(sys_node.credentials)).system
+        for forged in (
+            value[:-1] + ("0" if value[-1] != "0" else "1"),
+            value.replace("rs-node.B.", "rs-node.A."),
+            value.replace("rs-node.B.", "rs-node.Z."),
+        ):
+            with pytest.raises(errors.UnauthenticatedError):
+                await a.resolve((("authorization", forged),))
+
+    asyncio.run(body())
+    other = load_config(_node_toml(tmp_path, AUTH_TOML.replace('"B"', '"A"'))).auth
+    assert other is not None
+    with pytest.raises(errors.UnauthenticatedError):
+        asyncio.run(a.resolve(node_caller(other, "A").credentials))
