@@ -5,7 +5,10 @@
 
 Parts (all by default): ``sync`` (``publish`` latency p50/p99/p999), ``async``
 (``publish_async`` messages/s with a bounded window), ``fetch`` (``fetch(256)`` + ``ack``
-messages/s after a preload), each for R1 and R3; see ``raftstream.bench.cluster_parts``.
+messages/s after a preload), each for R1 and R3; see ``raftstream.bench.cluster_parts``;
+``mirror`` (messages/s copied from an origin to a mirror of the same replica count while the
+origin takes ``publish_async`` traffic, and the steady-state lag; see
+``raftstream.bench.cluster_mirror``).
 Each measurement stops after N messages or S seconds, whichever comes first; every figure
 is the median of K runs (each on a fresh stream), printed beside its goal (issue 5) and
 beside the floor: the disk's fsync rate, an LMDB commit and the engine's batched store
@@ -38,10 +41,14 @@ from types import FrameType
 from typing import Any
 
 from raftstream.bench.cluster_floor import Floor, measure_floor
+from raftstream.bench.cluster_mirror import part_mirror
 from raftstream.bench.cluster_nodes import BenchNodes
-from raftstream.bench.cluster_parts import CPU_ROLES, PARTS, Limits, Sample
+from raftstream.bench.cluster_parts import CPU_ROLES, Limits, Sample
+from raftstream.bench.cluster_parts import PARTS as BASE_PARTS
 
 __all__ = ["main"]
+
+PARTS = {**BASE_PARTS, "mirror": part_mirror}
 
 NODES = 3
 RUNS_MIN = 3
@@ -61,6 +68,7 @@ SHOWN = {
     "sync": ("p50_ms", "p99_ms", "p999_ms"),
     "async": ("msgs_per_s", "ack_p50_ms"),
     "fetch": ("msgs_per_s", "fetch_p50_ms"),
+    "mirror": ("msgs_per_s", "lag_p50_msgs", "lag_max_msgs", "catchup_s"),
 }
 
 
@@ -110,7 +118,7 @@ def _vs_floor(figure: str, value: float, floor: Floor) -> str:
 
 
 def _fmt(figure: str, value: float) -> str:
-    return f"{value:.2f}" if figure.endswith("_ms") else f"{value:,.0f}"
+    return f"{value:.2f}" if figure.endswith(("_ms", "catchup_s")) else f"{value:,.0f}"
 
 
 def _goal(res: Result, figure: str, value: float) -> str:

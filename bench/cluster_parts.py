@@ -15,8 +15,9 @@ afterwards, so runs do not grow each other's data.
   batched by the SDK's ack pipeline) until the consumer's ack floor reaches the last message:
   messages/s fetched and acknowledged, and the p50 time of one ``fetch`` call.
 
-Issue 7 adds ``mirror`` (copy rate and lag from an R3 origin to an R3 mirror) as another
-entry of ``PARTS`` with the same signature.
+Issue 7's ``mirror`` part (copy rate and lag from an origin to a mirror) has the same
+signature and lives in ``raftstream.bench.cluster_mirror``; ``bench/cluster.py`` adds it to
+these ``PARTS``.
 """
 
 from __future__ import annotations

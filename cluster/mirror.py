@@ -6,12 +6,17 @@ One session of a link:
 
 1. connect; read the origin's info; read the REPLICATED position of this origin
    (``Stream.origins``, advanced by every applied ``Copy``);
-2. replace the link's pull consumer on the origin (a fixed name per link, so a new leader
-   replaces the old leader's) with one that starts right after that position, acks
-   explicitly and expires when abandoned (``inactive_threshold``);
-3. loop: fetch a batch with idle heartbeats; propose it as ``Copy`` entries (each naming the
-   origin sequence it copies and the one it believes was stored before it); once the entry
-   committed, ack the batch on the origin. The next fetch overlaps the commit.
+2. subscribe from right after that position. A limits origin (acks do not matter to it)
+   is read with the SDK's ordered consumer: a push consumer with flow control and idle
+   heartbeats that resets itself after a gap or missed heartbeats, never handing a message
+   over twice or out of order. An interest or work-queue origin (acks remove messages) is
+   read with a pull consumer of a fixed name per link (a new leader's replaces the old
+   leader's) with explicit acks, fetched with idle heartbeats (a stalled link raises); its
+   consumer sequence numbers every delivery, and a jump (a delivery lost in flight, which
+   would come back only as a late redelivery) ends the session after what came before;
+3. loop: take a batch, propose it as ``Copy`` entries (each naming the origin sequence it
+   copies and the one it believes was stored before it); once the entry committed, ack the
+   batch on the origin (pull consumer). The next receive overlaps the commit.
 
 Exactly once, in order: the engine stores a ``Copy`` only when its ``prev_origin_seq`` is the
 replicated position, and ignores one at or below it, so whatever was proposed twice (a
@@ -40,7 +45,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from tenacity import (
@@ -50,6 +55,7 @@ from tenacity import (
 )
 
 from raftstream import errors as sdk_errors
+from raftstream._push import PushSubscription
 from raftstream.client import Client, connect
 from raftstream.config import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy
 from raftstream.engine.entries import Copy
@@ -57,14 +63,17 @@ from raftstream.engine.origins import HDR_STREAM_SOURCE, OriginState
 from raftstream.engine.stream_source import StreamSource, source_key
 from raftstream.engine.subjects import subject_matches
 from raftstream.msg import Msg
+from raftstream.pull import PullSubscription
 
 __all__ = ["LinkHost", "LinkInfo", "MirrorLink", "link_consumer_name"]
 
 log = logging.getLogger(__name__)
 
 NS_PER_S = 1_000_000_000
-FETCH_MSGS_MAX = 512  # messages per fetch (and per proposed entry)
-FETCH_WAIT_S = 2.0  # how long one fetch waits for messages
+FETCH_MSGS_MAX = 512  # messages per round (and per proposed entry)
+FETCH_WAIT_S = 2.0  # how long the first fetch of a round waits for a message
+BULK_WAIT_S = 0.05  # how long the rest of a pulled batch may take to arrive
+ORDERED_PENDING_MSGS_MAX = 4 * 512  # messages the ordered subscription buffers
 HEARTBEAT_S = 0.5  # the origin's idle heartbeat; 3 missed ones end the session (stalled)
 CLIENT_TIMEOUT_S = 5.0  # per call to the origin
 ACK_WAIT_NS = 30 * NS_PER_S  # the origin redelivers an unacked copy after this
@@ -160,10 +169,12 @@ class MirrorLink:
             wait=wait_exponential_jitter(initial=RECONNECT_WAIT_MIN_S, max=RECONNECT_WAIT_MAX_S),
             before_sleep=self._report,
         )
-        # Never gives up while started: the link is stopped by its stream group.
-        async for attempt in retrying:
-            with attempt:
-                await self._session()
+        # Never gives up while started: the link is stopped by its stream group. A session
+        # that ends without an error (a lost delivery) starts over at once, backoff reset.
+        while True:
+            async for attempt in retrying.copy():
+                with attempt:
+                    await self._session()
 
     def _report(self, state: Any) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
@@ -188,23 +199,61 @@ class MirrorLink:
             await client.close()
 
     async def _copy_with(self, client: Client) -> None:
-        src = self.source
-        info = await client.stream_info(src.name)
+        info = await client.stream_info(self.source.name)
         pos = self._host.origin_position(self.key).last_seq
-        if info.config.retention is RetentionPolicy.WORKQUEUE and pos:
-            await self._clean_workqueue(client, info.state.first_seq, pos)
+        retention = info.config.retention
+        if retention is RetentionPolicy.LIMITS:
+            batches = await self._ordered(client, pos)
+        else:
+            batches = await self._pulled(client, pos, info.state.first_seq, retention)
+        self._error = None
+        try:
+            await self._pump(client, pos, batches)
+        finally:
+            await batches.close()
+
+    async def _ordered(self, client: Client, pos: int) -> _Batches:
+        """A limits origin: the SDK's ordered consumer (flow control, heartbeats, resets
+        after gaps or stalls by itself); nothing to ack. A new one per session."""
+        cfg = self._consumer_config(pos, workqueue=False)
+        cfg = replace(cfg, name=None, ack_policy=AckPolicy.NONE, ack_wait=0, max_ack_pending=0)
+        sub = await client.subscribe(
+            stream=self.source.name,
+            config=replace(cfg, idle_heartbeat=int(HEARTBEAT_S * NS_PER_S)),
+            ordered_consumer=True,
+            error_cb=self._on_sub_error,
+            pending_msgs_max=ORDERED_PENDING_MSGS_MAX,
+        )
+        return _OrderedBatches(sub)
+
+    async def _pulled(
+        self, client: Client, pos: int, first: int, retention: RetentionPolicy
+    ) -> _Batches:
+        """An interest or work-queue origin: a pull consumer with explicit acks, each sent
+        once the copy committed (module docstring)."""
+        src = self.source
+        workqueue = retention is RetentionPolicy.WORKQUEUE
+        if workqueue and pos:
+            await self._clean_workqueue(client, first, pos)
         with contextlib.suppress(sdk_errors.NotFoundError):
             await client.delete_consumer(src.name, self._consumer)
-        await client.add_consumer(src.name, self._consumer_config(pos))
-        sub = await client.pull_subscribe_bind(src.name, self._consumer)
-        self._error = None
+        await client.add_consumer(src.name, self._consumer_config(pos, workqueue=workqueue))
+        return _PullBatches(await client.pull_subscribe_bind(src.name, self._consumer))
+
+    def _on_sub_error(self, exc: sdk_errors.RaftStreamError) -> None:
+        self._error = f"{type(exc).__name__}: {exc}"
+
+    async def _pump(self, client: Client, pos: int, batches: _Batches) -> None:
+        """Copy batch after batch, each committed before it is acked and overlapping the
+        next receive; returns when ``batches`` reports a lost delivery."""
+        src = self.source
         expect = pos + 1 if pos else max(src.opt_start_seq, 1)
         first_gap_checked = bool(pos) or not src.opt_start_time
         prev = pos
         pending: asyncio.Task[None] | None = None
         try:
             while True:
-                msgs = await sub.fetch(FETCH_MSGS_MAX, FETCH_WAIT_S, heartbeat=HEARTBEAT_S)
+                msgs = await batches.next()
                 self._active_mono = time.monotonic()
                 copies: list[Copy] = []
                 for m in msgs:
@@ -223,18 +272,26 @@ class MirrorLink:
                 if msgs:
                     self._lag = msgs[-1].metadata.num_pending
                     pending = asyncio.get_running_loop().create_task(self._commit(copies, msgs))
-                else:
+                elif batches.lost is None:
                     self._lag = 0
+                if batches.lost is not None:
+                    break
+            if pending is not None:
+                await pending
+                pending = None
+            log.info("link to %s restarts: %s", self.key, batches.lost, extra=self._extra)
         finally:
             if pending is not None:
                 pending.cancel()
                 await asyncio.gather(pending, return_exceptions=True)
 
-    def _consumer_config(self, pos: int) -> ConsumerConfig:
+    def _consumer_config(self, pos: int, *, workqueue: bool) -> ConsumerConfig:
         src = self.source
         filters = src.filters
         start: dict[str, Any] = {}
-        if pos:
+        if workqueue:
+            pass  # a work queue delivers all (what is copied was acked or deleted)
+        elif pos:
             start = {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": pos + 1}
         elif src.opt_start_seq:
             start = {
@@ -270,14 +327,15 @@ class MirrorLink:
             skipped=skipped,
         )
 
-    async def _commit(self, copies: list[Copy], msgs: list[Msg]) -> None:
-        """Propose the copies; ack the batch on the origin only once they committed."""
+    async def _commit(self, copies: list[Copy], acks: list[Msg]) -> None:
+        """Propose the copies; ack ``acks`` on the origin only once they committed (a
+        no-op for the ordered consumer's unacked messages)."""
         if copies:
             results = await self._host.propose_copies(copies)
             for r in results:
                 if isinstance(r, BaseException):
                     raise _SessionEnd(f"copy refused: {r}")
-        for m in msgs:
+        for m in acks:
             await m.ack()
 
     async def _skipped(self, client: Client, lo: int, hi: int) -> tuple[int, int] | None:
@@ -299,3 +357,65 @@ class MirrorLink:
                     if not any(subject_matches(f, msg.subject) for f in filters):
                         continue
                 await client.delete_msg(self.source.name, seq)
+
+
+class _Batches(Protocol):
+    """Where a session's messages come from; ``lost`` is set (and the batch before it is
+    the last one) when a delivery went missing and the session must start over."""
+
+    lost: str | None
+
+    async def next(self) -> list[Msg]: ...
+
+    async def close(self) -> None: ...
+
+
+class _OrderedBatches:
+    """Batches from an ordered push subscription: wait for one message, then take what is
+    buffered. Gaps and stalls are the subscription's own business (it resets itself)."""
+
+    def __init__(self, sub: PushSubscription) -> None:
+        self._sub = sub
+        self.lost: str | None = None
+
+    async def next(self) -> list[Msg]:
+        try:
+            out = [await self._sub.next_msg(FETCH_WAIT_S)]
+        except sdk_errors.DeadlineExceededError:
+            return []  # the origin is idle (its heartbeats keep the subscription alive)
+        while self._sub.pending and len(out) < FETCH_MSGS_MAX:
+            out.append(await self._sub.next_msg(None))
+        return out
+
+    async def close(self) -> None:
+        await self._sub.unsubscribe()
+
+
+class _PullBatches:
+    """Batches from a pull consumer: one fetch waits for a message (idle heartbeats on: a
+    stalled link raises), a short second one takes what else is there. The consumer's own
+    sequence numbers every delivery; a jump means one was lost in flight (a pull request
+    ended with it), which would only come back as a redelivery after what follows it."""
+
+    def __init__(self, sub: PullSubscription) -> None:
+        self._sub = sub
+        self._cseq = 0
+        self.lost: str | None = None
+
+    async def next(self) -> list[Msg]:
+        try:
+            msgs = await self._sub.fetch(1, FETCH_WAIT_S, heartbeat=HEARTBEAT_S)
+        except sdk_errors.DeadlineExceededError:
+            return []  # nothing new within the wait: the origin is idle, not stalled
+        with contextlib.suppress(sdk_errors.DeadlineExceededError):
+            msgs += await self._sub.fetch(FETCH_MSGS_MAX - 1, BULK_WAIT_S)
+        for i, m in enumerate(msgs):
+            if m.metadata.consumer_seq != self._cseq + 1:
+                self.lost = f"delivery gap: consumer seq {self._cseq + 1} expected, got "
+                self.lost += str(m.metadata.consumer_seq)
+                return msgs[:i]
+            self._cseq = m.metadata.consumer_seq
+        return msgs
+
+    async def close(self) -> None:
+        """Nothing: the consumer is replaced by the next session, or expires."""
