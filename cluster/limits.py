@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from raftstream.cluster.config import Limits
 from raftstream.cluster.names import validate_node_name
@@ -55,6 +56,7 @@ __all__ = [
     "INT64_MAX",
     "NAME_BYTES_MAX",
     "PULL_HEARTBEAT_MIN_NS",
+    "SUBJECTS_DETAIL_MAX",
     "TOKEN_BYTES_MAX",
     "LimitsInterceptor",
     "bound_consumer",
@@ -64,6 +66,7 @@ __all__ = [
     "check_name",
     "check_publish",
     "check_request",
+    "check_subjects_detail",
     "delivery_bytes",
     "fetch_response_full",
     "sanitize",
@@ -77,6 +80,7 @@ HEADER_NAME_BYTES_MAX = 256
 PULL_HEARTBEAT_MIN_NS = 10_000_000  # 10 ms: a pull's idle heartbeats are at most 100 per second
 ACK_DELAY_NS_MAX = 365 * 24 * 3600 * 1_000_000_000  # a NAK's redelivery delay: a year
 SANITIZED_CHARS_MAX = 32
+SUBJECTS_DETAIL_MAX = 100_000  # per-subject counts one stream info may carry
 # JetStream's name rule (isValidName) plus path separators: names end up in subjects, group
 # ids and paths.
 _NAME_FORBIDDEN = frozenset(".*>/\\")
@@ -304,6 +308,19 @@ def check_consumer_limits(max_waiting: int, max_batch: int, max_bytes: int, limi
         )
 
 
+def check_subjects_detail(subjects: Mapping[str, int] | None) -> None:
+    """Stream info's per-subject counts are at most ``SUBJECTS_DETAIL_MAX`` (JetStream's
+    bound): a wider filter is RESOURCE_EXHAUSTED naming ``subjects_filter``."""
+    if subjects is not None and len(subjects) > SUBJECTS_DETAIL_MAX:
+        raise LimitError(
+            f"subjects_filter: matches {len(subjects)} subjects, more than "
+            f"{SUBJECTS_DETAIL_MAX}; narrow the filter",
+            field="subjects_filter",
+            rule="subjects_detail_max",
+            limit="subjects_detail_max",
+        )
+
+
 def delivery_bytes(d: Delivery) -> int:
     """About what delivery ``d`` adds to a response: data, subject, ack token, headers."""
     headers = d.headers
@@ -517,7 +534,7 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None or not method.startswith(_PREFIX):
             return handler
         kw = {
-            "request_deserializer": handler.request_deserializer,
+            "request_deserializer": _tolerant(handler.request_deserializer),
             "response_serializer": handler.response_serializer,
         }
         if handler.unary_unary is not None:
@@ -528,9 +545,9 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return grpc.unary_stream_rpc_method_handler(
                 self._server_stream(method, handler.unary_stream), **kw
             )
-        if handler.stream_stream is not None and method.endswith("/Consume"):
+        if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
-                self._checked_first(method, handler.stream_stream), **kw
+                self._bidi(method, handler.stream_stream), **kw
             )
         return handler
 
@@ -544,6 +561,8 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def _check(self, method: str, request: Any, context: Any) -> None:
         try:
+            if isinstance(request, _Malformed):
+                raise request.error()
             check_request(method, request, self._limits)
         except RaftStreamError as exc:
             await abort(context, exc)
@@ -585,13 +604,22 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return capped
 
-    def _checked_first(self, method: str, behavior: Callable[..., AsyncIterator[Any]]) -> Any:
+    def _bidi(self, method: str, behavior: Callable[..., AsyncIterator[Any]]) -> Any:
+        """A bidirectional stream: its first ``Consume`` message is checked; a message that
+        is not a valid protobuf of the request type ends the input, and the call ends
+        INVALID_ARGUMENT once the servicer has answered what came before it (a servicer that
+        keeps the call open without input, a push session, ends when its client ends it)."""
         limits = self._limits
 
         async def checked(request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+            refused: list[RaftStreamError] = []
+
             async def requests() -> AsyncIterator[Any]:
                 first = True
                 async for req in request_iterator:
+                    if isinstance(req, _Malformed):
+                        refused.append(req.error())
+                        raise refused[-1]
                     if first:
                         check_request(method, req, limits)
                         first = False
@@ -599,8 +627,38 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
             async for item in behavior(requests(), context):
                 yield item
+            if refused:
+                await abort(context, refused[0])
 
         return checked
+
+
+class _Malformed:
+    """What a request that is not a valid protobuf of its type deserializes to: refused
+    INVALID_ARGUMENT by the interceptor (gRPC would answer UNKNOWN, naming nothing)."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def error() -> InvalidArgumentError:
+        return InvalidArgumentError("request", "is not a valid protobuf message of its type")
+
+
+_MALFORMED = _Malformed()
+
+
+def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserialize``, with a malformed message turned into ``_MALFORMED``."""
+    if deserialize is None:
+        return None
+
+    def tolerant(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError:
+            return _MALFORMED
+
+    return tolerant
 
 
 def _loop_time(deadline_monotonic: float) -> float:

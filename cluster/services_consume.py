@@ -187,6 +187,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         """The ack's metadata and its stream's group when this node leads it (ready), else
         (None, None). ``groups`` memoises the answer per stream within one batch."""
         try:
+            check_ack(item, self._ctx.config.limits)  # a refused item: ack_one reports it
             meta = parse_ack_subject(item.reply)
         except RaftStreamError:
             return None, None

@@ -25,6 +25,7 @@ from raftstream.cluster.convert import (
     stream_info_pb,
     stream_state_pb,
 )
+from raftstream.cluster.limits import check_subjects_detail
 from raftstream.cluster.meta import StreamAdded, StreamUpdated, check_account_limits
 from raftstream.cluster.meta_entries import AddStream, DeleteStream, UpdateStream
 from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_peers
@@ -181,7 +182,6 @@ class StreamServicer(pbg.StreamServiceServicer):
         caller_of(context).check_manage(cfg.name)
         account = account_of(context)
         old = meta.state.stream(account, cfg.name)
-        check_account_limits(meta.state, account, self._ctx.account_limits(account), stream=cfg)
         peers = plan_stream_peers(
             config=cfg,
             current=old.peers,
@@ -194,7 +194,10 @@ class StreamServicer(pbg.StreamServiceServicer):
         entry = UpdateStream(
             account=account, config=cfg, peers=peers, prior_peers=old.peers, ts_ns=time.time_ns()
         )
-        result = await meta.propose(entry, time_left(context))
+        async with self._ctx.admission_lock:  # a bigger max_bytes is a storage reservation
+            limits = self._ctx.account_limits(account)
+            check_account_limits(meta.state, account, limits, stream=cfg)
+            result = await meta.propose(entry, time_left(context))
         if not isinstance(result, StreamUpdated):
             raise InvariantError(f"UpdateStream answered {result!r}")
         info = await self._info(result.assignment, time_left(context))
@@ -233,6 +236,7 @@ class StreamServicer(pbg.StreamServiceServicer):
         subjects = (
             store.subjects_state(request.subjects_filter) if request.subjects_filter else None
         )
+        check_subjects_detail(subjects)  # a clear error, not one gRPC cannot send
         consumers = len(self._ctx.meta.state.consumers_of(account, sa.name))
         state = stream_state_pb(st, consumers=consumers, subjects=subjects)
         cluster = group_info(self._ctx, sa.group, sa.peers)

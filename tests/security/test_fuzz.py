@@ -6,8 +6,8 @@ What it pins (docs/limits.md):
 - every call ends with a gRPC status, OK or an error code: with a deadline, gRPC's own; a
   unary or server-streaming call WITHOUT a deadline must end by the server's cap
   (``limits.request_timeout_ms`` / ``call_timeout_max_ms``) plus a generous grace;
-- a well-formed request is never an unhandled server error (INTERNAL or UNKNOWN): every
-  refusal is a typed error naming the field and the rule;
+- no request, garbage included, is an unhandled server error (INTERNAL or UNKNOWN): every
+  refusal is a typed error naming the field and the rule (garbage: field ``request``);
 - the node stays up and SERVING (grpc health) after every request;
 - the data is unchanged by every REJECTED request: streams (config, messages, bytes,
   sequences) and durable consumers (config, ack floor) are snapshotted before each request
@@ -450,11 +450,11 @@ class Campaign:
         proc = self.cluster.procs["n1"]
         assert proc.poll() is None, f"the node died after {path(m)}:\n{self.cluster.tails(60)}"
         assert _healthy(self.ch), f"the node is not SERVING after {path(m)}"
-        if not garbage:
-            assert code not in UNHANDLED, (
-                f"{path(m)} answered {code.name} to a well-formed request "
-                f"(an unhandled server error):\n{self.cluster.tails(30)}"
-            )
+        assert code not in UNHANDLED, (
+            f"{path(m)} answered {code.name} to {'garbage' if garbage else 'a request'} "
+            f"(an unhandled server error, or a refusal that names nothing):\n"
+            f"{self.cluster.tails(30)}"
+        )
         after = snapshot(self.ch)
         if code != grpc.StatusCode.OK and code not in AMBIGUOUS:
             assert after == self.before, f"{path(m)} was refused ({code.name}) yet changed data"

@@ -20,10 +20,12 @@ from raftstream import errors
 from raftstream.cluster.config import MIB, Limits
 from raftstream.cluster.limits import (
     INT64_MAX,
+    SUBJECTS_DETAIL_MAX,
     bound_consumer,
     check_ack,
     check_publish,
     check_request,
+    check_subjects_detail,
     sanitize,
 )
 from raftstream.engine.consumer_config import ConsumerConfig
@@ -234,6 +236,13 @@ def test_limits_config_rules() -> None:
         payload_bytes_max=64 * MIB, headers_bytes_max=MIB, publish_batch_bytes_max=65 * MIB
     )
     assert top.grpc_message_bytes_max <= raftstream._conn.MESSAGE_BYTES_MAX  # the SDK reads it
+
+
+def test_stream_info_subject_counts_are_bounded() -> None:
+    check_subjects_detail({f"s.{i}": 1 for i in range(SUBJECTS_DETAIL_MAX)})
+    with pytest.raises(LimitError) as info:
+        check_subjects_detail({f"s.{i}": 1 for i in range(SUBJECTS_DETAIL_MAX + 1)})
+    assert info.value.details["field"] == "subjects_filter"
 
 
 def test_sanitize_keeps_a_short_escaped_prefix() -> None:
