@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/*.proto)
 SEEDS ?= 200
 
-.PHONY: install test test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim chaos audit run fuzz clean
+.PHONY: install test test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim chaos audit run certs fuzz clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "installing a Java runtime for Spark (apt)"; \
@@ -79,8 +79,13 @@ audit: install
 	$(VENV)/bin/raftstream audit run --data ./data --json ./audit-report.json --html ./audit-report.html
 
 # A local 3-node cluster on 127.0.0.1:7101-7103 with data under ./data; Ctrl-C stops it.
+# TLS=1: mutual TLS, with new throw-away certificates under ./data/certs (docs/tls.md).
 run: install
-	$(VENV)/bin/raftstream server --local-cluster 3 --data ./data
+	$(VENV)/bin/raftstream server --local-cluster 3 --data ./data $(if $(filter 1 yes true,$(TLS)),--tls)
+
+# A throw-away CA and certificates for n1, n2, n3 and a client in ./certs (docs/tls.md).
+certs: install
+	$(VENV)/bin/raftstream certs --dir ./certs --nodes n1,n2,n3 --force
 
 clean:
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

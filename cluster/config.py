@@ -27,6 +27,7 @@ from typing import Any
 
 from raftstream.cluster.auth import AuthConfig, parse_auth
 from raftstream.cluster.names import validate_node_name
+from raftstream.cluster.tls import TlsSettings, parse_tls
 from raftstream.errors import InvalidArgumentError
 
 __all__ = [
@@ -184,6 +185,8 @@ class NodeConfig:
     limits: Limits = field(default_factory=Limits)
     # [auth] (cluster/auth.py); None: no authentication, everything in the default account.
     auth: AuthConfig | None = None
+    # [tls] (cluster/tls.py, docs/tls.md); None: plaintext.
+    tls: TlsSettings | None = None
 
     def __post_init__(self) -> None:
         validate_node_name(self.name, "cluster.name")
@@ -281,15 +284,17 @@ _SECTIONS: Mapping[str, type[Any]] = {
     "raft": RaftSettings,
     "limits": Limits,
     "auth": AuthConfig,
+    "tls": TlsSettings,
 }
-_CLUSTER_KEYS = frozenset(f.name for f in fields(NodeConfig)) - {"raft", "limits", "auth"}
+_CLUSTER_KEYS = frozenset(f.name for f in fields(NodeConfig)) - {"raft", "limits", "auth", "tls"}
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
     """The validated configuration from the TOML file at ``path`` and ``overrides``.
 
     ``overrides`` are the ``[cluster]`` keys as CLI flags give them (``name``, ``listen``,
-    ``data``, ``peers``, ``metrics_listen``, ``cluster_name``, ``tags``, ``meta_voters_max``);
+    ``data``, ``peers``, ``metrics_listen``, ``cluster_name``, ``tags``, ``meta_voters_max``),
+    and ``tls_ca_file``, ``tls_cert_file``, ``tls_key_file`` for the ``[tls]`` keys;
     ``None`` values are ignored. Raises ``InvalidArgumentError`` naming the TOML key, with
     the file or flag in the message, for an unreadable file, an unknown section or key, a
     missing required key, a wrong type or a broken rule.
@@ -301,6 +306,12 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
         for key in table:
             sources[f"{section}.{key}"] = origin
     cluster = dict(raw.get("cluster", {}))
+    tls = dict(raw.get("tls", {}))
+    for key in ("ca_file", "cert_file", "key_file"):  # --tls-ca, --tls-cert, --tls-key
+        value = overrides.pop(f"tls_{key}", None)
+        if value is not None:
+            tls[key] = value
+            sources[f"tls.{key}"] = f"--tls-{key.removesuffix('_file')}"
     for key, value in overrides.items():
         if key not in _CLUSTER_KEYS:
             raise InvalidArgumentError(f"--{key}", "unknown option", f"--{key}: unknown option")
@@ -309,7 +320,9 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
             sources[f"cluster.{key}"] = f"--{key.replace('_', '-')}"
     try:
         cfg = _build(cluster, raw.get("raft", {}), raw.get("limits", {}))
-        return cfg if "auth" not in raw else replace(cfg, auth=parse_auth(raw["auth"]))
+        cfg = cfg if "auth" not in raw else replace(cfg, auth=parse_auth(raw["auth"]))
+        tls_settings = parse_tls(tls, cfg.name)
+        return cfg if tls_settings is None else replace(cfg, tls=tls_settings)
     except InvalidArgumentError as exc:
         where = sources.get(exc.field, "defaults" if exc.field in _known_keys() else origin)
         raise InvalidArgumentError(
@@ -369,7 +382,7 @@ def _build(cluster: dict[str, Any], raft: dict[str, Any], limits: dict[str, Any]
 
 
 def _check_keys(section: str, table: Mapping[str, Any], cls: type[Any]) -> None:
-    known = {f.name for f in fields(cls)} - {"raft", "limits", "auth"}
+    known = {f.name for f in fields(cls)} - {"raft", "limits", "auth", "tls"}
     for key in table:
         if key not in known:
             raise InvalidArgumentError(f"{section}.{key}", "unknown key")

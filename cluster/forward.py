@@ -15,7 +15,8 @@ A forwarded call keeps the caller's identity: it carries the caller's own creden
 (``cluster/auth.py``), which the remote resolves as it would the client's; a publish relay
 is therefore shared only by calls with the same credentials.
 
-Owned by the node's event loop. At most one channel per peer address.
+Owned by the node's event loop. At most one channel per peer address; with the node's
+``credentials`` (its mutual TLS, when configured) on every one of them.
 """
 
 from __future__ import annotations
@@ -60,10 +61,17 @@ def was_forwarded(context: Any) -> bool:
 
 
 class Forwarder:
-    """Channels to the other nodes' client API, keyed by address."""
+    """Channels to the other nodes' client API, keyed by address; ``credentials``: TLS
+    credentials for them (None: plaintext)."""
 
-    def __init__(self, *, channel_options: list[tuple[str, int]]) -> None:
+    def __init__(
+        self,
+        *,
+        channel_options: list[tuple[str, int]],
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self._options = channel_options
+        self._credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
         # Keyed by address and the callers' credentials: a relay acts for one identity.
         self._relays: dict[tuple[str, tuple[tuple[str, str], ...]], PublishRelay] = {}
@@ -72,7 +80,12 @@ class Forwarder:
         """The channel to ``addr`` (made on first use, kept until ``close``)."""
         ch = self._channels.get(addr)
         if ch is None:
-            ch = self._channels[addr] = grpc.aio.insecure_channel(addr, options=self._options)
+            creds, opts = self._credentials, self._options
+            ch = self._channels[addr] = (
+                grpc.aio.insecure_channel(addr, options=opts)
+                if creds is None
+                else grpc.aio.secure_channel(addr, creds, options=opts)
+            )
         return ch
 
     async def unary(

@@ -17,7 +17,10 @@ A ``Node`` owns, on the event loop that ran ``start()``:
   here), so it needs no fsync (see ``cluster/stream_group.py``). Two environments because
   ``LmdbLogStorage`` opens its own (one environment for both needs it to take an open one);
 - prometheus metrics on ``metrics_listen`` (when set) and structured logs (node, group,
-  term on every record that has them).
+  term on every record that has them);
+- with ``[tls]``: the port speaks TLS only and requires a CA-signed certificate from every
+  caller, and every channel to another node (Raft, forwarding, health probes) is mutual TLS
+  with this node's certificate (docs/tls.md).
 
 A restart rebuilds everything from the node's own data: the meta group from its snapshot
 and log, then the stream groups it assigns here, each from its snapshot and log. Raft data
@@ -165,12 +168,16 @@ class Node:
         self._env = open_node_env(store_dir, sync=False)
         tcfg = GrpcTransportConfig()
         peers = {n: str(a) for n, a in cfg.peers.items() if n != cfg.name}
-        self._transport = GrpcTransport(cfg.name, peers=peers, config=tcfg)
+        self._tls = cfg.tls.load() if cfg.tls is not None else None
+        self._transport = GrpcTransport(cfg.name, peers=peers, config=tcfg, tls=self._tls)
         self.host = RaftHost(
             cfg.name, storage=self._storage, transport=self._transport, config=_host_config(cfg)
         )
         options = server_options(cfg.limits, raft_message_bytes_max=tcfg.message_bytes_max)
-        self._forwarder = Forwarder(channel_options=options)
+        self._forwarder = Forwarder(
+            channel_options=options,
+            credentials=self._tls.channel_credentials() if self._tls is not None else None,
+        )
         self.meta = MetaGroup(
             node_id=cfg.name,
             host=self.host,
@@ -274,7 +281,11 @@ class Node:
             reflection.SERVICE_NAME,
         )
         reflection.enable_server_reflection(names, server)
-        self.bound_port = int(server.add_insecure_port(str(self.config.listen)))
+        listen = str(self.config.listen)
+        if self._tls is None:
+            self.bound_port = int(server.add_insecure_port(listen))
+        else:
+            self.bound_port = int(server.add_secure_port(listen, self._tls.server_credentials()))
         if self.bound_port == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
         await server.start()

@@ -16,11 +16,18 @@ timeout as its gRPC deadline, and attempts stop when that time is spent. What is
   is ``idempotent``: such a failure is ambiguous, the request may have been applied.
 
 The last error is raised, typed (``raftstream.errors``), when attempts stop.
+
+TLS: with ``credentials`` (``tls_credentials``) every channel is TLS, the server's
+certificate checked against the given CA (else the system's roots) and the client's
+certificate presented when one is given. A server that refuses the handshake (a plaintext
+client, an untrusted CA, no or a foreign client certificate) is, to the client, a server it
+cannot connect to: ``NotConnectedError`` after ``connect_timeout_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -38,7 +45,7 @@ from raftstream import errors
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
 
-__all__ = ["NotConnectedError", "Router", "Stubs"]
+__all__ = ["NotConnectedError", "Router", "Stubs", "TlsSource", "tls_credentials"]
 
 T = TypeVar("T")
 
@@ -55,6 +62,50 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 RETRY_WAIT_INITIAL_S = 0.01
 RETRY_WAIT_MAX_S = 0.5
+PEM_BYTES_MAX = 1 << 20  # a CA bundle, certificate chain or key file larger than this is refused
+
+TlsSource = str | os.PathLike[str] | bytes
+"""A PEM file's path, or its contents as bytes."""
+
+
+def tls_credentials(
+    *, ca: TlsSource | None = None, cert: TlsSource | None = None, key: TlsSource | None = None
+) -> grpc.ChannelCredentials | None:
+    """Channel credentials from PEM paths or bytes; None (plaintext) when none is given.
+
+    ``ca``: the CA(s) that signed the servers' certificates (None: the system's roots).
+    ``cert`` and ``key``: this client's certificate (chain) and key, both or neither (a
+    cluster with TLS requires them). Raises ``InvalidArgumentError`` naming the argument
+    (``tls_ca``, ``tls_cert``, ``tls_key``) when a file cannot be read or the pair is
+    incomplete; the file's contents never appear in the error.
+    """
+    if ca is None and cert is None and key is None:
+        return None
+    if (cert is None) != (key is None):
+        missing = "tls_key" if key is None else "tls_cert"
+        raise errors.InvalidArgumentError(missing, "tls_cert and tls_key go together")
+    return grpc.ssl_channel_credentials(
+        root_certificates=_pem("tls_ca", ca),
+        private_key=_pem("tls_key", key),
+        certificate_chain=_pem("tls_cert", cert),
+    )
+
+
+def _pem(field: str, source: TlsSource | None) -> bytes | None:
+    if source is None or isinstance(source, bytes):
+        return source
+    try:
+        with open(source, "rb") as fh:
+            data = fh.read(PEM_BYTES_MAX + 1)
+    except OSError as exc:
+        raise errors.InvalidArgumentError(
+            field, f"cannot read {os.fspath(source)!r}: {exc.strerror}"
+        ) from None
+    if len(data) > PEM_BYTES_MAX or b"-----BEGIN " not in data:
+        raise errors.InvalidArgumentError(field, f"{os.fspath(source)!r} is not a PEM file")
+    return data
+
+
 # gRPC fails a call with this text when no connection could be picked for it: the request
 # never left the client, so a retry is safe even for a call that is not idempotent.
 _NOT_SENT_DETAILS = "failed to connect to all addresses"
@@ -100,6 +151,7 @@ class Router:
 
     ``servers`` are ``host:port`` seed addresses, tried in turn. ``connect_timeout_s`` bounds
     how long one attempt waits for a channel to connect before moving to the next server.
+    ``credentials``: TLS for every channel (``tls_credentials``); None: plaintext.
     ``interceptors``: on every channel (``raftstream/_auth.py``: the caller's credentials).
     """
 
@@ -110,8 +162,10 @@ class Router:
         connect_timeout_s: float,
         channels_max: int = 64,
         leader_hints_max: int = 1024,
+        credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
+        self._credentials = credentials
         self._interceptors = list(interceptors) or None
         if not servers:
             raise errors.InvalidArgumentError("servers", "at least one server address")
@@ -145,13 +199,18 @@ class Router:
             if self._closed:
                 raise errors.UnavailableError("the client is closed")
             self._evict_channel()
-            channel = grpc.aio.insecure_channel(
-                addr, options=CHANNEL_OPTIONS, interceptors=self._interceptors
-            )
-            stubs = Stubs(addr, channel)
+            stubs = Stubs(addr, self._channel(addr))
             self._channels[addr] = stubs
         self._channels.move_to_end(addr)
         return stubs
+
+    def _channel(self, addr: str) -> grpc.aio.Channel:
+        icp = self._interceptors
+        if self._credentials is None:
+            return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS, interceptors=icp)
+        return grpc.aio.secure_channel(
+            addr, self._credentials, options=CHANNEL_OPTIONS, interceptors=icp
+        )
 
     def _evict_channel(self) -> None:
         """Close the least recently used non-seed channel when the pool is full."""

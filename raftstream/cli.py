@@ -7,7 +7,8 @@ other commands never load it.
 
 ``raftstream server`` runs one node (flags, or ``--config node.toml``, or both: flags win),
 or with ``--local-cluster N`` starts N node processes on 127.0.0.1 for development, prints
-how to reach them and stops them all on Ctrl-C.
+how to reach them and stops them all on Ctrl-C (``--tls``: with throw-away certificates
+made under ``<data>/certs``). ``raftstream certs`` makes such certificates (docs/tls.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,6 +33,9 @@ from raftstream.cli_kv import kv
 from raftstream.cli_pub import pub, sub
 from raftstream.cli_stream import stream
 from raftstream.errors import DataLossError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from raftstream.certs import CertSet
 
 __all__ = ["cli", "main"]
 
@@ -48,8 +52,22 @@ Example (a 3-node cluster; run the same with n2 and n3 on their own addresses):
       --peers n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103 \\
       --metrics-listen 127.0.0.1:9101
 \b
-Or everything on this machine at once:
-  raftstream server --local-cluster 3 --data ./data
+Or everything on this machine at once (--tls: mutual TLS, certificates made under
+./data/certs):
+  raftstream server --local-cluster 3 --data ./data [--tls]
+"""
+
+CERTS_HELP = """Make a throw-away CA and certificates for local TLS (docs/tls.md).
+
+\b
+Writes ca.pem and ca-key.pem, node-<name>.pem and node-<name>-key.pem per node,
+client-<name>.pem and client-<name>-key.pem per client (keys mode 0600). For development
+only: the CA key lies beside the certificates and nothing can be revoked.
+\b
+Example:
+  raftstream certs --dir ./certs --nodes n1,n2,n3
+  raftstream server --name n1 ... --tls-ca certs/ca.pem \\
+      --tls-cert certs/node-n1.pem --tls-key certs/node-n1-key.pem
 """
 
 
@@ -67,6 +85,15 @@ def cli() -> None:
 @click.option("--cluster-name", help="The cluster's name (placement.cluster matches it).")
 @click.option("--tags", help="This node's placement tags, comma-separated.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
+@click.option("--tls-ca", help="[tls] ca_file: PEM file of the cluster CA.")
+@click.option("--tls-cert", help="[tls] cert_file: PEM file of this node's certificate.")
+@click.option("--tls-key", help="[tls] key_file: PEM file of this node's private key.")
+@click.option(
+    "--tls",
+    "local_tls",
+    is_flag=True,
+    help="With --local-cluster: mutual TLS, certificates made under <data>/certs.",
+)
 @click.option(
     "--local-cluster",
     type=click.IntRange(1, LOCAL_NODES_MAX),
@@ -88,12 +115,19 @@ def server(
     cluster_name: str | None,
     tags: str | None,
     config_path: str | None,
+    tls_ca: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    local_tls: bool,
     local_cluster: int | None,
     log_level: str,
 ) -> None:
     if local_cluster is not None:
-        _run_local_cluster(local_cluster, Path(data or "./data"), log_level)
+        _run_local_cluster(local_cluster, Path(data or "./data"), log_level, tls=local_tls)
         return
+    if local_tls:
+        click.echo("raftstream server: --tls goes with --local-cluster", err=True)
+        sys.exit(2)
     # Imported here: the node is not part of the SDK (layering: the SDK never loads it).
     import asyncio
     import logging
@@ -111,6 +145,9 @@ def server(
             metrics_listen=metrics_listen,
             cluster_name=cluster_name,
             tags=tags,
+            tls_ca_file=tls_ca,
+            tls_cert_file=tls_cert,
+            tls_key_file=tls_key,
         )
     except InvalidArgumentError as exc:
         click.echo(f"raftstream server: invalid configuration: {exc}", err=True)
@@ -135,9 +172,11 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _run_local_cluster(n: int, data: Path, log_level: str) -> None:
-    """Start ``n`` node processes, print how to reach them, stop them on Ctrl-C."""
+def _run_local_cluster(n: int, data: Path, log_level: str, *, tls: bool) -> None:
+    """Start ``n`` node processes, print how to reach them, stop them on Ctrl-C. ``tls``:
+    first make a new throw-away CA and certificates under ``data/certs``."""
     peers = _local_peers(n)
+    certs = _local_certs(n, data / "certs") if tls else None
     procs: list[subprocess.Popen[bytes]] = []
     # Ctrl-C and SIGTERM both stop every node (set explicitly: a shell may start a
     # background job with SIGINT ignored).
@@ -154,8 +193,12 @@ def _run_local_cluster(n: int, data: Path, log_level: str) -> None:
                 "--metrics-listen", f"127.0.0.1:{LOCAL_METRICS_FIRST_PORT + i}",
                 "--log-level", log_level,
             ]  # fmt: skip
+            if certs is not None:
+                pair = certs.nodes[f"n{i + 1}"]
+                args += ["--tls-ca", str(certs.ca)]
+                args += ["--tls-cert", str(pair.cert), "--tls-key", str(pair.key)]
             procs.append(subprocess.Popen(args))
-        _print_local_banner(n, data)
+        _print_local_banner(n, data, certs)
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
         click.echo("raftstream: a node exited; stopping the others", err=True)
@@ -165,17 +208,41 @@ def _run_local_cluster(n: int, data: Path, log_level: str) -> None:
         _stop_all(procs)
 
 
-def _print_local_banner(n: int, data: Path) -> None:
+def _local_certs(n: int, out: Path) -> CertSet:
+    """A new CA, a certificate per local node and one client certificate (``client``)."""
+    from raftstream.certs import generate  # cryptography: only when asked for
+
+    try:
+        return generate(out, nodes=[f"n{i + 1}" for i in range(n)], overwrite=True)
+    except InvalidArgumentError as exc:
+        click.echo(f"raftstream server: cannot make certificates: {exc}", err=True)
+        sys.exit(2)
+
+
+def _print_local_banner(n: int, data: Path, certs: CertSet | None) -> None:
     servers = [f"127.0.0.1:{LOCAL_FIRST_PORT + i}" for i in range(n)]
-    click.echo(f"raftstream: local cluster of {n} nodes, data under {data}")
+    tls = "mutual TLS" if certs is not None else "plaintext"
+    click.echo(f"raftstream: local cluster of {n} nodes ({tls}), data under {data}")
     for i, s in enumerate(servers):
         click.echo(
             f"  n{i + 1}  {s}  metrics http://127.0.0.1:{LOCAL_METRICS_FIRST_PORT + i}/metrics"
         )
+    tls_args = ""
+    if certs is not None:
+        client = certs.clients["client"]
+        click.echo("\nThe CLI (or put these in $RAFTSTREAM_TLS_CA, _CERT, _KEY):\n")
+        click.echo(
+            f"    raftstream --tls-ca {certs.ca} --tls-cert {client.cert} "
+            f"--tls-key {client.key} cluster info"
+        )
+        tls_args = (
+            f", tls_ca={str(certs.ca)!r}, tls_cert={str(client.cert)!r}, "
+            f"tls_key={str(client.key)!r}"
+        )
     click.echo("\nConnect with the SDK:\n")
     click.echo("    import asyncio, raftstream")
     click.echo("    async def main():")
-    click.echo(f"        js = await raftstream.connect(servers={servers!r})")
+    click.echo(f"        js = await raftstream.connect(servers={servers!r}{tls_args})")
     click.echo(
         '        await js.add_stream(raftstream.StreamConfig(name="ORDERS", '
         'subjects=["orders.>"], num_replicas=3))'
@@ -184,6 +251,43 @@ def _print_local_banner(n: int, data: Path) -> None:
     click.echo("        await js.close()")
     click.echo("    asyncio.run(main())\n")
     click.echo("Ctrl-C stops every node.")
+
+
+@cli.command(help=CERTS_HELP)
+@click.option("--dir", "out_dir", default="./certs", show_default=True, help="Output directory.")
+@click.option("--nodes", required=True, help="Node names, comma-separated (n1,n2,n3).")
+@click.option("--clients", default="client", show_default=True, help="Client names.")
+@click.option(
+    "--hosts",
+    default="127.0.0.1,localhost",
+    show_default=True,
+    help="Names and IP addresses the nodes are reached at (SANs of every certificate).",
+)
+@click.option("--days", default=7, show_default=True, type=int, help="Validity in days.")
+@click.option("--force", is_flag=True, help="Replace existing files.")
+def certs(out_dir: str, nodes: str, clients: str, hosts: str, days: int, force: bool) -> None:
+    from raftstream.certs import generate  # cryptography: only when asked for
+
+    def names(text: str) -> list[str]:
+        return [v.strip() for v in text.split(",") if v.strip()]
+
+    try:
+        made = generate(
+            out_dir,
+            nodes=names(nodes),
+            clients=names(clients),
+            hosts=names(hosts),
+            validity_days=days,
+            overwrite=force,
+        )
+    except InvalidArgumentError as exc:
+        click.echo(f"raftstream certs: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"CA: {made.ca} (key {made.ca_key})")
+    for label, pairs in (("node", made.nodes), ("client", made.clients)):
+        for name, pair in pairs.items():
+            click.echo(f"{label} {name}: {pair.cert} (key {pair.key})")
+    click.echo(f"valid for {days} days; see docs/tls.md for the node and client flags")
 
 
 def _stop_all(procs: Sequence[subprocess.Popen[Any]]) -> None:

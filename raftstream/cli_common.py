@@ -70,6 +70,12 @@ AUTH_ENV = {
     "password": "RAFTSTREAM_PASSWORD",
     "token": "RAFTSTREAM_TOKEN",
 }
+# --tls-ca, --tls-cert, --tls-key (PEM paths, docs/tls.md): option name -> env variable.
+TLS_ENV = {
+    "tls_ca": "RAFTSTREAM_TLS_CA",
+    "tls_cert": "RAFTSTREAM_TLS_CERT",
+    "tls_key": "RAFTSTREAM_TLS_KEY",
+}
 NS_PER_S = 1_000_000_000
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -102,11 +108,14 @@ def split_csv(values: Iterable[str]) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Conn:
-    """Where and how long: the servers to try and the per-call timeout (seconds); and the
-    credentials (all None: none)."""
+    """Where and how long: the servers to try and the per-call timeout (seconds); the TLS
+    files (PEM paths; all None: plaintext); and the credentials (all None: none)."""
 
     servers: tuple[str, ...]
     timeout_s: float
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
     # Credentials (docs/security.md): never shown by repr().
     user: str | None = None
     password: str | None = field(default=None, repr=False)
@@ -114,16 +123,22 @@ class Conn:
 
     @classmethod
     def from_options(
-        cls, servers: Sequence[str], timeout_s: float | None, **creds: str | None
+        cls, servers: Sequence[str], timeout_s: float | None, **given: str | None
     ) -> Conn:
         """The command's ``-s``/``--timeout``, else the ones given before the command
         (``raftstream -s HOST:PORT stream ls``), else ``$RAFTSTREAM_SERVERS`` and 5 s, else
-        ``127.0.0.1:7101``. ``creds``: the command's ``user``/``password``/``token``, each
-        else the group's, else ``$RAFTSTREAM_USER`` (``_PASSWORD``, ``_TOKEN``)."""
+        ``127.0.0.1:7101``. ``given``: the command's ``user``/``password``/``token`` and
+        ``tls_ca``/``tls_cert``/``tls_key``, each else the group's, else
+        ``$RAFTSTREAM_USER`` (``_PASSWORD``, ``_TOKEN``, ``_TLS_CA``, ``_TLS_CERT``,
+        ``_TLS_KEY``)."""
         meta = _group_meta()
-        given = {
-            name: creds.get(name) or meta.get(_META_AUTH + name) or os.environ.get(env) or None
+        creds = {
+            name: given.get(name) or meta.get(_META_AUTH + name) or os.environ.get(env) or None
             for name, env in AUTH_ENV.items()
+        }
+        tls = {
+            name: given.get(name) or meta.get(_META_TLS + name) or os.environ.get(env) or None
+            for name, env in TLS_ENV.items()
         }
         listed = (
             split_csv(servers)
@@ -132,16 +147,20 @@ class Conn:
         )
         if timeout_s is None:
             timeout_s = meta.get(_META_TIMEOUT) or DEFAULT_TIMEOUT_S
-        return cls(servers=tuple(listed or [DEFAULT_SERVERS]), timeout_s=timeout_s, **given)
+        servers_ = tuple(listed or [DEFAULT_SERVERS])
+        return cls(servers=servers_, timeout_s=timeout_s, **creds, **tls)
 
     async def connect(self) -> Client:
         """A connected client (the caller closes it); ``UnavailableError`` when no server
-        answers within the timeout."""
+        answers within the timeout, ``InvalidArgumentError`` for an unreadable TLS file."""
         from raftstream.client import connect  # the SDK loads grpc: only when needed
 
         return await connect(
             list(self.servers),
             timeout=self.timeout_s,
+            tls_ca=self.tls_ca,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
             user=self.user,
             password=self.password,
             token=self.token,
@@ -149,16 +168,18 @@ class Conn:
 
 
 def connection_options(f: Callable[..., R]) -> Callable[..., R]:
-    """Add ``-s/--server``, ``--timeout`` and ``--user/--password/--token``; the command
-    receives them as ``conn: Conn``."""
+    """Add ``-s/--server``, ``--timeout``, ``--tls-ca/--tls-cert/--tls-key`` and
+    ``--user/--password/--token``; the command receives them as ``conn: Conn``."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, server: tuple[str, ...], timeout: float | None, **kwargs: Any) -> R:
-        creds = {name: kwargs.pop(name) for name in AUTH_ENV}
-        return f(*args, conn=Conn.from_options(server, timeout, **creds), **kwargs)
+        given = {name: kwargs.pop(name) for name in (*TLS_ENV, *AUTH_ENV)}
+        return f(*args, conn=Conn.from_options(server, timeout, **given), **kwargs)
 
     for name in reversed(AUTH_ENV):
         wrapper = click.option(f"--{name}", name, **_auth_attrs(name))(wrapper)
+    for name in reversed(TLS_ENV):
+        wrapper = click.option(_tls_decl(name), name, **_tls_attrs(name))(wrapper)
     wrapper = click.option(*_TIMEOUT_DECLS, **_timeout_attrs())(wrapper)
     return click.option(*_SERVER_DECLS, **_server_attrs())(wrapper)
 
@@ -175,6 +196,26 @@ _AUTH_HELP = {
 
 def _auth_attrs(name: str) -> dict[str, Any]:
     return {"default": None, "help": f"{_AUTH_HELP[name]} (default: ${AUTH_ENV[name]})."}
+
+
+_META_TLS = "raftstream.tls."
+_TLS_HELP = {
+    "tls_ca": "PEM file of the CA that signed the nodes' certificates",
+    "tls_cert": "PEM file of this client's certificate (a TLS cluster requires one)",
+    "tls_key": "PEM file of this client's private key",
+}
+
+
+def _tls_decl(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _tls_attrs(name: str) -> dict[str, Any]:
+    return {
+        "default": None,
+        "metavar": "FILE",
+        "help": f"{_TLS_HELP[name]} (default: ${TLS_ENV[name]}).",
+    }
 
 
 _META_SERVERS = "raftstream.servers"
@@ -212,9 +253,10 @@ def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]
 
 
 def add_group_connection_options(group: click.Group) -> None:
-    """Let ``-s``/``--timeout``/``--user``... come before the command too (``raftstream -s
-    H:P stream ls``, as with the nats CLI); stored in the context's meta, read by ``Conn``,
-    so the group's own callback is unchanged. A command's own options win."""
+    """Let ``-s``/``--timeout``/``--tls-*``/``--user``... come before the command too
+    (``raftstream -s H:P stream ls``, as with the nats CLI); stored in the context's meta,
+    read by ``Conn``, so the group's own callback is unchanged. A command's own options
+    win."""
     group.params.append(
         click.Option(
             _SERVER_DECLS, expose_value=False, callback=_remember(_META_SERVERS), **_server_attrs()
@@ -235,6 +277,15 @@ def add_group_connection_options(group: click.Group) -> None:
                 expose_value=False,
                 callback=_remember(_META_AUTH + name),
                 **_auth_attrs(name),
+            )
+        )
+    for name in TLS_ENV:
+        group.params.append(
+            click.Option(
+                [_tls_decl(name)],
+                expose_value=False,
+                callback=_remember(_META_TLS + name),
+                **_tls_attrs(name),
             )
         )
 
@@ -477,7 +528,8 @@ Examples:
   raftstream consumer add ORDERS worker && raftstream consumer next ORDERS worker --ack
 \b
 Client commands take -s/--server HOST:PORT (repeatable or comma-separated; default
-$RAFTSTREAM_SERVERS, else 127.0.0.1:7101), --timeout SECONDS and, for a cluster with
+$RAFTSTREAM_SERVERS, else 127.0.0.1:7101), --timeout SECONDS, for a TLS cluster
+--tls-ca/--tls-cert/--tls-key FILE ($RAFTSTREAM_TLS_CA, _CERT, _KEY) and, for a cluster with
 [auth], --user/--password or --token ($RAFTSTREAM_USER, _PASSWORD, _TOKEN), after the
 command or before it; read commands take --json. Every command's --help shows an example.
 Exit codes: 0 success, 1 error (refused, not found, unreachable), 2 usage error.

@@ -27,7 +27,7 @@ import grpc
 from raftstream import errors
 from raftstream import subscribe as _workflow
 from raftstream._auth import credential_interceptors
-from raftstream._conn import Router, Stubs
+from raftstream._conn import Router, Stubs, TlsSource, tls_credentials
 from raftstream._push import PENDING_BYTES_MAX, PENDING_MSGS_MAX, MsgCallback, PushSubscription
 from raftstream._registry import SubscriptionRegistry
 from raftstream.config import (
@@ -77,6 +77,9 @@ async def connect(
     publish_async_wait_stall: float | None = None,
     ack_pending_msgs_max: int = ACK_PENDING_MSGS_MAX,
     error_cb: Callable[[errors.RaftStreamError], None] | None = None,
+    tls_ca: TlsSource | None = None,
+    tls_cert: TlsSource | None = None,
+    tls_key: TlsSource | None = None,
     token: str | None = None,
     user: str | None = None,
     password: str | None = None,
@@ -91,14 +94,22 @@ async def connect(
     fire-and-forget acks queued at once. ``error_cb`` gets errors no call can raise (a
     failed fire-and-forget ack); by default they are logged.
 
+    TLS (docs/tls.md): ``tls_ca`` is the CA that signed the nodes' certificates (default: the
+    system's roots), ``tls_cert`` and ``tls_key`` this client's certificate and key (a
+    cluster with TLS requires them); each a PEM file's path or its bytes. With none of the
+    three the connection is plaintext.
+
     Credentials (docs/security.md), sent on every call: ``token``, or ``user`` and
     ``password``, for a cluster with ``[auth]``; a call it refuses raises
     ``UnauthenticatedError`` (``connect`` itself only opens the connection).
 
-    Raises ``UnavailableError`` when no server answers within ``timeout``.
+    Raises ``UnavailableError`` when no server answers within ``timeout`` (a refused TLS
+    handshake looks the same: the server cannot be connected to), ``InvalidArgumentError``
+    for a TLS file that cannot be read.
     """
     if isinstance(servers, str):
         servers = [s.strip() for s in servers.split(",") if s.strip()]
+    credentials = tls_credentials(ca=tls_ca, cert=tls_cert, key=tls_key)
     interceptors = credential_interceptors(token=token, user=user, password=password)
     client = Client(
         servers=servers,
@@ -108,6 +119,7 @@ async def connect(
         publish_async_wait_stall=publish_async_wait_stall,
         ack_pending_msgs_max=ack_pending_msgs_max,
         error_cb=error_cb,
+        credentials=credentials,
         interceptors=interceptors,
     )
     try:
@@ -136,10 +148,16 @@ class Client:
         publish_async_wait_stall: float | None,
         ack_pending_msgs_max: int,
         error_cb: Callable[[errors.RaftStreamError], None] | None,
+        credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
     ) -> None:
         self._timeout_s = timeout
-        self._router = Router(servers, connect_timeout_s=connect_timeout, interceptors=interceptors)
+        self._router = Router(
+            servers,
+            connect_timeout_s=connect_timeout,
+            credentials=credentials,
+            interceptors=interceptors,
+        )
         self._publisher = Publisher(
             self._router,
             timeout_s=timeout,

@@ -11,6 +11,12 @@ starts) hands each batch, expanded into per-group messages, to the bound handler
 Message size limits are set on both sides (channel and server options) from one value,
 ``message_bytes_max``; batches are cut at ``batch_bytes_max``, well under it.
 
+With ``tls`` (``raft/transport/tls.py``) every channel is mutual TLS with the node's
+certificate, and the servicer refuses (PERMISSION_DENIED) any batch or snapshot whose
+``src`` the caller's verified certificate does not name as a node: a client certificate of
+the same CA, or a node speaking for another, gets nothing into a Raft group. Without it,
+channels are plaintext and the servicer trusts ``src`` (a development cluster).
+
 Everything here belongs to the event loop that created it.
 """
 
@@ -21,13 +27,14 @@ import collections
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
-from raftstream.errors import InvalidArgumentError
+from raftstream.errors import InvalidArgumentError, PermissionDeniedError
 from raftstream.proto import raft_pb2 as pb
+from raftstream.proto.errors import abort
 from raftstream.raft.transport.api import Inbound, MessageHandler, Transport, snapshot_failed
 from raftstream.raft.transport.convert import (
     SnapshotAssembler,
@@ -35,6 +42,7 @@ from raftstream.raft.transport.convert import (
     snapshot_chunks,
     to_batches,
 )
+from raftstream.raft.transport.tls import PeerTls, peer_node_names
 from raftstream.raft.types import Message, MessageType
 
 __all__ = ["SERVICE", "GrpcTransport", "GrpcTransportConfig"]
@@ -91,7 +99,13 @@ class _PeerLink:
         self.address = address
         self._owner = owner
         self._cfg = owner.config
-        self._channel = grpc.aio.insecure_channel(address, options=self._cfg.channel_options())
+        options = self._cfg.channel_options()
+        tls = owner.tls
+        self._channel = (
+            grpc.aio.insecure_channel(address, options=options)
+            if tls is None
+            else grpc.aio.secure_channel(address, tls.channel_credentials(), options=options)
+        )
         self._send_rpc = self._channel.stream_unary(
             f"/{SERVICE}/Send",
             request_serializer=pb.Batch.SerializeToString,
@@ -194,8 +208,10 @@ class GrpcTransport:
     """Transport over gRPC (see ``Transport`` for the contract).
 
     ``peers`` maps node ids to ``host:port``. Serve the Raft service either by mounting
-    ``rpc_handler()`` on a server you own (built with ``config.server_options()``), or with
-    ``serve(address)``, which starts a server owned and stopped by this transport.
+    ``rpc_handler()`` on a server you own (built with ``config.server_options()``, and with
+    ``tls.server_credentials()`` when ``tls`` is set), or with ``serve(address)``, which
+    starts a server owned and stopped by this transport. ``tls``: mutual TLS on every
+    channel and the peer check on every incoming call (see the module docstring).
     """
 
     def __init__(
@@ -204,8 +220,10 @@ class GrpcTransport:
         *,
         peers: Mapping[str, str] | None = None,
         config: GrpcTransportConfig | None = None,
+        tls: PeerTls | None = None,
     ) -> None:
         self._node_id = node_id
+        self.tls = tls
         self.config = config or GrpcTransportConfig()
         self._addresses: dict[str, str] = dict(peers or {})
         self._links: dict[str, _PeerLink] = {}
@@ -279,9 +297,26 @@ class GrpcTransport:
             },
         )
 
+    def _allowed_sources(self, context: Any) -> frozenset[str] | None:
+        """The ``src`` names the caller may use: those its verified certificate names as
+        nodes; None (any) without TLS. Plaintext calls never get this far with TLS: the
+        port refuses them at the handshake."""
+        return None if self.tls is None else peer_node_names(context)
+
+    async def _refuse(self, context: Any, src: str, allowed: frozenset[str]) -> NoReturn:
+        """End the call with PERMISSION_DENIED: its certificate passed the CA check, so
+        this is a misconfiguration or a client probing the Raft service (say which, without
+        echoing the certificate)."""
+        role = "a node certificate for other names" if allowed else "not a node certificate"
+        log.warning("raft: refused traffic claiming to be from %r: %s", src, role)
+        await abort(context, PermissionDeniedError(f"raft traffic from {src!r} refused: {role}"))
+
     async def _on_send(self, requests: AsyncIterator[pb.Batch], context: Any) -> pb.SendAck:
         count = 0
+        allowed = self._allowed_sources(context)
         async for batch in requests:
+            if allowed is not None and batch.src not in allowed:
+                await self._refuse(context, batch.src, allowed)
             count += 1
             if batch.dst != self._node_id:
                 continue  # meant for whoever had this address before us
@@ -297,7 +332,12 @@ class GrpcTransport:
         self, requests: AsyncIterator[pb.SnapshotChunk], context: Any
     ) -> pb.SnapshotAck:
         assembler = SnapshotAssembler(self._node_id, self.config.snapshot_bytes_max)
+        allowed = self._allowed_sources(context)
         async for chunk in requests:
+            # Only the first chunk names the sender; the check runs before anything is kept.
+            if allowed is not None and chunk.src not in allowed:
+                await self._refuse(context, chunk.src, allowed)
+            allowed = None
             if not assembler.add(chunk):
                 return pb.SnapshotAck(accepted=False)
         m = assembler.finish()
@@ -307,7 +347,10 @@ class GrpcTransport:
         """Start a server for the Raft service on ``address``; return the bound port."""
         server = grpc.aio.server(options=self.config.server_options())
         server.add_generic_rpc_handlers((self.rpc_handler(),))
-        port = int(server.add_insecure_port(address))
+        if self.tls is None:
+            port = int(server.add_insecure_port(address))
+        else:
+            port = int(server.add_secure_port(address, self.tls.server_credentials()))
         await server.start()
         self._server = server
         return port

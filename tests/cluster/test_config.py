@@ -24,6 +24,7 @@ from raftstream.cluster.config import (
     load_config,
     parse_peers,
 )
+from raftstream.cluster.tls import TlsSettings
 from raftstream.errors import InvalidArgumentError
 
 PEERS = "n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103"
@@ -298,13 +299,15 @@ def test_every_key_is_documented_and_every_documented_key_exists() -> None:
         elif section and (m := re.match(r"^\| `(\w+)` \|", line)):
             documented[section].add(m.group(1))
     in_code = {
-        "cluster": {f.name for f in dataclasses.fields(NodeConfig)} - {"raft", "limits", "auth"},
+        "cluster": {f.name for f in dataclasses.fields(NodeConfig)} - {"raft", "limits"},
         "raft": {f.name for f in dataclasses.fields(RaftSettings)},
         "limits": {f.name for f in dataclasses.fields(Limits)},
+        "tls": {f.name for f in dataclasses.fields(TlsSettings)},
         # [auth] and the keys of its accounts, users and tokens (one namespace in the doc).
         "auth": {f.name for f in dataclasses.fields(AuthConfig)}
         | set(LIMIT_KEYS)
         | USER_KEYS
         | TOKEN_KEYS,
     }
+    in_code["cluster"] -= {"tls", "auth"}
     assert documented == in_code
