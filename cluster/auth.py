@@ -110,8 +110,9 @@ def hash_secret(secret: str, *, rounds: int = 12) -> str:
 class Permissions:
     """What a user may do in its account. ``publish``: subject filters (``orders.>``,
     matched as subjects are); ``read`` (stream info, get, consume, consumer info) and
-    ``manage`` (create, update, delete, purge streams and consumers): stream name patterns
-    (``*`` any run of characters, ``?`` one, as shell globs). Default: everything."""
+    ``manage`` (create, update, delete, purge streams and consumers; it implies ``read``):
+    stream name patterns (``*`` any run of characters, ``?`` one, as shell globs). Default:
+    everything."""
 
     publish: tuple[str, ...] = (">",)
     read: tuple[str, ...] = ("*",)
@@ -121,7 +122,8 @@ class Permissions:
         return any(subject_matches(p, subject) for p in self.publish)
 
     def may_read(self, stream: str) -> bool:
-        return any(fnmatch.fnmatchcase(stream, p) for p in self.read)
+        """``read`` matches, or ``manage`` does: who defines a stream may see what it made."""
+        return any(fnmatch.fnmatchcase(stream, p) for p in self.read) or self.may_manage(stream)
 
     def may_manage(self, stream: str) -> bool:
         return any(fnmatch.fnmatchcase(stream, p) for p in self.manage)

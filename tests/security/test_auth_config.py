@@ -240,6 +240,8 @@ def test_permission_patterns() -> None:
     assert not p.may_publish("orders.eu.x") and not p.may_publish("billing")
     assert p.may_read("ORDERS") and p.may_read("ORD2") and not p.may_read("BILLING")
     assert p.may_manage("ORDERS") and not p.may_manage("ORD2")
+    manager = Permissions(read=(), manage=("ADMIN*",))
+    assert manager.may_read("ADMIN1") and not manager.may_read("ORDERS")  # manage implies read
     alice = Caller(account="A", user="alice", permissions=p, system=False)
     with pytest.raises(errors.PermissionDeniedError):
         alice.check_publish("billing")
