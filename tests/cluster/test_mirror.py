@@ -4,7 +4,8 @@
   kill -9 the mirror's leader, then the origin's leader (each restarted after); afterwards
   the mirror equals the origin message for message and sequence for sequence (an origin
   gap made before copying stays a gap), and the source holds every origin message exactly
-  once (the ``Nats-Stream-Source`` header names origin and sequence);
+  once (the ``Nats-Stream-Source`` header names origin and sequence); and a mirror of an
+  origin whose limits removed messages before the mirror existed reports them as skipped;
 - two clusters: a source whose origin is a WORK QUEUE in a second cluster (``external``),
   while that cluster's only node is stopped and restarted mid-stream: every origin message
   exactly once, in order, and the origin empty at the end (the link acks only what it
@@ -130,6 +131,12 @@ def test_mirror_and_source_survive_kill9_of_both_leaders(cluster3: LocalCluster)
             )
             with pytest.raises(errors.RaftStreamError):
                 await js.publish("MIR", b"x")  # a mirror captures nothing, takes no publish
+            await js.add_stream(raftstream.StreamConfig(name="LIM", max_msgs=5))
+            for i in range(20):
+                await js.publish("LIM", b"%d" % i)  # limits remove 1..15 before any copy
+            await js.add_stream(
+                raftstream.StreamConfig(name="LIMM", mirror=StreamSource(name="LIM"))
+            )
 
             for i in range(10, TOTAL_MSGS):
                 await _publish(js, "o", i)
@@ -156,6 +163,11 @@ def test_mirror_and_source_survive_kill9_of_both_leaders(cluster3: LocalCluster)
             info = await js.stream_info("MIR")
             assert info.mirror is not None and info.mirror.name == "ORIG"
             assert info.mirror.skipped_msgs == 0  # a deleted message is a gap, not skipped
+            await _wait_copied(js, "LIMM", 20)
+            limm = await js.stream_info("LIMM")
+            assert limm.mirror is not None
+            assert (limm.mirror.skipped, limm.mirror.skipped_msgs) == (((1, 15),), 15)
+            assert sorted(await _messages(js, "LIMM")) == list(range(16, 21))
         finally:
             await js.close()
 
