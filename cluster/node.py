@@ -59,6 +59,7 @@ from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import LatencyInterceptor, NodeMetrics
 from raftstream.cluster.repair import (
     RepairClient,
+    RepairGate,
     RepairServicer,
     finish,
     prepare,
@@ -258,7 +259,10 @@ class Node:
         log.info("repaired: serving again")
 
     async def _start_server(self, options: list[tuple[str, int]]) -> None:
-        interceptors: tuple[Any, ...] = (LatencyInterceptor(self.metrics),)
+        interceptors: tuple[Any, ...] = (
+            LatencyInterceptor(self.metrics),
+            RepairGate(lambda: self._repair_id is not None),  # no answers while repaired
+        )
         if self.config.auth is not None:  # who calls: resolved once per call, refused early
             interceptors = (*interceptors, AuthInterceptor(Authenticator(self.config.auth)))
         # Limits after latency (a refused request is observed with its status code) and

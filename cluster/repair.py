@@ -16,6 +16,8 @@ leader's append, and so break entries its peers consider committed (Raft thesis 
    membership: ``RepairClient`` asks the meta leader (through any peer) to take the next step
    of its repair until it is done (the steps are ``RepairSteps``, on the meta leader), and the
    node starts each group only once the meta state says it may (at the term it names).
+   Meanwhile its health is NOT_SERVING and ``RepairGate`` refuses every client API call as
+   UNAVAILABLE (retriable): it answers nothing from its empty, catching-up state.
 
 The engine store (``data/store``) is a cache rebuilt from the Raft logs at every start, so
 damage there is repaired locally by the wipe every start does anyway.
@@ -34,11 +36,12 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
 import lmdb
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
@@ -53,16 +56,18 @@ from raftstream.errors import (
     InvalidArgumentError,
     InvariantError,
     RaftStreamError,
+    UnavailableError,
 )
 from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
-from raftstream.proto.errors import map_errors
+from raftstream.proto.errors import abort, map_errors
 from raftstream.raft.storage import LmdbLogStorage
 from raftstream.raft.types import ConfChange, ConfChangeType
 
 __all__ = [
     "MARKER",
     "RepairClient",
+    "RepairGate",
     "RepairServicer",
     "prepare",
     "scrub_raft_env",
@@ -177,6 +182,48 @@ def finish(data: Path) -> None:
 
 
 # -- the damaged node's side ------------------------------------------------------------------
+
+_CLIENT_API = "/raftstream.v1."
+
+
+def _refusal() -> UnavailableError:
+    return UnavailableError("this node is being repaired after data loss; try another node")
+
+
+class RepairGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """While ``repairing()``, every client API call (``raftstream.v1``) fails UNAVAILABLE
+    (retriable: the SDK tries another node): a node under repair has no state it may answer
+    from. The Raft, repair and health services pass."""
+
+    def __init__(self, repairing: Callable[[], bool]) -> None:
+        self._repairing = repairing
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        method = str(handler_call_details.method)
+        if handler is None or not method.startswith(_CLIENT_API) or not self._repairing():
+            return handler
+        kw = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+
+        async def unary(request: Any, context: Any) -> Any:
+            await abort(context, _refusal())
+
+        async def streaming(request: Any, context: Any) -> AsyncIterator[Any]:
+            await abort(context, _refusal())
+            yield None  # pragma: no cover (abort raises)
+
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(unary, **kw)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(streaming, **kw)
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(unary, **kw)
+        return grpc.stream_stream_rpc_method_handler(streaming, **kw)
 
 
 class RepairClient:

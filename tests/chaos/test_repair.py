@@ -17,6 +17,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 import raftstream
@@ -24,6 +25,8 @@ from raftstream.chaos.campaign import read_node_contents
 from raftstream.chaos.cluster import ChaosCluster, wait_for
 from raftstream.chaos.nemesis import corrupt_file
 from raftstream.chaos.proxyctl import start_toxiproxy
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
 
 STREAM = "Q"
 BEFORE = 300  # acknowledged before the damage
@@ -49,6 +52,22 @@ async def publish(servers: list[str], lo: int, hi: int, acked: dict[int, int]) -
         for i in range(lo, hi):
             ack = await client.publish("q.v", str(i).encode(), msg_id=f"m{i}")
             acked[ack.seq] = i
+
+
+def answer_while_repaired(cluster: ChaosCluster, name: str) -> None:
+    """A client call to a node under repair is refused UNAVAILABLE (it answers nothing from
+    its empty state); if it answers, the repair must be over."""
+    with grpc.insecure_channel(cluster.nodes[name].addr) as ch:
+        try:
+            pbg.ClusterServiceStub(ch).GetClusterInfo(pb.ClusterInfoRequest(), timeout=5.0)
+        except grpc.RpcError as err:
+            assert err.code() == grpc.StatusCode.UNAVAILABLE, err
+            return
+    wait_for(
+        f"{name} to say it is repaired",
+        lambda: "repaired: serving again" in cluster.log_tail(name, 400) or None,
+        10.0,
+    )
 
 
 def members(cluster: ChaosCluster, via: str, stream: str | None) -> set[str]:
@@ -84,6 +103,7 @@ def test_damaged_follower_is_repaired_from_its_peers(cluster: ChaosCluster) -> N
         lambda: "quarantined" in cluster.log_tail(victim, 200) or None,
         REPAIR_WAIT_S,
     )
+    answer_while_repaired(cluster, victim)
     # Writes go on while it is repaired; it must not serve until it is.
     asyncio.run(publish(others, BEFORE + AFTER // 2, BEFORE + AFTER, acked))
     cluster.wait_serving(victim, timeout_s=REPAIR_WAIT_S)
