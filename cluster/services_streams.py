@@ -203,7 +203,8 @@ class StreamServicer(pbg.StreamServiceServicer):
         info = await self._info(result.assignment, time_left(context))
         # The stream leader may not have applied the update to its meta replica yet: the
         # answer carries the committed config, whatever that node's state says.
-        return stream_info_pb(result.assignment, info.state, info.cluster)
+        links = (info.mirror if info.HasField("mirror") else None, list(info.sources))
+        return stream_info_pb(result.assignment, info.state, info.cluster, links)
 
     @map_errors
     async def DeleteStream(

@@ -4,7 +4,8 @@
   kill -9 the mirror's leader, then the origin's leader (each restarted after); afterwards
   the mirror equals the origin message for message and sequence for sequence (an origin
   gap made before copying stays a gap), and the source holds every origin message exactly
-  once (the ``Nats-Stream-Source`` header names origin and sequence); and a mirror of an
+  once (the ``Nats-Stream-Source`` header names origin and sequence); removing the mirror
+  setting promotes the mirror to a stream that takes publishes; and a mirror of an
   origin whose limits removed messages before the mirror existed reports them as skipped;
 - two clusters: a source whose origin is a WORK QUEUE in a second cluster (``external``),
   while that cluster's only node is stopped and restarted mid-stream: every origin message
@@ -168,6 +169,12 @@ def test_mirror_and_source_survive_kill9_of_both_leaders(cluster3: LocalCluster)
             assert limm.mirror is not None
             assert (limm.mirror.skipped, limm.mirror.skipped_msgs) == (((1, 15),), 15)
             assert sorted(await _messages(js, "LIMM")) == list(range(16, 21))
+
+            # Removing the mirror setting promotes it: its copy stays, publishes are taken.
+            promoted = await js.update_stream(raftstream.StreamConfig(name="MIR", num_replicas=3))
+            assert promoted.config.mirror is None and promoted.config.subjects == ("MIR",)
+            ack = await retry_async(lambda: js.publish("MIR", b"own"))
+            assert ack.stream == "MIR" and ack.seq == last + 1
         finally:
             await js.close()
 
