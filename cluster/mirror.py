@@ -64,6 +64,7 @@ from raftstream.engine.stream_source import StreamSource, source_key
 from raftstream.engine.subjects import subject_matches
 from raftstream.msg import Msg
 from raftstream.pull import PullSubscription
+from raftstream.raft.transport.tls import PeerTls
 
 __all__ = ["LinkHost", "LinkInfo", "MirrorLink", "link_consumer_name"]
 
@@ -131,8 +132,10 @@ class MirrorLink:
         consumer_name: str,
         servers: Callable[[], tuple[str, ...]],
         log_extra: dict[str, str],
+        tls: PeerTls | None = None,
     ) -> None:
         self._host = host
+        self._tls = tls
         self.source = source
         self.key = source_key(source)
         self._mirror = mirror
@@ -192,7 +195,16 @@ class MirrorLink:
         servers = self._servers_now()
         if not servers:
             raise _SessionEnd("no address to reach the origin")
-        client = await connect(list(servers), timeout=CLIENT_TIMEOUT_S)
+        # With [tls] the origin is reached as this node: its certificate and CA (for an
+        # external origin too, which must then trust the same CA; docs/tls.md).
+        tls = self._tls
+        client = await connect(
+            list(servers),
+            timeout=CLIENT_TIMEOUT_S,
+            tls_ca=tls.ca_pem if tls is not None else None,
+            tls_cert=tls.cert_pem if tls is not None else None,
+            tls_key=tls.key_pem if tls is not None else None,
+        )
         try:
             await self._copy_with(client)
         finally:

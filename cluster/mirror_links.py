@@ -18,6 +18,7 @@ from raftstream.engine.origins import OriginState
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.engine.stream_source import StreamSource, source_key
 from raftstream.proto import raftstream_pb2 as pb
+from raftstream.raft.transport.tls import PeerTls
 
 __all__ = ["LinkSet", "links_of"]
 
@@ -38,8 +39,10 @@ class LinkSet:
         stream: str,
         servers: Callable[[], tuple[str, ...]],
         log_extra: dict[str, str],
+        tls: PeerTls | None = None,
     ) -> None:
         self._host = host
+        self._tls = tls  # the node's TLS, for every link's connection (docs/tls.md)
         self._account = account
         self._stream = stream
         self._servers = servers
@@ -67,6 +70,7 @@ class LinkSet:
                 consumer_name=link_consumer_name(self._account, self._stream, src, mirror=mirror),
                 servers=self._servers,
                 log_extra=self._extra,
+                tls=self._tls,
             )
             self._links[key] = link
             link.start()

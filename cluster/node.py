@@ -320,6 +320,7 @@ class Node:
             stream_of=self._stream_of,
             delete_consumer=self._delete_consumer,
             cluster_addrs=self._cluster_addrs,
+            client_tls=self._tls,
         )
 
     def _cluster_addrs(self) -> tuple[str, ...]:

@@ -72,6 +72,7 @@ from raftstream.errors import (
 )
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.raft.host import RaftHost
+from raftstream.raft.transport.tls import PeerTls
 from raftstream.raft.types import Role
 
 __all__ = ["GroupDeps", "PullHandle", "StreamGroup"]
@@ -101,6 +102,8 @@ class GroupDeps:
     delete_consumer: Callable[[str, str, str], Awaitable[None]]
     # This cluster's client API addresses: where a mirror/source link finds a local origin.
     cluster_addrs: Callable[[], tuple[str, ...]] = tuple
+    # The node's TLS (``[tls]``): mirror/source links connect with it; None: plaintext.
+    client_tls: PeerTls | None = None
 
 
 @dataclass(slots=True)
@@ -180,6 +183,7 @@ class StreamGroup:
             stream=self.name,
             servers=deps.cluster_addrs,
             log_extra={"node": deps.node_id, "group": self.group},
+            tls=deps.client_tls,
         )
 
     # -- leadership ----------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from raftstream import StreamConfig, errors
 from raftstream._conn import tls_credentials
 from raftstream.certs import CertSet, generate
 from raftstream.cluster.config import load_config
+from raftstream.config import StreamSource
 from raftstream.localnet import wait_for
 from raftstream.proto import raft_pb2
 from raftstream.raft.transport import NODE_URI_PREFIX
@@ -37,6 +38,7 @@ from raftstream.raft.transport.grpc_transport import SERVICE as RAFT_SERVICE
 from tests.cluster.node_harness import LocalCluster
 
 NODES = ("n1", "n2", "n3")
+MIRROR_COPIED_TIMEOUT_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +206,8 @@ def test_tls_cluster_end_to_end_and_refusals(
     tls_cluster: LocalCluster, good: CertSet, rogue: CertSet
 ) -> None:
     """An R3 stream created through a node that is not the meta leader (forwarded over
-    mutual TLS), publish, fetch, ack; then the refused clients."""
+    mutual TLS), publish, fetch, ack; a mirror of it (its link connects to the cluster as
+    the node, over TLS) copies everything; then the refused clients."""
     client = good.clients["client"]
     ok = {"tls_ca": good.ca, "tls_cert": client.cert, "tls_key": client.key.read_bytes()}
     leader = tls_cluster.wait_meta_leader()
@@ -225,6 +228,14 @@ def test_tls_cluster_end_to_end_and_refusals(
             assert got == [f"m{i}".encode() for i in range(5)]
             ci = await js.consumer_info("ORDERS", "C1")
             assert (ci.ack_floor.stream_seq, ci.num_ack_pending) == (5, 0)
+            mirror = StreamConfig(name="COPY", mirror=StreamSource(name="ORDERS"))
+            await js.add_stream(mirror)
+
+            async def copied() -> None:
+                while (await js.stream_info("COPY")).state.messages < 5:
+                    await asyncio.sleep(0.1)
+
+            await asyncio.wait_for(copied(), MIRROR_COPIED_TIMEOUT_S)  # generous: a stuck link
         finally:
             await js.close()
         servers = tls_cluster.servers
