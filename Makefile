@@ -49,7 +49,7 @@ FUZZ_EXAMPLES ?= 5000
 FUZZ_SECONDS ?= 300
 fuzz: install
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_SECONDS=$(FUZZ_SECONDS) \
-		$(PY) -m pytest -q -s -p no:cacheprovider tests/security/test_fuzz.py
+		$(PY) -m pytest -q -s -p no:cacheprovider --timeout 0 tests/security/test_fuzz.py
 
 # Benchmarks print figures; they assert nothing (the machines are shared and noisy).
 bench: bench-engine bench-raft bench-cluster
