@@ -32,7 +32,7 @@ from .node_harness import LocalCluster, retry_async, run
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HDR = "Nats-Stream-Source"
-TOTAL_MSGS = 240
+TOTAL_MSGS = 180
 SETTLE_TIMEOUT_S = 60.0
 
 
