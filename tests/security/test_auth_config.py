@@ -16,6 +16,7 @@ import pytest
 
 from raftstream import errors
 from raftstream._auth import authorization_value, credential_interceptors
+from raftstream.cli_common import Conn
 from raftstream.cluster.auth import (
     ANONYMOUS,
     SYSTEM_ACCOUNT,
@@ -415,3 +416,10 @@ def test_node_token_acts_for_one_account_and_cannot_be_forged(tmp_path: Path) ->
     assert other is not None
     with pytest.raises(errors.UnauthenticatedError):
         asyncio.run(a.resolve(node_caller(other, "A").credentials))
+
+
+def test_cli_connection_settings_hide_secrets() -> None:
+    """The CLI's ``Conn`` (what a command connects with) never shows password or token."""
+    conn = Conn(servers=("h:1",), timeout_s=1.0, user="alice", password="pw-123", token="tk-456")
+    text = repr(conn)
+    assert "alice" in text and "pw-123" not in text and "tk-456" not in text
