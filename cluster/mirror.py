@@ -133,9 +133,11 @@ class MirrorLink:
         servers: Callable[[], tuple[str, ...]],
         log_extra: dict[str, str],
         tls: PeerTls | None = None,
+        token: str | None = None,
     ) -> None:
         self._host = host
         self._tls = tls
+        self._token = token
         self.source = source
         self.key = source_key(source)
         self._mirror = mirror
@@ -204,6 +206,9 @@ class MirrorLink:
             tls_ca=tls.ca_pem if tls is not None else None,
             tls_cert=tls.cert_pem if tls is not None else None,
             tls_key=tls.key_pem if tls is not None else None,
+            # With [auth], a same-cluster origin is read as this node acting for the
+            # stream's account (its node token); another cluster's does not know it.
+            token=self._token if self.source.external is None else None,
         )
         try:
             await self._copy_with(client)

@@ -40,9 +40,11 @@ class LinkSet:
         servers: Callable[[], tuple[str, ...]],
         log_extra: dict[str, str],
         tls: PeerTls | None = None,
+        token: str | None = None,
     ) -> None:
         self._host = host
         self._tls = tls  # the node's TLS, for every link's connection (docs/tls.md)
+        self._token = token  # the account's node token, for same-cluster origins
         self._account = account
         self._stream = stream
         self._servers = servers
@@ -71,6 +73,7 @@ class LinkSet:
                 servers=self._servers,
                 log_extra=self._extra,
                 tls=self._tls,
+                token=self._token,
             )
             self._links[key] = link
             link.start()

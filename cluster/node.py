@@ -49,7 +49,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from raftstream.cluster.assignments import StreamAssignment
-from raftstream.cluster.auth import Authenticator, AuthInterceptor, acting_as, node_caller
+from raftstream.cluster.auth import (
+    Authenticator,
+    AuthInterceptor,
+    acting_as,
+    node_caller,
+    node_token,
+)
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.forward import Forwarder
@@ -321,6 +327,7 @@ class Node:
             delete_consumer=self._delete_consumer,
             cluster_addrs=self._cluster_addrs,
             client_tls=self._tls,
+            link_token=lambda account: node_token(self.config.auth, account),
         )
 
     def _cluster_addrs(self) -> tuple[str, ...]:

@@ -104,6 +104,9 @@ class GroupDeps:
     cluster_addrs: Callable[[], tuple[str, ...]] = tuple
     # The node's TLS (``[tls]``): mirror/source links connect with it; None: plaintext.
     client_tls: PeerTls | None = None
+    # The credentials a link to a same-cluster origin sends for an account (with [auth], the
+    # node token of that account; None: none).
+    link_token: Callable[[str], str | None] = lambda account: None
 
 
 @dataclass(slots=True)
@@ -184,6 +187,7 @@ class StreamGroup:
             servers=deps.cluster_addrs,
             log_extra={"node": deps.node_id, "group": self.group},
             tls=deps.client_tls,
+            token=deps.link_token(self.account),
         )
 
     # -- leadership ----------------------------------------------------------------------------
