@@ -16,7 +16,8 @@ One session of a link:
    would come back only as a late redelivery) ends the session after what came before;
 3. loop: take a batch, propose it as ``Copy`` entries (each naming the origin sequence it
    copies and the one it believes was stored before it); once the entry committed, ack the
-   batch on the origin (pull consumer). The next receive overlaps the commit.
+   batch on the origin (pull consumer). Receiving overlaps committing: a few batches may
+   be proposed before the first one commits (see ``_pump``).
 
 Exactly once, in order: the engine stores a ``Copy`` only when its ``prev_origin_seq`` is the
 replicated position, and ignores one at or below it, so whatever was proposed twice (a
@@ -40,6 +41,7 @@ applies and stops them when leadership is lost or the config drops the origin.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import logging
@@ -75,6 +77,7 @@ FETCH_MSGS_MAX = 512  # messages per round (and per proposed entry)
 FETCH_WAIT_S = 2.0  # how long the first fetch of a round waits for a message
 BULK_WAIT_S = 0.05  # how long the rest of a pulled batch may take to arrive
 ORDERED_PENDING_MSGS_MAX = 4 * 512  # messages the ordered subscription buffers
+COMMITS_INFLIGHT_MAX = 4  # batches proposed and not yet committed, per link
 HEARTBEAT_S = 0.5  # the origin's idle heartbeat; 3 missed ones end the session (stalled)
 CLIENT_TIMEOUT_S = 5.0  # per call to the origin
 ACK_WAIT_NS = 30 * NS_PER_S  # the origin redelivers an unacked copy after this
@@ -261,13 +264,17 @@ class MirrorLink:
         self._error = f"{type(exc).__name__}: {exc}"
 
     async def _pump(self, client: Client, pos: int, batches: _Batches) -> None:
-        """Copy batch after batch, each committed before it is acked and overlapping the
-        next receive; returns when ``batches`` reports a lost delivery."""
+        """Copy batch after batch; returns when ``batches`` reports a lost delivery.
+
+        Up to ``COMMITS_INFLIGHT_MAX`` batches are proposed before the first committed:
+        safe, since each batch's first copy names the last origin sequence of the batch
+        before it, so if one fails to commit every later one is refused, never stored past
+        the hole. Each batch is acked once it committed."""
         src = self.source
         expect = pos + 1 if pos else max(src.opt_start_seq, 1)
         first_gap_checked = bool(pos) or not src.opt_start_time
         prev = pos
-        pending: asyncio.Task[None] | None = None
+        inflight: collections.deque[asyncio.Task[None]] = collections.deque()
         try:
             while True:
                 msgs = await batches.next()
@@ -283,24 +290,24 @@ class MirrorLink:
                     first_gap_checked = True
                     copies.append(self._copy(m, prev, skipped))
                     prev, expect = seq, seq + 1
-                if pending is not None:
-                    await pending  # the previous batch committed (or this raises)
-                    pending = None
+                while inflight and (inflight[0].done() or len(inflight) >= COMMITS_INFLIGHT_MAX):
+                    await inflight.popleft()  # committed (or this raises: the session ends)
                 if msgs:
                     self._lag = msgs[-1].metadata.num_pending
-                    pending = asyncio.get_running_loop().create_task(self._commit(copies, msgs))
+                    inflight.append(
+                        asyncio.get_running_loop().create_task(self._commit(copies, msgs))
+                    )
                 elif batches.lost is None:
                     self._lag = 0
                 if batches.lost is not None:
                     break
-            if pending is not None:
-                await pending
-                pending = None
+            while inflight:
+                await inflight.popleft()
             log.info("link to %s restarts: %s", self.key, batches.lost, extra=self._extra)
         finally:
-            if pending is not None:
-                pending.cancel()
-                await asyncio.gather(pending, return_exceptions=True)
+            for task in inflight:
+                task.cancel()
+            await asyncio.gather(*inflight, return_exceptions=True)
 
     def _consumer_config(self, pos: int, *, workqueue: bool) -> ConsumerConfig:
         src = self.source
