@@ -365,8 +365,13 @@ def _decode_update(ts_ns: int, r: _Reader) -> UpdateConfig:
     return UpdateConfig(ts_ns=ts_ns, config=config)
 
 
+_COPY_SEQS = struct.Struct("<QQQQ")  # origin_seq, prev_origin_seq, skipped first, last
+
+
 def _decode_copy(ts_ns: int, r: _Reader) -> Copy:
-    origin_seq, prev, lo, hi = (r.unpack(_U64) for _ in range(4))
+    end = r._need(_COPY_SEQS.size)
+    origin_seq, prev, lo, hi = _COPY_SEQS.unpack_from(r.data, r.pos)
+    r.pos = end
     origin = r.text()
     subject = r.text()
     data = r.raw()

@@ -69,7 +69,7 @@ from raftstream.engine.stream_config import (
     check_update,
     store_limits,
 )
-from raftstream.engine.stream_source import source_key
+from raftstream.engine.stream_source import StreamSource, source_key
 from raftstream.engine.subjects import subject_matches, validate_filter, validate_subject
 from raftstream.errors import (
     ExpectedLastMsgIdError,
@@ -216,6 +216,7 @@ class Stream:
         self._transformed: dict[str, str] = {}
         # Replicated per-origin positions of a mirror or sourcing stream (engine/origins.py).
         self._origins: dict[str, OriginState] = {}
+        self._links: dict[str, StreamSource] | None = None  # by source_key; per config
         state = store.state()
         if store.limits != store_limits(self._config):
             store.update_limits(store_limits(self._config), state.last_ts)
@@ -374,8 +375,10 @@ class Stream:
     def _copy(self, e: Copy, now: int) -> Copied:
         """Store a copied message and advance its origin's position (module docstring)."""
         cfg = self._config
-        links = (cfg.mirror,) if cfg.mirror is not None else cfg.sources
-        link = next((s for s in links if source_key(s) == e.origin), None)
+        if self._links is None:
+            links = (cfg.mirror,) if cfg.mirror is not None else cfg.sources
+            self._links = {source_key(s): s for s in links}
+        link = self._links.get(e.origin)
         if link is None:
             raise InvalidArgumentError("origin", f"{e.origin!r} is not an origin of {cfg.name}")
         self._refuse_if_sealed("copy")
@@ -551,6 +554,7 @@ class Stream:
         self._config = new
         self._captured.clear()  # subjects and transform may have changed
         self._transformed.clear()
+        self._links = None
         return ConfigUpdated(config=new)
 
     # -- retention: called by the consumer engine ------------------------------------------

@@ -142,6 +142,8 @@ class StreamSource:
     def stored_subject(self, subject: str) -> str:
         """The subject a copied message is stored under: the first transform whose ``src``
         matches it rewrites it (``dest`` empty: unchanged)."""
+        if not self.subject_transforms:
+            return subject  # the common link: no import, no loop (runs per copied message)
         from raftstream.engine.stream_config import SubjectTransform
         from raftstream.engine.subjects import subject_matches
 
