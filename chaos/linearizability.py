@@ -12,7 +12,11 @@ search is iterative (no recursion limit), and bounded by ``states_max``: beyond 
 answer is ``None`` (unknown) rather than a guess.
 
 Before searching, unknown writes whose value nobody ever observed are dropped: linearizing
-them as never having happened is always possible, since no read depends on them.
+them as never having happened is always possible, since no read depends on them. Not when a
+compare-and-set FAILED on the register: a failed cas observes that the value was not the
+one it expected, which an unobserved write may be the only explanation of (found by the
+corruption nemesis: an unknown cas 53->64 took effect, a later cas 53->82 failed, and 64 was
+overwritten before anyone read it).
 """
 
 from __future__ import annotations
@@ -76,7 +80,10 @@ def _step(op: RegOp, state: int) -> tuple[bool, int]:
 
 def prune_unobserved(ops: Sequence[RegOp]) -> list[RegOp]:
     """Drop unknown puts and unknown cas whose written value no op observed (a get result
-    or the expected value of a cas)."""
+    or the expected value of a cas), unless a cas failed (see the module docstring): then
+    every op is kept."""
+    if any(op.kind == "cas" and op.result is False for op in ops):
+        return list(ops)
     observed: set[int] = set()
     for op in ops:
         if op.kind == "get" and isinstance(op.result, int) and not isinstance(op.result, bool):

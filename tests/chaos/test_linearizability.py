@@ -54,6 +54,24 @@ def test_unobserved_unknown_writes_are_pruned() -> None:
     assert [o.kind for o in kept] == ["put", "get"]
 
 
+def test_a_failed_cas_keeps_the_unobserved_write_that_explains_it() -> None:
+    """Regression (chaos corrupt run, seed 5301): an unknown cas 53->64 took effect (the
+    stores hold 64), so cas 53->82 failed; 64 was overwritten before any get. Pruning the
+    unknown cas as unobserved made this correct history look non-linearizable."""
+    ops = [
+        put(53, 0.0, 1.0),
+        get(53, 1.1, 1.2),
+        cas(53, 64, None, 1.3, None),  # the client lost its connection: unknown
+        cas(53, 82, False, 2.0, 2.1),
+        put(84, 2.2, 2.3),
+        get(84, 2.4, 2.5),
+    ]
+    assert len(prune_unobserved(ops)) == len(ops)
+    assert check_register(ops).ok is True
+    # Without the unknown cas, the failed cas has no explanation: not linearizable.
+    assert check_register([o for o in ops if o.result is not None or o.kind != "cas"]).ok is False
+
+
 def test_large_concurrent_history_finishes_within_budget() -> None:
     """A correct register simulated with overlapping ops: linearizable, found quickly."""
     rng = random.Random(7)
