@@ -20,6 +20,20 @@ messages received so far are returned).
 
 A failure before the first message (NOT_LEADER with a hint, a server that cannot be
 reached) is retried within the timeout: no message was delivered, so nothing is lost.
+
+Prefetch (``fetch(..., prefetch=True)``). A fetch costs at least one commit on the server
+(its deliveries are replicated before they are sent), so a loop of fetch, process, ack pays
+that latency once per batch while the caller works and the server idles. With ``prefetch``,
+the fetch returns as usual and then leaves the NEXT pull request (same batch size and
+timeout) outstanding: its deliveries commit while the caller processes this batch, and the
+next ``fetch`` (with or without ``prefetch``) takes them first. At most one prefetched
+request is outstanding, so the subscription holds at most one batch beyond what the caller
+has; the consumer's ``max_ack_pending`` still bounds everything. The price: prefetched
+messages are delivered to this subscription (pending on the server) before the caller asks
+for them. If the caller stops fetching, call ``cancel_prefetch()``: it ends the request and
+-NAKs the messages it brought, so they are redelivered at once; otherwise (or for those
+still in flight when it is called) they are redelivered after their ack wait, as for any
+client that goes away mid-fetch.
 """
 
 from __future__ import annotations
@@ -52,13 +66,64 @@ HEARTBEAT_MISSES_MAX = 2
 
 
 class _Outcome:
-    """What one Fetch call produced: messages, and the error that ended it (if any)."""
+    """What one Fetch call produced: messages, and the error that ended it (if any).
+    ``arrived`` is set whenever messages are added (a prefetch's reader waits on it)."""
 
-    __slots__ = ("error", "msgs")
+    __slots__ = ("arrived", "error", "msgs")
 
     def __init__(self) -> None:
         self.msgs: list[Msg] = []
         self.error: errors.RaftStreamError | None = None
+        self.arrived = asyncio.Event()
+
+
+class _Ahead:
+    """The pull request a prefetching ``fetch`` left outstanding: its messages collect in
+    ``out.msgs`` as they arrive and are handed out, oldest first, by the next fetches.
+    ``taken``: how many were handed out (the request brings at most ``batch``)."""
+
+    __slots__ = ("batch", "out", "taken", "task")
+
+    def __init__(self, batch: int, out: _Outcome, task: asyncio.Task[list[Msg]]) -> None:
+        self.batch = batch
+        self.out = out
+        self.task = task
+        self.taken = 0
+
+    @property
+    def spent(self) -> bool:
+        """Nothing more will come from it: it ended, or its whole batch was handed out."""
+        return self.taken >= self.batch or self.task.done()
+
+    def take(self, batch: int) -> list[Msg]:
+        msgs = self.out.msgs[:batch]
+        del self.out.msgs[:batch]
+        self.taken += len(msgs)
+        return msgs
+
+    async def wait(self, batch: int, left_s: float) -> None:
+        """Until ``batch`` messages are here, the request ended, or ``left_s`` passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + left_s
+        while len(self.out.msgs) < batch and not self.task.done():
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            self.out.arrived.clear()
+            arrived = loop.create_task(self.out.arrived.wait())
+            try:
+                await asyncio.wait(
+                    (self.task, arrived), timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                arrived.cancel()
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Done-callback of a prefetch: its failure is seen by the next fetch's own request (or
+    does not matter), never reported as an unretrieved task exception."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _status_error(status: pb.PullStatus) -> errors.RaftStreamError | None:
@@ -94,6 +159,7 @@ class PullSubscription:
         self._consumer = consumer
         self._timeout_s = timeout_s
         self._consumer_info = consumer_info
+        self._ahead: _Ahead | None = None  # the prefetched request, if any (module docstring)
 
     @property
     def stream(self) -> str:
@@ -108,9 +174,17 @@ class PullSubscription:
         return await self._consumer_info()
 
     async def fetch(
-        self, batch: int = 1, timeout: float | None = 5.0, *, heartbeat: float | None = None
+        self,
+        batch: int = 1,
+        timeout: float | None = 5.0,
+        *,
+        heartbeat: float | None = None,
+        prefetch: bool = False,
     ) -> list[Msg]:
         """Up to ``batch`` messages within ``timeout`` seconds (None: the client's timeout).
+
+        Messages a previous ``prefetch`` brought come first. ``prefetch``: leave the next
+        pull request outstanding when returning (see the module docstring).
 
         Raises ``DeadlineExceededError`` when none arrived, and the typed error of a status
         or a failure when nothing was received (see the module docstring).
@@ -120,18 +194,71 @@ class PullSubscription:
         timeout_s = timeout if timeout is not None else self._timeout_s
         if heartbeat is not None and heartbeat * 2 > timeout_s:
             raise errors.InvalidArgumentError("heartbeat", "must be at most half the timeout")
-
-        async def invoke(stubs: Stubs, left_s: float) -> list[Msg]:
-            return await self._one_request(stubs, batch, left_s, heartbeat)
-
-        msgs = await self._router.call(self._stream, invoke, timeout_s=timeout_s, idempotent=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        msgs = await self._from_ahead(batch, timeout_s)
+        left_s = deadline - loop.time()
+        if not msgs and left_s > 0:
+            msgs = await self._request(batch, left_s, heartbeat)
+        if prefetch:
+            self._prefetch(batch, timeout_s, heartbeat)
         if not msgs:
             raise errors.DeadlineExceededError(
                 f"fetch: no messages within {timeout_s:.3f}s", stream=self._stream
             )
         return msgs
 
-    def _request(self, batch: int, left_s: float, heartbeat: float | None) -> pb.FetchRequest:
+    async def _request(
+        self, batch: int, timeout_s: float, heartbeat: float | None, out: _Outcome | None = None
+    ) -> list[Msg]:
+        """One pull request, retried (tenacity, in the router) until its first message."""
+
+        async def invoke(stubs: Stubs, left_s: float) -> list[Msg]:
+            fresh = out if out is not None else _Outcome()
+            return await self._one_request(stubs, batch, left_s, heartbeat, fresh)
+
+        msgs: list[Msg] = await self._router.call(
+            self._stream, invoke, timeout_s=timeout_s, idempotent=True
+        )
+        return msgs
+
+    async def _from_ahead(self, batch: int, timeout_s: float) -> list[Msg]:
+        """Up to ``batch`` messages of the prefetched request, waiting for them at most
+        ``timeout_s``; [] when there is none or it brought nothing (then the caller makes
+        its own request, which reports any failure)."""
+        ahead = self._ahead
+        if ahead is None:
+            return []
+        await ahead.wait(batch, timeout_s)
+        msgs = ahead.take(batch)
+        if ahead.spent and not ahead.out.msgs and self._ahead is ahead:
+            self._ahead = None
+        return msgs
+
+    def _prefetch(self, batch: int, timeout_s: float, heartbeat: float | None) -> None:
+        """Start the next pull request unless one is still outstanding."""
+        if self._ahead is not None:
+            return
+        out = _Outcome()
+        task = asyncio.get_running_loop().create_task(
+            self._request(batch, timeout_s, heartbeat, out), name=f"prefetch-{self._consumer}"
+        )
+        task.add_done_callback(_retrieve)
+        self._ahead = _Ahead(batch, out, task)
+
+    async def cancel_prefetch(self) -> None:
+        """End the prefetched request, if any, and -NAK the messages it brought that no
+        fetch returned, so the server redelivers them at once (module docstring)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        ahead.task.cancel()
+        await asyncio.gather(ahead.task, return_exceptions=True)
+        for m in ahead.out.msgs:
+            await m.nak()
+        ahead.out.msgs.clear()
+
+    def _request_pb(self, batch: int, left_s: float, heartbeat: float | None) -> pb.FetchRequest:
         margin_s = min(left_s * EXPIRES_MARGIN_FRACTION, EXPIRES_MARGIN_MAX_S)
         expires_ns = int((left_s - margin_s) * NS_PER_S)
         return pb.FetchRequest(
@@ -145,11 +272,13 @@ class PullSubscription:
         )
 
     async def _one_request(
-        self, stubs: Stubs, batch: int, left_s: float, heartbeat: float | None
+        self, stubs: Stubs, batch: int, left_s: float, heartbeat: float | None, out: _Outcome
     ) -> list[Msg]:
-        """One Fetch call: its messages; raises only when it failed before any message."""
-        call = stubs.consume.Fetch(self._request(batch, left_s, heartbeat), timeout=left_s)
-        out = _Outcome()
+        """One Fetch call, its messages collected in ``out`` as they arrive (a retry after a
+        failure before the first message reuses it); raises only when it failed before any
+        message."""
+        call = stubs.consume.Fetch(self._request_pb(batch, left_s, heartbeat), timeout=left_s)
+        out.error = None
         try:
             await self._read(call, out, heartbeat)
         except grpc.RpcError as err:
@@ -172,8 +301,9 @@ class PullSubscription:
                 return
             if resp is grpc.aio.EOF:
                 return
-            for m in resp.messages:
-                out.msgs.append(self._msg(m))
+            if resp.messages:
+                out.msgs.extend(self._msg(m) for m in resp.messages)
+                out.arrived.set()
             if resp.HasField("status") and resp.status.code != STATUS_IDLE_HEARTBEAT:
                 out.error = _status_error(resp.status)
                 return

@@ -316,3 +316,117 @@ def test_a_fetch_whose_heartbeats_stop_is_abandoned_with_unavailable():
             assert len(node.calls_to("Fetch")) >= 2
 
     run(main())
+
+
+class FetchSequence:
+    """A Fetch handler serving each call its own list of messages (1-based seqs), then
+    holding the call open until cancelled when the list is shorter than the batch (as the
+    server does while it waits for messages), or ending it when the batch is complete."""
+
+    def __init__(self, *batches: list[int]) -> None:
+        self.batches = list(batches)
+        self.requests: list[pb.FetchRequest] = []
+        self.ended = 0  # calls that ended: completed, or cancelled by the client
+
+    async def handler(self, req: Any, ctx: Any) -> AsyncIterator[pb.FetchResponse]:
+        self.requests.append(req)
+        seqs = self.batches.pop(0) if self.batches else []
+        try:
+            if seqs:
+                yield pb.FetchResponse(messages=[msg(s) for s in seqs])
+            if len(seqs) < req.batch:
+                await asyncio.Event().wait()  # until the client cancels the call
+        finally:
+            self.ended += 1
+
+
+def test_prefetch_leaves_the_next_request_outstanding_and_the_next_fetch_takes_it():
+    """pull.py "Prefetch": one request ahead, same batch, taken first by the next fetch."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            fetches = FetchSequence([1, 2], [3, 4], [5, 6])
+            node.on("Fetch", fetches.handler)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                sub = await bound(rs)
+                first = await sub.fetch(2, timeout=2.0, prefetch=True)
+                await wait_until(lambda: len(fetches.requests) == 2, what="prefetch sent")
+                second = await sub.fetch(2, timeout=2.0)  # no prefetch: nothing new is asked
+                await asyncio.sleep(0.05)
+                assert len(fetches.requests) == 2
+                third = await sub.fetch(2, timeout=2.0)
+            got = [[m.metadata.stream_seq for m in b] for b in (first, second, third)]
+            assert got == [[1, 2], [3, 4], [5, 6]]
+            assert [r.batch for r in fetches.requests] == [2, 2, 2]
+
+    run(main())
+
+
+def test_a_smaller_fetch_takes_part_of_the_prefetched_batch_and_the_rest_comes_next():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            fetches = FetchSequence([1, 2, 3], [4, 5, 6])
+            node.on("Fetch", fetches.handler)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                sub = await bound(rs)
+                await sub.fetch(3, timeout=2.0, prefetch=True)
+                await wait_until(lambda: len(fetches.requests) == 2, what="prefetch sent")
+                part = await sub.fetch(2, timeout=2.0, prefetch=True)
+                # Messages of the prefetched request are still held: no new request yet.
+                assert len(fetches.requests) == 2
+                rest = await sub.fetch(2, timeout=2.0)
+            assert [m.metadata.stream_seq for m in part] == [4, 5]
+            assert [m.metadata.stream_seq for m in rest] == [6]
+
+    run(main())
+
+
+def test_cancel_prefetch_ends_the_request_and_naks_what_no_fetch_returned():
+    """pull.py "Prefetch": messages a prefetch brought are redelivered at once, not after
+    their ack wait, when the caller stops."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            fetches = FetchSequence([1, 2], [3])  # the prefetch gets 3, then waits for more
+            node.on("Fetch", fetches.handler)
+            recorder = AckRecorder()
+            node.on("AckStream", recorder.handler)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                sub = await bound(rs)
+                await sub.fetch(2, timeout=5.0, prefetch=True)
+                await wait_until(lambda: len(fetches.requests) == 2, what="prefetch sent")
+                await asyncio.sleep(0.1)  # message 3 arrives on the outstanding request
+                await sub.cancel_prefetch()
+                await wait_until(lambda: len(recorder.items) == 1, what="nak sent")
+                await wait_until(lambda: fetches.ended == 2, what="request ended")
+                # Nothing is left over: a later fetch makes its own request.
+                fetches.batches.append([4, 5])
+                again = await sub.fetch(2, timeout=2.0)
+            assert [(a.reply, a.kind) for a in recorder.items] == [(ack_token(3), pb.ACK_KIND_NAK)]
+            assert [m.metadata.stream_seq for m in again] == [4, 5]
+
+    run(main())
+
+
+def test_a_prefetch_that_brought_nothing_leaves_the_next_fetch_its_own_request():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            calls: list[int] = []
+
+            async def fetch(req: Any, ctx: Any) -> AsyncIterator[pb.FetchResponse]:
+                calls.append(req.batch)
+                if len(calls) == 2:  # the prefetch: nothing, then the request expires
+                    yield status(408, "Request Timeout")
+                else:
+                    yield pb.FetchResponse(messages=[msg(len(calls))])
+
+            node.on("Fetch", fetch)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                sub = await bound(rs)
+                await sub.fetch(1, timeout=2.0, prefetch=True)
+                await wait_until(lambda: len(calls) == 2, what="prefetch sent")
+                got = await sub.fetch(1, timeout=2.0)
+            assert [m.metadata.stream_seq for m in got] == [3]
+            assert calls == [1, 1, 1]
+
+    run(main())
