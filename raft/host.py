@@ -8,8 +8,11 @@ The driver loop is the only code that touches the cores (``RaftNode``). Each rou
 2. collects the Ready of every group that has one;
 3. writes all of them in ONE storage transaction with ONE fsync, on the single writer thread
    (LMDB write transactions are bound to a thread; the event loop never blocks on disk);
+   a Ready whose only change is a higher commit index is not worth an fsync of its own
+   (see "Commit index" below);
 4. THEN sends their messages, one batch per peer for all groups (so one round's heartbeats
-   to a peer travel as one coalesced heartbeat);
+   to a peer travel as one coalesced heartbeat); a leader's appends leave before the write
+   instead (see "The leader writes in parallel" below);
 5. applies committed entries through each group's state machine and resolves proposals;
 6. ``advance()``s every core, then compacts logs whose state machine made a snapshot.
 
@@ -25,6 +28,29 @@ an empty batch; a peer silent for ``liveness_ticks`` wakes every quiesced group 
 follows, and a woken follower is credited the ticks of that silence, so its election starts
 as if it had been ticking all along. Safety does not depend on any of this (Raft is safe
 under any timing); only how soon a dead leader is replaced does.
+
+Commit index. Raft's commit index is volatile state (Raft paper, Figure 2): safety needs the
+term, the vote and the log entries durable before anything is sent, never the commit index.
+So a Ready whose hard state differs from the last one written only by its commit (same term
+and vote) and that has no entries or snapshot to write is not written by itself: that would
+put an fsync between a commit and its apply (the leader's round that learns a quorum has an
+entry, a follower's round that learns the new commit). Its hard state rides along with the
+next round that writes anyway, or with the next tick's round at the latest, so the stored
+commit trails the real one by about a tick. A replica restarted from a stale commit re-applies
+less at start and learns the rest from its leader (as etcd's ``MustSync`` does).
+
+The leader writes in parallel (Raft thesis §10.2.1). A leader's append messages may leave
+before its own write of those entries completes: replication and the leader's fsync then
+overlap, and a commit waits for one fsync round trip less. It stays safe because the leader
+counts itself only after its own write: the core counts the leader's match at once, but
+the host steps received messages only at the start of a round, and a round starts only after
+the previous round's write completed; so no acknowledgement of an entry is counted before
+the leader's copy is durable, and a commit always has the leader's copy plus the followers'
+(each follower persists before it acknowledges, as ever). Only APPEND messages go early,
+and only when the group's term and vote are already durable (a leader elected this round
+sends nothing before its term and vote are written: a crash could otherwise let it vote
+twice in that term). Votes, vote responses, acknowledgements and everything a follower
+sends keep persist-before-send.
 
 Membership. A group whose membership never changes is started with ``add_group`` (a static
 bootstrap, the same on every replica). One whose membership changes is started with
@@ -120,6 +146,10 @@ class _Group:
     reads: dict[bytes, tuple[tuple[int, str], asyncio.Future[int]]] = field(default_factory=dict)
     # Confirmed reads waiting for this replica to apply their index: (index, seq, future).
     read_waits: list[tuple[int, int, asyncio.Future[int]]] = field(default_factory=list)
+    # (term, vote) of the hard state last written; a newer hard state differing only in its
+    # commit index waits in ``unsynced`` (see "Commit index" in the module docstring).
+    durable_vote: tuple[int, str] = (0, NONE)
+    unsynced: HardState | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +202,7 @@ class RaftHost:
         self._reads_pending = 0  # reads queued or waiting, against reads_pending_max
         self._seq = itertools.count()
         self._dirty: set[str] = set()
+        self._sync_commits = False  # this round writes every unsynced commit (once a tick)
         self._peers: set[str] = set()  # every other node of any group here
         self._heard: dict[str, float] = {}  # peer -> loop time of its last batch
         self._quiesce_out: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
@@ -243,6 +274,7 @@ class RaftHost:
         )
         node = RaftNode(rc, view)
         members = frozenset((*voters, *learners)) - {self.node_id}
+        hs = view.hard_state()
         self._groups[group] = _Group(
             group,
             node,
@@ -250,6 +282,7 @@ class RaftHost:
             applied=snap.meta.index,
             members=members,
             on_leader_change=on_leader_change,
+            durable_vote=(hs.term, hs.vote),
         )
         self._track_peers(members)
         self._dirty.add(group)
@@ -575,6 +608,7 @@ class RaftHost:
                 ticked = now >= next_tick
                 if ticked:
                     next_tick = max(next_tick + tick_s, now)
+                    self._sync_commits = True
                     self._tick_all(now)
                     self._expire_proposals(now)
                 self._step_inbox()
@@ -684,18 +718,23 @@ class RaftHost:
     async def _round(self) -> None:
         readies = self._collect()
         writes = self._writes(readies)
+        early: set[int] = set()
         if writes:
-            # fsync-before-send: one transaction for every group; nothing leaves until done.
+            # A leader's appends leave now, in parallel with its own write (module docstring:
+            # their acknowledgements are stepped only in a later round, after this write).
+            early = self._send_appends_early(readies)
+            # fsync-before-send for everything else: one transaction for every group.
             await asyncio.get_running_loop().run_in_executor(
                 self._writer, self._storage.write_batch, writes
             )
+            self._written(writes)
         if not readies:
             return
         self.rounds += 1
         # Persist-before-send (Raft §5, and the core's Ready contract): the votes and
         # appended entries these messages vouch for are durable now, so a crash cannot make
         # this node forget a vote it granted or an entry it acknowledged.
-        self._send([rd for _, rd in readies])
+        self._send([rd for _, rd in readies], skip=early)
         for g, rd in readies:
             self._apply(g, rd)
             self._follow_reads(g, rd)
@@ -732,21 +771,62 @@ class RaftHost:
             compaction, g.compaction = g.compaction, None
             if rd.snapshot is not None:
                 compaction = None  # the leader's snapshot supersedes our own
-            if rd.hard_state or rd.entries or rd.snapshot or compaction:
+            hs = rd.hard_state
+            if hs is not None and (hs.term, hs.vote) == g.durable_vote:
+                # Only the commit index moved (volatile, module docstring): no fsync for it
+                # alone; it goes with this group's or any other write, or the next tick's.
+                g.unsynced, hs = hs, None
+            if hs or rd.entries or rd.snapshot or compaction:
                 writes.append(
-                    GroupWrite(g.name, rd.hard_state, rd.entries, rd.snapshot, compaction)
+                    GroupWrite(g.name, hs or g.unsynced, rd.entries, rd.snapshot, compaction)
                 )
         for g in self._groups.values():
             if g.compaction is not None and g.name not in in_round:
-                writes.append(GroupWrite(g.name, compaction=g.compaction))
+                writes.append(GroupWrite(g.name, g.unsynced, compaction=g.compaction))
+                in_round.add(g.name)
                 g.compaction = None
+        if writes or self._sync_commits:
+            self._sync_commits = False
+            written = {w.group for w in writes}
+            for g in self._groups.values():
+                if g.unsynced is not None and g.name not in written:
+                    writes.append(GroupWrite(g.name, g.unsynced))
         return writes
 
-    def _send(self, readies: list[Ready]) -> None:
+    def _written(self, writes: list[GroupWrite]) -> None:
+        """After ``writes`` are durable: what each group's stored hard state now is."""
+        for w in writes:
+            g = self._groups.get(w.group)
+            if g is None or w.hard_state is None:
+                continue
+            g.durable_vote = (w.hard_state.term, w.hard_state.vote)
+            if g.unsynced is not None and g.unsynced.commit <= w.hard_state.commit:
+                g.unsynced = None
+
+    def _send_appends_early(self, readies: list[tuple[_Group, Ready]]) -> set[int]:
+        """Send the leaders' APPEND messages of this round before its write (module
+        docstring, "The leader writes in parallel"); returns the ids of those sent."""
+        by_peer: dict[str, list[Message]] = collections.defaultdict(list)
+        sent: set[int] = set()
+        for g, rd in readies:
+            hs = rd.hard_state
+            if rd.snapshot is not None or (hs is not None and (hs.term, hs.vote) != g.durable_vote):
+                continue  # a new term or vote is not durable yet: everything waits for it
+            for m in rd.messages:
+                if m.type == MessageType.APPEND and m.term == g.durable_vote[0]:
+                    by_peer[m.dst].append(m)
+                    sent.add(id(m))
+        for peer, messages in by_peer.items():
+            self._transport.send(peer, messages)
+            self._sent_since_tick.add(peer)
+        return sent
+
+    def _send(self, readies: list[Ready], *, skip: set[int] | frozenset[int] = frozenset()) -> None:
         by_peer: dict[str, list[Message]] = collections.defaultdict(list)
         for rd in readies:
             for m in rd.messages:
-                by_peer[m.dst].append(m)
+                if id(m) not in skip:
+                    by_peer[m.dst].append(m)
         for peer, messages in by_peer.items():
             self._transport.send(peer, messages, self._quiesce_out.pop(peer, []))
             self._sent_since_tick.add(peer)

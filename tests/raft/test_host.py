@@ -10,7 +10,9 @@ catches up, through an InstallSnapshot when the leader compacted its log (§7).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import pytest
 
 from raftstream.errors import NotLeaderError
 from raftstream.raft.host import HostConfig, RaftHost
-from raftstream.raft.storage import LmdbLogStorage, LogStorage, MemoryLogStorage
+from raftstream.raft.storage import GroupWrite, LmdbLogStorage, LogStorage, MemoryLogStorage
 from raftstream.raft.transport import GrpcTransport, MemoryNetwork, MemoryTransport, Transport
 from raftstream.raft.types import Entry, Role
 
@@ -116,6 +118,118 @@ def test_three_hosts_elect_propose_and_apply_in_the_same_order() -> None:
                 )
                 assert all(m.applied[g] == want for m in machines.values())
         finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+class CountingStorage(MemoryLogStorage):
+    """Counts write batches that only move hard states (no entries, snapshot, compaction)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hard_state_only = 0
+
+    def write_batch(self, writes: Sequence[GroupWrite]) -> None:
+        if writes and all(
+            w.hard_state is not None and not (w.entries or w.snapshot or w.compaction)
+            for w in writes
+        ):
+            self.hard_state_only += 1
+        super().write_batch(writes)
+
+
+def test_a_commit_index_alone_costs_no_write_and_reaches_storage_by_the_next_tick() -> None:
+    """The commit index is volatile (Raft paper, Figure 2; host.py "Commit index"): a round
+    whose only change is a higher commit writes nothing (no fsync between commit and
+    apply); the stored commit catches up with the next write, a tick later at the latest."""
+
+    async def scenario() -> None:
+        net = MemoryNetwork()
+        cfg = HostConfig(tick_ms=200, election_tick=3, heartbeat_tick=1, liveness_ticks=5)
+        hosts: dict[str, RaftHost] = {}
+        stores: dict[str, CountingStorage] = {}
+        for n in NODES:
+            stores[n] = CountingStorage()
+            hosts[n] = RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=cfg)
+            hosts[n].start()
+            hosts[n].add_group("a", voters=NODES, state_machine=ListMachine())
+        try:
+            lead = await elected(hosts, "a")
+            await hosts[lead].propose("a", b"first")  # the leader committed in its term
+            before = {n: (stores[n].hard_state_only, hosts[n].ticks) for n in NODES}
+            for i in range(50):  # one at a time: each commit is a round of its own
+                await hosts[lead].propose("a", b"%d" % i)
+            for n in NODES:
+                writes, ticks = before[n]
+                # At most one sync of the commit index per tick, never one per commit.
+                assert stores[n].hard_state_only - writes <= hosts[n].ticks - ticks + 1
+            commit = hosts[lead].followers("a")[0]
+            await until(
+                lambda: all(s.log("a").hard_state().commit >= commit for s in stores.values())
+            )
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+class GatedStorage(MemoryLogStorage):
+    """Its writes wait (on the writer thread) while ``gate`` is clear: a slow disk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def write_batch(self, writes: Sequence[GroupWrite]) -> None:
+        self.gate.wait()
+        super().write_batch(writes)
+
+
+def test_the_leader_replicates_while_it_writes_and_commits_only_after_its_own_write() -> None:
+    """Raft thesis §10.2.1 (host.py "The leader writes in parallel"): followers receive and
+    persist an entry while the leader's own write of it is still in progress, yet the entry
+    commits (and the proposal resolves) only once the leader's copy is durable."""
+
+    async def scenario() -> None:
+        net = MemoryNetwork()
+        # A stalled leader sends no heartbeats: elections must not end the test's term.
+        cfg = dataclasses.replace(CFG, election_tick=50, liveness_ticks=50)
+        hosts: dict[str, RaftHost] = {}
+        stores: dict[str, GatedStorage] = {}
+        for n in NODES:
+            stores[n] = GatedStorage()
+            hosts[n] = RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=cfg)
+            hosts[n].start()
+            hosts[n].add_group("a", voters=NODES, state_machine=ListMachine())
+        lead = ""
+        try:
+            lead = await elected(hosts, "a")
+            await hosts[lead].propose("a", b"first")
+            stores[lead].gate.clear()  # the leader's disk stalls
+            fut = asyncio.ensure_future(hosts[lead].propose("a", b"second"))
+            index = stores[lead].log("a").last_index() + 1
+            term = hosts[lead].status("a").term
+            followers = [n for n in NODES if n != lead]
+
+            def replicated() -> bool:
+                return all(
+                    stores[n].log("a").last_index() >= index
+                    and stores[n].log("a").term(index) == term
+                    for n in followers
+                )
+
+            await until(replicated)
+            for _ in range(5):  # rounds on the followers and the leader's loop go on
+                await asyncio.sleep(0.01)
+            assert not fut.done()  # a quorum of followers has it, the leader's copy not yet
+            assert stores[lead].log("a").last_index() < index
+            stores[lead].gate.set()
+            assert await fut == 2
+        finally:
+            if lead:
+                stores[lead].gate.set()
             await stop_all(hosts)
 
     run(scenario)
