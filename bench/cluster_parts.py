@@ -13,7 +13,9 @@ afterwards, so runs do not grow each other's data.
   ``publish_async`` to the PubAck (every 16th message timed);
 - ``fetch``: after preloading the stream, ``fetch(256)`` and ``ack()`` every message (acks
   batched by the SDK's ack pipeline) until the consumer's ack floor reaches the last message:
-  messages/s fetched and acknowledged, and the p50 time of one ``fetch`` call.
+  messages/s fetched and acknowledged, and the p50 time of one ``fetch`` call;
+- ``prefetch``: the same with ``fetch(256, prefetch=True)``: the SDK keeps the next pull
+  request outstanding while the batch is acked (``raftstream/pull.py``, "Prefetch").
 
 Issue 7's ``mirror`` part (copy rate and lag from an origin to a mirror) has the same
 signature and lives in ``raftstream.bench.cluster_mirror``; ``bench/cluster.py`` adds it to
@@ -308,36 +310,52 @@ async def _wait_ack_floor(client: Client, stream: str, consumer: str, last_seq: 
 
 
 async def _fetch_ack_for(
-    client: Client, stream: str, subject: str, msgs: int, seconds: float
+    client: Client, stream: str, subject: str, msgs: int, seconds: float, *, prefetch: bool
 ) -> tuple[int, float, list[float]]:
     """fetch(256) + ack every message until ``msgs`` are in or ``seconds`` pass, then wait
     for the ack floor: (messages acknowledged, elapsed seconds including the ack drain,
-    sorted ms of each fetch call)."""
+    sorted ms of each fetch call). The last fetch asks only for the messages left: one
+    asking for more would wait out its timeout for messages that never come (idle time,
+    not fetch throughput)."""
     sub = await client.pull_subscribe(subject, durable="bench", stream=stream)
     started = time.perf_counter()
     deadline = started + seconds
     got, last_seq, fetch_ms = 0, 0, []
     while got < msgs and time.perf_counter() < deadline:
         t0 = time.perf_counter()
-        batch = await sub.fetch(FETCH_BATCH_MSGS, timeout=FETCH_TIMEOUT_S)
+        want = min(FETCH_BATCH_MSGS, msgs - got)
+        # The next request is prefetched only while more than this batch is left to come.
+        more = prefetch and got + want < msgs
+        batch = await sub.fetch(want, timeout=FETCH_TIMEOUT_S, prefetch=more)
         fetch_ms.append((time.perf_counter() - t0) * 1000)
         for m in batch:
             await m.ack()
         got += len(batch)
         last_seq = batch[-1].metadata.stream_seq
     await _wait_ack_floor(client, stream, sub.consumer, last_seq)
+    await sub.cancel_prefetch()  # a run stopped by time leaves one outstanding
     return got, time.perf_counter() - started, sorted(fetch_ms)
 
 
 async def part_fetch(nodes: BenchNodes, replicas: int, limits: Limits) -> Sample:
     """Preload with publish_async (not measured), then fetch+ack: messages/s."""
+    return await _fetch_part(nodes, replicas, limits, prefetch=False)
 
+
+async def part_prefetch(nodes: BenchNodes, replicas: int, limits: Limits) -> Sample:
+    """As ``part_fetch``, with the SDK's prefetch."""
+    return await _fetch_part(nodes, replicas, limits, prefetch=True)
+
+
+async def _fetch_part(
+    nodes: BenchNodes, replicas: int, limits: Limits, *, prefetch: bool
+) -> Sample:
     async def body(run: _Run) -> _Measured:
         client, subject = run.client, run.subject
         preload, _ = await _publish_async_for(client, subject, limits.msgs, limits.seconds)
         run.cpu.start()
         got, elapsed, fetch_ms = await _fetch_ack_for(
-            client, run.stream, subject, preload.ok, limits.seconds
+            client, run.stream, subject, preload.ok, limits.seconds, prefetch=prefetch
         )
         figures = {
             "msgs_per_s": got / elapsed,
@@ -346,8 +364,13 @@ async def part_fetch(nodes: BenchNodes, replicas: int, limits: Limits) -> Sample
         }
         return _Measured(figures, got, preload.summary())
 
-    return await _on_fresh_stream(nodes, replicas, limits, "BFETCH", body)
+    return await _on_fresh_stream(nodes, replicas, limits, "BPREF" if prefetch else "BFETCH", body)
 
 
 Part = Callable[[BenchNodes, int, Limits], Awaitable[Sample]]
-PARTS: dict[str, Part] = {"sync": part_sync, "async": part_async, "fetch": part_fetch}
+PARTS: dict[str, Part] = {
+    "sync": part_sync,
+    "async": part_async,
+    "fetch": part_fetch,
+    "prefetch": part_prefetch,
+}
