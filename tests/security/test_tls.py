@@ -16,7 +16,7 @@ import asyncio
 import ipaddress
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -288,6 +288,15 @@ def test_raft_service_accepts_node_certificates_only(
     assert _raft_send(addr, foreign, "n2", "nobody") == grpc.StatusCode.UNAVAILABLE
 
 
+def _wait(cluster: LocalCluster, what: str, probe: Callable[[], bool | None]) -> None:
+    """``wait_for``, printing the ends of the nodes' logs when it times out."""
+    try:
+        wait_for(what, probe)
+    except TimeoutError:
+        print(cluster.tails(60))
+        raise
+
+
 def _metric(cluster: LocalCluster, node: str, name: str, group: str) -> float | None:
     prefix = f'{name}{{group="{group}"}} '
     for line in cluster.metrics(node).splitlines():
@@ -301,7 +310,7 @@ def test_node_with_a_foreign_certificate_never_joins(
     tls_cluster: LocalCluster, good: CertSet, rogue: CertSet
 ) -> None:
     """n2 restarts with a certificate of another CA (it still trusts the cluster CA): the
-    others commit new messages without it, its stream replica keeps what it had and it
+    others commit new messages without it, its stream replica gets none of them and it
     stays offline to them (its Raft traffic and theirs are refused at the handshake)."""
     client = good.clients["client"]
     ok = {"tls_ca": good.ca, "tls_cert": client.cert, "tls_key": client.key}
@@ -324,15 +333,18 @@ def test_node_with_a_foreign_certificate_never_joins(
 
     asyncio.run(create())
     asyncio.run(publish(2))
-    wait_for("n2 to store 2", lambda: _stored(tls_cluster, "n2", group) == 2 or None)
+    _wait(tls_cluster, "n2 to store 2", lambda: _stored(tls_cluster, "n2", group) == 2 or None)
 
     tls_cluster.kill("n2")
     tls_cluster.tls["n2"] = _files(rogue, "n2", ca=good.ca)
     tls_cluster.start("n2")
-    # Up again, its replica rebuilt from its own log: 2 messages.
-    wait_for(
-        "rogue n2 serving its replica",
-        lambda: _stored(tls_cluster, "n2", group) == 2 or None,
+    # Up again with its replica. It holds at most the 2 messages: what it applies after a
+    # restart depends on the commit index it learns (Raft does not require it durable), and
+    # it cannot learn anything from the others any more.
+    _wait(
+        tls_cluster,
+        "rogue n2 running its replica",
+        lambda: _stored(tls_cluster, "n2", group) is not None or None,
     )
     asyncio.run(publish(3))
     leader = tls_cluster.stream_leader("ROGUE")
@@ -350,15 +362,16 @@ def test_node_with_a_foreign_certificate_never_joins(
                     return True
         return None
 
-    wait_for("the good follower caught up", n3_current_n2_behind)
-    assert _stored(tls_cluster, "n2", group) == 2  # nothing of the 3 new messages reached it
+    _wait(tls_cluster, "the good follower caught up", n3_current_n2_behind)
+    stored = _stored(tls_cluster, "n2", group)
+    assert stored is not None and stored <= 2  # nothing of the 3 new messages reached it
 
     def n2_offline() -> bool | None:
         info = tls_cluster.cluster_info(str(leader))
         nodes = {n.name: n.online for n in info.nodes} if info is not None else {}
         return True if nodes.get("n2") is False else None
 
-    wait_for("n2 reported offline by the leader", n2_offline)
+    _wait(tls_cluster, "n2 reported offline by the leader", n2_offline)
 
 
 def _stored(cluster: LocalCluster, node: str, group: str) -> float | None:
