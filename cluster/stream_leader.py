@@ -520,24 +520,54 @@ class StreamGroup:
             )
         return c
 
+    def _stale(self, c: Consumer) -> bool:
+        """Whether ``c`` is a copy this leader dropped and rebuilt since (a failed
+        proposal). A stale copy must decide nothing more: its ops would be proposed after
+        the new barrier, so the new copy, built from a replica that had not applied them
+        yet, would decide the same deliveries again, and applying both halts every replica
+        ("new delivery N is behind the cursor")."""
+        return bool(self._lead_term) and self._leaders.get(c.name) is not c
+
+    def _stale_copy(self) -> UnavailableError:
+        return UnavailableError("the consumer's leader state was rebuilt; retry")
+
     async def run(
         self, c: Consumer, decide: Callable[[int], list[PullEvent]], timeout_s: float | None
     ) -> None:
         """Run one decision of the leader copy ``c`` at the leader's time, propose the ops
-        it recorded, and deliver its events once they committed (module docstring)."""
+        it recorded, and deliver its events once they committed (module docstring).
+        UnavailableError (retriable), with nothing decided, when ``c`` is a stale copy
+        (``_stale``)."""
+        if self._stale(c):
+            raise self._stale_copy()
         now = _now_ns()
         events = decide(now)
         self._active_ns[c.name] = now
         ops = c.take_ops()
         if ops:
             try:
-                await self._propose(ops_entry(c.name, ops), timeout_s)
+                await self._propose_ops(c, ops, timeout_s)
             except RaftStreamError as exc:
                 self._proposal_failed(exc)
                 if isinstance(exc, DeadlineExceededError):
                     raise no_commit("consumer op") from None
                 raise self._hinted(exc) from None
         self._dispatch(events)
+
+    async def _propose_ops(self, c: Consumer, ops: list[Any], timeout_s: float | None) -> None:
+        """Propose ops the leader copy ``c`` already applied, surviving the caller's
+        cancellation: the host skips a proposal whose future was cancelled, so a caller
+        cancelled mid-way (a client gone, a deadline) would leave the copy ahead of a log
+        that never gets its ops, and a later redelivery of those messages would halt every
+        replica ("new delivery N is behind the cursor"; found by the chaos bridge nemesis on
+        5 nodes). Shielded, the proposal goes on; if it then fails, the copies are dropped
+        as for any failed proposal."""
+        fut = self._propose(ops_entry(c.name, ops), timeout_s)
+        try:
+            await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            self._watch(fut, on_error=self._proposal_failed)
+            raise
 
     # -- push delivery -----------------------------------------------------------------------
 
@@ -564,14 +594,17 @@ class StreamGroup:
     async def push_step(self, c: Consumer, max_msgs: int, timeout_s: float | None) -> PushStep:
         """One push step of the leader copy ``c`` (``Consumer.push_step``) at the leader's
         time; returned once its Deliver ops committed, without deliveries settled
-        meanwhile (as pulls: a client never gets a delivery a new leader does not know)."""
+        meanwhile (as pulls: a client never gets a delivery a new leader does not know).
+        UnavailableError, with nothing decided, when ``c`` is a stale copy."""
+        if self._stale(c):
+            raise self._stale_copy()
         now = _now_ns()
         step = c.push_step(now, max_msgs=max_msgs)
         self._active_ns[c.name] = now
         ops = c.take_ops()
         if ops:
             try:
-                await self._propose(ops_entry(c.name, ops), timeout_s)
+                await self._propose_ops(c, ops, timeout_s)
             except RaftStreamError as exc:
                 self._proposal_failed(exc)
                 raise self._hinted(exc) from None
@@ -641,7 +674,14 @@ class StreamGroup:
 
     async def _poll_once(self) -> None:
         for c in list(self._leaders.values()):
-            if self.ready and not c.deleted and c.config.is_pull and c.num_waiting:
+            # A copy dropped while an earlier one was proposed is skipped: it is stale.
+            if (
+                self.ready
+                and not self._stale(c)
+                and not c.deleted
+                and c.config.is_pull
+                and c.num_waiting
+            ):
                 await self.run(c, c.poll, None)
         await self._maybe_expire()
         self._reap_inactive()
