@@ -15,7 +15,9 @@ figures per nemesis summed over its runs (lost acknowledged messages, divergence
 redeliveries, minority acks, failover p99). One seed drives every random choice of the
 harness (which node, which fault, when); run ``k`` of a nemesis draws from
 ``<seed>:<nemesis>:<k>`` (the first run from ``<seed>:<nemesis>``). The cluster's own timing
-is not deterministic, so a seed replays the same schedule, not the same interleaving.
+is not deterministic, so a seed replays the same schedule, not the same interleaving. A run
+whose cluster could not even start (a free port taken by another process meanwhile) is
+tried again, up to ``START_ATTEMPTS`` times, in ``<run dir>-start<n>``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
 from raftstream.audit.layout import open_readonly
 from raftstream.audit.readers import content_hash, iter_store_msgs, split_group, store_streams
 from raftstream.chaos.checker import SAFETY_KINDS, CheckResult, NodeContents, check
@@ -44,13 +48,18 @@ from raftstream.chaos.proxyctl import ProxyService, start_toxiproxy
 from raftstream.chaos.report import percentile, write_report
 from raftstream.chaos.workloads import WorkloadConfig, Workloads
 
-__all__ = ["CampaignConfig", "RunOutcome", "run_campaign", "run_one"]
+__all__ = ["CampaignConfig", "ClusterStartError", "RunOutcome", "run_campaign", "run_one"]
 
 log = logging.getLogger(__name__)
 
 SETTLE_TIMEOUT_S = 30.0
+START_ATTEMPTS = 3  # a run whose cluster cannot start (a port taken meanwhile) is tried again
 CATCH_UP_TIMEOUT_S = 20.0
 WORKERS_STOP_TIMEOUT_S = 30.0
+
+
+class ClusterStartError(RuntimeError):
+    """A run's cluster did not start (nothing was injected or checked yet)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,7 +103,10 @@ def run_one(
     cluster = ChaosCluster(size=cfg.size, run_dir=run_dir / "data", proxies=proxies)
     history = History(run_dir / "history.jsonl")
     try:
-        cluster.start()
+        try:
+            cluster.start()
+        except (RuntimeError, TimeoutError) as exc:
+            raise ClusterStartError(f"the cluster did not start: {exc!r}") from exc
         ctx = NemesisContext(
             cluster=cluster, rng=rng, history=history, stream=cfg.workload.queue_stream
         )
@@ -211,7 +223,7 @@ def run_campaign(cfg: CampaignConfig) -> tuple[Path, list[RunOutcome]]:
             for name in cfg.nemeses:
                 run_dir = root / name / f"r{run + 1}" if cfg.runs > 1 else root / name
                 try:
-                    outcome = run_one(name, cfg=cfg, run_dir=run_dir, proxies=proxies, run=run)
+                    outcome = _run_started(name, cfg=cfg, run_dir=run_dir, proxies=proxies, run=run)
                 except Exception as exc:  # one broken run must not hide the others' results
                     log.exception("chaos run %s failed", name)
                     outcome = RunOutcome(name, run_dir, {}, CheckResult(), error=repr(exc))
@@ -221,6 +233,25 @@ def run_campaign(cfg: CampaignConfig) -> tuple[Path, list[RunOutcome]]:
                 print(text.split("\n\n")[0], flush=True)
                 _write_campaign(root, cfg, outcomes)
     return root, outcomes
+
+
+def _run_started(
+    name: str, *, cfg: CampaignConfig, run_dir: Path, proxies: ProxyService, run: int
+) -> RunOutcome:
+    """``run_one``, tried again (fresh ports, a fresh directory) when its cluster could not
+    start: a free port taken by another process before the node bound it is the machine's
+    doing, not the system's. Failures after the start are never retried."""
+    retrying = Retrying(
+        retry=retry_if_exception_type(ClusterStartError),
+        stop=stop_after_attempt(START_ATTEMPTS),
+        reraise=True,
+    )
+    for attempt in retrying:
+        with attempt:
+            n = attempt.retry_state.attempt_number
+            where = run_dir if n == 1 else run_dir.with_name(f"{run_dir.name}-start{n}")
+            return run_one(name, cfg=cfg, run_dir=where, proxies=proxies, run=run)
+    raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
 
 # Anomaly kinds the campaign totals name: what the issue asks to be zero in every nemesis.

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from raftstream.chaos.history import Op
 from raftstream.chaos.nemesis import LMDB_META_BYTES, _damage_outcome, corrupt_file
 from raftstream.chaos.report import election_times, failover_times, percentile
@@ -69,3 +71,35 @@ def test_election_times_and_percentiles() -> None:
     assert election_times([stop]) == [0.6]
     assert percentile([0.1, 0.2, 0.3, 5.0], 0.5) == 0.2
     assert percentile([0.1, 0.2, 0.3, 5.0], 0.99) == 5.0
+
+
+def test_a_run_whose_cluster_did_not_start_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port taken meanwhile is the machine's doing: the run starts again elsewhere; a
+    failure after the start is never retried."""
+    from raftstream.chaos import campaign
+
+    calls: list[Path] = []
+
+    def fake_run_one(name: str, *, run_dir: Path, **_: object) -> campaign.RunOutcome:
+        calls.append(run_dir)
+        if len(calls) < 2:
+            raise campaign.ClusterStartError("n1 is not running (exit 1)")
+        return campaign.RunOutcome(name, run_dir, {}, campaign.CheckResult())
+
+    monkeypatch.setattr(campaign, "run_one", fake_run_one)
+    cfg = campaign.CampaignConfig(root=tmp_path)
+    out = campaign._run_started("bridge", cfg=cfg, run_dir=tmp_path / "bridge", proxies=None, run=0)  # type: ignore[arg-type]
+    assert [p.name for p in calls] == ["bridge", "bridge-start2"]
+    assert out.run_dir == tmp_path / "bridge-start2"
+
+    def broken(name: str, *, run_dir: Path, **_: object) -> campaign.RunOutcome:
+        calls.append(run_dir)
+        raise RuntimeError("a failure after the start")
+
+    monkeypatch.setattr(campaign, "run_one", broken)
+    calls.clear()
+    with pytest.raises(RuntimeError):
+        campaign._run_started("bridge", cfg=cfg, run_dir=tmp_path / "b2", proxies=None, run=0)  # type: ignore[arg-type]
+    assert len(calls) == 1
