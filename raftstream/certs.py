@@ -102,7 +102,7 @@ def generate(
     if not overwrite:
         existing = [n for n in names if (out / n).exists()]
         if existing:
-            raise InvalidArgumentError("dir", f"{out / existing[0]} exists (overwrite to replace)")
+            raise InvalidArgumentError("dir", f"{out / existing[0]} exists (--force replaces it)")
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     not_after = now + datetime.timedelta(days=validity_days)
