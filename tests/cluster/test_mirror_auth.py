@@ -1,12 +1,16 @@
 """Integration: with ``[auth]``, a mirror reads its same-cluster origin as the node acting
 for the stream's account (its node token, docs/security.md): the copy completes although the
-link is no user of that account. One node, one account (issue 7 with issue 10's auth)."""
+link is no user of that account. One node, one account (issue 7 with issue 10's auth).
+
+The same node also sources an INTEREST origin (the link's explicitly acked pull consumer):
+every message is copied once, and the origin keeps each message until its own consumer acked
+it too (the link's acks do not remove what another consumer still needs)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
@@ -55,6 +59,39 @@ def cluster() -> Iterator[LocalCluster]:
         c.close()
 
 
+async def _interest_origin(js: raftstream.Client) -> None:
+    await js.add_stream(
+        raftstream.StreamConfig(name="INT", subjects=("i.>",), retention="interest")
+    )
+    await js.add_consumer("INT", raftstream.ConsumerConfig(durable_name="C"))
+    await js.add_stream(raftstream.StreamConfig(name="SRC", sources=(StreamSource(name="INT"),)))
+
+    async def link_ready() -> bool:  # C and the link's own pull consumer
+        return len(await js.consumer_names("INT")) == 2
+
+    await _eventually(link_ready)
+    for i in range(MSGS):
+        await js.publish(f"i.{i % 3}", b"%d" % i)
+
+    async def sourced() -> bool:
+        return (await js.stream_info("SRC")).state.messages == MSGS
+
+    await _eventually(sourced)
+    copies = [await js.get_msg("SRC", seq) for seq in range(1, MSGS + 1)]
+    assert [m.headers["Nats-Stream-Source"] for m in copies] == [
+        f"INT {i + 1}" for i in range(MSGS)
+    ]
+    # C has not acked anything: the interest origin still holds every message.
+    assert (await js.stream_info("INT")).state.messages == MSGS
+
+
+async def _eventually(pred: Callable[[], Awaitable[bool]]) -> None:
+    deadline = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_S
+    while not await retry_async(pred):
+        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
+        await asyncio.sleep(0.1)
+
+
 def test_a_mirror_copies_its_origin_under_auth(cluster: LocalCluster) -> None:
     async def body() -> None:
         js = await raftstream.connect(
@@ -81,6 +118,7 @@ def test_a_mirror_copies_its_origin_under_auth(cluster: LocalCluster) -> None:
             assert info.mirror is not None and info.mirror.error is None
             last = await js.get_msg("MIR", MSGS)
             assert last.data == b"%d" % (MSGS - 1)
+            await _interest_origin(js)
         finally:
             await js.close()
 
