@@ -178,11 +178,13 @@ class MirrorLink:
             before_sleep=self._report,
         )
         # Never gives up while started: the link is stopped by its stream group. A session
-        # that ends without an error (a lost delivery) starts over at once, backoff reset.
+        # that ends without an error (a lost delivery) starts over after the shortest
+        # wait, backoff reset (the wait bounds a loop of such sessions).
         while True:
             async for attempt in retrying.copy():
                 with attempt:
                     await self._session()
+            await asyncio.sleep(RECONNECT_WAIT_MIN_S)
 
     def _report(self, state: Any) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
