@@ -28,6 +28,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.auth import AccountLimits, Caller, caller
 from raftstream.cluster.config import NodeConfig
+from raftstream.cluster.descriptions import NodeDescription
 from raftstream.cluster.forward import Forwarder, was_forwarded
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import NodeMetrics
@@ -72,6 +73,8 @@ class ServiceContext:
     metrics: NodeMetrics
     peer_seen_ns: Callable[[], Mapping[str, int]]  # node -> last time it answered (ns)
     peer_down: Callable[[str], bool]  # True once a peer failed its probes for a while
+    describe_self: Callable[[], NodeDescription]  # this node now (OSError: data dir unreadable)
+    peer_descriptions: Callable[[], Mapping[str, NodeDescription]]  # latest heard, per peer
     # Held by the meta leader from an account-limit check to the commit of what it admitted,
     # so two concurrent creates cannot both pass the same last free place.
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)

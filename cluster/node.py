@@ -58,6 +58,7 @@ from raftstream.cluster.auth import (
 )
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.context import ServiceContext
+from raftstream.cluster.descriptions import DescriptionBook, NodeDescription, describe_self
 from raftstream.cluster.forward import Forwarder
 from raftstream.cluster.limits import LimitsInterceptor, server_options
 from raftstream.cluster.membership import MembershipDriver
@@ -74,11 +75,13 @@ from raftstream.cluster.repair import (
 from raftstream.cluster.services_cluster import ClusterServicer
 from raftstream.cluster.services_consume import ConsumeServicer
 from raftstream.cluster.services_consumers import ConsumerServicer
+from raftstream.cluster.services_node import NodeServicer, describe_peer, probe_metadata
 from raftstream.cluster.services_publish import PublishServicer
 from raftstream.cluster.services_streams import StreamServicer, cluster_nodes
 from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
 from raftstream.engine.lmdbstore import DEFAULT_MAP_SIZE_BYTES, open_node_env
-from raftstream.errors import InvariantError, NotFoundError, RaftStreamError
+from raftstream.errors import InvalidArgumentError, InvariantError, NotFoundError, RaftStreamError
+from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto import repair_pb2_grpc as rpbg
@@ -106,6 +109,7 @@ _SERVICE_NAMES = (
     "raftstream.v1.ConsumeService",
     "raftstream.v1.ClusterService",
     "raftstream.raft.v1.Raft",
+    "raftstream.node.v1.NodeService",
 )
 
 
@@ -149,6 +153,8 @@ class Node:
         self.groups: dict[str, StreamGroup] = {}
         self._peer_seen: dict[str, int] = {}
         self._peer_failing: dict[str, float] = {}  # peer -> monotonic time probes began to fail
+        # Each peer's latest description (placement, cluster info), asked for by the prober.
+        self._descriptions = DescriptionBook(peers=[n for n in config.peers if n != config.name])
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._reconcile_lock = asyncio.Lock()
@@ -209,6 +215,8 @@ class Node:
             metrics=self.metrics,
             peer_seen_ns=lambda: self._peer_seen,
             peer_down=self._peer_down,
+            describe_self=self._describe_self,
+            peer_descriptions=self._descriptions.snapshot,
         )
         await self._start_server(options)
         self.host.start()
@@ -282,6 +290,9 @@ class Node:
         pbg.add_ConsumeServiceServicer_to_server(ConsumeServicer(ctx), server)
         pbg.add_ClusterServiceServicer_to_server(ClusterServicer(ctx), server)
         rpbg.add_RepairServiceServicer_to_server(RepairServicer(ctx), server)
+        npbg.add_NodeServiceServicer_to_server(
+            NodeServicer(auth=self.config.auth, describe=self._describe_self), server
+        )
         server.add_generic_rpc_handlers((self._transport.rpc_handler(),))
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -306,6 +317,12 @@ class Node:
         if h is None:
             raise InvariantError("the health service starts with the server")
         return h
+
+    def _describe_self(self) -> NodeDescription:
+        """This node's description now; free space over both LMDB maps (see start())."""
+        data = Path(self.config.data)
+        maps = ((data / "raft", DEFAULT_MAP_SIZE_BYTES), (data / "store", DEFAULT_MAP_SIZE_BYTES))
+        return describe_self(self.config, maps)
 
     def _client_addr(self, node: str) -> str | None:
         addr = self.config.peers.get(node)
@@ -471,11 +488,14 @@ class Node:
             self.metrics.store_bytes.labels(group).set(st.bytes)
 
     async def _probe_peers(self) -> None:
-        """Who is up (placement, cluster info): a health check per peer per interval."""
+        """Who is up (placement, cluster info): a health check per peer per interval, then,
+        from a serving peer, its description (tags, free space: cluster/descriptions.py)."""
         peers = {n: str(a) for n, a in self.config.peers.items() if n != self.config.name}
         stubs = {
             n: health_pb2_grpc.HealthStub(self._forwarder.channel(a)) for n, a in peers.items()
         }
+        describers = {n: npbg.NodeServiceStub(self._forwarder.channel(a)) for n, a in peers.items()}
+        metadata = probe_metadata(self.config.auth)
         while True:
 
             async def probe(name: str, stub: health_pb2_grpc.HealthStub) -> None:
@@ -488,11 +508,27 @@ class Node:
                 if ok:
                     self._peer_seen[name] = time.time_ns()
                     self._peer_failing.pop(name, None)
+                    await self._describe_peer(name, describers[name], metadata)
                 else:
                     self._peer_failing.setdefault(name, time.monotonic())
 
             await asyncio.gather(*(probe(n, s) for n, s in stubs.items()))
             await asyncio.sleep(PEER_PROBE_INTERVAL_S)
+
+    async def _describe_peer(
+        self, name: str, stub: npbg.NodeServiceStub, metadata: tuple[tuple[str, str], ...]
+    ) -> None:
+        """Record ``name``'s description; a failed call keeps the last one (the next round
+        asks again), a description that breaks a rule is logged and not believed."""
+        try:
+            desc = await describe_peer(
+                stub, asker=self.config.name, metadata=metadata, timeout_s=PEER_PROBE_TIMEOUT_S
+            )
+            self._descriptions.record(name, desc)
+        except grpc.RpcError as exc:
+            log.debug("peer %s did not describe itself: %s", name, exc.code())
+        except InvalidArgumentError as exc:
+            log.warning("peer %s described itself wrongly: %s", name, exc)
 
     def _peer_down(self, name: str) -> bool:
         since = self._peer_failing.get(name)

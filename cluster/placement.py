@@ -1,13 +1,16 @@
 """Placement: which nodes host a stream's group. Run by the meta leader BEFORE proposing.
 
-The leader decides with its live view of the cluster (who is up, each node's free space),
+The leader decides with its live view of the cluster (who is up; each node's placement
+cluster, tags and free space as the node last described itself, ``cluster/descriptions.py``),
 then puts the chosen peers in the entry (``AddStream``, ``UpdateStream``, ``ReassignGroup``),
 so every replica of the meta state applies the same choice; nothing here runs on apply.
 
 The rule (issue 5, as JetStream's ``selectPeerGroup``): among the live nodes that qualify
 (in ``placement.cluster`` when set, carrying every tag of ``placement.tags``, not removed,
 not already in the group), take the ones hosting the fewest groups first, then the ones
-with the most free space, then by name, so the choice is a pure function of its inputs.
+with the most free space (compared in steps of ``FREE_RANK_STEP_BYTES``: nodes sharing a
+filesystem, or whose free space differs by the noise of ordinary writes, tie), then by name,
+so the choice is a pure function of its inputs.
 Taking the fewest-assets nodes first keeps the cluster balanced: when tags do not constrain,
 the assets of any two nodes never differ by more than one after any number of placements.
 
@@ -30,6 +33,7 @@ from raftstream.engine.stream_config import REPLICAS_MAX, Placement, StreamConfi
 from raftstream.errors import InvalidArgumentError, LimitError, invariant
 
 __all__ = [
+    "FREE_RANK_STEP_BYTES",
     "NodeInfo",
     "RepairPlan",
     "place",
@@ -39,10 +43,14 @@ __all__ = [
 ]
 
 
+FREE_RANK_STEP_BYTES = 1 << 30  # free space ranks in whole GiB
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeInfo:
     """The leader's view of one node: its placement ``cluster`` and ``tags`` (from the
-    node's config), its free space in bytes (as last reported), and whether it is live."""
+    node's config, as it described itself), its free space in bytes (as last described; 0
+    when unknown), and whether it is live."""
 
     name: str
     cluster: str
@@ -64,9 +72,9 @@ def _qualifies(node: NodeInfo, placement: Placement | None) -> bool:
 
 
 def _rank_key(node: NodeInfo, assets: Mapping[str, int]) -> tuple[int, int, str]:
-    # Fewest groups first, then most free space, then the name: a total order, so every
-    # leader given the same view makes the same choice.
-    return (assets.get(node.name, 0), -node.free_bytes, node.name)
+    # Fewest groups first, then most free space (in whole steps), then the name: a total
+    # order, so every leader given the same view makes the same choice.
+    return (assets.get(node.name, 0), -(node.free_bytes // FREE_RANK_STEP_BYTES), node.name)
 
 
 def _check_request(

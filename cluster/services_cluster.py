@@ -1,9 +1,10 @@
 """``raftstream.v1.ClusterService``: cluster info, meta leader step-down, peer removal.
 
 Cluster info is answered by any node from what it knows: every configured node (online when
-this node heard from it recently), the meta leader, and every group: the meta group and
-each stream's (leader and followers' lag are known only where this node hosts the group,
-and lag only on that group's leader; elsewhere the group is listed with its peers).
+this node heard from it recently; its placement cluster, tags and free space as it last
+described itself, ``cluster/descriptions.py``), the meta leader, and every group: the meta
+group and each stream's (leader and followers' lag are known only where this node hosts the
+group, and lag only on that group's leader; elsewhere the group is listed with its peers).
 
 Peer removal is a meta request (forwarded to the meta leader): it records the removal, so
 no new replica is placed on the peer; the meta leader then re-places the peer's replicas
@@ -19,6 +20,7 @@ and alone may step the meta leader down or remove a peer.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -46,19 +48,28 @@ class ClusterServicer(pbg.ClusterServiceServicer):
         now = time.time_ns()
         seen = ctx.peer_seen_ns()
         voters_max = ctx.config.meta_voters_max
+        described = dict(ctx.peer_descriptions())
+        with contextlib.suppress(OSError):  # free space unknown right now: not described
+            described[ctx.node_id] = ctx.describe_self()
         nodes = []
         for i, (name, addr) in enumerate(ctx.config.peers.items()):
             last = seen.get(name, 0)
             online = ctx.peer_live(name)
-            nodes.append(
-                pb.NodeInfo(
-                    name=name,
-                    addr=str(addr),
-                    online=online,
-                    last_seen_ns=0 if name == ctx.node_id or not last else now - last,
-                    voter=i < voters_max,
-                )
+            node = pb.NodeInfo(
+                name=name,
+                addr=str(addr),
+                online=online,
+                last_seen_ns=0 if name == ctx.node_id or not last else now - last,
+                voter=i < voters_max,
             )
+            desc = described.get(name)
+            if desc is not None:
+                node.described = True
+                node.cluster = desc.cluster
+                node.tags.extend(sorted(desc.tags))
+                node.free_bytes = desc.free_bytes
+                node.version = desc.version
+            nodes.append(node)
         groups = [
             pb.ClusterGroup(
                 kind=pb.GROUP_KIND_META,

@@ -25,6 +25,7 @@ from raftstream.cluster.convert import (
     stream_info_pb,
     stream_state_pb,
 )
+from raftstream.cluster.descriptions import NodeDescription, node_infos
 from raftstream.cluster.limits import check_subjects_detail
 from raftstream.cluster.meta import StreamAdded, StreamUpdated, check_account_limits
 from raftstream.cluster.meta_entries import AddStream, DeleteStream, UpdateStream
@@ -53,20 +54,16 @@ STEP_DOWN_POLL_S = 0.05
 
 
 def cluster_nodes(ctx: ServiceContext) -> list[NodeInfo]:
-    """The meta leader's view for placement: every configured peer, live unless its health
-    probes have been failing for a while."""
-    out = []
-    for name in ctx.config.peers:
-        tags = frozenset(ctx.config.tags) if name == ctx.node_id else frozenset()
-        out.append(
-            NodeInfo(
-                name=name,
-                cluster=ctx.config.cluster_name,
-                tags=tags,
-                live=ctx.peer_live(name),
-            )
-        )
-    return out
+    """The meta leader's view for placement: every configured peer with its latest
+    description (placement cluster, tags, free space: cluster/descriptions.py; a peer not
+    heard from yet has no tags and no free space), live unless its health probes have been
+    failing for a while."""
+    try:
+        own = ctx.describe_self()
+    except OSError:  # free space unknown right now: rank this node as having none
+        cfg = ctx.config
+        own = NodeDescription(name=cfg.name, cluster=cfg.cluster_name, tags=frozenset(cfg.tags))
+    return node_infos(config=ctx.config, own=own, peers=ctx.peer_descriptions(), live=ctx.peer_live)
 
 
 def group_info(ctx: ServiceContext, group: str, peers: tuple[str, ...]) -> pb.GroupInfo:

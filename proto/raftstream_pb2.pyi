@@ -2041,6 +2041,11 @@ class NodeInfo(_message.Message):
     ONLINE_FIELD_NUMBER: _builtins.int
     LAST_SEEN_NS_FIELD_NUMBER: _builtins.int
     VOTER_FIELD_NUMBER: _builtins.int
+    DESCRIBED_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    FREE_BYTES_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     addr: _builtins.str
     """the client address (host:port)"""
@@ -2049,6 +2054,15 @@ class NodeInfo(_message.Message):
     """ns since the meta leader last heard from it (0: now/unknown)"""
     voter: _builtins.bool
     """a meta group voter (else a learner)"""
+    described: _builtins.bool
+    """Its placement description as the answering node last heard it (proto/node.proto);
+    `described` false: not heard yet (then cluster, tags and free_bytes are empty).
+    """
+    cluster: _builtins.str
+    free_bytes: _builtins.int
+    version: _builtins.str
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -2057,10 +2071,15 @@ class NodeInfo(_message.Message):
         online: _builtins.bool = ...,
         last_seen_ns: _builtins.int = ...,
         voter: _builtins.bool = ...,
+        described: _builtins.bool = ...,
+        cluster: _builtins.str = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        free_bytes: _builtins.int = ...,
+        version: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["addr", b"addr", "last_seen_ns", b"last_seen_ns", "name", b"name", "online", b"online", "voter", b"voter"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["addr", b"addr", "cluster", b"cluster", "described", b"described", "free_bytes", b"free_bytes", "last_seen_ns", b"last_seen_ns", "name", b"name", "online", b"online", "tags", b"tags", "version", b"version", "voter", b"voter"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

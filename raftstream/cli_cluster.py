@@ -12,6 +12,7 @@ from raftstream.cli_common import (
     confirm_or_refuse,
     connection_options,
     echo_json,
+    fmt_bytes,
     json_option,
     print_fields,
     print_table,
@@ -57,10 +58,13 @@ def _show_cluster(info: ClusterInfo) -> None:
             "yes" if n.online else "NO",
             "voter" if n.voter else "learner",
             f"{n.last_seen_ns / NS_PER_S:.1f}s ago" if n.last_seen_ns else "now",
+            ",".join(n.tags) or "-",
+            fmt_bytes(n.free_bytes) if n.described else "?",
         )
         for n in info.nodes
     ]
-    print_table("Nodes (* meta leader)", ["Name", "Address", "Online", "Role", "Seen"], nodes)
+    headers = ["Name", "Address", "Online", "Role", "Seen", "Tags", "Free"]
+    print_table("Nodes (* meta leader)", headers, nodes)
     groups = [
         (
             "meta" if g.stream is None else f"stream {g.stream}",
@@ -79,6 +83,9 @@ def _show_cluster(info: ClusterInfo) -> None:
 @connection_options
 def info_cmd(conn: Conn, as_json: bool) -> None:
     """Show the nodes, the meta leader and every group's leader and followers.
+
+    Each node's placement tags and free space are as it last described itself to the
+    answering node ("?" under Free: not heard from yet).
 
     \b
     Example:

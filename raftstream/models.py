@@ -276,16 +276,34 @@ class RawStreamMsg:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeInfo:
+    """One node in cluster info. ``described``: the answering node has heard the node's
+    placement description (its ``cluster``, ``tags``, ``free_bytes``, ``version``); when
+    False those are empty."""
+
     name: str
     addr: str
     online: bool
     last_seen_ns: int
     voter: bool
+    described: bool = False
+    cluster: str = ""
+    tags: tuple[str, ...] = ()
+    free_bytes: int = 0
+    version: str = ""
 
     @classmethod
     def from_pb(cls, m: pb.NodeInfo) -> NodeInfo:
         return cls(
-            name=m.name, addr=m.addr, online=m.online, last_seen_ns=m.last_seen_ns, voter=m.voter
+            name=m.name,
+            addr=m.addr,
+            online=m.online,
+            last_seen_ns=m.last_seen_ns,
+            voter=m.voter,
+            described=m.described,
+            cluster=m.cluster,
+            tags=tuple(m.tags),
+            free_bytes=m.free_bytes,
+            version=m.version,
         )
 
 

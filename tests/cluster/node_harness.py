@@ -42,6 +42,8 @@ class LocalCluster:
 
     Auth (tests/security): ``auth`` is the TOML text of an ``[auth]`` section written into
     every node's config; ``client_metadata`` the credentials the harness's probes send.
+
+    Placement: ``tags`` maps a node to its ``[cluster] tags`` (others have none).
     """
 
     def __init__(
@@ -53,7 +55,9 @@ class LocalCluster:
         client_tls: tuple[Path, Path, Path] | None = None,
         auth: str | None = None,
         client_metadata: tuple[tuple[str, str], ...] = (),
+        tags: dict[str, list[str]] | None = None,
     ) -> None:
+        self.tags = dict(tags or {})
         self.auth = auth
         self.client_metadata = client_metadata
         self.tls = dict(tls or {})
@@ -84,7 +88,8 @@ class LocalCluster:
         text = (
             f'[cluster]\nname = "{name}"\nlisten = "{self.addr(name)}"\n'
             f'data = "{self.root / name}"\npeers = {{ {peers} }}\n'
-            f'metrics_listen = "127.0.0.1:{self.metrics_ports[name]}"\n\n[raft]\n{raft}\n'
+            f'metrics_listen = "127.0.0.1:{self.metrics_ports[name]}"\n'
+            f"tags = [{', '.join(repr(t) for t in self.tags.get(name, []))}]\n\n[raft]\n{raft}\n"
         )
         if name in self.tls:
             ca, cert, key = self.tls[name]

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from raftstream.cluster.meta import MetaState, StreamAdded
 from raftstream.cluster.meta_entries import PeerRemove
 from raftstream.cluster.placement import (
+    FREE_RANK_STEP_BYTES,
     NodeInfo,
     place,
     place_stream,
@@ -26,6 +27,8 @@ from raftstream.engine.stream_config import Placement, StreamConfig
 from raftstream.errors import Code, ConflictError, InvalidArgumentError, LimitError
 
 from .conftest import ACC, add_stream
+
+GIB = 1 << 30
 
 
 def nodes(n: int, **kw: object) -> list[NodeInfo]:
@@ -44,12 +47,24 @@ def test_fewest_assets_first() -> None:
 def test_then_most_free_space() -> None:
     """Among nodes with as many groups, the one with the most free space comes first."""
     ns = [
-        NodeInfo(name="n1", cluster="c1", free_bytes=10),
-        NodeInfo(name="n2", cluster="c1", free_bytes=30),
-        NodeInfo(name="n3", cluster="c1", free_bytes=20),
+        NodeInfo(name="n1", cluster="c1", free_bytes=10 * GIB),
+        NodeInfo(name="n2", cluster="c1", free_bytes=30 * GIB),
+        NodeInfo(name="n3", cluster="c1", free_bytes=20 * GIB),
     ]
     assert place(replicas=2, nodes=ns, assets={}) == ("n2", "n3")
     assert place(replicas=2, nodes=ns, assets={"n2": 1}) == ("n3", "n1")
+
+
+def test_free_space_within_one_step_ties_to_the_name() -> None:
+    """Free space ranks in whole FREE_RANK_STEP_BYTES: nodes on one filesystem (or whose
+    free space differs by the noise of ordinary writes) fall to the name, a stable order."""
+    step = FREE_RANK_STEP_BYTES
+    ns = [
+        NodeInfo(name="n1", cluster="c1", free_bytes=5 * step + 1),
+        NodeInfo(name="n2", cluster="c1", free_bytes=5 * step + step - 1),
+        NodeInfo(name="n3", cluster="c1", free_bytes=6 * step),
+    ]
+    assert place(replicas=3, nodes=ns, assets={}) == ("n3", "n1", "n2")
 
 
 def test_then_the_name_and_never_the_input_order() -> None:
@@ -136,7 +151,7 @@ node_lists = st.lists(
         ),
         st.integers(0, 30),
         st.sets(st.sampled_from(TAGS)),
-        st.integers(0, 1000),
+        st.integers(0, 8 * FREE_RANK_STEP_BYTES),
         st.booleans(),
     ),
     min_size=1,
@@ -167,8 +182,9 @@ def test_placement_returns_r_distinct_live_qualifying_nodes(
     by_name = {n.name: n for n in ns}
     assert len(chosen) == replicas == len(set(chosen))
     assert all(by_name[c].live and set(tags) <= by_name[c].tags for c in chosen)
-    # And no better-ranked qualifying node was passed over.
-    rank = sorted(ok, key=lambda n: (assets.get(n.name, 0), -n.free_bytes, n.name))
+    # And no better-ranked qualifying node was passed over (free space in whole steps).
+    step = FREE_RANK_STEP_BYTES
+    rank = sorted(ok, key=lambda n: (assets.get(n.name, 0), -(n.free_bytes // step), n.name))
     assert chosen == tuple(n.name for n in rank[:replicas])
 
 

@@ -1,0 +1,209 @@
+"""Node descriptions: what each node tells the others about itself, for placement.
+
+Placement (``cluster/placement.py``) ranks nodes by placement cluster, tags and free space,
+but a node's config holds only its OWN cluster name and tags, and only the node itself can
+measure its free space. So every node describes itself (``describe_self``: name, cluster
+name, tags, free bytes, version) and answers ``raftstream.node.v1.NodeService/Describe``
+with that (``cluster/services_node.py``); its peer prober (``cluster/node.py``) asks every
+peer once per probe round and keeps the answers in a ``DescriptionBook``. ``node_infos``
+then turns the book into placement's view. Why pulled by the prober rather than proposed
+into the meta log: docs/cluster-design.md, "Placement".
+
+A peer not heard from yet is placed as before this existed: in this node's placement
+cluster, with no tags and no free space (it ranks after described nodes with as many
+assets, and never qualifies for a tagged placement). A description is never expired: a
+down node's stale one does not matter, because placement skips nodes that are not live.
+
+Free bytes (``free_bytes``) is the smaller of the space an unprivileged writer may still
+use on the filesystem of the data directory and the room left in each of the node's LMDB
+maps (map size minus the data file's size: the file grows as pages are used): whichever
+runs out first stops the node's writes.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from raftstream.cluster.config import NodeConfig
+from raftstream.cluster.names import validate_node_name
+from raftstream.cluster.placement import NodeInfo
+from raftstream.errors import InvalidArgumentError
+from raftstream.proto import node_pb2 as npb
+
+__all__ = [
+    "DescriptionBook",
+    "NodeDescription",
+    "describe_self",
+    "free_bytes",
+    "node_infos",
+    "raftstream_version",
+]
+
+TAGS_MAX = 64  # tags in one description (a node's config has a handful)
+LABEL_BYTES_MAX = 255  # a cluster name, tag or version string
+LMDB_DATA_FILE = "data.mdb"
+
+
+def raftstream_version() -> str:
+    """The installed raftstream version ("unknown" when run from an uninstalled tree)."""
+    try:
+        return importlib.metadata.version("raftstream")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _label(value: object, field_name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(field_name, "must be a non-empty string")
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise InvalidArgumentError(field_name, "must not contain whitespace or control characters")
+    if len(value.encode("utf-8", "surrogatepass")) > LABEL_BYTES_MAX:
+        raise InvalidArgumentError(field_name, f"must be at most {LABEL_BYTES_MAX} bytes")
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeDescription:
+    """One node as it described itself at ``described_ns`` (its wall clock, ns since the
+    epoch). Validated on construction: ``InvalidArgumentError`` names the field."""
+
+    name: str
+    cluster: str
+    tags: frozenset[str] = field(default_factory=frozenset)
+    free_bytes: int = 0
+    version: str = "unknown"
+    described_ns: int = 0
+
+    def __post_init__(self) -> None:
+        validate_node_name(self.name, "name")
+        _label(self.cluster, "cluster")
+        _label(self.version, "version")
+        tags = frozenset(self.tags)
+        if len(tags) > TAGS_MAX:
+            raise InvalidArgumentError("tags", f"at most {TAGS_MAX} tags")
+        for t in tags:
+            _label(t, "tags")
+        object.__setattr__(self, "tags", tags)
+        if self.free_bytes < 0:
+            raise InvalidArgumentError("free_bytes", "must be 0 or more")
+        if self.described_ns < 0:
+            raise InvalidArgumentError("described_ns", "must be 0 or more")
+
+    def to_pb(self) -> npb.NodeDescription:
+        return npb.NodeDescription(
+            name=self.name,
+            cluster=self.cluster,
+            tags=sorted(self.tags),
+            free_bytes=self.free_bytes,
+            version=self.version,
+            described_ns=self.described_ns,
+        )
+
+    @classmethod
+    def from_pb(cls, m: npb.NodeDescription) -> NodeDescription:
+        """The description in ``m``; ``InvalidArgumentError`` when a field breaks a rule
+        (a peer answering garbage is not believed)."""
+        if len(m.tags) != len(set(m.tags)):
+            raise InvalidArgumentError("tags", "duplicate tag")
+        return cls(
+            name=m.name,
+            cluster=m.cluster,
+            tags=frozenset(m.tags),
+            free_bytes=int(m.free_bytes),
+            version=m.version,
+            described_ns=int(m.described_ns),
+        )
+
+
+class DescriptionBook:
+    """The freshest description of each peer this node has heard (not its own: that one is
+    measured when asked, ``describe_self``). Owned by the node's event loop."""
+
+    def __init__(self, *, peers: Collection[str]) -> None:
+        self._peers = frozenset(peers)
+        self._by_name: dict[str, NodeDescription] = {}
+
+    def record(self, probed: str, desc: NodeDescription) -> bool:
+        """Keep ``desc``, the answer of peer ``probed``, unless an equally fresh or fresher
+        one is held (answers may arrive out of order); True when kept.
+        ``InvalidArgumentError`` (nothing changes) when ``probed`` is not a configured peer
+        or the answer names another node (a misconfigured address)."""
+        if probed not in self._peers:
+            raise InvalidArgumentError("name", f"{probed!r} is not a configured peer")
+        if desc.name != probed:
+            raise InvalidArgumentError("name", f"peer {probed!r} describes itself as {desc.name!r}")
+        held = self._by_name.get(probed)
+        if held is not None and held.described_ns >= desc.described_ns:
+            return False
+        self._by_name[probed] = desc
+        return True
+
+    def get(self, name: str) -> NodeDescription | None:
+        return self._by_name.get(name)
+
+    def snapshot(self) -> Mapping[str, NodeDescription]:
+        """A read-only copy: later records do not change it."""
+        return MappingProxyType(dict(self._by_name))
+
+
+def free_bytes(data_dir: Path, lmdb_maps: Sequence[tuple[Path, int]]) -> int:
+    """The smaller of the filesystem space left to an unprivileged writer under
+    ``data_dir`` and the room left in each LMDB map (``(env directory, map size in
+    bytes)``; map size minus the data file's size, 0 when full). ``OSError`` when
+    ``data_dir`` cannot be examined; a map whose file does not exist yet has all its room."""
+    room = [shutil.disk_usage(data_dir).free]  # statvfs f_bavail * f_frsize
+    for env_dir, map_size_bytes in lmdb_maps:
+        try:
+            used = os.stat(env_dir / LMDB_DATA_FILE).st_size
+        except FileNotFoundError:
+            used = 0
+        room.append(max(0, map_size_bytes - used))
+    return min(room)
+
+
+def describe_self(config: NodeConfig, lmdb_maps: Sequence[tuple[Path, int]]) -> NodeDescription:
+    """This node's description as of now (``free_bytes`` over ``config.data`` and
+    ``lmdb_maps``, see there). ``OSError`` when the data directory cannot be examined."""
+    return NodeDescription(
+        name=config.name,
+        cluster=config.cluster_name,
+        tags=frozenset(config.tags),
+        free_bytes=free_bytes(Path(config.data), lmdb_maps),
+        version=raftstream_version(),
+        described_ns=time.time_ns(),
+    )
+
+
+def node_infos(
+    *,
+    config: NodeConfig,
+    own: NodeDescription,
+    peers: Mapping[str, NodeDescription],
+    live: Callable[[str], bool],
+) -> list[NodeInfo]:
+    """Placement's view of every configured node: this node from ``own``, each peer from
+    its description in ``peers`` (a peer not described yet: this node's cluster name, no
+    tags, no free space), live as ``live`` says."""
+    out = []
+    for name in config.peers:
+        desc = own if name == config.name else peers.get(name)
+        if desc is None:
+            out.append(NodeInfo(name=name, cluster=config.cluster_name, live=live(name)))
+            continue
+        out.append(
+            NodeInfo(
+                name=name,
+                cluster=desc.cluster,
+                tags=desc.tags,
+                free_bytes=desc.free_bytes,
+                live=live(name),
+            )
+        )
+    return out

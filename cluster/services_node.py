@@ -1,0 +1,83 @@
+"""``raftstream.node.v1.NodeService``: a node's description, asked for by its peers' probers.
+
+Node to node only (``cluster/descriptions.py`` says what a description holds and why). The
+service lives outside ``/raftstream.v1.``, so the client API's interceptors (accounts,
+request limits, the repair gate) leave it alone: a node under repair still describes itself,
+which is harmless because placement skips nodes that are not serving. With ``[auth]`` the
+caller must send a node token (``cluster/auth.py``; an HMAC check, no bcrypt): only nodes
+of the cluster learn the tags and free space (users read them in cluster info, which checks
+their credentials). With ``[tls]`` the call is mutual TLS like every call between nodes.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from typing import Any
+
+from raftstream.cluster.auth import AUTHORIZATION_KEY, AuthConfig, node_token
+from raftstream.cluster.descriptions import NodeDescription
+from raftstream.errors import UnauthenticatedError, UnavailableError
+from raftstream.proto import node_pb2 as npb
+from raftstream.proto import node_pb2_grpc as npbg
+from raftstream.proto.errors import map_errors
+
+__all__ = ["NodeServicer", "describe_peer", "probe_metadata"]
+
+
+def probe_metadata(auth: AuthConfig | None) -> tuple[tuple[str, str], ...]:
+    """What a prober sends with ``Describe``: nothing without ``[auth]``, else a node token
+    of the config's first account (any account's token proves the sender holds the
+    cluster's ``[auth]`` section; it grants nothing here but the description)."""
+    if auth is None or not auth.accounts:
+        return ()
+    token = node_token(auth, min(auth.accounts))
+    return ((AUTHORIZATION_KEY, f"Bearer {token}"),)
+
+
+class NodeServicer(npbg.NodeServiceServicer):
+    """Answers ``Describe`` with ``describe()`` (called per request: free space is measured
+    then). Keyword-only: ``NodeServicer(auth=..., describe=...)``."""
+
+    def __init__(self, *, auth: AuthConfig | None, describe: Callable[[], NodeDescription]) -> None:
+        # The authorization value of each account's node token (an HMAC: no bcrypt).
+        self._accepted = (
+            None
+            if auth is None
+            else tuple(f"Bearer {node_token(auth, a)}".encode() for a in sorted(auth.accounts))
+        )
+        self._describe = describe
+
+    @map_errors
+    async def Describe(self, request: npb.DescribeRequest, context: Any) -> npb.NodeDescription:
+        if self._accepted is not None:
+            self._check_node(context.invocation_metadata(), self._accepted)
+        try:
+            desc = self._describe()
+        except OSError as exc:  # the data directory cannot be examined right now
+            raise UnavailableError(f"cannot measure free space: {exc.strerror}") from None
+        return desc.to_pb()
+
+    @staticmethod
+    def _check_node(metadata: Any, accepted: tuple[bytes, ...]) -> None:
+        values = [v for k, v in metadata or () if k == AUTHORIZATION_KEY]
+        given = str(values[0]).encode("utf-8", "surrogatepass") if values else b""
+        # Every candidate is compared, in constant time each: no early exit to time.
+        ok = [hmac.compare_digest(given, want) for want in accepted]
+        if not any(ok):
+            raise UnauthenticatedError("node descriptions are for nodes (node token required)")
+
+
+async def describe_peer(
+    stub: npbg.NodeServiceStub,
+    *,
+    asker: str,
+    metadata: tuple[tuple[str, str], ...],
+    timeout_s: float,
+) -> NodeDescription:
+    """Ask one peer for its description. ``grpc.RpcError`` when the call fails;
+    ``InvalidArgumentError`` when the answer breaks a rule."""
+    resp = await stub.Describe(
+        npb.DescribeRequest(asker=asker), metadata=metadata, timeout=timeout_s
+    )
+    return NodeDescription.from_pb(resp)
