@@ -165,6 +165,31 @@ def test_sdk_tls_arguments_are_checked() -> None:
     assert info.value.field == "tls_ca"
 
 
+def test_cli_tls_options_reach_the_sdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--tls-* after the command, before it, or from $RAFTSTREAM_TLS_*: the command's own
+    wins, then the group's, then the environment (docs/cli.md). Checked through the error
+    an unreadable file gives, before anything is sent."""
+    from click.testing import CliRunner
+
+    from raftstream.cli import cli
+
+    runner = CliRunner()
+
+    def error(args: list[str]) -> str:
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 1, result.output
+        return str(result.output)
+
+    env_ca, group_ca, own_ca = (str(tmp_path / f"{n}.pem") for n in ("env", "group", "own"))
+    monkeypatch.setenv("RAFTSTREAM_TLS_CA", env_ca)
+    assert env_ca in error(["stream", "ls"])
+    assert group_ca in error(["--tls-ca", group_ca, "stream", "ls"])
+    assert own_ca in error(["--tls-ca", group_ca, "stream", "ls", "--tls-ca", own_ca])
+    monkeypatch.delenv("RAFTSTREAM_TLS_CA")
+    monkeypatch.setenv("RAFTSTREAM_TLS_CERT", env_ca)
+    assert "tls_key" in error(["stream", "ls"])  # a certificate needs its key
+
+
 # -- a real cluster ------------------------------------------------------------------------
 
 
