@@ -195,7 +195,9 @@ def node_infos(
     for name in config.peers:
         desc = own if name == config.name else peers.get(name)
         if desc is None:
-            out.append(NodeInfo(name=name, cluster=config.cluster_name, live=live(name)))
+            out.append(
+                NodeInfo(name=name, cluster=config.cluster_name, live=live(name), described=False)
+            )
             continue
         out.append(
             NodeInfo(

@@ -17,7 +17,10 @@ the assets of any two nodes never differ by more than one after any number of pl
 Errors name ``num_replicas``: ``InvalidArgumentError`` when the cluster could never satisfy
 the request (fewer qualifying nodes than replicas, live or not), ``LimitError``
 (RESOURCE_EXHAUSTED, retriable once nodes come back) when enough nodes qualify but too few
-are live. All functions are pure; they never mutate their arguments.
+are live, and ``UnavailableError`` (retriable) when a placement cluster or tags leave too
+few nodes but a live node has not described itself yet (``described``: right after a start
+the leader may not have heard every peer; it might qualify). All functions are pure; they
+never mutate their arguments.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from raftstream.cluster.meta import MetaState
 from raftstream.cluster.meta_entries import ReassignGroup
 from raftstream.cluster.names import validate_node_name
 from raftstream.engine.stream_config import REPLICAS_MAX, Placement, StreamConfig
-from raftstream.errors import InvalidArgumentError, LimitError, invariant
+from raftstream.errors import InvalidArgumentError, LimitError, UnavailableError, invariant
 
 __all__ = [
     "FREE_RANK_STEP_BYTES",
@@ -50,13 +53,15 @@ FREE_RANK_STEP_BYTES = 1 << 30  # free space ranks in whole GiB
 class NodeInfo:
     """The leader's view of one node: its placement ``cluster`` and ``tags`` (from the
     node's config, as it described itself), its free space in bytes (as last described; 0
-    when unknown), and whether it is live."""
+    when unknown), whether it is live, and whether it has ``described`` itself yet (if not,
+    ``cluster`` is the leader's own and ``tags`` empty: placeholders)."""
 
     name: str
     cluster: str
     tags: frozenset[str] = field(default_factory=frozenset)
     free_bytes: int = 0
     live: bool = True
+    described: bool = True
 
     def __post_init__(self) -> None:
         validate_node_name(self.name, "name")
@@ -78,10 +83,20 @@ def _rank_key(node: NodeInfo, assets: Mapping[str, int]) -> tuple[int, int, str]
 
 
 def _check_request(
-    replicas: int, qualifying: Sequence[NodeInfo], placement: Placement | None
+    replicas: int,
+    qualifying: Sequence[NodeInfo],
+    placement: Placement | None,
+    undescribed: Sequence[str],
 ) -> None:
     if not 1 <= replicas <= REPLICAS_MAX:
         raise InvalidArgumentError("num_replicas", f"must be 1 to {REPLICAS_MAX}")
+    constrained = placement is not None and (placement.cluster is not None or placement.tags)
+    if constrained and len(qualifying) < replicas and undescribed:
+        raise UnavailableError(
+            f"placement needs the tags and cluster of {', '.join(undescribed)}, not heard yet",
+            field="num_replicas",
+            rule="nodes not yet described",
+        )
     if placement is not None and placement.cluster is not None and not qualifying:
         raise InvalidArgumentError(
             "placement.cluster", f"no node in cluster {placement.cluster!r} qualifies"
@@ -103,7 +118,8 @@ def place(
     or ``LimitError`` naming ``num_replicas`` when too few nodes qualify.
     """
     qualifying = [n for n in nodes if n.name not in exclude and _qualifies(n, placement)]
-    _check_request(replicas, qualifying, placement)
+    undescribed = [n.name for n in nodes if n.live and not n.described and n.name not in exclude]
+    _check_request(replicas, qualifying, placement, undescribed)
     if len(qualifying) < replicas:
         where = "" if placement is None else f" matching placement {placement.to_dict()}"
         raise InvalidArgumentError(
@@ -149,7 +165,8 @@ def plan_stream_peers(
     """The peers for ``UpdateStream`` of a group now on ``current``.
 
     Current peers that still qualify (placement, not removed; live or not: a node that is
-    briefly down is not a reason to move data) are kept in their order; when the replica
+    briefly down is not a reason to move data; not described yet: not known NOT to qualify)
+    are kept in their order; when the replica
     count shrinks, the first ones stay (the preferred leader keeps its place); missing
     replicas are placed as by ``place``. Errors as ``place``.
     """
@@ -158,7 +175,9 @@ def plan_stream_peers(
     kept = [
         p
         for p in current
-        if p not in removed and p in by_name and _qualifies(by_name[p], cfg.placement)
+        if p not in removed
+        and p in by_name
+        and (not by_name[p].described or _qualifies(by_name[p], cfg.placement))
     ][: cfg.num_replicas]
     missing = cfg.num_replicas - len(kept)
     if missing == 0:

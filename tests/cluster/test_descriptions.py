@@ -176,7 +176,7 @@ def test_node_infos_use_each_peers_description_and_default_the_unknown(tmp_path:
         NodeInfo(
             name="n2", cluster="west", tags=frozenset({"ssd"}), free_bytes=7 * GIB, live=False
         ),
-        NodeInfo(name="n3", cluster="east"),
+        NodeInfo(name="n3", cluster="east", described=False),
     ]
 
 

@@ -24,7 +24,13 @@ from raftstream.cluster.placement import (
     plan_stream_peers,
 )
 from raftstream.engine.stream_config import Placement, StreamConfig
-from raftstream.errors import Code, ConflictError, InvalidArgumentError, LimitError
+from raftstream.errors import (
+    Code,
+    ConflictError,
+    InvalidArgumentError,
+    LimitError,
+    UnavailableError,
+)
 
 from .conftest import ACC, add_stream
 
@@ -117,6 +123,27 @@ def test_too_few_qualifying_nodes_is_invalid_and_names_num_replicas() -> None:
     with pytest.raises(InvalidArgumentError) as info:
         place(replicas=1, nodes=nodes(3), assets={}, placement=Placement(tags=("gpu",)))
     assert info.value.field == "num_replicas"
+
+
+def test_too_few_described_nodes_is_unavailable_while_a_live_one_is_unknown() -> None:
+    """Tags or a placement cluster leaving too few nodes while a live node has not described
+    itself yet (the leader has not heard it since a start): UNAVAILABLE, retriable, naming
+    num_replicas (the SDK retries a create); once it is described, or only down nodes are
+    unknown, the usual answer."""
+    ssd = Placement(tags=("ssd",))
+    unknown = NodeInfo(name="n3", cluster="c1", described=False)
+    ns = [NodeInfo(name="n1", cluster="c1", tags=frozenset({"ssd"})), *nodes(2)[1:], unknown]
+    with pytest.raises(UnavailableError) as info:
+        place(replicas=2, nodes=ns, assets={}, placement=ssd)
+    assert info.value.details["field"] == "num_replicas" and info.value.retriable
+    with pytest.raises(UnavailableError):
+        place(replicas=1, nodes=ns, assets={}, placement=Placement(cluster="east"))
+    assert place(replicas=1, nodes=ns, assets={}, placement=ssd) == ("n1",)
+    down = NodeInfo(name="n3", cluster="c1", described=False, live=False)
+    with pytest.raises(InvalidArgumentError):
+        place(replicas=2, nodes=[*ns[:2], down], assets={}, placement=ssd)
+    with pytest.raises(InvalidArgumentError):  # without a constraint, unknown nodes qualify
+        place(replicas=4, nodes=ns, assets={})
 
 
 def test_too_few_live_nodes_is_resource_exhausted() -> None:
@@ -268,6 +295,21 @@ def test_update_keeps_a_peer_that_is_briefly_down() -> None:
         "n1",
         "n2",
         "n3",
+    )
+
+
+def test_update_keeps_a_peer_not_described_yet() -> None:
+    """A current peer whose tags the leader has not heard yet is not known to no longer
+    qualify: it stays."""
+    ns = [
+        NodeInfo(name="n1", cluster="c1", tags=frozenset({"ssd"})),
+        NodeInfo(name="n2", cluster="c1", described=False),
+        NodeInfo(name="n3", cluster="c1", tags=frozenset({"ssd"})),
+    ]
+    cfg = StreamConfig(name="S", num_replicas=2, placement=Placement(tags=("ssd",)))
+    assert plan_stream_peers(config=cfg, current=("n2", "n1"), nodes=ns, assets={}) == (
+        "n2",
+        "n1",
     )
 
 
