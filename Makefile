@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/*.proto)
 SEEDS ?= 200
 
-.PHONY: install test test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim chaos audit run certs fuzz clean
+.PHONY: install test test-spark-connect test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim chaos audit run certs fuzz clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "installing a Java runtime for Spark (apt)"; \
@@ -73,6 +73,10 @@ NODES ?= $(or $(CHAOS_SIZE),3)
 RUNS ?= $(or $(CHAOS_RUNS),1)
 chaos: install
 	CHAOS_SIZE=$(NODES) CHAOS_RUNS=$(RUNS) $(PY) -m raftstream.chaos
+
+# The audit through a Spark Connect server (--remote sc://): a third Spark JVM, so not in `make test`.
+test-spark-connect: install
+	RAFTSTREAM_TEST_SPARK_CONNECT=1 $(PY) -m pytest -q -p no:cacheprovider tests/audit/test_standalone.py -k connect
 
 # Audit the local cluster's data (stop it first, or the audit reads a consistent copy).
 audit: install

@@ -1,4 +1,5 @@
-"""Issue 9: the same audit through a standalone Spark master and worker on 127.0.0.1.
+"""Issue 9: the same audit through a standalone Spark master and worker on 127.0.0.1, and
+through a Spark Connect server (``--remote sc://``).
 
 Starts ``org.apache.spark.deploy.master.Master`` and ``...worker.Worker`` with the pyspark
 install's ``spark-class``, runs ``python -m raftstream.audit run --master spark://...`` in a
@@ -26,6 +27,7 @@ from raftstream.localnet import free_port
 
 DAEMON_UP_S = 90.0
 AUDIT_S = 240.0
+CONNECT_AUDIT_S = 600.0  # every query a Connect round trip: slower on a loaded machine
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 
 
@@ -141,6 +143,64 @@ def test_audit_through_a_standalone_cluster(
         str(report),
     ]
     done = subprocess.run(cmd, env=_env(), capture_output=True, timeout=AUDIT_S, check=False)
+    assert done.returncode == 1, done.stdout.decode()[-3000:] + done.stderr.decode()[-3000:]
+    counts = {r["rule"]: r["count"] for r in json.loads(report.read_text())["rules"]}
+    assert counts == {r.rule: r.count for r in faulty_results}
+
+
+@pytest.fixture
+def connect_server(tmp_path: Path) -> Iterator[str]:
+    """A Spark Connect server (its own local[2] driver) on loopback; yields its sc:// URL."""
+    port = free_port()
+    log = tmp_path / "connect.log"
+    server = _start(
+        [
+            "org.apache.spark.deploy.SparkSubmit",
+            "--master",
+            "local[2]",
+            "--class",
+            "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--conf",
+            f"spark.connect.grpc.binding.port={port}",
+            "--conf",
+            "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+            "spark-internal",
+        ],
+        log,
+    )
+    try:
+        _wait_log(log, "Spark Connect server started", server)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        _stop(server)
+
+
+@pytest.mark.skipif(
+    os.environ.get("RAFTSTREAM_TEST_SPARK_CONNECT") != "1",
+    reason="a third Spark JVM: run with `make test-spark-connect`",
+)
+@pytest.mark.timeout(1200)
+def test_audit_through_spark_connect(
+    connect_server: str,
+    faulty: tuple[Path, Path],
+    faulty_results: list[RuleResult],
+    tmp_path: Path,
+) -> None:
+    """``--remote sc://``: the data source is registered over Connect and its Python workers
+    run beside the server (this machine: they read the same data root)."""
+    data, history = faulty
+    report = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "raftstream.audit", "run", "--data", str(data)]
+    cmd += ["--history", str(history), "--remote", connect_server, "--json", str(report)]
+    done = subprocess.run(
+        cmd, env=_env(), capture_output=True, timeout=CONNECT_AUDIT_S, check=False
+    )
     assert done.returncode == 1, done.stdout.decode()[-3000:] + done.stderr.decode()[-3000:]
     counts = {r["rule"]: r["count"] for r in json.loads(report.read_text())["rules"]}
     assert counts == {r.rule: r.count for r in faulty_results}
