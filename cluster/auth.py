@@ -16,9 +16,17 @@ not client calls and need no credentials (TLS protects the Raft service).
 A node also acts for an account itself, on its own behalf: deleting an ephemeral consumer
 gone inactive through the meta leader, reading a mirror's or source's origin in this cluster.
 It then sends a **node token** (``node_caller``): ``Bearer rs-node.<account>.<mac>``, the MAC
-an HMAC-SHA256 of the account under a key derived from the whole ``[auth]`` section, which
-every node has (docs/security.md: all nodes share it). It grants every permission in that
-account, never ``$SYS``; whoever can read the config can mint one, as they can read its hashes.
+an HMAC-SHA256 of the account under the cluster's node key: derived from ``[auth]
+node_secret_file`` (a secret file the same on every node), or, without it, from the whole
+``[auth]`` section (then whoever reads the config can mint tokens: its bcrypt hashes become
+password-equivalent; docs/security.md). It grants every permission in that account, never
+``$SYS``. With ``[tls]`` a node token is accepted only on a connection whose verified
+certificate is a node certificate, so a minted token is worthless to a client.
+
+Node-to-node services (Raft, repair, node descriptions: ``NODE_SERVICE_PREFIXES``) are not
+client calls; ``NodeCallsInterceptor`` keeps them to nodes: with ``[tls]`` the caller's
+certificate must be a node certificate, else (with ``[auth]``) the call must carry a node
+token. Without either, a development cluster trusts its network.
 
 bcrypt is slow on purpose (tens of milliseconds per check): a verified result is cached in
 memory, bounded (``verified_cache_entries_max``), keyed by a SHA-256 of the credentials;
@@ -45,6 +53,7 @@ import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -56,6 +65,7 @@ from raftstream.cluster.names import validate_account
 from raftstream.engine.subjects import subject_matches, validate_filter
 from raftstream.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
 from raftstream.proto.errors import abort
+from raftstream.raft.transport.tls import peer_node_names
 
 __all__ = [
     "ANONYMOUS",
@@ -69,11 +79,13 @@ __all__ = [
     "AuthInterceptor",
     "Authenticator",
     "Caller",
+    "NodeCallsInterceptor",
     "Permissions",
     "Principal",
     "acting_as",
     "bind_caller",
     "caller",
+    "cluster_metadata",
     "hash_secret",
     "node_caller",
     "node_token",
@@ -93,6 +105,9 @@ _BCRYPT_HASH = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
 _CLIENT_API_PREFIX = "/raftstream.v1."
 NODE_TOKEN_PREFIX = "rs-node."
 NODE_USER = "$node"  # the user name of a node acting for an account
+NODE_SECRET_BYTES_MIN = 32  # a node_secret_file shorter than this is refused
+# Services only nodes call (Raft, repair after data loss, placement descriptions).
+NODE_SERVICE_PREFIXES = ("/raftstream.raft.v1.", "/raftstream.repair.v1.", "/raftstream.node.v1.")
 
 
 def hash_secret(secret: str, *, rounds: int = 12) -> str:
@@ -163,6 +178,9 @@ class AuthConfig:
     users: Mapping[str, Principal]
     tokens: tuple[Principal, ...] = ()
     verified_cache_entries_max: int = VERIFIED_CACHE_ENTRIES_MAX
+    # The contents of node_secret_file (stripped): the key of node tokens. None: the key is
+    # derived from the section itself (see _node_key). Never shown.
+    node_secret: bytes | None = field(default=None, repr=False)
 
     def limits(self, account: str) -> AccountLimits:
         return self.accounts.get(account) or AccountLimits()
@@ -230,8 +248,11 @@ def acting_as(who: Caller) -> Iterator[None]:
 
 
 def _node_key(config: AuthConfig) -> bytes:
-    """The key of node tokens: a digest of the whole [auth] section (the same on every node
-    of a cluster, secret like the section's hashes)."""
+    """The key of node tokens: a digest of ``node_secret_file``'s secret when set (the same
+    file on every node), else of the whole [auth] section (then the section's hashes are as
+    secret as the key: docs/security.md)."""
+    if config.node_secret is not None:
+        return hashlib.sha256(b"raftstream node token\0secret\0" + config.node_secret).digest()
     principals = [
         [p.kind, p.name, p.account, p.secret_hash.decode("ascii")]
         for p in (*config.users.values(), *config.tokens)
@@ -250,6 +271,28 @@ def node_token(config: AuthConfig | None, account: str) -> str | None:
     if config is None:
         return None
     return f"{NODE_TOKEN_PREFIX}{account}.{_node_mac(_node_key(config), account)}"
+
+
+def cluster_metadata(config: AuthConfig | None) -> tuple[tuple[str, str], ...]:
+    """What a node sends on its node-to-node calls (Raft, repair, descriptions) so that
+    ``NodeCallsInterceptor`` of a peer without ``[tls]`` knows it for a node: the node token
+    of the config's first account (any account's proves the sender holds the node key);
+    nothing without ``[auth]``."""
+    if config is None or not config.accounts:
+        return ()
+    return ((AUTHORIZATION_KEY, f"Bearer {node_token(config, min(config.accounts))}"),)
+
+
+def cluster_caller(config: AuthConfig | None) -> Caller:
+    """This node on its own node-to-node business: its forwarded calls (``Forwarder``)
+    carry ``cluster_metadata``. Use with ``acting_as``."""
+    return Caller(
+        account=DEFAULT_ACCOUNT,
+        user=NODE_USER,
+        permissions=Permissions(publish=(), read=(), manage=()),
+        system=False,
+        credentials=cluster_metadata(config),
+    )
 
 
 def node_caller(config: AuthConfig | None, account: str) -> Caller:
@@ -273,7 +316,9 @@ LIMIT_KEYS = ("max_streams", "max_consumers", "max_memory_bytes", "max_file_byte
 _PERMISSION_KEYS = ("publish", "read", "manage")
 USER_KEYS = frozenset({"user", "password", "account", *_PERMISSION_KEYS})
 TOKEN_KEYS = frozenset({"name", "token", "account", *_PERMISSION_KEYS})
-_AUTH_KEYS = frozenset({"accounts", "users", "tokens", "verified_cache_entries_max"})
+_AUTH_KEYS = frozenset(
+    {"accounts", "users", "tokens", "verified_cache_entries_max", "node_secret_file"}
+)
 
 
 def parse_auth(table: Mapping[str, Any]) -> AuthConfig:
@@ -308,7 +353,27 @@ def parse_auth(table: Mapping[str, Any]) -> AuthConfig:
         users=MappingProxyType(users),
         tokens=tuple(tokens),
         verified_cache_entries_max=cache_max,
+        node_secret=_node_secret(table.get("node_secret_file")),
     )
+
+
+def _node_secret(path: object) -> bytes | None:
+    """The stripped contents of ``node_secret_file`` (None when the key is absent); errors
+    name the key and the rule, never the contents."""
+    if path is None:
+        return None
+    where = "auth.node_secret_file"
+    if not isinstance(path, str) or not path:
+        raise InvalidArgumentError(where, "must be a file path")
+    try:
+        secret = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise InvalidArgumentError(where, f"cannot read {path}: {exc.strerror}") from None
+    if len(secret) < NODE_SECRET_BYTES_MIN:
+        raise InvalidArgumentError(
+            where, f"must hold at least {NODE_SECRET_BYTES_MIN} bytes of secret (e.g. 32 random)"
+        )
+    return secret
 
 
 def _known(where: str, table: Mapping[str, Any], keys: frozenset[str]) -> None:
@@ -389,6 +454,7 @@ class Authenticator:
     credentials (see the module docstring). Owned by the node's event loop."""
 
     def __init__(self, config: AuthConfig) -> None:
+        self.config = config
         self._config = config
         self._verified: OrderedDict[bytes, Principal] = OrderedDict()
         self._checks = asyncio.Semaphore(BCRYPT_CHECKS_CONCURRENT_MAX)
@@ -403,7 +469,7 @@ class Authenticator:
         value = values[0]
         if not isinstance(value, str) or len(value) > CREDENTIALS_BYTES_MAX:
             raise UnauthenticatedError("unreadable credentials")
-        node = self._node_account(value)
+        node = self.node_account(value)
         if node is not None:
             return node_caller(self._config, node)
         principal = await self._principal(value)
@@ -415,7 +481,7 @@ class Authenticator:
             credentials=((AUTHORIZATION_KEY, value),),
         )
 
-    def _node_account(self, value: str) -> str | None:
+    def node_account(self, value: str) -> str | None:
         """The account of a valid node token (an HMAC check: no bcrypt), else None."""
         scheme, _, token = value.partition(" ")
         if scheme.lower() != "bearer" or not token.startswith(NODE_TOKEN_PREFIX):
@@ -477,11 +543,16 @@ class Authenticator:
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Resolves every client API call's credentials once, before its servicer runs, and
     binds the ``Caller`` to the call's task; refuses the call with UNAUTHENTICATED when
-    they do not resolve. Calls outside ``/raftstream.v1.`` (Raft, health, reflection) pass
-    untouched."""
+    they do not resolve. Calls outside ``/raftstream.v1.`` pass untouched (node-to-node
+    services: ``NodeCallsInterceptor``; health, reflection).
 
-    def __init__(self, authenticator: Authenticator) -> None:
+    ``node_certificates`` (the node has ``[tls]``): a node token is accepted only on a call
+    whose verified certificate is a node certificate, so whoever mints one (from a leaked
+    key or config) still cannot use it from a client's connection."""
+
+    def __init__(self, authenticator: Authenticator, *, node_certificates: bool = False) -> None:
         self._auth = authenticator
+        self._node_certificates = node_certificates
 
     async def intercept_service(
         self,
@@ -497,11 +568,68 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             )
         except UnauthenticatedError as exc:
             who = exc
-        return _bound(handler, who)
+        if isinstance(who, Caller) and who.user == NODE_USER and self._node_certificates:
+            return _bound(handler, _node_certificate_gate(who))
+        return _bound(handler, lambda _context: who)
 
 
-def _bound(handler: Any, who: Caller | UnauthenticatedError) -> Any:
-    """``handler`` with ``who`` bound before its behaviour runs (or refused with it)."""
+def _node_certificate_gate(who: Caller) -> Callable[[Any], Caller | Exception]:
+    def gate(context: Any) -> Caller | Exception:
+        if peer_node_names(context):
+            return who
+        return UnauthenticatedError("node tokens are accepted from node certificates only")
+
+    return gate
+
+
+class NodeCallsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Keeps node-to-node services (``NODE_SERVICE_PREFIXES``: Raft, repair, descriptions)
+    to nodes: a client must not, say, ask the meta leader to take a healthy node out of the
+    cluster as if it were under repair. With ``tls``: the caller's verified certificate must
+    be a node certificate (PERMISSION_DENIED otherwise; the Raft service then also checks
+    that a batch's ``src`` is the node so certified). Else, with ``authenticator`` (the
+    node's ``[auth]``): the call must carry a node token (UNAUTHENTICATED otherwise); the
+    node acting for it is bound as the caller, so a forward to the meta leader carries it
+    on. Install it only when the node has ``[tls]`` or ``[auth]``."""
+
+    def __init__(self, *, authenticator: Authenticator | None, tls: bool) -> None:
+        self._auth = authenticator
+        self._tls = tls
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[Any]],
+        handler_call_details: Any,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        method = str(handler_call_details.method)
+        if handler is None or not method.startswith(NODE_SERVICE_PREFIXES):
+            return handler
+        if self._tls:
+            return _bound(handler, _node_certificate_required)
+        who: Caller | Exception = UnauthenticatedError("node-to-node calls need a node token")
+        values = [
+            v for k, v in handler_call_details.invocation_metadata or () if k == AUTHORIZATION_KEY
+        ]
+        auth = self._auth
+        value = values[0] if values else None
+        if auth is not None and isinstance(value, str) and len(value) <= CREDENTIALS_BYTES_MAX:
+            who = cluster_caller(auth.config) if auth.node_account(value) else who
+        return _bound(handler, lambda _context: who)
+
+
+def _node_certificate_required(context: Any) -> Caller | Exception:
+    if peer_node_names(context):
+        return caller()
+    return PermissionDeniedError("node-to-node calls need a node certificate")
+
+
+Gate = Callable[[Any], "Caller | Exception"]
+
+
+def _bound(handler: Any, gate: Gate) -> Any:
+    """``handler`` with the caller ``gate(context)`` decides bound before its behaviour runs
+    (or refused with the error it returns)."""
     kinds = (
         ("unary_unary", grpc.unary_unary_rpc_method_handler, False),
         ("unary_stream", grpc.unary_stream_rpc_method_handler, True),
@@ -511,7 +639,7 @@ def _bound(handler: Any, who: Caller | UnauthenticatedError) -> Any:
     for attr, make, streamed in kinds:
         behavior = getattr(handler, attr)
         if behavior is not None:
-            wrapped = _streamed(behavior, who) if streamed else _unary(behavior, who)
+            wrapped = _streamed(behavior, gate) if streamed else _unary(behavior, gate)
             return make(
                 wrapped,
                 request_deserializer=handler.request_deserializer,
@@ -520,8 +648,9 @@ def _bound(handler: Any, who: Caller | UnauthenticatedError) -> Any:
     return handler
 
 
-def _unary(behavior: Callable[..., Awaitable[Any]], who: Caller | Exception) -> Any:
+def _unary(behavior: Callable[..., Awaitable[Any]], gate: Gate) -> Any:
     async def bound(request: Any, context: Any) -> Any:
+        who = gate(context)
         if isinstance(who, Exception):
             await abort(context, who)
         bind_caller(who)
@@ -530,8 +659,9 @@ def _unary(behavior: Callable[..., Awaitable[Any]], who: Caller | Exception) -> 
     return bound
 
 
-def _streamed(behavior: Callable[..., AsyncIterator[Any]], who: Caller | Exception) -> Any:
+def _streamed(behavior: Callable[..., AsyncIterator[Any]], gate: Gate) -> Any:
     async def bound(request: Any, context: Any) -> AsyncIterator[Any]:
+        who = gate(context)
         if isinstance(who, Exception):
             await abort(context, who)
         bind_caller(who)

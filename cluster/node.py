@@ -52,7 +52,9 @@ from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.auth import (
     Authenticator,
     AuthInterceptor,
+    NodeCallsInterceptor,
     acting_as,
+    cluster_metadata,
     node_caller,
     node_token,
 )
@@ -179,7 +181,8 @@ class Node:
         # Address space, not disk: the file grows with the data (LMDB needs the bound).
         self._storage = LmdbLogStorage(data / "raft", map_size_bytes=DEFAULT_MAP_SIZE_BYTES)
         self._env = open_node_env(store_dir, sync=False)
-        tcfg = GrpcTransportConfig()
+        # Raft streams carry the node token: a peer without [tls] knows them for a node's.
+        tcfg = GrpcTransportConfig(call_metadata=cluster_metadata(cfg.auth))
         peers = {n: str(a) for n, a in cfg.peers.items() if n != cfg.name}
         self._tls = cfg.tls.load() if cfg.tls is not None else None
         self._transport = GrpcTransport(cfg.name, peers=peers, config=tcfg, tls=self._tls)
@@ -233,6 +236,7 @@ class Node:
                 repair_id=self._repair_id,
                 peers=[str(a) for n, a in cfg.peers.items() if n != cfg.name],
                 forwarder=self._forwarder,
+                auth=cfg.auth,
                 on_meta_term=self._rejoin_meta,
                 on_done=self._repair_done,
             )
@@ -277,8 +281,12 @@ class Node:
             LatencyInterceptor(self.metrics),
             RepairGate(lambda: self._repair_id is not None),  # no answers while repaired
         )
-        if self.config.auth is not None:  # who calls: resolved once per call, refused early
-            interceptors = (*interceptors, AuthInterceptor(Authenticator(self.config.auth)))
+        auth = None if self.config.auth is None else Authenticator(self.config.auth)
+        tls = self._tls is not None
+        if auth is not None or tls:  # Raft, repair, descriptions: nodes only
+            interceptors = (*interceptors, NodeCallsInterceptor(authenticator=auth, tls=tls))
+        if auth is not None:  # who calls: resolved once per call, refused early
+            interceptors = (*interceptors, AuthInterceptor(auth, node_certificates=tls))
         # Limits after latency (a refused request is observed with its status code) and
         # after authentication (an unknown caller learns nothing about request rules).
         interceptors = (*interceptors, LimitsInterceptor(self.config.limits))

@@ -45,6 +45,7 @@ import grpc
 import lmdb
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
+from raftstream.cluster.auth import AuthConfig, acting_as, cluster_caller
 from raftstream.cluster.context import ServiceContext, time_left
 from raftstream.cluster.forward import Forwarder
 from raftstream.cluster.membership import LEARNER_LAG_MAX_ENTRIES
@@ -240,6 +241,7 @@ class RepairClient:
         forwarder: Forwarder,
         on_meta_term: Callable[[int], Awaitable[None]],
         on_done: Callable[[], Awaitable[None]],
+        auth: AuthConfig | None = None,
     ) -> None:
         self._me = node_id
         self._id = repair_id
@@ -247,6 +249,7 @@ class RepairClient:
         self._forwarder = forwarder
         self._on_meta_term = on_meta_term
         self._on_done = on_done
+        self._auth = auth  # its calls carry the node token (peers refuse them otherwise)
         self._turn = 0
         self._failing_since: float | None = None
 
@@ -276,13 +279,14 @@ class RepairClient:
                 # Any peer will do: it forwards to the meta leader it knows.
                 addr = self._peers[self._turn % len(self._peers)]
                 self._turn += 1
-                resp: rpb.RepairNodeResponse = await self._forwarder.unary(
-                    addr,
-                    _SVC + "RepairNode",
-                    req,
-                    rpb.RepairNodeResponse.FromString,
-                    timeout_s=REPAIR_CALL_TIMEOUT_S,
-                )
+                with acting_as(cluster_caller(self._auth)):
+                    resp: rpb.RepairNodeResponse = await self._forwarder.unary(
+                        addr,
+                        _SVC + "RepairNode",
+                        req,
+                        rpb.RepairNodeResponse.FromString,
+                        timeout_s=REPAIR_CALL_TIMEOUT_S,
+                    )
                 self._failing_since = None
                 return resp
         raise InvalidArgumentError("peers", "no peer to ask")  # pragma: no cover
@@ -422,6 +426,7 @@ async def report_cleared(
         )
         await ctx.meta.propose(entry, REPAIR_CALL_TIMEOUT_S)
         return
-    await ctx.to_meta_leader(
-        _SVC + "ReportCleared", req, rpb.ReportClearedResponse.FromString, REPAIR_CALL_TIMEOUT_S
-    )
+    with acting_as(cluster_caller(ctx.config.auth)):  # a node-to-node call: the node token
+        await ctx.to_meta_leader(
+            _SVC + "ReportCleared", req, rpb.ReportClearedResponse.FromString, REPAIR_CALL_TIMEOUT_S
+        )

@@ -58,6 +58,8 @@ class GrpcTransportConfig:
     message_bytes_max: int = 64 << 20
     batch_bytes_max: int = 4 << 20
     chunk_bytes_max: int = 1 << 20
+    # Sent with every outgoing call (e.g. the node token a peer without TLS asks for).
+    call_metadata: tuple[tuple[str, str], ...] = ()
     snapshot_bytes_max: int = 1 << 30
     # Per peer: batches waiting for the stream, by count and by encoded bytes.
     queue_batches_max: int = 1024
@@ -164,7 +166,7 @@ class _PeerLink:
     async def _stream_once(self) -> None:
         """Write batches on one Send stream until it breaks. Raises if it broke before it
         carried anything (the peer is down: back off); returns if it had worked."""
-        call = self._send_rpc()
+        call = self._send_rpc(metadata=self._cfg.call_metadata)
         wrote = False
         try:
             while True:
@@ -189,7 +191,11 @@ class _PeerLink:
         accepted = False
         try:
             chunks = snapshot_chunks(m, self._cfg.chunk_bytes_max)
-            ack = await self._install_rpc(chunks, timeout=self._cfg.snapshot_timeout_ms / 1000)
+            ack = await self._install_rpc(
+                chunks,
+                timeout=self._cfg.snapshot_timeout_ms / 1000,
+                metadata=self._cfg.call_metadata,
+            )
             accepted = ack.accepted
         except Exception as exc:  # the core retries: it needs to know, not the reason
             log.info("raft snapshot of %s to %s failed: %r", m.group, self.peer, exc)

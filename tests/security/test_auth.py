@@ -25,8 +25,11 @@ import raftstream
 from raftstream import ConsumerConfig, StreamConfig, errors
 from raftstream.cli import cli
 from raftstream.cluster.auth import hash_secret, parse_auth
+from raftstream.proto import raft_pb2
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.proto import repair_pb2 as rpb
+from raftstream.proto import repair_pb2_grpc as rpbg
 from tests.cluster.node_harness import LocalCluster, run
 
 pytestmark = pytest.mark.integration
@@ -142,6 +145,7 @@ def _cfg_json(cfg: StreamConfig | ConsumerConfig) -> str:
 
 
 ACK_REPLY = "$JS.ACK.BONLY.C1.1.1.1.0.0"
+ACK_REPLY_B = "$JS.ACK._.B.BONLY.C1.1.1.1.0.0.x"
 _B_CALLS: list[tuple[str, str, Any]] = [
     ("StreamService", "GetStreamInfo", pb.StreamInfoRequest(name="BONLY")),
     ("StreamService", "PurgeStream", pb.PurgeStreamRequest(name="BONLY")),
@@ -188,6 +192,8 @@ _B_CALLS: list[tuple[str, str, Any]] = [
         pb.ConsumerStepDownRequest(stream="BONLY", consumer="C1"),
     ),
     ("ConsumeService", "Ack", pb.AckRequest(ack=pb.AckItem(reply=ACK_REPLY, sync=True))),
+    # An ack token naming B's account (the long form) still acts in the caller's account.
+    ("ConsumeService", "Ack", pb.AckRequest(ack=pb.AckItem(reply=ACK_REPLY_B, sync=True))),
     ("PublishService", "Publish", pb.PublishRequest(subject="bonly.x", data=b"spy")),
 ]
 _REFUSED = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED}
@@ -279,6 +285,42 @@ def test_system_account_sees_every_account_in_cluster_info(cluster: LocalCluster
 
 
 # -- authentication --------------------------------------------------------------------------
+
+
+def test_node_to_node_services_refuse_clients(cluster: LocalCluster) -> None:
+    """A client cannot call the repair or Raft services (docs/security.md, "Threat model
+    and review"): without the node token, RepairNode for a healthy node is UNAUTHENTICATED
+    (before the fix it made the meta leader take n3 out of the meta group), and so is a
+    Raft batch; the meta group still counts every node afterwards."""
+    md = _basic("admin", PASSWORDS["admin"])  # even $SYS is a client, not a node
+
+    async def body() -> None:
+        async with grpc.aio.insecure_channel(cluster.servers[0]) as ch:
+            repair = rpbg.RepairServiceStub(ch)
+            for creds in ((), md):
+                with pytest.raises(grpc.RpcError) as err:
+                    await repair.RepairNode(
+                        rpb.RepairNodeRequest(node="n3", repair_id="evil"),
+                        metadata=creds,
+                        timeout=10,
+                    )
+                assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            send = ch.stream_unary(
+                "/raftstream.raft.v1.Raft/Send",
+                request_serializer=raft_pb2.Batch.SerializeToString,
+                response_deserializer=raft_pb2.SendAck.FromString,
+            )
+            with pytest.raises(grpc.RpcError) as err:
+                await send(iter([raft_pb2.Batch(src="n2", dst="n1")]), metadata=md, timeout=10)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        admin = await _connect(cluster, "admin")
+        try:
+            info = await admin.cluster_info()
+            assert {n.name for n in info.nodes if n.voter} == {"n1", "n2", "n3"}
+        finally:
+            await admin.close()
+
+    run(body())
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,11 @@ from raftstream.certs import CertSet, generate
 from raftstream.cluster.config import load_config
 from raftstream.config import StreamSource
 from raftstream.localnet import wait_for
+from raftstream.proto import node_pb2 as npb
+from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto import raft_pb2
+from raftstream.proto import repair_pb2 as rpb
+from raftstream.proto import repair_pb2_grpc as rpbg
 from raftstream.raft.transport import NODE_URI_PREFIX
 from raftstream.raft.transport.grpc_transport import SERVICE as RAFT_SERVICE
 from tests.cluster.node_harness import LocalCluster
@@ -311,6 +315,29 @@ def test_raft_service_accepts_node_certificates_only(
     assert _raft_send(addr, n3, "n3", "nobody") == grpc.StatusCode.OK
     foreign = _files(rogue, "n2", ca=good.ca)
     assert _raft_send(addr, foreign, "n2", "nobody") == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.integration
+def test_node_services_refuse_client_certificates(tls_cluster: LocalCluster, good: CertSet) -> None:
+    """The repair and node-description services, like Raft, are for node certificates: a
+    client certificate of the cluster CA gets PERMISSION_DENIED (before the fix, RepairNode
+    from a client made the meta leader take a healthy node out of the meta group)."""
+    client = good.clients["client"]
+    ca, cert, key = (p.read_bytes() for p in (good.ca, client.cert, client.key))
+    creds = grpc.ssl_channel_credentials(ca, key, cert)
+    with grpc.secure_channel(tls_cluster.addr("n1"), creds) as ch:
+        calls = [
+            lambda: rpbg.RepairServiceStub(ch).RepairNode(
+                rpb.RepairNodeRequest(node="n3", repair_id="evil"), timeout=10
+            ),
+            lambda: npbg.NodeServiceStub(ch).Describe(npb.DescribeRequest(asker="x"), timeout=10),
+        ]
+        for call in calls:
+            with pytest.raises(grpc.RpcError) as err:
+                call()
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    info = tls_cluster.cluster_info("n1")
+    assert info is not None and {n.name for n in info.nodes if n.voter} == set(NODES)
 
 
 def _wait(cluster: LocalCluster, what: str, probe: Callable[[], bool | None]) -> None:
