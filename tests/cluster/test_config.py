@@ -304,7 +304,9 @@ def test_every_key_is_documented_and_every_documented_key_exists() -> None:
         "limits": {f.name for f in dataclasses.fields(Limits)},
         "tls": {f.name for f in dataclasses.fields(TlsSettings)},
         # [auth] and the keys of its accounts, users and tokens (one namespace in the doc).
-        "auth": {f.name for f in dataclasses.fields(AuthConfig)}
+        # (``node_secret`` holds what the key ``node_secret_file`` names.)
+        "auth": ({f.name for f in dataclasses.fields(AuthConfig)} - {"node_secret"})
+        | {"node_secret_file"}
         | set(LIMIT_KEYS)
         | USER_KEYS
         | TOKEN_KEYS,
