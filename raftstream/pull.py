@@ -63,18 +63,23 @@ STATUS_REQUEST_TIMEOUT = 408
 EXPIRES_MARGIN_FRACTION = 0.1
 EXPIRES_MARGIN_MAX_S = 0.25
 HEARTBEAT_MISSES_MAX = 2
+# A prefetching fetch returns once its next request is on its way, waiting this long at most
+# (a server that cannot be reached must not hold up messages already received).
+PREFETCH_ISSUE_WAIT_S = 0.05
 
 
 class _Outcome:
     """What one Fetch call produced: messages, and the error that ended it (if any).
-    ``arrived`` is set whenever messages are added (a prefetch's reader waits on it)."""
+    ``arrived`` is set whenever messages are added (a prefetch's reader waits on it);
+    ``issued`` once the Fetch call is made (a prefetching fetch waits for that)."""
 
-    __slots__ = ("arrived", "error", "msgs")
+    __slots__ = ("arrived", "error", "issued", "msgs")
 
     def __init__(self) -> None:
         self.msgs: list[Msg] = []
         self.error: errors.RaftStreamError | None = None
         self.arrived = asyncio.Event()
+        self.issued = asyncio.Event()
 
 
 class _Ahead:
@@ -201,7 +206,7 @@ class PullSubscription:
         if not msgs and left_s > 0:
             msgs = await self._request(batch, left_s, heartbeat)
         if prefetch:
-            self._prefetch(batch, timeout_s, heartbeat)
+            await self._prefetch(batch, timeout_s, heartbeat)
         if not msgs:
             raise errors.DeadlineExceededError(
                 f"fetch: no messages within {timeout_s:.3f}s", stream=self._stream
@@ -235,16 +240,27 @@ class PullSubscription:
             self._ahead = None
         return msgs
 
-    def _prefetch(self, batch: int, timeout_s: float, heartbeat: float | None) -> None:
-        """Start the next pull request unless one is still outstanding."""
+    async def _prefetch(self, batch: int, timeout_s: float, heartbeat: float | None) -> None:
+        """Start the next pull request unless one is still outstanding, and return once it
+        is on its way: a caller that works without yielding to the loop (acks only queue)
+        would otherwise hold it back until its next fetch, and nothing would overlap."""
         if self._ahead is not None:
             return
         out = _Outcome()
-        task = asyncio.get_running_loop().create_task(
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(
             self._request(batch, timeout_s, heartbeat, out), name=f"prefetch-{self._consumer}"
         )
         task.add_done_callback(_retrieve)
         self._ahead = _Ahead(batch, out, task)
+        issued = loop.create_task(out.issued.wait())
+        try:
+            await asyncio.wait(
+                (task, issued), timeout=PREFETCH_ISSUE_WAIT_S, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            issued.cancel()
+        await asyncio.sleep(0)  # gRPC sends the request from a task of its own
 
     async def cancel_prefetch(self) -> None:
         """End the prefetched request, if any, and -NAK the messages it brought that no
@@ -278,6 +294,7 @@ class PullSubscription:
         failure before the first message reuses it); raises only when it failed before any
         message."""
         call = stubs.consume.Fetch(self._request_pb(batch, left_s, heartbeat), timeout=left_s)
+        out.issued.set()
         out.error = None
         try:
             await self._read(call, out, heartbeat)
