@@ -131,6 +131,10 @@ class Limits:
     pull_waiting_max: int = 512
     request_timeout_ms: int = 5_000
     call_timeout_max_ms: int = 60_000
+    # Cluster-wide, every account together (checked by the meta leader): each stream is a
+    # Raft group on its nodes, so even without [auth] account limits the count is bounded.
+    streams_max: int = 10_000
+    consumers_max: int = 100_000
 
     def __post_init__(self) -> None:
         for f in fields(self):

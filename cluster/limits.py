@@ -32,7 +32,7 @@ import asyncio
 import contextvars
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -62,6 +62,7 @@ __all__ = [
     "bound_consumer",
     "capped_time_left",
     "check_ack",
+    "check_cluster_limits",
     "check_consumer_limits",
     "check_name",
     "check_publish",
@@ -306,6 +307,43 @@ def check_consumer_limits(max_waiting: int, max_batch: int, max_bytes: int, limi
             "max_bytes",
             f"must be at most {limits.pull_batch_bytes_max} (limits.pull_batch_bytes_max)",
         )
+
+
+class _Counted(Protocol):
+    """What ``check_cluster_limits`` counts in (the meta state)."""
+
+    def all_streams(self) -> tuple[Any, ...]: ...
+
+    def consumers_of(self, account: str, stream: str) -> tuple[Any, ...]: ...
+
+
+def check_cluster_limits(
+    state: _Counted,
+    limits: Limits,
+    *,
+    account: str,
+    stream: str | None = None,
+    new_consumer: bool = False,
+) -> None:
+    """Refuse, ``LimitError`` naming the limit, a new stream (``stream``, created in
+    ``account``; a re-create of an existing one takes no place) or a new consumer that would
+    take the whole cluster, every account together, past ``streams_max``/``consumers_max``.
+    The meta leader calls it before it proposes, under the admission lock (as for account
+    limits), so without ``[auth]`` a client still cannot create Raft groups without bound."""
+    streams = state.all_streams()
+    full = stream is not None and len(streams) >= limits.streams_max
+    if full and not any(sa.account == account and sa.name == stream for sa in streams):
+        raise LimitError(
+            f"the cluster holds streams_max ({limits.streams_max}) streams",
+            limit="streams_max",
+        )
+    if new_consumer:
+        count = sum(len(state.consumers_of(sa.account, sa.name)) for sa in streams)
+        if count >= limits.consumers_max:
+            raise LimitError(
+                f"the cluster holds consumers_max ({limits.consumers_max}) consumers",
+                limit="consumers_max",
+            )
 
 
 def check_subjects_detail(subjects: Mapping[str, int] | None) -> None:

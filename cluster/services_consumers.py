@@ -23,7 +23,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, w
 from raftstream.cluster.assignments import ConsumerAssignment
 from raftstream.cluster.context import ServiceContext, account_of, caller_of, time_left
 from raftstream.cluster.convert import consumer_info_pb, parse_json
-from raftstream.cluster.limits import bound_consumer
+from raftstream.cluster.limits import bound_consumer, check_cluster_limits
 from raftstream.cluster.meta import ConsumerAdded, ConsumerUpdated, check_account_limits
 from raftstream.cluster.meta_entries import AddConsumer, DeleteConsumer, UpdateConsumer
 from raftstream.cluster.services_streams import group_info, step_down
@@ -127,6 +127,8 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         async with self._ctx.admission_lock:  # limits checked and used up atomically
             limits = self._ctx.account_limits(account)
             check_account_limits(meta.state, account, limits, new_consumer=not exists)
+            node_limits = self._ctx.config.limits
+            check_cluster_limits(meta.state, node_limits, account=account, new_consumer=not exists)
             result = await meta.propose(entry, time_left(context))
         if not isinstance(result, ConsumerAdded | ConsumerUpdated):
             raise InvariantError(f"consumer entry answered {result!r}")

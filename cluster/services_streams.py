@@ -26,7 +26,7 @@ from raftstream.cluster.convert import (
     stream_state_pb,
 )
 from raftstream.cluster.descriptions import NodeDescription, node_infos
-from raftstream.cluster.limits import check_subjects_detail
+from raftstream.cluster.limits import check_cluster_limits, check_subjects_detail
 from raftstream.cluster.meta import StreamAdded, StreamUpdated, check_account_limits
 from raftstream.cluster.meta_entries import AddStream, DeleteStream, UpdateStream
 from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_peers
@@ -159,6 +159,8 @@ class StreamServicer(pbg.StreamServiceServicer):
         async with self._ctx.admission_lock:  # limits checked and used up atomically
             limits = self._ctx.account_limits(account)
             check_account_limits(meta.state, account, limits, stream=cfg)
+            node_limits = self._ctx.config.limits
+            check_cluster_limits(meta.state, node_limits, account=account, stream=cfg.name)
             peers = place_stream(config=cfg, state=meta.state, nodes=cluster_nodes(self._ctx))
             entry = AddStream(account=account, config=cfg, peers=peers, ts_ns=time.time_ns())
             result = await meta.propose(entry, time_left(context))

@@ -254,6 +254,8 @@ def test_sanitize_keeps_a_short_escaped_prefix() -> None:
 
 
 CALL_TIMEOUT_MAX_MS = 2_000
+STREAMS_MAX = 6  # the module's other tests make 4 streams and 2 consumers
+CONSUMERS_MAX = 4
 
 
 class _CappedCluster(LocalCluster):
@@ -262,6 +264,7 @@ class _CappedCluster(LocalCluster):
     def _write_config(self, name: str) -> Any:
         p = super()._write_config(name)
         cap = f"request_timeout_ms = 1000\ncall_timeout_max_ms = {CALL_TIMEOUT_MAX_MS}\n"
+        cap += f"streams_max = {STREAMS_MAX}\nconsumers_max = {CONSUMERS_MAX}\n"
         p.write_text(p.read_text() + "\n[limits]\n" + cap)
         return p
 
@@ -387,3 +390,41 @@ def test_the_sdk_refuses_locally_what_no_node_takes(node: LocalCluster) -> None:
             await rs.close()
 
     asyncio.run(asyncio.wait_for(body(), 120))
+
+
+@pytest.mark.integration
+def test_streams_and_consumers_are_capped_cluster_wide(node: LocalCluster) -> None:
+    """Without [auth] (one account, no account limits) a client still cannot create
+    streams or consumers without bound: past streams_max / consumers_max the create is
+    RESOURCE_EXHAUSTED naming the limit and creates nothing; a re-create of an existing
+    stream at the cap is still answered (it takes no new place)."""
+    streams = pbg.StreamServiceStub
+    with grpc.insecure_channel(node.servers[0]) as ch:
+        made: list[str] = []
+
+        def create(name: str) -> None:
+            body = json.dumps({"name": name, "subjects": [f"{name.lower()}.>"]})
+            streams(ch).CreateStream(pb.CreateStreamRequest(config_json=body), timeout=20)
+
+        try:
+            with pytest.raises(grpc.RpcError) as full:
+                for i in range(STREAMS_MAX + 1):
+                    create(f"CAP{i}")
+                    made.append(f"CAP{i}")
+            assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert from_rpc_error(full.value).details["limit"] == "streams_max"
+            names = streams(ch).StreamNames(pb.StreamNamesRequest(), timeout=20)
+            assert names.page.total == STREAMS_MAX and f"CAP{len(made)}" not in names.names
+            create(made[0])  # idempotent re-create: no new place
+            consumers = pbg.ConsumerServiceStub(ch)
+            with pytest.raises(grpc.RpcError) as many:
+                for i in range(CONSUMERS_MAX + 1):
+                    cfg = json.dumps({"durable_name": f"D{i}", "ack_policy": "none"})
+                    consumers.CreateConsumer(
+                        pb.CreateConsumerRequest(stream=made[0], config_json=cfg), timeout=20
+                    )
+            assert many.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert from_rpc_error(many.value).details["limit"] == "consumers_max"
+        finally:
+            for name in made:
+                streams(ch).DeleteStream(pb.DeleteStreamRequest(name=name), timeout=20)
