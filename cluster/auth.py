@@ -459,6 +459,8 @@ class Authenticator:
         self._verified: OrderedDict[bytes, Principal] = OrderedDict()
         self._checks = asyncio.Semaphore(BCRYPT_CHECKS_CONCURRENT_MAX)
         self._node_key = _node_key(config)
+        # parse_auth guarantees a user or a token: their cost is the cost of a check.
+        self._decoy_hash = next(p.secret_hash for p in (*config.users.values(), *config.tokens))
 
     async def resolve(self, metadata: Sequence[tuple[str, Any]] | None) -> Caller:
         """The caller named by ``metadata``; ``UnauthenticatedError`` when it names none
@@ -517,8 +519,14 @@ class Authenticator:
         except (binascii.Error, UnicodeDecodeError):
             return None
         name, sep, password = text.partition(":")
+        if not sep:
+            return None
         user = self._config.users.get(name)
-        if not sep or user is None:
+        if user is None:
+            # As slow as a known user's check: the time of a refusal must not tell an
+            # attacker which user names exist (its result is ignored: any configured hash
+            # costs the same).
+            await self._verify(password, self._decoy_hash)
             return None
         return user if await self._verify(password, user.secret_hash) else None
 

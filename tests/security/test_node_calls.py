@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import grpc
 import pytest
 
@@ -30,7 +31,7 @@ from raftstream.cluster.auth import (
     node_token,
     parse_auth,
 )
-from raftstream.errors import InvalidArgumentError
+from raftstream.errors import InvalidArgumentError, UnauthenticatedError
 from raftstream.localnet import free_port
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
@@ -223,5 +224,28 @@ def test_node_token_needs_a_node_certificate_under_tls() -> None:
                 assert list(ok.names) == ["A"]
         finally:
             await server.stop(None)
+
+    asyncio.run(body())
+
+
+def test_an_unknown_user_costs_a_bcrypt_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong password of a known user and any password of an unknown one cost the same
+    one bcrypt check (counted, not timed): refusals do not tell which user names exist."""
+    checks: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def counted(secret: bytes, hashed: bytes) -> bool:
+        checks.append(hashed)
+        return bool(real(secret, hashed))
+
+    monkeypatch.setattr(bcrypt, "checkpw", counted)
+    auth = Authenticator(parse_auth(_auth_table()))
+
+    async def body() -> None:
+        for user in ("alice", "mallory"):
+            with pytest.raises(UnauthenticatedError):
+                await auth.resolve(_basic(user, "wrong"))
+            assert len(checks) == 1, user
+            checks.clear()
 
     asyncio.run(body())
