@@ -247,6 +247,11 @@ class Node:
         status = health_pb2.HealthCheckResponse
         serving = status.SERVING if self._repair_id is None else status.NOT_SERVING
         await self._health_servicer().set("", serving)
+        if cfg.auth is not None and cfg.auth.node_secret is None:
+            log.warning(
+                "[auth] has no node_secret_file: node tokens are keyed by the [auth] section, "
+                "so whoever reads this config can mint them (docs/security.md)"
+            )
         log.info("node started on %s (data %s)", cfg.listen, data)
 
     def _start_meta(self) -> None:

@@ -371,7 +371,10 @@ async def _conf_change(ctx: ServiceContext, change: ConfChange) -> None:
 
 class RepairServicer(rpbg.RepairServiceServicer):
     """``raftstream.repair.v1.RepairService`` on every node: forwards to the meta leader,
-    which takes the steps (``repair_step``) and records what the stream leaders report."""
+    which takes the steps (``repair_step``) and records what the stream leaders report.
+    Only nodes reach it (``cluster/auth.py`` NodeCallsInterceptor: a node certificate with
+    ``[tls]``, else a node token with ``[auth]``): a client must never make the meta leader
+    take a healthy node out of the cluster."""
 
     def __init__(self, ctx: ServiceContext) -> None:
         self._ctx = ctx
