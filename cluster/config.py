@@ -135,6 +135,9 @@ class Limits:
     # Raft group on its nodes, so even without [auth] account limits the count is bounded.
     streams_max: int = 10_000
     consumers_max: int = 100_000
+    # Client API calls with a stream open on this node at once (Fetch, PublishStream,
+    # AckStream, Consume): each holds memory until it ends, and bidi sessions have no deadline.
+    streaming_calls_max: int = 4_096
 
     def __post_init__(self) -> None:
         for f in fields(self):

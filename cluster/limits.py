@@ -20,7 +20,9 @@ enforced here (DEADLINE_EXCEEDED when it passes) and visible to the servicers th
 ``capped_time_left``, so the work inside (forwards, proposals, pull expiry) ends before it.
 Bidirectional streams (``PublishStream``, ``AckStream``, ``Consume``) are sessions: they
 are bounded by their windows (``publish_async_pending_max``, acks in flight, flow control)
-rather than by a deadline. Every list is paged (``cluster/meta.py`` LIST_LIMIT_MAX).
+rather than by a deadline. How many streaming calls (those and ``Fetch``) a node has open at
+once is bounded by ``limits.streaming_calls_max``: one more is RESOURCE_EXHAUSTED. Every
+list is paged (``cluster/meta.py`` LIST_LIMIT_MAX).
 
 The limits themselves are ``[limits]`` of the node config (``cluster/config.py``); their
 documentation, with defaults, units and errors, is docs/limits.md.
@@ -555,12 +557,14 @@ def capped_time_left(left_s: float | None) -> float | None:
 
 
 class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Checks every client API request (``check_request``) before its servicer runs and
-    puts unary and server-streaming calls under the server's deadline cap (see the module
-    docstring). The Raft service, health and reflection are left alone."""
+    """Checks every client API request (``check_request``) before its servicer runs, puts
+    unary and server-streaming calls under the server's deadline cap and counts streaming
+    calls against ``streaming_calls_max`` (see the module docstring). The node-to-node
+    services, health and reflection are left alone. Owned by the server's event loop."""
 
     def __init__(self, limits: Limits) -> None:
         self._limits = limits
+        self._streaming = 0  # streaming calls open now (limits.streaming_calls_max)
 
     async def intercept_service(
         self,
@@ -618,6 +622,18 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return capped
 
+    async def _open_stream(self, context: Any) -> None:
+        """Count a streaming call in, or refuse it RESOURCE_EXHAUSTED when
+        ``streaming_calls_max`` are open (the caller counts it out when it ends)."""
+        bound = self._limits.streaming_calls_max
+        if self._streaming >= bound:
+            exc = LimitError(
+                f"this node has streaming_calls_max ({bound}) streaming calls open; retry later",
+                limit="streaming_calls_max",
+            )
+            await abort(context, exc)
+        self._streaming += 1
+
     def _server_stream(self, method: str, behavior: Callable[..., AsyncIterator[Any]]) -> Any:
         async def capped(request: Any, context: Any) -> AsyncIterator[Any]:
             await self._check(method, request, context)
@@ -625,6 +641,7 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             deadline = time.monotonic() + cap_s
             _DEADLINE.set(deadline)
             responses = aiter(behavior(request, context))
+            await self._open_stream(context)  # counted out in the finally below
             # Only our own awaits are under the timeout, never a yield: a timeout must not
             # fire inside gRPC's write of a response.
             try:
@@ -638,6 +655,7 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             except TimeoutError:
                 await abort(context, _past_cap(cap_s))
             finally:
+                self._streaming -= 1
                 await responses.aclose()  # type: ignore[attr-defined]
 
         return capped
@@ -663,8 +681,12 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                         first = False
                     yield req
 
-            async for item in behavior(requests(), context):
-                yield item
+            await self._open_stream(context)
+            try:
+                async for item in behavior(requests(), context):
+                    yield item
+            finally:
+                self._streaming -= 1
             if refused:
                 await abort(context, refused[0])
 

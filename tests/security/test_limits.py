@@ -21,6 +21,7 @@ from raftstream.cluster.config import MIB, Limits
 from raftstream.cluster.limits import (
     INT64_MAX,
     SUBJECTS_DETAIL_MAX,
+    LimitsInterceptor,
     bound_consumer,
     check_ack,
     check_publish,
@@ -30,6 +31,7 @@ from raftstream.cluster.limits import (
 )
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.errors import InvalidArgumentError, LimitError
+from raftstream.localnet import free_port
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
@@ -251,6 +253,57 @@ def test_sanitize_keeps_a_short_escaped_prefix() -> None:
 
 
 # -- a real node ------------------------------------------------------------------------------
+
+
+class _HeldFetch(pbg.ConsumeServiceServicer):  # type: ignore[misc]
+    """A Fetch that stays open until ``release`` is set (no messages)."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def Fetch(self, request: Any, context: Any) -> Any:
+        self.started.set()
+        await self.release.wait()
+        yield pb.FetchResponse()
+
+
+def test_streaming_calls_are_capped_per_node() -> None:
+    """With streaming_calls_max open streaming calls (here 1, a Fetch held open), one more
+    (a Fetch, or a bidirectional AckStream) is RESOURCE_EXHAUSTED naming the limit, before
+    its servicer runs; once the open one ends its place is free again."""
+    held = _HeldFetch()
+    fetch = pb.FetchRequest(stream="S", consumer="C", batch=1)
+
+    async def body() -> None:
+        limits = Limits(streaming_calls_max=1)
+        server = grpc.aio.server(interceptors=(LimitsInterceptor(limits),))
+        pbg.add_ConsumeServiceServicer_to_server(held, server)
+        port = server.add_insecure_port(f"127.0.0.1:{free_port()}")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                stub = pbg.ConsumeServiceStub(ch)
+                first = stub.Fetch(fetch, timeout=30)
+                await held.started.wait()
+
+                async def acks() -> Any:
+                    yield pb.AckBatch()
+
+                for call in (stub.Fetch(fetch, timeout=30), stub.AckStream(acks(), timeout=30)):
+                    with pytest.raises(grpc.aio.AioRpcError) as err:
+                        async for _ in call:
+                            pass
+                    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                    assert from_rpc_error(err.value).details["limit"] == "streaming_calls_max"
+                held.release.set()
+                assert len([r async for r in first]) == 1
+                again = [r async for r in stub.Fetch(fetch, timeout=30)]
+                assert len(again) == 1
+        finally:
+            await server.stop(None)
+
+    asyncio.run(body())
 
 
 CALL_TIMEOUT_MAX_MS = 2_000
