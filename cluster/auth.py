@@ -63,7 +63,13 @@ import grpc
 from raftstream.cluster.meta_entries import DEFAULT_ACCOUNT
 from raftstream.cluster.names import validate_account
 from raftstream.engine.subjects import subject_matches, validate_filter
-from raftstream.errors import InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
+from raftstream.errors import (
+    InvalidArgumentError,
+    PermissionDeniedError,
+    RaftStreamError,
+    UnauthenticatedError,
+    UnavailableError,
+)
 from raftstream.proto.errors import abort
 from raftstream.raft.transport.tls import peer_node_names
 
@@ -101,6 +107,9 @@ CREDENTIALS_BYTES_MAX = 4096  # an authorization value longer than this is refus
 # bcrypt checks running at once (worker threads): a storm of bad credentials queues here
 # instead of taking every core from the node's Raft and client work.
 BCRYPT_CHECKS_CONCURRENT_MAX = 2
+# bcrypt checks running or queued at once: beyond, a call is refused UNAVAILABLE (retriable)
+# at once rather than queued for minutes behind a storm of bad credentials.
+BCRYPT_CHECKS_PENDING_MAX = 64
 _BCRYPT_HASH = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
 _CLIENT_API_PREFIX = "/raftstream.v1."
 NODE_TOKEN_PREFIX = "rs-node."
@@ -458,13 +467,15 @@ class Authenticator:
         self._config = config
         self._verified: OrderedDict[bytes, Principal] = OrderedDict()
         self._checks = asyncio.Semaphore(BCRYPT_CHECKS_CONCURRENT_MAX)
+        self._pending = 0  # bcrypt checks running or waiting (BCRYPT_CHECKS_PENDING_MAX)
         self._node_key = _node_key(config)
         # parse_auth guarantees a user or a token: their cost is the cost of a check.
         self._decoy_hash = next(p.secret_hash for p in (*config.users.values(), *config.tokens))
 
     async def resolve(self, metadata: Sequence[tuple[str, Any]] | None) -> Caller:
         """The caller named by ``metadata``; ``UnauthenticatedError`` when it names none
-        or its secret does not verify."""
+        or its secret does not verify; ``UnavailableError`` (retriable) when
+        ``BCRYPT_CHECKS_PENDING_MAX`` checks are under way already."""
         values = [v for k, v in metadata or () if k == AUTHORIZATION_KEY]
         if not values:
             raise UnauthenticatedError("credentials required (user and password, or token)")
@@ -540,9 +551,15 @@ class Authenticator:
         raw = secret.encode("utf-8", "surrogatepass")
         if not raw or len(raw) > 72:
             return False
-        async with self._checks:
-            # bcrypt takes tens of milliseconds by design: off the event loop.
-            return await asyncio.to_thread(bcrypt.checkpw, raw, secret_hash)
+        if self._pending >= BCRYPT_CHECKS_PENDING_MAX:
+            raise UnavailableError("too many credential checks under way on this node; retry")
+        self._pending += 1
+        try:
+            async with self._checks:
+                # bcrypt takes tens of milliseconds by design: off the event loop.
+                return await asyncio.to_thread(bcrypt.checkpw, raw, secret_hash)
+        finally:
+            self._pending -= 1
 
 
 # -- the server interceptor --------------------------------------------------------------------
@@ -571,10 +588,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None or not str(handler_call_details.method).startswith(_CLIENT_API_PREFIX):
             return handler
         try:
-            who: Caller | UnauthenticatedError = await self._auth.resolve(
+            who: Caller | RaftStreamError = await self._auth.resolve(
                 handler_call_details.invocation_metadata
             )
-        except UnauthenticatedError as exc:
+        except RaftStreamError as exc:  # UNAUTHENTICATED, or UNAVAILABLE when checks pile up
             who = exc
         if isinstance(who, Caller) and who.user == NODE_USER and self._node_certificates:
             return _bound(handler, _node_certificate_gate(who))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ import grpc
 import pytest
 
 from raftstream.cluster.auth import (
+    BCRYPT_CHECKS_PENDING_MAX,
     Authenticator,
     AuthInterceptor,
     Caller,
@@ -31,7 +33,7 @@ from raftstream.cluster.auth import (
     node_token,
     parse_auth,
 )
-from raftstream.errors import InvalidArgumentError, UnauthenticatedError
+from raftstream.errors import InvalidArgumentError, UnauthenticatedError, UnavailableError
 from raftstream.localnet import free_port
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
@@ -247,5 +249,39 @@ def test_an_unknown_user_costs_a_bcrypt_check(monkeypatch: pytest.MonkeyPatch) -
                 await auth.resolve(_basic(user, "wrong"))
             assert len(checks) == 1, user
             checks.clear()
+
+    asyncio.run(body())
+
+
+def test_credential_checks_under_way_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With BCRYPT_CHECKS_PENDING_MAX checks running or queued (bcrypt held here), one more
+    credential is refused UNAVAILABLE (retriable) at once instead of queueing; the held
+    ones end UNAUTHENTICATED once bcrypt answers, and a later check runs again."""
+    gate = threading.Event()
+    real = bcrypt.checkpw
+
+    def held(secret: bytes, hashed: bytes) -> bool:
+        gate.wait(60)  # bounded: the test releases it
+        return bool(real(secret, hashed))
+
+    monkeypatch.setattr(bcrypt, "checkpw", held)
+    auth = Authenticator(parse_auth(_auth_table()))
+
+    async def body() -> None:
+        tasks = [
+            asyncio.ensure_future(auth.resolve(_basic("alice", f"wrong{i}")))
+            for i in range(BCRYPT_CHECKS_PENDING_MAX)
+        ]
+        for _ in range(1000):  # until every task reached its check
+            if auth._pending == BCRYPT_CHECKS_PENDING_MAX:
+                break
+            await asyncio.sleep(0.005)
+        with pytest.raises(UnavailableError):
+            await auth.resolve(_basic("alice", "one-more"))
+        gate.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(r, UnauthenticatedError) for r in results)
+        with pytest.raises(UnauthenticatedError):
+            await auth.resolve(_basic("alice", "later"))
 
     asyncio.run(body())
