@@ -10,8 +10,8 @@ A client API call (``/raftstream.v1.*``) carries its credentials as gRPC metadat
 ``AuthInterceptor`` resolves them ONCE per call into a ``Caller`` (account, permissions)
 and binds it to the call's task in a context variable; ``caller()`` reads it (the
 servicers reach it through ``cluster/context.py``). Missing or rejected credentials end the
-call with UNAUTHENTICATED before any servicer runs. Raft, health and reflection calls are
-not client calls and need no credentials (TLS protects the Raft service).
+call with UNAUTHENTICATED before any servicer runs. Health and reflection calls need no
+credentials; node-to-node calls are guarded by ``NodeCallsInterceptor`` (below).
 
 A node also acts for an account itself, on its own behalf: deleting an ephemeral consumer
 gone inactive through the meta leader, reading a mirror's or source's origin in this cluster.

@@ -6,7 +6,9 @@ request limits, the repair gate) leave it alone: a node under repair still descr
 which is harmless because placement skips nodes that are not serving. With ``[auth]`` the
 caller must send a node token (``cluster/auth.py``; an HMAC check, no bcrypt): only nodes
 of the cluster learn the tags and free space (users read them in cluster info, which checks
-their credentials). With ``[tls]`` the call is mutual TLS like every call between nodes.
+their credentials). With ``[tls]`` the call is mutual TLS like every call between nodes,
+and ``cluster/auth.py`` NodeCallsInterceptor refuses a caller whose certificate is not a
+node certificate.
 """
 
 from __future__ import annotations

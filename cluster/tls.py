@@ -4,8 +4,9 @@
 concatenated), ``cert_file`` (this node's certificate, optionally followed by its chain)
 and ``key_file`` (its private key). All three or none: without the section the node speaks
 plaintext; with it, its port speaks TLS only, requires a certificate signed by the CA from
-every caller (clients and nodes alike) and accepts Raft traffic only from node certificates
-(``raft/transport/tls.py``; docs/tls.md says why).
+every caller (clients and nodes alike) and accepts node-to-node calls (Raft, repair,
+descriptions) only from node certificates (``raft/transport/tls.py``,
+``cluster/auth.py`` NodeCallsInterceptor; docs/tls.md says why).
 
 Checked at load, each refusal an ``InvalidArgumentError`` naming the key: every file is
 readable and holds what it should; the key matches the certificate; the certificate is a
