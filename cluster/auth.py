@@ -49,7 +49,9 @@ import fnmatch
 import hashlib
 import hmac
 import json
+import logging
 import re
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,9 +114,12 @@ BCRYPT_CHECKS_CONCURRENT_MAX = 2
 BCRYPT_CHECKS_PENDING_MAX = 64
 _BCRYPT_HASH = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
 _CLIENT_API_PREFIX = "/raftstream.v1."
+log = logging.getLogger(__name__)
+
 NODE_TOKEN_PREFIX = "rs-node."
 NODE_USER = "$node"  # the user name of a node acting for an account
 NODE_SECRET_BYTES_MIN = 32  # a node_secret_file shorter than this is refused
+REFUSAL_LOG_INTERVAL_S = 60.0  # at most one warning this often about refused node calls
 # Services only nodes call (Raft, repair after data loss, placement descriptions).
 NODE_SERVICE_PREFIXES = ("/raftstream.raft.v1.", "/raftstream.repair.v1.", "/raftstream.node.v1.")
 
@@ -620,6 +625,7 @@ class NodeCallsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, *, authenticator: Authenticator | None, tls: bool) -> None:
         self._auth = authenticator
         self._tls = tls
+        self._last_warning_s = -REFUSAL_LOG_INTERVAL_S
 
     async def intercept_service(
         self,
@@ -640,7 +646,21 @@ class NodeCallsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         value = values[0] if values else None
         if auth is not None and isinstance(value, str) and len(value) <= CREDENTIALS_BYTES_MAX:
             who = cluster_caller(auth.config) if auth.node_account(value) else who
+        if isinstance(who, Exception):
+            self._note_refusal(method)
         return _bound(handler, lambda _context: who)
+
+    def _note_refusal(self, method: str) -> None:
+        """A warning, at most every ``REFUSAL_LOG_INTERVAL_S``: a peer whose [auth] (or
+        node_secret_file) differs is refused here, and would otherwise fail silently."""
+        now = time.monotonic()
+        if now - self._last_warning_s >= REFUSAL_LOG_INTERVAL_S:
+            self._last_warning_s = now
+            log.warning(
+                "refused a node-to-node call (%s) without a valid node token: a client, or a "
+                "node whose [auth] node_secret_file (or section) differs from this one's",
+                method,
+            )
 
 
 def _node_certificate_required(context: Any) -> Caller | Exception:

@@ -86,10 +86,11 @@ def _basic(user: str, password: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Basic {raw}"),)
 
 
-def test_repair_service_wants_a_node_token_under_auth() -> None:
+def test_repair_service_wants_a_node_token_under_auth(caplog: pytest.LogCaptureFixture) -> None:
     """A client (no credentials, a user's password, a forged or another key's node token)
     cannot call RepairNode: UNAUTHENTICATED, and the servicer never runs. A node token
-    passes, and the node it stands for is the bound caller (a forward carries it on)."""
+    passes, and the node it stands for is the bound caller (a forward carries it on). The
+    refusals are logged (rate-limited), never with what was sent."""
     auth = parse_auth(_auth_table())
     other = parse_auth({**_auth_table(), "accounts": {"A": {}, "B": {}, "C": {}}})
     refused = [
@@ -114,6 +115,8 @@ def test_repair_service_wants_a_node_token_under_auth() -> None:
             assert [c.credentials for c in repair.callers] == [cluster_metadata(auth)]
 
     asyncio.run(body())
+    warnings = [r.getMessage() for r in caplog.records if "node-to-node call" in r.getMessage()]
+    assert warnings and not any("alice" in w or "rs-node" in w for w in warnings)
 
 
 def test_repair_service_wants_a_node_certificate_under_tls() -> None:
