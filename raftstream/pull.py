@@ -39,6 +39,7 @@ client that goes away mid-fetch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -63,6 +64,9 @@ STATUS_REQUEST_TIMEOUT = 408
 EXPIRES_MARGIN_FRACTION = 0.1
 EXPIRES_MARGIN_MAX_S = 0.25
 HEARTBEAT_MISSES_MAX = 2
+# One pull request waits at most this long: a node refuses a longer expiry (its
+# limits.call_timeout_max_ms, 60 s by default), so a longer fetch is a series of requests.
+REQUEST_WAIT_MAX_S = 30.0
 # A prefetching fetch returns once its next request is on its way, waiting this long at most
 # (a server that cannot be reached must not hold up messages already received).
 PREFETCH_ISSUE_WAIT_S = 0.05
@@ -188,7 +192,8 @@ class PullSubscription:
     ) -> list[Msg]:
         """Up to ``batch`` messages within ``timeout`` seconds (None: the client's timeout).
 
-        Messages a previous ``prefetch`` brought come first. ``prefetch``: leave the next
+        A ``timeout`` above ``REQUEST_WAIT_MAX_S`` (30 s) is a series of pull requests, each
+        within a node's call cap. Messages a previous ``prefetch`` brought come first. ``prefetch``: leave the next
         pull request outstanding when returning (see the module docstring).
 
         Raises ``DeadlineExceededError`` when none arrived, and the typed error of a status
@@ -203,10 +208,16 @@ class PullSubscription:
         deadline = loop.time() + timeout_s
         msgs = await self._from_ahead(batch, timeout_s)
         left_s = deadline - loop.time()
-        if not msgs and left_s > 0:
-            msgs = await self._request(batch, left_s, heartbeat)
+        while not msgs and left_s > 0:
+            wait_s = min(left_s, REQUEST_WAIT_MAX_S)
+            if wait_s == left_s:
+                msgs = await self._request(batch, wait_s, heartbeat)
+                break
+            with contextlib.suppress(errors.DeadlineExceededError):  # time is left: ask again
+                msgs = await self._request(batch, wait_s, heartbeat)
+            left_s = deadline - loop.time()
         if prefetch:
-            await self._prefetch(batch, timeout_s, heartbeat)
+            await self._prefetch(batch, min(timeout_s, REQUEST_WAIT_MAX_S), heartbeat)
         if not msgs:
             raise errors.DeadlineExceededError(
                 f"fetch: no messages within {timeout_s:.3f}s", stream=self._stream

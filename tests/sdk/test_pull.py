@@ -430,3 +430,34 @@ def test_a_prefetch_that_brought_nothing_leaves_the_next_fetch_its_own_request()
             assert calls == [1, 1, 1]
 
     run(main())
+
+
+def test_a_fetch_longer_than_one_request_may_wait_is_a_series_of_requests(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """A node refuses a pull expiry above its call cap (limits.call_timeout_max_ms), so a
+    long fetch asks again and again, each request within the cap, until a message comes."""
+    monkeypatch.setattr("raftstream.pull.REQUEST_WAIT_MAX_S", 0.3)
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            requests: list[Any] = []
+
+            async def fetch(req: Any, ctx: Any) -> AsyncIterator[pb.FetchResponse]:
+                requests.append(req)
+                if len(requests) == 1:
+                    await asyncio.sleep(req.expires_ns / NS / 2)
+                    yield status(408, "Request Timeout")
+                elif len(requests) == 2:
+                    await asyncio.sleep(1)  # no answer: the request's deadline ends it
+                else:
+                    yield pb.FetchResponse(messages=[msg(1)])
+
+            node.on("Fetch", fetch)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                got = await (await bound(rs)).fetch(1, timeout=10)
+            assert [m.metadata.stream_seq for m in got] == [1]
+            assert len(requests) == 3
+            assert all(0 < r.expires_ns <= 0.3 * NS for r in requests)
+
+    run(main())
