@@ -124,7 +124,8 @@ class Raft:
     # ------------------------------------------------------------------ messages
     def send(self, m: Message) -> None:
         """Queue ``m`` for the next Ready. Nothing queued here leaves the node before the
-        driver has persisted that Ready's entries and hard state (see RaftNode.ready)."""
+        driver has persisted that Ready's entries and hard state, except a leader's appends
+        under the rule in RaftNode.ready."""
         self.msgs.append(m)
 
     def msg(
@@ -396,8 +397,9 @@ class Raft:
                 self.uncommitted_bytes += len(e.data)
         last = self.log.append(stamped)
         # The leader counts itself at once; it cannot be part of a quorum "too early"
-        # because no follower acknowledges before our Ready (with these entries) is
-        # persisted and its messages sent.
+        # because the driver steps no acknowledgement of these entries before our Ready
+        # (with them) is persisted: either the appends leave only after that write, or they
+        # leave during it and acks are stepped after it (thesis §10.2.1, RawNode.ready).
         self.tracker.progress[self.id].maybe_update(last)
         self.maybe_commit()
         self.bcast_pending = True

@@ -253,6 +253,10 @@ class RaftNode:
         ``hard_state`` are durable. Votes (HardState.vote) and acknowledgements of entries
         are among them; sending first could let a crash forget a vote (two leaders in a
         term) or an acknowledged entry (a commit lost). This is persist-before-send.
+        One relaxation is allowed (Raft thesis §10.2.1): a leader's APPEND messages may leave
+        while its own write of the same entries is in flight, provided its term and vote are
+        already durable and the driver steps no received message before that write completes
+        (the leader counted itself at once; see raft/host.py).
         """
         invariant(not self._readying, "ready() called twice without advance()")
         r = self._r
