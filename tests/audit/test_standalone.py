@@ -26,7 +26,7 @@ from raftstream.audit.checks import RuleResult
 from raftstream.localnet import free_port
 
 DAEMON_UP_S = 90.0
-AUDIT_S = 240.0
+AUDIT_S = 480.0  # a bound against a hang, not a speed check: CI machines can be loaded
 CONNECT_AUDIT_S = 600.0  # every query a Connect round trip: slower on a loaded machine
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 
@@ -122,7 +122,7 @@ def standalone(tmp_path: Path) -> Iterator[str]:
             _stop(p)
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(720)
 def test_audit_through_a_standalone_cluster(
     standalone: str, faulty: tuple[Path, Path], faulty_results: list[RuleResult], tmp_path: Path
 ) -> None:
