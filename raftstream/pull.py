@@ -193,8 +193,9 @@ class PullSubscription:
         """Up to ``batch`` messages within ``timeout`` seconds (None: the client's timeout).
 
         A ``timeout`` above ``REQUEST_WAIT_MAX_S`` (30 s) is a series of pull requests, each
-        within a node's call cap. Messages a previous ``prefetch`` brought come first. ``prefetch``: leave the next
-        pull request outstanding when returning (see the module docstring).
+        within a node's call cap. Messages a previous ``prefetch`` brought come first.
+        ``prefetch``: leave the next pull request outstanding when returning (see the module
+        docstring).
 
         Raises ``DeadlineExceededError`` when none arrived, and the typed error of a status
         or a failure when nothing was received (see the module docstring).
