@@ -265,6 +265,11 @@ class Proxy:
         self._handlers.add(handler)
         try:
             await self._join(reader, writer)
+        except asyncio.CancelledError:
+            # ``stop`` cancelled it: end quietly. This task is the stream server's own
+            # (nothing awaits it), and Python 3.11's stream callback would log a cancelled
+            # handler as an "Exception in callback" error.
+            pass
         finally:
             self._handlers.discard(handler)
             if not writer.transport.is_closing():
