@@ -11,6 +11,7 @@ a failing test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -246,3 +247,17 @@ async def retry_async(fn: Callable[[], Any], *, timeout_s: float = READY_TIMEOUT
             if time.monotonic() > deadline:
                 raise
         await asyncio.sleep(POLL_S * 4)
+
+
+@contextlib.contextmanager
+def running(c: LocalCluster) -> Iterator[LocalCluster]:
+    """Start every node of ``c`` and always close it afterwards; print the nodes' log tails
+    when starting fails (a module fixture: ``with running(LocalCluster(3)) as c: yield c``)."""
+    try:
+        c.start_all()
+        yield c
+    except BaseException:
+        print(c.tails(60))
+        raise
+    finally:
+        c.close()

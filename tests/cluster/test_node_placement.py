@@ -25,7 +25,7 @@ from raftstream.errors import InvalidArgumentError
 from raftstream.localnet import wait_for
 from raftstream.models import StreamInfo
 
-from .node_harness import LocalCluster, retry_async, run
+from .node_harness import LocalCluster, retry_async, run, running
 
 pytestmark = pytest.mark.integration
 
@@ -55,14 +55,8 @@ def tagged(tmp_path: Path) -> Iterator[LocalCluster]:
         auth=_auth_toml(),
         client_metadata=(("authorization", f"Basic {basic}"),),
     )
-    try:
-        c.start_all()
+    with running(c):
         yield c
-    except BaseException:
-        print(c.tails(60))
-        raise
-    finally:
-        c.close()
 
 
 def _hosts(info: StreamInfo) -> set[str]:

@@ -36,7 +36,7 @@ from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
 from raftstream.publisher import PAYLOAD_BYTES_CEILING
-from tests.cluster.node_harness import LocalCluster
+from tests.cluster.node_harness import LocalCluster, running
 
 LIMITS = Limits()
 SVC = "/raftstream.v1."
@@ -325,14 +325,8 @@ class _CappedCluster(LocalCluster):
 @pytest.fixture(scope="module")
 def node() -> Iterator[LocalCluster]:
     c = _CappedCluster(1)
-    try:
-        c.start_all()
+    with running(c):
         yield c
-    except BaseException:
-        print(c.tails(60))
-        raise
-    finally:
-        c.close()
 
 
 def _unavailable(exc: BaseException) -> bool:

@@ -25,7 +25,7 @@ from raftstream.cluster.auth import hash_secret, node_token, parse_auth
 from raftstream.localnet import wait_for
 from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
-from tests.cluster.node_harness import LocalCluster, run
+from tests.cluster.node_harness import LocalCluster, run, running
 
 pytestmark = pytest.mark.integration
 
@@ -56,14 +56,8 @@ def cluster() -> Iterator[LocalCluster]:
     secret.write_text(base64.b64encode(random.randbytes(32)).decode())
     secret.chmod(0o600)
     c.auth = _auth_toml(str(secret))
-    try:
-        c.start_all()
+    with running(c):
         yield c
-    except BaseException:
-        print(c.tails(60))
-        raise
-    finally:
-        c.close()
 
 
 def test_a_damaged_node_is_repaired_under_auth_with_a_node_secret(cluster: LocalCluster) -> None:
