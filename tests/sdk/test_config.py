@@ -16,6 +16,7 @@ from raftstream import config as sdk
 from raftstream import errors
 from raftstream.engine import consumer_config as eng_consumer
 from raftstream.engine import stream_config as eng_stream
+from raftstream.engine import stream_source as eng_source
 from raftstream.models import MsgMetadata
 
 
@@ -34,8 +35,10 @@ def _defaults(cls: type) -> dict[str, object]:
     [
         (sdk.StreamConfig, eng_stream.StreamConfig),
         (sdk.ConsumerConfig, eng_consumer.ConsumerConfig),
+        (sdk.StreamSource, eng_source.StreamSource),
+        (sdk.ExternalStream, eng_source.ExternalStream),
     ],
-    ids=["stream", "consumer"],
+    ids=["stream", "consumer", "stream_source", "external_stream"],
 )
 def test_field_names_and_defaults_match_the_engine(sdk_cls: type, engine_cls: type):
     assert [f.name for f in dataclasses.fields(sdk_cls)] == [
