@@ -6,6 +6,7 @@ processes on 127.0.0.1. Standard library only, so any layer may import it.
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 from collections.abc import Callable
@@ -20,12 +21,54 @@ READY_TIMEOUT_S = 60.0
 POLL_S = 0.05
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks it; another process may take it
-    before the caller binds it, so callers that race retry on a bind failure)."""
+# Listening ports come from below the kernel's ephemeral range: a port the OS hands out for
+# bind(0) is also one it may give any outgoing connection (a node dialling its peers) before
+# the node that was told to listen there binds it, and then the node fails to start with
+# "Address already in use" (seen in CI).
+LISTEN_PORT_LOW = 20000
+_EPHEMERAL_RANGE_PATH = "/proc/sys/net/ipv4/ip_local_port_range"
+_PICK_ATTEMPTS_MAX = 500
+_handed_out: set[int] = set()  # never the same port twice in one process
+_rng = random.Random()
+
+
+def _listen_range() -> tuple[int, int] | None:
+    """[low, high) for listening ports, below the ephemeral range; None when there is no room."""
+    try:
+        with open(_EPHEMERAL_RANGE_PATH) as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return (LISTEN_PORT_LOW, ephemeral_low) if ephemeral_low - LISTEN_PORT_LOW >= 1000 else None
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now, below the ephemeral range (so no outgoing
+    connection takes it meanwhile) and never returned twice by this process. Another process
+    may still bind it first; callers that race retry on a bind failure."""
+    span = _listen_range()
+    if span is not None:
+        for _ in range(_PICK_ATTEMPTS_MAX):
+            port = _rng.randrange(*span)
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
+    while True:  # no room below the ephemeral range: let the OS pick
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def wait_for(
