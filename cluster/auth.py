@@ -62,6 +62,7 @@ from typing import Any
 import bcrypt
 import grpc
 
+from raftstream.cluster.handlers import rewrap
 from raftstream.cluster.meta_entries import DEFAULT_ACCOUNT
 from raftstream.cluster.names import validate_account
 from raftstream.engine.subjects import subject_matches, validate_filter
@@ -675,22 +676,20 @@ Gate = Callable[[Any], "Caller | Exception"]
 def _bound(handler: Any, gate: Gate) -> Any:
     """``handler`` with the caller ``gate(context)`` decides bound before its behaviour runs
     (or refused with the error it returns)."""
-    kinds = (
-        ("unary_unary", grpc.unary_unary_rpc_method_handler, False),
-        ("unary_stream", grpc.unary_stream_rpc_method_handler, True),
-        ("stream_unary", grpc.stream_unary_rpc_method_handler, False),
-        ("stream_stream", grpc.stream_stream_rpc_method_handler, True),
+
+    def unary(behavior: Any) -> Any:
+        return _unary(behavior, gate)
+
+    def streamed(behavior: Any) -> Any:
+        return _streamed(behavior, gate)
+
+    return rewrap(
+        handler,
+        unary_unary=unary,
+        unary_stream=streamed,
+        stream_unary=unary,
+        stream_stream=streamed,
     )
-    for attr, make, streamed in kinds:
-        behavior = getattr(handler, attr)
-        if behavior is not None:
-            wrapped = _streamed(behavior, gate) if streamed else _unary(behavior, gate)
-            return make(
-                wrapped,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-    return handler
 
 
 def _unary(behavior: Callable[..., Awaitable[Any]], gate: Gate) -> Any:

@@ -40,6 +40,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from raftstream.cluster.config import Limits
+from raftstream.cluster.handlers import rewrap
 from raftstream.cluster.names import validate_node_name
 from raftstream.engine.ack import parse_ack_subject
 from raftstream.engine.consumer_config import MAX_WAITING_DEFAULT, ConsumerConfig, with_changes
@@ -575,23 +576,13 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         method = str(handler_call_details.method)
         if handler is None or not method.startswith(_PREFIX):
             return handler
-        kw = {
-            "request_deserializer": _tolerant(handler.request_deserializer),
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(method, handler.unary_unary), **kw
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._server_stream(method, handler.unary_stream), **kw
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                self._bidi(method, handler.stream_stream), **kw
-            )
-        return handler
+        return rewrap(
+            handler,
+            unary_unary=lambda behavior: self._unary(method, behavior),
+            unary_stream=lambda behavior: self._server_stream(method, behavior),
+            stream_stream=lambda behavior: self._bidi(method, behavior),
+            request_deserializer=_tolerant,
+        )
 
     def _cap_s(self, method: str, context: Any) -> float:
         lim = self._limits

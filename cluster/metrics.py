@@ -18,6 +18,8 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from raftstream.cluster.handlers import rewrap
+
 __all__ = ["LatencyInterceptor", "NodeMetrics"]
 
 _LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -127,25 +129,12 @@ class LatencyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None or not method.startswith(self._prefix):
             return handler
         name = method.rsplit("/", 1)[-1]
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(name, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._streamed(name, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                self._streamed(name, handler.stream_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+        return rewrap(
+            handler,
+            unary_unary=lambda behavior: self._unary(name, behavior),
+            unary_stream=lambda behavior: self._streamed(name, behavior),
+            stream_stream=lambda behavior: self._streamed(name, behavior),
+        )
 
     def _unary(self, name: str, behavior: Callable[..., Awaitable[Any]]) -> Any:
         async def timed(request: Any, context: Any) -> Any:
