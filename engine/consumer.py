@@ -285,8 +285,10 @@ class Consumer:
             self._rebuild_heap()
         else:
             pending = self._state.pending
+            if self._state_store is not None:
+                # Only ``flush`` reads (and clears) it: without a store it would only grow.
+                self._dirty.update(changes.dirty)
             for seq in changes.dirty:
-                self._dirty.add(seq)
                 p = pending.get(seq)
                 if p is not None:
                     heapq.heappush(self._heap, (p.deadline_ns, seq))
@@ -436,7 +438,10 @@ class Consumer:
             if msg is not None:
                 return msg
             self._commit(Gone(stream_seqs=(state.lps_queue[0],)))
-        start = state.delivered_stream_seq + 1
+        return self._new_from(state.delivered_stream_seq + 1)
+
+    def _new_from(self, start: int) -> StoredMsg | None:
+        """The first message at or after ``start`` that passes the filters (None: none)."""
         filters = self._config.filters
         if self._scan_live and len(filters) == 1:
             return self._scan_next(start, filters[0])
@@ -565,6 +570,8 @@ class Consumer:
         """Hand messages to waiting requests, round-robin, while there are any."""
         q = self._waiting
         while (w := q.head()) is not None:
+            if self._fill_new(now_ns, events):
+                continue
             msg = self._candidate(now_ns)
             if msg is None:
                 break
@@ -579,6 +586,80 @@ class Consumer:
                 q.pop_head()
             else:
                 q.rotate()
+
+    def _fill_new(self, now_ns: int, events: list[PullEvent]) -> bool:
+        """Hand out a run of new messages to the waiting requests, round-robin, as ONE
+        Deliver op; True when it answered anything (deliveries, or a request finished with
+        409), False when it did nothing: no new message, a redelivery is due or the
+        consumer still owes last-per-subject messages (those go one by one through
+        ``_candidate``).
+
+        The same decisions as ``_candidate`` + ``_hand_out`` per message, made without
+        applying each delivery first: while no redelivery is due at ``now_ns``, a new
+        delivery changes only what this run tracks itself (the cursor, the next consumer
+        sequence, num_pending, the room under ``max_ack_pending``), and makes no redelivery
+        due (its deadline is ``now_ns`` plus a positive ack wait). Applying one op for the
+        run instead of one per message is most of the cost of a fetch on the leader.
+        """
+        state = self._state
+        if state.lps_queue or self._eligible_redelivery(now_ns) is not None:
+            return False
+        cfg = self._config
+        track = cfg.acks_required
+        # As ``_candidate``: no new message while max_ack_pending are pending.
+        capped = cfg.max_ack_pending != UNLIMITED
+        room = cfg.max_ack_pending - len(state.pending)
+        if capped and room <= 0:
+            return False
+        cache = self._pending_cache
+        pending_left = cache[1] if cache is not None else self.num_pending()
+        q = self._waiting
+        events_before = len(events)
+        seqs: list[int] = []
+        cseq = state.delivered_consumer_seq
+        start = state.delivered_stream_seq + 1
+        make = self._new_delivery
+        while (not capped or room > 0) and (w := q.head()) is not None:
+            msg = self._new_from(start)
+            if msg is None:
+                break
+            size = msg.size
+            if w.request.max_bytes and size > w.remaining_bytes:
+                q.pop_head()
+                events.append(w.status(StatusCode.CONFLICT, "Message Size Exceeds MaxBytes"))
+                continue
+            seqs.append(msg.seq)
+            cseq += 1
+            pending_left -= 1
+            events.append(PullEvent(reply=w.request.reply, delivery=make(msg, cseq, pending_left)))
+            w.took(size, now_ns)
+            if w.done:
+                q.pop_head()
+            else:
+                q.rotate()
+            start = msg.seq + 1
+            if track:
+                room -= 1
+        if seqs:
+            self._commit(Deliver(stream_seqs=tuple(seqs), now_ns=now_ns))
+            invariant(
+                state.delivered_consumer_seq == cseq, "a run of new deliveries took its sequences"
+            )
+        return len(events) > events_before
+
+    def _new_delivery(self, msg: StoredMsg, consumer_seq: int, num_pending: int) -> Delivery:
+        """The ``Delivery`` of a first delivery of ``msg`` (see ``_hand_out``)."""
+        return Delivery(
+            stream=self.stream,
+            consumer=self.name,
+            msg=msg,
+            consumer_seq=consumer_seq,
+            deliveries=1,
+            num_pending=num_pending,
+            headers_only=self._config.headers_only,
+            domain=self._domain,
+            account=self._account,
+        )
 
     def fetch(self, batch: int, now_ns: int, *, max_bytes: int = 0) -> list[Delivery]:
         """A no_wait pull of up to ``batch`` messages; just the deliveries."""

@@ -15,6 +15,7 @@ import pytest
 
 from raftstream.engine.consumer import HEAP_SLACK_ENTRIES, Consumer
 from raftstream.engine.consumer_config import NS_PER_S, ConsumerConfig
+from raftstream.engine.consumer_pull import PullRequest, StatusCode
 from raftstream.engine.consumer_state import (
     Ack,
     Deliver,
@@ -486,6 +487,38 @@ def test_follower_applying_leader_ops_reaches_the_same_state(rig: Rig) -> None:
     assert follower.state == leader.state
     assert [e.kind for e in events] == [e.kind for e in leader.drain_advisories()]
     assert decode_state(encode_state(leader.state)) == leader.state
+
+
+def test_a_run_of_new_deliveries_is_one_op_with_per_message_decisions(rig: Rig) -> None:
+    """The leader decides a run of new messages as ONE Deliver op, with exactly the
+    per-message decisions: round-robin over waiting requests, 409 when a message exceeds a
+    request's bytes left (after its deliveries, in its own order), consumer sequences and
+    num_pending per delivery, and max_ack_pending stopping the run; a follower applying the
+    op reaches the leader's state."""
+    cfg = ConsumerConfig(durable_name="c", ack_wait=S, max_ack_pending=6)
+    leader = Consumer.create(
+        stream="S", name="c", config=cfg, store=rig.store, now_ns=0, record_ops=True
+    )
+    follower = Consumer.create(stream="S", name="c", config=cfg, store=rig.store, now_ns=0)
+    leader.take_ops()
+    assert leader.pull(PullRequest(batch=3, max_bytes=5, reply="A"), 1) == []
+    assert leader.pull(PullRequest(batch=5, reply="B"), 1) == []
+    for i in range(8):
+        rig.publish(data=b"x" * (20 if i == 3 else 1))  # seq 4 is 21 bytes, the others 2
+    events = leader.poll(2)
+    by_reply: dict[str, list[Any]] = {"A": [], "B": []}
+    for e in events:
+        by_reply[e.reply].append(e.delivery.stream_seq if e.delivery else e.status.code)
+    assert by_reply == {"A": [1, 3, StatusCode.CONFLICT], "B": [2, 4, 5, 6]}
+    deliveries = [e.delivery for e in events if e.delivery is not None]
+    assert [d.consumer_seq for d in deliveries] == [1, 2, 3, 4, 5, 6]
+    assert [d.num_pending for d in deliveries] == [7, 6, 5, 4, 3, 2]
+    assert all(d.deliveries == 1 for d in deliveries)
+    assert leader.take_ops() == [Deliver(stream_seqs=(1, 2, 3, 4, 5, 6), now_ns=2)]
+    assert leader.num_waiting == 1  # B still wants one: max_ack_pending holds it back
+    follower.apply_many([Deliver(stream_seqs=(1, 2, 3, 4, 5, 6), now_ns=2)])
+    assert follower.state == leader.state
+    assert leader.num_pending() == follower.num_pending() == 2
 
 
 def test_state_survives_reopen(rig: Rig) -> None:
