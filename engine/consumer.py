@@ -40,6 +40,7 @@ from raftstream.engine.consumer_pull import (
     StatusCode,
     WaitingQueue,
     WaitingRequest,
+    delivery_event,
 )
 from raftstream.engine.consumer_push import FLOW_WINDOW_MSGS, Heartbeat, PushPlanner, PushStep
 from raftstream.engine.consumer_start import start_op
@@ -618,7 +619,8 @@ class Consumer:
         seqs: list[int] = []
         cseq = state.delivered_consumer_seq
         start = state.delivered_stream_seq + 1
-        make = self._new_delivery
+        stream, name, account, domain = self.stream, self.name, self._account, self._domain
+        headers_only = cfg.headers_only
         while (not capped or room > 0) and (w := q.head()) is not None:
             msg = self._new_from(start)
             if msg is None:
@@ -631,7 +633,20 @@ class Consumer:
             seqs.append(msg.seq)
             cseq += 1
             pending_left -= 1
-            events.append(PullEvent(reply=w.request.reply, delivery=make(msg, cseq, pending_left)))
+            events.append(
+                delivery_event(
+                    w.request.reply,
+                    stream=stream,
+                    consumer=name,
+                    msg=msg,
+                    consumer_seq=cseq,
+                    deliveries=1,
+                    num_pending=pending_left,
+                    headers_only=headers_only,
+                    domain=domain,
+                    account=account,
+                )
+            )
             w.took(size, now_ns)
             if w.done:
                 q.pop_head()
@@ -646,20 +661,6 @@ class Consumer:
                 state.delivered_consumer_seq == cseq, "a run of new deliveries took its sequences"
             )
         return len(events) > events_before
-
-    def _new_delivery(self, msg: StoredMsg, consumer_seq: int, num_pending: int) -> Delivery:
-        """The ``Delivery`` of a first delivery of ``msg`` (see ``_hand_out``)."""
-        return Delivery(
-            stream=self.stream,
-            consumer=self.name,
-            msg=msg,
-            consumer_seq=consumer_seq,
-            deliveries=1,
-            num_pending=num_pending,
-            headers_only=self._config.headers_only,
-            domain=self._domain,
-            account=self._account,
-        )
 
     def fetch(self, batch: int, now_ns: int, *, max_bytes: int = 0) -> list[Delivery]:
         """A no_wait pull of up to ``batch`` messages; just the deliveries."""

@@ -313,16 +313,23 @@ def decode_head(key: bytes, value: bytes) -> MsgHead:
 
 
 def decode_msg(key: bytes, value: bytes) -> StoredMsg:
-    """Verify and decode a whole message record."""
-    head = decode_head(key, value)
-    start = _MSG_HEAD.size + len(head.subject)
-    hlen = _MSG_HEAD.unpack_from(value)[5]
+    """Verify and decode a whole message record: ``decode_head``'s checks in one pass with
+    the decoding (no ``MsgHead`` in between: this runs for every message a consumer reads)."""
+    if len(value) < _MSG_HEAD.size:
+        raise _loss("message record", key)
+    crc, seq, ts, ttl, slen, hlen = _MSG_HEAD.unpack_from(value)
+    if crc != crc32(memoryview(value)[CRC.size :], crc32(key[: ID.size])):
+        raise _loss("message record", key)
+    start = _MSG_HEAD.size + slen
+    end = start + hlen
+    if key[ID.size :] != SEQ.pack(seq) or end > len(value):
+        raise _loss("message record", key)
     try:
-        subject = head.subject.decode()
+        subject = value[_MSG_HEAD.size : start].decode()
     except UnicodeDecodeError as exc:
         raise _loss("message subject", key) from exc
-    headers = _decode_headers(value[start : start + hlen], key)
-    return StoredMsg(head.seq, subject, value[start + hlen :], head.ts, headers, head.ttl)
+    headers = _decode_headers(value[start:end], key) if hlen else EMPTY_HEADERS
+    return StoredMsg(seq, subject, value[end:], ts, headers, ttl)
 
 
 def id_record(key: bytes, stream_id: int) -> bytes:

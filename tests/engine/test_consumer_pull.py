@@ -13,8 +13,15 @@ import pytest
 
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_config import NS_PER_S, ConsumerConfig
-from raftstream.engine.consumer_pull import PullEvent, PullRequest, StatusCode
+from raftstream.engine.consumer_pull import (
+    Delivery,
+    PullEvent,
+    PullRequest,
+    StatusCode,
+    delivery_event,
+)
 from raftstream.engine.memstore import MemoryStreamStore
+from raftstream.engine.store import StoredMsg
 from raftstream.errors import InvalidArgumentError
 
 S = NS_PER_S
@@ -208,3 +215,24 @@ def test_next_wake_is_always_in_the_future() -> None:
     c.fetch(1, 3 * S)
     assert c.next_wake_ns(3 * S) == 4 * S
     assert c.next_wake_ns(5 * S) == 0
+
+
+def test_delivery_event_is_the_dataclasses_value() -> None:
+    """``delivery_event`` (the leader's fast path) gives exactly the value the frozen
+    dataclasses' constructors give, so nothing downstream can tell them apart."""
+    msg = StoredMsg(7, "a.b", b"data", 123, {"k": "v"})
+    fields: dict[str, Any] = {
+        "stream": "S",
+        "consumer": "c",
+        "msg": msg,
+        "consumer_seq": 3,
+        "deliveries": 2,
+        "num_pending": 9,
+        "headers_only": True,
+        "domain": "hub",
+        "account": "acc",
+    }
+    fast = delivery_event("r", **fields)
+    assert fast == PullEvent(reply="r", delivery=Delivery(**fields))
+    assert fast.delivery is not None and fast.delivery.reply == Delivery(**fields).reply
+    assert fast.status is None
