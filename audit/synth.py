@@ -44,7 +44,7 @@ from raftstream.raft.types import Entry, HardState
 __all__ = ["META", "SynthCluster"]
 
 META = "meta"
-_SYNTH_MAP_BYTES = 8 * 1024**3  # address space only
+_SYNTH_MAP_BYTES = 16 * 1024**3  # address space only (the 10M-message bench needs > 1 GiB of log)
 
 
 @dataclass(slots=True)
@@ -71,7 +71,7 @@ class SynthCluster:
         self.nodes: dict[str, _Node] = {}
         for name in nodes:
             d = self.root / name
-            log = LmdbLogStorage(d / "raft", sync=False)
+            log = LmdbLogStorage(d / "raft", sync=False, map_size_bytes=_SYNTH_MAP_BYTES)
             env = open_node_env(d / "store", sync=False, map_size_bytes=_SYNTH_MAP_BYTES)
             self.nodes[name] = _Node(name, log, env, {}, {})
 
