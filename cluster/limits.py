@@ -42,7 +42,7 @@ from google.protobuf.message import DecodeError
 from raftstream.cluster.config import Limits
 from raftstream.cluster.handlers import rewrap
 from raftstream.cluster.names import validate_node_name
-from raftstream.engine.ack import parse_ack_subject
+from raftstream.engine.ack import AckMetadata, parse_ack_subject
 from raftstream.engine.consumer_config import MAX_WAITING_DEFAULT, ConsumerConfig, with_changes
 from raftstream.engine.consumer_pull import Delivery
 from raftstream.engine.subjects import validate_filter, validate_queue, validate_subject
@@ -73,6 +73,7 @@ __all__ = [
     "check_subjects_detail",
     "delivery_bytes",
     "fetch_response_full",
+    "response_full",
     "sanitize",
     "server_options",
 ]
@@ -253,9 +254,9 @@ def _check_fetch(req: pb.FetchRequest, limits: Limits) -> None:
         )
 
 
-def check_ack(item: pb.AckItem, limits: Limits) -> None:
+def check_ack(item: pb.AckItem, limits: Limits) -> AckMetadata:
     """One ack item: a well-formed token with int64 sequences, a known kind, bounded
-    numbers (before it reaches its stream)."""
+    numbers (before it reaches its stream). Returns the token's parsed metadata."""
     _token(item.reply, "reply")
     meta = parse_ack_subject(item.reply)
     _seq(meta.stream_seq, "reply")
@@ -270,6 +271,7 @@ def check_ack(item: pb.AckItem, limits: Limits) -> None:
             "next_batch",
             f"must be at most {limits.pull_batch_msgs_max} (limits.pull_batch_msgs_max)",
         )
+    return meta
 
 
 def _check_consume(req: pb.ConsumeRequest, limits: Limits) -> None:
@@ -373,7 +375,13 @@ def fetch_response_full(size_bytes: int, d: Delivery, limits: Limits) -> bool:
     """True when delivery ``d`` would take a response holding ``size_bytes`` past one
     largest message (``payload_bytes_max + headers_bytes_max``): ``d`` goes in the next
     response, so every response fits ``grpc_message_bytes_max``."""
-    return size_bytes + delivery_bytes(d) > limits.payload_bytes_max + limits.headers_bytes_max
+    return response_full(size_bytes, delivery_bytes(d), limits)
+
+
+def response_full(size_bytes: int, add_bytes: int, limits: Limits) -> bool:
+    """``fetch_response_full`` for a delivery already counted as ``add_bytes`` (at least
+    ``delivery_bytes``: its encoded ``Msg``'s size will do)."""
+    return size_bytes + add_bytes > limits.payload_bytes_max + limits.headers_bytes_max
 
 
 # -- per RPC ----------------------------------------------------------------------------------

@@ -23,16 +23,11 @@ from typing import Any
 from raftstream.cluster.auth import caller
 from raftstream.cluster.config import Limits
 from raftstream.cluster.context import ServiceContext, account_of, time_left
-from raftstream.cluster.convert import add_delivery, pull_status_pb
-from raftstream.cluster.limits import (
-    capped_time_left,
-    check_ack,
-    delivery_bytes,
-    fetch_response_full,
-)
+from raftstream.cluster.convert import encoded_delivery, pull_status_pb
+from raftstream.cluster.limits import capped_time_left, check_ack, response_full
 from raftstream.cluster.services_push import PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
-from raftstream.engine.ack import AckMetadata, parse_ack_subject
+from raftstream.engine.ack import AckMetadata
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_pull import PullEvent
 from raftstream.errors import InvalidArgumentError, RaftStreamError
@@ -95,7 +90,8 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         left = capped_time_left(time_left(context))
         caller().check_read(request.stream)
         g = await self._ctx.leader_group(account_of(context), request.stream)
-        handle = await g.open_pull(request.consumer, _fetch_request(request, left), left)
+        req = _fetch_request(request, left)
+        handle = await g.open_pull(request.consumer, req, left, encoded_delivery)
         try:
             async for resp in _responses(handle, request.batch, self._ctx.config.limits):
                 yield resp
@@ -117,8 +113,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         self, item: pb.AckItem, account: str, timeout_s: float | None, forwarded: bool
     ) -> pb.AckResponse:
         """Apply one ack through the stream leader; answered once the op committed."""
-        check_ack(item, self._ctx.config.limits)
-        meta = parse_ack_subject(item.reply)
+        meta = check_ack(item, self._ctx.config.limits)
         caller().check_read(meta.stream)
         sa = await self._ctx.caught_up(lambda: self._ctx.stream(account, meta.stream))
         g = self._ctx.local_group(sa)
@@ -147,7 +142,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         if item.kind != pb.ACK_KIND_NEXT:
             return pb.AckResponse()
         req = {"batch": max(1, item.next_batch), "no_wait": True}
-        handle = await g.open_pull(consumer, req, timeout_s)
+        handle = await g.open_pull(consumer, req, timeout_s, encoded_delivery)
         out = pb.AckResponse()
         try:
             async for resp in _responses(handle, req["batch"], self._ctx.config.limits):
@@ -187,8 +182,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         """The ack's metadata and its stream's group when this node leads it (ready), else
         (None, None). ``groups`` memoises the answer per stream within one batch."""
         try:
-            check_ack(item, self._ctx.config.limits)  # a refused item: ack_one reports it
-            meta = parse_ack_subject(item.reply)
+            meta = check_ack(item, self._ctx.config.limits)  # refused: ack_one reports it
         except RaftStreamError:
             return None, None
         if meta.stream not in groups:
@@ -292,32 +286,36 @@ async def _responses(
     """The FetchResponses of one pull: messages as they come (grouped when several are
     queued, up to one largest message's bytes per response, so every response fits the
     gRPC message limit), heartbeats, and the terminal status; ends when the batch is
-    complete."""
+    complete. Deliveries come encoded (``encoded_delivery``, made while their Deliver op
+    committed) or are encoded here."""
     got = 0
-    carried: PullEvent | None = None  # taken from the queue, for the next response
+    queued: collections.deque[tuple[PullEvent, Any]] = collections.deque()
     while got < batch:
-        ev = carried if carried is not None else await handle.queue.get()
-        carried = None
+        if not queued:
+            queued.extend(await handle.take())
         resp = pb.FetchResponse()
         terminal = False
         size_bytes = 0
-        while True:
-            if ev.delivery is not None:
-                add_delivery(resp.messages, ev.delivery)
-                size_bytes += delivery_bytes(ev.delivery)
-                got += 1
-            if ev.status is not None:
-                resp.status.CopyFrom(pull_status_pb(ev.status))
-                terminal = ev.status.terminal
+        while queued:
+            ev, encoded = queued[0]
+            if ev.delivery is None:
+                queued.popleft()
+                if ev.status is not None:
+                    resp.status.CopyFrom(pull_status_pb(ev.status))
+                    terminal = ev.status.terminal
                 break
-            if got >= batch or len(resp.messages) >= FETCH_MSGS_PER_RESPONSE_MAX:
+            msg, msg_bytes = encoded if encoded is not None else encoded_delivery(ev.delivery)
+            if resp.messages and (
+                len(resp.messages) >= FETCH_MSGS_PER_RESPONSE_MAX
+                or response_full(size_bytes, msg_bytes, limits)
+            ):
+                queued[0] = (ev, (msg, msg_bytes))  # the first of the next response
                 break
-            try:
-                ev = handle.queue.get_nowait()
-            except asyncio.QueueEmpty:
-                break
-            if ev.delivery is not None and fetch_response_full(size_bytes, ev.delivery, limits):
-                carried = ev
+            queued.popleft()
+            resp.messages.append(msg)
+            size_bytes += msg_bytes
+            got += 1
+            if got >= batch:
                 break
         yield resp
         if terminal:

@@ -117,12 +117,45 @@ class _PendingPublish:
 
 
 class PullHandle:
-    """One pull request's events (deliveries after commit, statuses), in order."""
+    """One pull request's events (deliveries after commit, statuses), in order, each with
+    what ``encode`` made of its delivery (None for a status, or without ``encode``).
 
-    def __init__(self, reply: str, batch: int, close: Callable[[str], None]) -> None:
+    ``encode`` runs while the delivery's Deliver op commits (``StreamGroup.run``), not
+    after: turning deliveries into what the client gets is then off a fetch's critical
+    path (the commit, then the send). At most ``batch`` + ``PULL_QUEUE_EVENTS_SLACK``
+    events wait; one more is dropped (logged). Belongs to the node's event loop.
+    """
+
+    def __init__(
+        self,
+        reply: str,
+        batch: int,
+        close: Callable[[str], None],
+        encode: Callable[[Delivery], Any] | None = None,
+    ) -> None:
         self.reply = reply
-        self.queue: asyncio.Queue[PullEvent] = asyncio.Queue(batch + PULL_QUEUE_EVENTS_SLACK)
+        self.encode = encode
+        self._items: collections.deque[tuple[PullEvent, Any]] = collections.deque()
+        self._items_max = batch + PULL_QUEUE_EVENTS_SLACK
+        self._ready = asyncio.Event()
         self._close = close
+
+    def put(self, items: Sequence[tuple[PullEvent, Any]]) -> int:
+        """Queue ``items`` (event, encoded) in order, as many as there is room for; returns
+        how many did not fit (dropped)."""
+        room = self._items_max - len(self._items)
+        self._items.extend(items[: max(0, room)])
+        self._ready.set()
+        return max(0, len(items) - room)
+
+    async def take(self) -> list[tuple[PullEvent, Any]]:
+        """Every queued item, oldest first, waiting until there is one."""
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        out = list(self._items)
+        self._items.clear()
+        return out
 
     def close(self) -> None:
         self._close(self.reply)
@@ -168,7 +201,7 @@ class StreamGroup:
         self._lead_term = 0  # nonzero: the leader copies are valid for this term
         self._barrier_term = 0  # the term a barrier was proposed for
         self._leaders: dict[str, Consumer] = {}
-        self._waiters: dict[str, asyncio.Queue[PullEvent]] = {}
+        self._waiters: dict[str, PullHandle] = {}
         self._reply_ids = itertools.count(1)
         self._pubs: collections.deque[_PendingPublish] = collections.deque()
         self._flush_scheduled = False
@@ -544,25 +577,41 @@ class StreamGroup:
         events = decide(now)
         self._active_ns[c.name] = now
         ops = c.take_ops()
-        if ops:
-            try:
-                await self._propose_ops(c, ops, timeout_s)
-            except RaftStreamError as exc:
-                self._proposal_failed(exc)
-                if isinstance(exc, DeadlineExceededError):
-                    raise no_commit("consumer op") from None
-                raise self._hinted(exc) from None
-        self._dispatch(events)
+        if not ops:
+            self._dispatch(events, self._encode(events))
+            return
+        encoded: list[Any] = []
+        try:
+            await self._propose_ops(c, ops, timeout_s, lambda: encoded.extend(self._encode(events)))
+        except RaftStreamError as exc:
+            self._proposal_failed(exc)
+            if isinstance(exc, DeadlineExceededError):
+                raise no_commit("consumer op") from None
+            raise self._hinted(exc) from None
+        self._dispatch(events, encoded)
 
-    async def _propose_ops(self, c: Consumer, ops: list[Any], timeout_s: float | None) -> None:
+    async def _propose_ops(
+        self,
+        c: Consumer,
+        ops: list[Any],
+        timeout_s: float | None,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> None:
         """Propose ops the leader copy ``c`` already applied, surviving the caller's
         cancellation: the host skips a proposal whose future was cancelled, so a caller
         cancelled mid-way (a client gone, a deadline) would leave the copy ahead of a log
         that never gets its ops, and a later redelivery of those messages would halt every
         replica ("new delivery N is behind the cursor"; found by the chaos bridge nemesis on
         5 nodes). Shielded, the proposal goes on; if it then fails, the copies are dropped
-        as for any failed proposal."""
+        as for any failed proposal. ``meanwhile`` runs once the proposal is made, before
+        waiting for its commit (work that may overlap the Raft round)."""
         fut = self._propose(ops_entry(c.name, ops), timeout_s)
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        except Exception:  # a bug in meanwhile: the proposal goes on all the same
+            self._watch(fut, on_error=self._proposal_failed)
+            raise
         try:
             await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -614,13 +663,18 @@ class StreamGroup:
     # -- pull requests -------------------------------------------------------------------------
 
     async def open_pull(
-        self, consumer: str, request: dict[str, Any], timeout_s: float | None
+        self,
+        consumer: str,
+        request: dict[str, Any],
+        timeout_s: float | None,
+        encode: Callable[[Delivery], Any] | None = None,
     ) -> PullHandle:
-        """Queue a pull request on the leader copy; its events arrive on the handle."""
+        """Queue a pull request on the leader copy; its events arrive on the handle, each
+        delivery with what ``encode`` made of it (``PullHandle``)."""
         c = self.leader_consumer(consumer)
         reply = f"pull.{next(self._reply_ids)}"
-        handle = PullHandle(reply, int(request.get("batch", 1)), self._close_waiter)
-        self._waiters[reply] = handle.queue
+        handle = PullHandle(reply, int(request.get("batch", 1)), self._close_waiter, encode)
+        self._waiters[reply] = handle
         req = PullRequest(reply=reply, **request)
         try:
             await self.run(c, lambda now: c.pull(req, now), timeout_s)
@@ -633,17 +687,30 @@ class StreamGroup:
     def _close_waiter(self, reply: str) -> None:
         self._waiters.pop(reply, None)
 
-    def _dispatch(self, events: list[PullEvent]) -> None:
+    def _encode(self, events: list[PullEvent]) -> list[Any]:
+        """What each event's pull handle makes of its delivery (``PullHandle.encode``), in
+        the order of ``events``; None for statuses and handles without an encoder."""
+        out: list[Any] = []
+        waiters = self._waiters
         for e in events:
-            q = self._waiters.get(e.reply)
-            if q is None:
+            h = waiters.get(e.reply)
+            d = e.delivery
+            out.append(h.encode(d) if d is not None and h is not None and h.encode else None)
+        return out
+
+    def _dispatch(self, events: list[PullEvent], encoded: Sequence[Any] = ()) -> None:
+        """Hand ``events`` to their pull handles (with ``encoded[i]`` for ``events[i]``,
+        None when not given), one batch per handle."""
+        batches: dict[str, list[tuple[PullEvent, Any]]] = {}
+        for i, e in enumerate(events):
+            if e.reply not in self._waiters:
                 continue  # the client went away: an undelivered message is redelivered later
             if e.delivery is not None and self._settled_meanwhile(e.delivery):
                 continue
-            try:
-                q.put_nowait(e)
-            except asyncio.QueueFull:
-                log.warning("pull queue full; event dropped", extra={"group": self.group})
+            batches.setdefault(e.reply, []).append((e, encoded[i] if encoded else None))
+        for reply, items in batches.items():
+            if self._waiters[reply].put(items):
+                log.warning("pull queue full; events dropped", extra={"group": self.group})
 
     def _settled_meanwhile(self, d: Delivery) -> bool:
         """True when the delivery was acked (or redelivered again) while its Deliver op was
