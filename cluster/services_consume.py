@@ -171,9 +171,12 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
             if g is None or meta is None or item.kind != pb.ACK_KIND_ACK:
                 plain.append(item)
                 continue
-            its, seqs = grouped.setdefault((g, meta.consumer), ([], []))
-            its.append(item)
-            seqs.append(meta.stream_seq)
+            key = (g, meta.consumer)
+            found = grouped.get(key)
+            if found is None:
+                found = grouped[key] = ([], [])
+            found[0].append(item)
+            found[1].append(meta.stream_seq)
         return plain, grouped
 
     def _local_ack(
@@ -214,7 +217,10 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         account = account_of(context)
         forwarded = self._ctx.forwarded(context)
         timeout_s = self._ctx.config.limits.request_timeout_ms / 1000
-        room = asyncio.Semaphore(ACKS_INFLIGHT_MAX)
+        # Acks read and not answered yet: reading waits while a batch would take this past
+        # ACKS_INFLIGHT_MAX (a count, not a semaphore: a batch takes its room at once).
+        inflight = [0]
+        room = asyncio.Event()
         results: collections.deque[pb.AckResult | None] = collections.deque()
         ready = asyncio.Event()
         tasks: set[asyncio.Task[None]] = set()
@@ -225,8 +231,8 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
                     results.append(pb.AckResult(id=item.id, error=to_error_message(exc)))
                 elif item.sync:
                     results.append(pb.AckResult(id=item.id))
-            for _ in items:
-                room.release()
+            inflight[0] -= len(items)
+            room.set()
             ready.set()
 
         async def settle(items: list[pb.AckItem], work: Awaitable[Any]) -> None:
@@ -245,8 +251,12 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         async def reader() -> None:
             try:
                 async for batch in request_iterator:
-                    for _ in batch.acks:
-                        await room.acquire()
+                    n = len(batch.acks)
+                    # An oversized batch still goes once nothing else is in flight.
+                    while inflight[0] and inflight[0] + n > ACKS_INFLIGHT_MAX:
+                        room.clear()
+                        await room.wait()
+                    inflight[0] += n
                     plain, grouped = self._group_acks(batch.acks, account)
                     for (g, consumer), (items, seqs) in grouped.items():
                         spawn(items, self._ack_many(g, consumer, seqs, timeout_s))

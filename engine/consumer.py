@@ -625,11 +625,13 @@ class Consumer:
             msg = self._new_from(start)
             if msg is None:
                 break
-            size = msg.size
-            if w.request.max_bytes and size > w.remaining_bytes:
-                q.pop_head()
-                events.append(w.status(StatusCode.CONFLICT, "Message Size Exceeds MaxBytes"))
-                continue
+            size = 0  # counted only against a request's max_bytes (``WaitingRequest.took``)
+            if w.request.max_bytes:
+                size = msg.size
+                if size > w.remaining_bytes:
+                    q.pop_head()
+                    events.append(w.status(StatusCode.CONFLICT, "Message Size Exceeds MaxBytes"))
+                    continue
             seqs.append(msg.seq)
             cseq += 1
             pending_left -= 1

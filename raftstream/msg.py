@@ -186,7 +186,9 @@ class Acker:
             future=loop.create_future(),
         )
         try:
-            pipe = await self._pipeline(stream)
+            pipe = self._pipes.get(self._router.target(stream))
+            if pipe is None or pipe.dead:  # else the open one, without a coroutine per ack
+                pipe = await self._pipeline(stream)
             pipe.submit(entry)
         except errors.RaftStreamError as exc:
             self._settle(entry, None)
