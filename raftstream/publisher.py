@@ -1,6 +1,9 @@
 """Publishing: ``publish`` (one acknowledged message) and ``publish_async`` (pipelined).
 
 Both answer with a ``PubAck`` once the message is committed on a quorum (fsynced) and stored.
+``publish`` travels as one item on a ``PublishStream`` call of its own when it can (the
+"sync lane", ``raftstream/_synclane.py``: much cheaper than a unary call), else as the unary
+``Publish`` RPC; either way with the same timeout, retries and errors.
 
 Ambiguity. A publish that fails with a timeout, or whose connection breaks after it was sent,
 may or may not have been stored. ``publish`` retries on its own only what is safe: a refusal
@@ -30,6 +33,7 @@ from typing import Any
 from raftstream import errors
 from raftstream._conn import Router, Stubs
 from raftstream._pipeline import Entry, Pipeline
+from raftstream._synclane import NotImplementedLane, SyncLane
 from raftstream.models import PubAck
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import from_error_message
@@ -157,6 +161,7 @@ class Publisher:
         self._pipe: Pipeline | None = None
         self._opening = asyncio.Lock()
         self._retries: set[asyncio.Task[None]] = set()
+        self._lane = SyncLane(result_timeout_s=timeout_s)
 
     @property
     def pending(self) -> int:
@@ -164,13 +169,27 @@ class Publisher:
         return self._pending
 
     async def publish(
-        self, subject: str, payload: bytes, options: PublishOptions, *, timeout_s: float | None
+        self,
+        subject: str,
+        payload: bytes,
+        options: PublishOptions,
+        *,
+        timeout_s: float | None,
+        use_lane: bool = True,
     ) -> PubAck:
-        """One message, acknowledged (see the module docstring for retries and ambiguity)."""
+        """One message, acknowledged (see the module docstring for retries and ambiguity).
+        ``use_lane``: False sends it with the unary RPC only (resends of publish_async
+        refusals: many at once, which the one-at-a-time lane would not take anyway)."""
         self._check_payload(payload)
         req = options.request(subject, payload)
+        lane = self._lane
 
         async def invoke(stubs: Stubs, left_s: float) -> PubAck:
+            if use_lane and lane.usable(stubs):
+                try:
+                    return PubAck.from_pb(await lane.publish(stubs, req, left_s))
+                except NotImplementedLane:
+                    pass  # nothing was applied: the unary RPC below, now and from now on
             return PubAck.from_pb(await stubs.publish.Publish(req, timeout=left_s))
 
         try:
@@ -304,7 +323,9 @@ class Publisher:
         try:
             if left_s <= 0:
                 raise errors.DeadlineExceededError("publish_async: no time left to resend")
-            outcome = await self.publish(subject, payload, options, timeout_s=left_s)
+            outcome = await self.publish(
+                subject, payload, options, timeout_s=left_s, use_lane=False
+            )
         except errors.RaftStreamError as exc:
             outcome = exc
         except asyncio.CancelledError:
@@ -330,3 +351,4 @@ class Publisher:
             task.cancel()
         if self._pipe is not None:
             await self._pipe.close()
+        await self._lane.close()
