@@ -303,25 +303,27 @@ def _restart(state: ConsumerState, op: Start | Reset, changes: Changes) -> None:
 
 def _deliver(state: ConsumerState, config: ConsumerConfig, op: Deliver, changes: Changes) -> None:
     track = config.acks_required
+    pending = state.pending
+    now = op.now_ns
+    first_deadline = now + config.ack_wait_for(1)  # of every first delivery in the op
+    # The highest pending sequence: new entries only ever go above it (checked below).
+    top = next(reversed(pending)) if pending else 0
     for seq in op.stream_seqs:
         state.delivered_consumer_seq += 1
         dseq = state.delivered_consumer_seq
-        p = state.pending.get(seq)
+        p = pending.get(seq)
         if p is not None:
             p.deliveries += 1
             p.consumer_seq = dseq
-            p.delivered_ns = op.now_ns
-            p.deadline_ns = op.now_ns + config.ack_wait_for(p.deliveries)
+            p.delivered_ns = now
+            p.deadline_ns = now + config.ack_wait_for(p.deliveries)
             changes.dirty.add(seq)
             continue
         _advance_cursor(state, seq)
         if track:
-            invariant(
-                not state.pending or seq > next(reversed(state.pending)),
-                "pending stays in stream sequence order",
-            )
-            deadline = op.now_ns + config.ack_wait_for(1)
-            state.pending[seq] = Pending(dseq, 1, deadline, op.now_ns)
+            invariant(seq > top, "pending stays in stream sequence order")
+            pending[seq] = Pending(dseq, 1, first_deadline, now)
+            top = seq
             changes.dirty.add(seq)
         else:
             changes.settled.append(seq)
