@@ -55,10 +55,7 @@ from raftstream.engine.retention import ConsumerSet
 from raftstream.engine.stream import Stream
 from raftstream.engine.stream_config import RetentionPolicy, StreamConfig
 from raftstream.errors import (
-    InvalidArgumentError,
-    LimitError,
     NotFoundError,
-    PreconditionError,
     RaftStreamError,
 )
 from raftstream.raft.types import Entry
@@ -67,10 +64,8 @@ __all__ = ["StreamReplica"]
 
 log = logging.getLogger(__name__)
 
-# Refusals of one engine entry or consumer entry: replicated outcomes, not replica failures.
 # At most this many of the leader's own proposals are kept decoded (``remember``).
 DECODED_MAX = 4096
-_REFUSALS = (InvalidArgumentError, PreconditionError, LimitError, NotFoundError)
 
 
 def _retention_kind(config: StreamConfig) -> RetentionKind:
@@ -182,15 +177,10 @@ class StreamReplica:
         return None
 
     def _apply_stream(self, batch: StreamBatch) -> list[Any]:
-        out: list[Any] = []
         old_config = self.stream.config
-        # One store transaction for the whole batch: no fsync of its own (module doc).
-        with self._store.transaction():
-            for e in batch.entries:
-                try:
-                    out.append(self.stream.apply(e))
-                except _REFUSALS as refusal:
-                    out.append(refusal)
+        # One store transaction for the whole batch: no fsync of its own (module doc). A
+        # refused entry is its result; plain publishes take the engine's fast path.
+        out: list[Any] = self.stream.apply_batch(batch.entries)
         if self.stream.config.retention != old_config.retention:
             self._cset = self._rebuild_cset()
         return out
