@@ -13,7 +13,9 @@ The driver loop is the only code that touches the cores (``RaftNode``). Each rou
 4. THEN sends their messages, one batch per peer for all groups (so one round's heartbeats
    to a peer travel as one coalesced heartbeat); a leader's appends leave before the write
    instead (see "The leader writes in parallel" below);
-5. applies committed entries through each group's state machine and resolves proposals;
+5. applies committed entries through each group's state machine and resolves proposals
+   (those already durable before the write are applied while it runs, see "Applying
+   during the write" below);
 6. ``advance()``s every core, then compacts logs whose state machine made a snapshot.
 
 While a round's write is in flight, incoming messages and proposals only queue (bounded);
@@ -39,6 +41,14 @@ next round that writes anyway, or with the next tick's round at the latest, so t
 commit trails the real one by about a tick. A replica restarted from a stale commit re-applies
 less at start and learns the rest from its leader (as etcd's ``MustSync`` does).
 
+Commit notices. A leader tells its followers a new commit index with their next append or
+heartbeat, not with an empty append of its own (``HostConfig.commit_notices`` off; see
+``RaftConfig.commit_notices``): with one publish at a time, that message and its answer
+were half of what the leader sent and received per publish, each costing a stream write.
+Only how soon a follower applies changes (a tick later at the latest when nothing follows);
+what commits, when, and so every acknowledgement, is untouched, and a follower's state
+machine answers no client (reads go to the leader, see ``read_index``).
+
 The leader writes in parallel (Raft thesis §10.2.1). A leader's append messages may leave
 before its own write of those entries completes: replication and the leader's fsync then
 overlap, and a commit waits for one fsync round trip less. It stays safe because the leader
@@ -51,6 +61,21 @@ and only when the group's term and vote are already durable (a leader elected th
 sends nothing before its term and vote are written: a crash could otherwise let it vote
 twice in that term). Votes, vote responses, acknowledgements and everything a follower
 sends keep persist-before-send.
+
+Applying during the write. A round's committed entries that were durable here before the
+round's write began (every one below the first entry the round writes; none when the round
+installs a snapshot) are applied while that write runs, not after it: under load a round
+writes new entries AND commits older ones, and waiting for the disk before applying them
+put a whole fsync between every commit and its PubAck. It is safe because what decides an
+acknowledgement is unchanged: such an entry is committed (a quorum has it durably, the
+leader's copy included, see above) and this replica's own copy was written by an earlier,
+completed round. Entries the round itself writes (a follower told to commit what it has just
+received, or a group of one, which commits at once) are applied after the write, as before.
+Only a round whose messages all left before its write (a leader's appends), or are a
+leader's heartbeats, does this: otherwise (a follower's acknowledgements, votes) those
+messages go first, and applying waits until the transport has had them (the host yields
+once between sending and applying for that, so a long apply never delays an acknowledgement
+its leader's commit waits for).
 
 Membership. A group whose membership never changes is started with ``add_group`` (a static
 bootstrap, the same on every replica). One whose membership changes is started with
@@ -271,6 +296,7 @@ class RaftHost:
             heartbeat_tick=cfg.heartbeat_tick,
             pre_vote=cfg.pre_vote,
             check_quorum=cfg.check_quorum,
+            commit_notices=cfg.commit_notices,
         )
         node = RaftNode(rc, view)
         members = frozenset((*voters, *learners)) - {self.node_id}
@@ -719,14 +745,25 @@ class RaftHost:
         readies = self._collect()
         writes = self._writes(readies)
         early: set[int] = set()
+        applied_early: dict[str, int] = {}
         if writes:
             # A leader's appends leave now, in parallel with its own write (module docstring:
             # their acknowledgements are stepped only in a later round, after this write).
             early = self._send_appends_early(readies)
             # fsync-before-send for everything else: one transaction for every group.
-            await asyncio.get_running_loop().run_in_executor(
+            written = asyncio.get_running_loop().run_in_executor(
                 self._writer, self._storage.write_batch, writes
             )
+            if all(
+                id(m) in early or m.type == MessageType.HEARTBEAT
+                for _, rd in readies
+                for m in rd.messages
+            ):
+                # While the disk works: apply what was durable before this write (module
+                # docstring, "Applying during the write"); never ahead of messages that
+                # wait for the write, such as a follower's acknowledgements.
+                applied_early = self._apply_durable(readies)
+            await written
             self._written(writes)
         if not readies:
             return
@@ -734,9 +771,14 @@ class RaftHost:
         # Persist-before-send (Raft §5, and the core's Ready contract): the votes and
         # appended entries these messages vouch for are durable now, so a crash cannot make
         # this node forget a vote it granted or an entry it acknowledged.
-        self._send([rd for _, rd in readies], skip=early)
+        if self._send([rd for _, rd in readies], skip=early) and any(
+            len(rd.committed_entries) > applied_early.get(g.name, 0) for g, rd in readies
+        ):
+            # Let the transport write them before applying: a follower's acknowledgement
+            # must not wait behind a long apply (its leader's commit waits for it).
+            await asyncio.sleep(0)
         for g, rd in readies:
-            self._apply(g, rd)
+            self._apply(g, rd, skip=applied_early.get(g.name, 0))
             self._follow_reads(g, rd)
             if not g.halted:
                 g.node.advance(rd)
@@ -821,7 +863,9 @@ class RaftHost:
             self._sent_since_tick.add(peer)
         return sent
 
-    def _send(self, readies: list[Ready], *, skip: set[int] | frozenset[int] = frozenset()) -> None:
+    def _send(self, readies: list[Ready], *, skip: set[int] | frozenset[int] = frozenset()) -> bool:
+        """Send the messages of ``readies`` not in ``skip``, one batch per peer; True if
+        there were any."""
         by_peer: dict[str, list[Message]] = collections.defaultdict(list)
         for rd in readies:
             for m in rd.messages:
@@ -830,16 +874,43 @@ class RaftHost:
         for peer, messages in by_peer.items():
             self._transport.send(peer, messages, self._quiesce_out.pop(peer, []))
             self._sent_since_tick.add(peer)
+        return bool(by_peer)
 
     # ------------------------------------------------------------------ applying
-    def _apply(self, g: _Group, rd: Ready) -> None:
+    def _apply_durable(self, readies: list[tuple[_Group, Ready]]) -> dict[str, int]:
+        """Apply, before this round's write completes, each Ready's committed entries that
+        were durable here before it (below the first entry it writes; none when it brings
+        a snapshot). Returns how many were applied per group, for ``_apply`` to skip."""
+        done: dict[str, int] = {}
+        for g, rd in readies:
+            if g.halted or rd.snapshot is not None or not rd.committed_entries:
+                continue
+            ents = rd.committed_entries
+            count = len(ents)
+            if rd.entries:  # committed entries are contiguous and ascending
+                first_new = rd.entries[0].index
+                count = first_new - ents[0].index if ents[-1].index >= first_new else count
+            if count <= 0:
+                continue
+            try:
+                self._apply_entries(g, ents[:count])
+            except Exception as exc:  # as in _apply: a failed state machine has diverged
+                self._halt(g, exc)
+            done[g.name] = count
+        return done
+
+    def _apply(self, g: _Group, rd: Ready, *, skip: int = 0) -> None:
+        """Apply ``rd``'s snapshot and committed entries, but its first ``skip`` committed
+        entries (``_apply_durable`` did those)."""
+        if g.halted:
+            return
         try:
             if rd.snapshot is not None:
                 g.sm.restore(g.name, rd.snapshot.data)
                 g.applied = rd.snapshot.meta.index
                 self._fail_waiting_through(g, g.applied)
-            if rd.committed_entries:
-                self._apply_entries(g, rd.committed_entries)
+            if len(rd.committed_entries) > skip:
+                self._apply_entries(g, rd.committed_entries[skip:])
         except Exception as exc:  # a state machine that failed has diverged: stop the group
             self._halt(g, exc)
 

@@ -55,6 +55,9 @@ class HostConfig:
     check_quorum: bool = True
     quiesce: bool = True  # stop ticking idle groups (see the module docstring)
     liveness_ticks: int = 2  # a peer silent for longer than this is presumed down (>= 2)
+    # Off: a follower learns a new commit index with its next append or heartbeat (a tick
+    # later at the latest) instead of from a message of its own (RaftConfig.commit_notices).
+    commit_notices: bool = False
 
     def __post_init__(self) -> None:
         for name in (

@@ -29,11 +29,18 @@ MT = MessageType
 
 # ---------------------------------------------------------------------- leader: sending
 def bcast_append(r: Raft) -> None:
-    """Send every peer what it is missing (or just the commit index)."""
+    """Send every peer what it is missing, or just the commit index (unless
+    ``commit_notices`` is off: then a peer with nothing to receive gets nothing; it learns
+    the commit index from its next append or heartbeat)."""
     r.bcast_pending = False
-    for peer in r.tracker.progress:
-        if peer != r.id:
-            send_append(r, peer)
+    notices = r.cfg.commit_notices
+    last = r.log.last_index()
+    for peer, pr in r.tracker.progress.items():
+        if peer == r.id:
+            continue
+        if not notices and pr.state == ProgressState.REPLICATE and pr.next > last:
+            continue  # everything is on its way already: only the commit index would go
+        send_append(r, peer)
 
 
 def send_append(r: Raft, to: str) -> None:

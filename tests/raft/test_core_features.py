@@ -147,6 +147,28 @@ def test_pipelining_bounded_by_inflight_bytes_max() -> None:
     assert len(payloads) == 3  # 10 + 10 < 25 <= 30 bytes in flight
 
 
+@pytest.mark.parametrize("notices", [True, False])
+def test_without_commit_notices_followers_learn_the_commit_from_the_next_heartbeat(
+    notices: bool,
+) -> None:
+    """RaftConfig.commit_notices: a new commit index reaches a follower that has everything
+    at once in an empty append (etcd's way), or, with notices off, in its next heartbeat.
+    What commits on the leader, and when, is the same either way (§5.3)."""
+    net = _replicating_net(commit_notices=notices)
+    net.tick("a")  # the warm-up entry's commit reaches everyone
+    net.stabilize()
+    before = len(sent(net, MT.APPEND, "a", "b"))
+    index = net.propose("a", b"x")
+    assert net["a"].status().commit == index
+    empty = [m for m in sent(net, MT.APPEND, "a", "b")[before:] if not m.entries]
+    assert len(empty) == (1 if notices else 0)
+    assert (net["b"].status().commit == index) is notices
+    net.tick("a")  # heartbeat_tick=1: a heartbeat carries the commit index
+    net.stabilize()
+    assert net["b"].status().commit == index
+    assert net.replicas["b"].data()[-1] == b"x"
+
+
 @pytest.mark.parametrize(("append_bytes_max", "messages"), [(10_000, 1), (100, 5)])
 def test_proposals_between_readies_are_batched(append_bytes_max: int, messages: int) -> None:
     """Proposals made between two Readies leave in as few appends as append_bytes_max

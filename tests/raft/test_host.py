@@ -23,7 +23,7 @@ from raftstream.errors import NotLeaderError
 from raftstream.raft.host import HostConfig, RaftHost
 from raftstream.raft.storage import GroupWrite, LmdbLogStorage, LogStorage, MemoryLogStorage
 from raftstream.raft.transport import GrpcTransport, MemoryNetwork, MemoryTransport, Transport
-from raftstream.raft.types import Entry, Role
+from raftstream.raft.types import Entry, Message, MessageType, Role
 
 NODES = ("n1", "n2", "n3")
 CFG = HostConfig(
@@ -230,6 +230,74 @@ def test_the_leader_replicates_while_it_writes_and_commits_only_after_its_own_wr
         finally:
             if lead:
                 stores[lead].gate.set()
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+class PermitStorage(MemoryLogStorage):
+    """While ``metered``, each write waits (on the writer thread) for a permit the test
+    releases: a disk the test steps one write at a time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.metered = False
+        self.permits = threading.Semaphore(0)
+
+    def write_batch(self, writes: Sequence[GroupWrite]) -> None:
+        if self.metered:
+            self.permits.acquire()
+        super().write_batch(writes)
+
+
+def test_entries_durable_before_a_write_are_applied_while_it_runs() -> None:
+    """host.py "Applying during the write": a leader's round that writes new entries
+    applies the older entries it commits (durable on a quorum, its own copy included) while
+    that write is still in progress, and the new entries only after it."""
+
+    async def scenario() -> None:
+        net = MemoryNetwork()
+        cfg = dataclasses.replace(CFG, election_tick=50, liveness_ticks=50)
+        hosts: dict[str, RaftHost] = {}
+        stores: dict[str, PermitStorage] = {}
+        for n in NODES:
+            stores[n] = PermitStorage()
+            hosts[n] = RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=cfg)
+            hosts[n].start()
+            hosts[n].add_group("a", voters=NODES, state_machine=ListMachine())
+        lead = ""
+        try:
+            lead = await elected(hosts, "a")
+            await hosts[lead].propose("a", b"first")
+            store = stores[lead]
+            store.metered = True
+            first = asyncio.ensure_future(hosts[lead].propose("a", b"A"))
+            index = store.log("a").last_index() + 1
+            followers = {n for n in NODES if n != lead}
+
+            def acked() -> bool:  # both acknowledgements of A wait in the leader's inbox
+                inbox = hosts[lead]._inbox
+                return {
+                    m.src
+                    for m in inbox
+                    if isinstance(m, Message) and m.type == MessageType.APPEND_RESP
+                    and m.index >= index
+                } == followers  # fmt: skip
+
+            await until(acked)
+            second = asyncio.ensure_future(hosts[lead].propose("a", b"B"))
+            await asyncio.sleep(0)  # B is queued for the same round as the acknowledgements
+            store.permits.release()  # A's write completes; the round writing B blocks
+            # Applied, and answered, during B's write (the bound is against a hang only).
+            assert await asyncio.wait_for(first, 30) == 2
+            assert store.log("a").last_index() == index and not second.done()
+            store.metered = False
+            store.permits.release()
+            assert await second == 3
+        finally:
+            if lead:
+                stores[lead].metered = False
+                stores[lead].permits.release()
             await stop_all(hosts)
 
     run(scenario)

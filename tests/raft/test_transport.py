@@ -229,6 +229,35 @@ def test_two_grpc_transports_exchange_batches_and_a_chunked_snapshot() -> None:
     _run(scenario)
 
 
+def test_batches_queued_for_a_peer_leave_merged_and_in_order() -> None:
+    """Batches queued for a peer while its stream is busy leave in one write (up to
+    batch_bytes_max), in order; nothing queued after quiesce notices joins them (a notice
+    follows only what was sent before it)."""
+
+    async def scenario() -> None:
+        a, b = GrpcTransport("a"), GrpcTransport("b")
+        try:
+            port_b = await b.serve("127.0.0.1:0")
+            a.set_peer("b", f"127.0.0.1:{port_b}")
+            got: list[Inbound] = []
+            b.bind(got.append)
+            appends = [_append(f"g{i % 3}", i, 128) for i in range(40)]
+            # All queued before the link's task first runs: nothing is written in between.
+            for m in appends[:20]:
+                a.send("b", [m])
+            a.send("b", [], quiesce=[("g9", 3)])
+            for m in appends[20:]:
+                a.send("b", [m])
+            await _wait_until(lambda: sum(len(i.messages) for i in got) >= 40)
+            assert [m for i in got for m in i.messages] == appends
+            assert [(len(i.messages), i.quiesce) for i in got] == [(20, [("g9", 3)]), (20, [])]
+        finally:
+            await a.close()
+            await b.close()
+
+    _run(scenario)
+
+
 def test_snapshot_to_an_unreachable_peer_is_reported_rejected() -> None:
     async def scenario() -> None:
         a = GrpcTransport("a")
