@@ -136,6 +136,11 @@ def hash_secret(secret: str, *, rounds: int = 12) -> str:
 # -- values ----------------------------------------------------------------------------------
 
 
+# Answers ``Permissions.may_publish`` keeps per subject (then it starts over): every publish
+# asks, per message on a PublishStream call, and publishes repeat a few subjects.
+PUBLISH_PERMISSION_MEMO_ENTRIES_MAX = 4096
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Permissions:
     """What a user may do in its account. ``publish``: subject filters (``orders.>``,
@@ -147,9 +152,21 @@ class Permissions:
     publish: tuple[str, ...] = (">",)
     read: tuple[str, ...] = ("*",)
     manage: tuple[str, ...] = ("*",)
+    # may_publish's answers by subject: a pure function of ``publish``, so a hit is exactly
+    # what matching gives; not part of the value (equality, hash, repr).
+    _publish_memo: dict[str, bool] = field(
+        default_factory=dict, init=False, compare=False, hash=False, repr=False
+    )
 
     def may_publish(self, subject: str) -> bool:
-        return any(subject_matches(p, subject) for p in self.publish)
+        memo = self._publish_memo
+        allowed = memo.get(subject)
+        if allowed is None:
+            allowed = any(subject_matches(p, subject) for p in self.publish)
+            if len(memo) >= PUBLISH_PERMISSION_MEMO_ENTRIES_MAX:
+                memo.clear()
+            memo[subject] = allowed
+        return allowed
 
     def may_read(self, stream: str) -> bool:
         """``read`` matches, or ``manage`` does: who defines a stream may see what it made."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -174,11 +175,21 @@ def _check_header(name: str, value: str) -> int:
     return name_bytes + _utf8_bytes(value, "headers")
 
 
+# Publishes repeat a few subjects (per message on a PublishStream call): each distinct valid
+# subject is checked once (bounded; a refusal raises, so it is never cached).
+PUBLISH_SUBJECT_MEMO_ENTRIES_MAX = 4096
+
+
+@functools.lru_cache(maxsize=PUBLISH_SUBJECT_MEMO_ENTRIES_MAX)
+def _valid_publish_subject(subject: str) -> None:
+    validate_subject(subject, "subject")
+
+
 def check_publish(req: pb.PublishRequest, limits: Limits) -> None:
     """A publish request's subject, payload, headers, ids and numbers (before any lookup).
 
     The stream's own ``max_msg_size`` is the engine's check, on the leader, below this one."""
-    validate_subject(req.subject, "subject")
+    _valid_publish_subject(req.subject)
     size = len(req.data)
     if size > limits.payload_bytes_max:
         raise LimitError(

@@ -117,13 +117,14 @@ class PublishServicer(pbg.PublishServiceServicer):
         ctx = self._ctx
         try:
             check_publish(req, ctx.config.limits)  # a refusal takes the slow path's error
-            if req.subject and not caller().permissions.may_publish(req.subject):
+            subject = req.subject  # read once: each read of a proto field makes a new str
+            if subject and not caller().permissions.may_publish(subject):
                 raise PermissionDeniedError("publish")  # publish_one answers it in full
-            sa = ctx.meta.state.stream_for_subject(account, req.subject) if req.subject else None
+            sa = ctx.meta.state.stream_for_subject(account, subject) if subject else None
             g = ctx.local_group(sa) if sa is not None else None
             if g is not None and g.is_leader:
                 if is_plain(req):
-                    return g.submit_plain(req.subject, req.data)
+                    return g.submit_plain(subject, req.data)
                 return g.submit(publish_args(req))
             addr = self._leader_addr(sa, g) if sa is not None and not forwarded else None
             if addr is not None:
