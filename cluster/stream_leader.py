@@ -430,14 +430,17 @@ class StreamGroup:
             except RaftStreamError as exc:
                 self._d.metrics.proposal_failures.labels("stream").inc()
                 results = [self._hinted(exc)] * len(live)
+            acked = 0
             for p, r in zip(live, results, strict=True):
                 if p.future.done():
                     continue
                 if isinstance(r, BaseException):
                     p.future.set_exception(r)
                 else:
-                    self._d.metrics.published.inc()
+                    acked += 1
                     p.future.set_result(r)
+            if acked:  # once per entry: a counter's inc takes a lock, per message it showed
+                self._d.metrics.published.inc(acked)
 
         task = asyncio.get_running_loop().create_task(resolve())
         self._tasks.add(task)
@@ -702,12 +705,16 @@ class StreamGroup:
         """Hand ``events`` to their pull handles (with ``encoded[i]`` for ``events[i]``,
         None when not given), one batch per handle."""
         batches: dict[str, list[tuple[PullEvent, Any]]] = {}
+        waiters, settled = self._waiters, self._settled_meanwhile
         for i, e in enumerate(events):
-            if e.reply not in self._waiters:
+            if e.reply not in waiters:
                 continue  # the client went away: an undelivered message is redelivered later
-            if e.delivery is not None and self._settled_meanwhile(e.delivery):
+            if e.delivery is not None and settled(e.delivery):
                 continue
-            batches.setdefault(e.reply, []).append((e, encoded[i] if encoded else None))
+            batch = batches.get(e.reply)
+            if batch is None:
+                batch = batches[e.reply] = []
+            batch.append((e, encoded[i] if encoded else None))
         for reply, items in batches.items():
             if self._waiters[reply].put(items):
                 log.warning("pull queue full; events dropped", extra={"group": self.group})
