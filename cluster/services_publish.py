@@ -156,9 +156,11 @@ class PublishServicer(pbg.PublishServiceServicer):
             try:
                 async for batch in request_iterator:
                     for req in batch.requests:
-                        await room.take()
+                        if not room.take_now():  # no coroutine per message while there is room
+                            more.set()  # the answers of what is queued free the room
+                            await room.take()
                         inflight.append((req.id, self._start(req, account, forwarded)))
-                        more.set()
+                    more.set()  # once per batch: the answer loop wakes on the next turn
             finally:
                 inflight.append(None)  # end of input
                 more.set()
@@ -202,6 +204,13 @@ class _Room:
     def __init__(self, places: int) -> None:
         self._free = places
         self._freed = asyncio.Event()
+
+    def take_now(self) -> bool:
+        """Take a place if one is free; False (nothing taken) when none is."""
+        if self._free > 0:
+            self._free -= 1
+            return True
+        return False
 
     async def take(self) -> None:
         """Take a place, waiting while there is none."""

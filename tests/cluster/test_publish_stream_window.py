@@ -1,0 +1,82 @@
+"""PublishStream with more requests in flight than the node's window (a real node).
+
+proto/raftstream.proto, PublishStream: "the server answers every request exactly once"; and
+``[limits] publish_async_pending_max`` bounds the unanswered publishes of one call (the node
+stops reading until one is answered). A batch larger than that window must still be answered
+in full, in order, with nothing lost or stored twice: the reader stops mid-batch and goes on
+as answers free the window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
+
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
+from tests.cluster.node_harness import LocalCluster, running
+
+WINDOW_MSGS = 3
+BATCHES = 3
+BATCH_MSGS = 10  # more than the window
+
+
+class _NarrowWindow(LocalCluster):
+    def _write_config(self, name: str) -> Path:
+        p: Path = super()._write_config(name)
+        limits = f"\n[limits]\npublish_async_pending_max = {WINDOW_MSGS}\n"
+        p.write_text(p.read_text() + limits)
+        return p
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[LocalCluster]:
+    with running(_NarrowWindow(1)) as c:
+        yield c
+
+
+def _unavailable(exc: BaseException) -> bool:
+    return isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE
+
+
+until_led = retry(
+    retry=retry_if_exception(_unavailable),
+    stop=stop_after_delay(30),
+    wait=wait_fixed(0.05),
+    reraise=True,
+)
+
+
+@pytest.mark.integration
+def test_batches_larger_than_the_window_are_answered_in_full_in_order(
+    node: LocalCluster,
+) -> None:
+    with grpc.insecure_channel(node.servers[0]) as ch:
+        streams = pbg.StreamServiceStub(ch)
+        body = json.dumps({"name": "W", "subjects": ["w.>"]})
+        streams.CreateStream(pb.CreateStreamRequest(config_json=body), timeout=20)
+        until_led(streams.GetStreamInfo)(pb.StreamInfoRequest(name="W"), timeout=20)
+
+        ids = iter(range(1, BATCHES * BATCH_MSGS + 1))
+        batches = [
+            pb.PublishBatch(
+                requests=[
+                    pb.PublishRequest(id=i, subject="w.x", data=str(i).encode())
+                    for i in (next(ids) for _ in range(BATCH_MSGS))
+                ]
+            )
+            for _ in range(BATCHES)
+        ]
+        call = pbg.PublishServiceStub(ch).PublishStream(iter(batches), timeout=30)
+        results = [r for batch in call for r in batch.results]
+
+        assert [r.id for r in results] == list(range(1, BATCHES * BATCH_MSGS + 1))
+        assert all(r.HasField("ack") for r in results), [r.error for r in results]
+        assert [r.ack.seq for r in results] == list(range(1, BATCHES * BATCH_MSGS + 1))
+        state = streams.GetStreamInfo(pb.StreamInfoRequest(name="W"), timeout=20).state
+        assert (state.messages, state.last_seq) == (BATCHES * BATCH_MSGS, BATCHES * BATCH_MSGS)
