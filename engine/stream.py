@@ -129,6 +129,24 @@ class PubAck:
     duplicate: bool = False
 
 
+if PubAck.__slots__ != ("stream", "seq", "duplicate"):  # a field was added: update _stored_ack
+    raise ImportError("PubAck fields changed; update stream._stored_ack")
+_set_ack_stream, _set_ack_seq, _set_ack_duplicate = (
+    getattr(PubAck, name).__set__ for name in PubAck.__slots__
+)
+
+
+def _stored_ack(stream: str, seq: int) -> PubAck:
+    """``PubAck(stream=stream, seq=seq)``, the same value, in about half the time: a frozen
+    dataclass's ``__init__`` pays a guarded ``__setattr__`` per field, and every replica
+    makes one per applied message (as ``entries.plain_publish`` does for ``Publish``)."""
+    ack = object.__new__(PubAck)
+    _set_ack_stream(ack, stream)
+    _set_ack_seq(ack, seq)
+    _set_ack_duplicate(ack, False)
+    return ack
+
+
 @dataclass(frozen=True, slots=True)
 class MsgDeleted:
     seq: int
@@ -357,7 +375,7 @@ class Stream:
             )
         stored = subject if cfg.subject_transform is None else self._stored_subject(subject)
         seq = store.append(stored, e.data, headers=EMPTY_HEADERS, now_ns=now, ttl_ns=0)
-        return PubAck(stream=cfg.name, seq=seq)
+        return _stored_ack(cfg.name, seq)
 
     def _dispatch(self, entry: Entry, now: int, expired: int) -> Result:
         if isinstance(entry, Publish):
