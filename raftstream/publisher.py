@@ -33,6 +33,7 @@ from typing import Any
 from raftstream import errors
 from raftstream._conn import Router, Stubs
 from raftstream._pipeline import Entry, Pipeline
+from raftstream._places import Places
 from raftstream._synclane import NotImplementedLane, SyncLane
 from raftstream.models import PubAck
 from raftstream.proto import raftstream_pb2 as pb
@@ -154,7 +155,7 @@ class Publisher:
         self._wait_stall_s = wait_stall_s
         self._pending_msgs_max = pending_msgs_max
         self._payload_bytes_max = PAYLOAD_BYTES_CEILING
-        self._room = asyncio.Semaphore(pending_msgs_max)
+        self._room = Places(pending_msgs_max)
         self._pending = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -252,16 +253,11 @@ class Publisher:
         return fut
 
     async def _reserve(self, wait_stall_s: float) -> None:
-        if self._room.locked():
-            try:
-                await asyncio.wait_for(self._room.acquire(), timeout=wait_stall_s)
-            except TimeoutError:
-                raise errors.LimitError(
-                    f"{self._pending_msgs_max} publishes pending for {wait_stall_s:.3f}s",
-                    pending_msgs=self._pending,
-                ) from None
-        else:
-            await self._room.acquire()
+        if not self._room.take_now() and not await self._room.take(wait_stall_s):
+            raise errors.LimitError(
+                f"{self._pending_msgs_max} publishes pending for {wait_stall_s:.3f}s",
+                pending_msgs=self._pending,
+            )
         self._pending += 1
         self._idle.clear()
 
@@ -273,7 +269,7 @@ class Publisher:
             else:
                 entry.future.set_result(outcome)
         self._pending -= 1
-        self._room.release()
+        self._room.give()
         if self._pending == 0:
             self._idle.set()
 

@@ -1,0 +1,59 @@
+"""``Places``: a bounded number of places, handed out first come, first served.
+
+What ``asyncio.Semaphore`` does for ``publish_async``'s window, cheaper on that per-message
+path: Python 3.11's ``Semaphore.acquire`` and ``locked`` scan the waiters on every call (a
+tenth of a publishing client's CPU in the cluster bench's profile), while here a free place
+is taken without a coroutine and a place given back goes straight to the first waiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+
+__all__ = ["Places"]
+
+
+class Places:
+    """``places`` free places. Belongs to one event loop; not thread-safe."""
+
+    def __init__(self, places: int) -> None:
+        self._free = places
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take_now(self) -> bool:
+        """Take a free place unless someone waits for one (they come first); False (nothing
+        taken) otherwise."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    async def take(self, timeout_s: float) -> bool:
+        """Wait, behind earlier waiters, at most ``timeout_s`` for a place: True once taken,
+        False when none came in time (nothing taken). A caller cancelled just as a place
+        was handed to it passes the place on."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+            return True
+        except TimeoutError:
+            return False
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.give()
+            raise
+        finally:
+            with contextlib.suppress(ValueError):  # not there once give() handed it a place
+                self._waiters.remove(fut)
+
+    def give(self) -> None:
+        """Give a place back: to the first waiter still waiting, else to the free ones."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
