@@ -37,9 +37,12 @@ So a Ready whose hard state differs from the last one written only by its commit
 and vote) and that has no entries or snapshot to write is not written by itself: that would
 put an fsync between a commit and its apply (the leader's round that learns a quorum has an
 entry, a follower's round that learns the new commit). Its hard state rides along with the
-next round that writes anyway, or with the next tick's round at the latest, so the stored
-commit trails the real one by about a tick. A replica restarted from a stale commit re-applies
-less at start and learns the rest from its leader (as etcd's ``MustSync`` does).
+next round that writes anyway, or with a tick's round that writes nothing else, the second
+tick after it at the latest (not the first: under load every round writes, and a write of
+a commit index alone at each tick kept the loop waiting for an fsync ten times a second,
+for nothing a message or an acknowledgement needs), so the stored commit trails the real
+one by one to two ticks when a group goes idle. A replica restarted from a stale commit
+re-applies less at start and learns the rest from its leader (as etcd's ``MustSync`` does).
 
 Commit notices. A leader tells its followers a new commit index with their next append or
 heartbeat, not with an empty append of its own (``HostConfig.commit_notices`` off; see
@@ -175,6 +178,7 @@ class _Group:
     # commit index waits in ``unsynced`` (see "Commit index" in the module docstring).
     durable_vote: tuple[int, str] = (0, NONE)
     unsynced: HardState | None = None
+    unsynced_ticks: int = 0  # ticks ``unsynced`` has waited through without a write
 
 
 @dataclass(frozen=True, slots=True)
@@ -828,11 +832,15 @@ class RaftHost:
                 in_round.add(g.name)
                 g.compaction = None
         if writes or self._sync_commits:
-            self._sync_commits = False
+            others, self._sync_commits = bool(writes), False
             written = {w.group for w in writes}
             for g in self._groups.values():
-                if g.unsynced is not None and g.name not in written:
+                if g.unsynced is None or g.name in written:
+                    continue
+                if others or g.unsynced_ticks >= 1:
                     writes.append(GroupWrite(g.name, g.unsynced))
+                else:  # a tick's round with nothing else to write (module docstring)
+                    g.unsynced_ticks += 1
         return writes
 
     def _written(self, writes: list[GroupWrite]) -> None:
@@ -844,6 +852,7 @@ class RaftHost:
             g.durable_vote = (w.hard_state.term, w.hard_state.vote)
             if g.unsynced is not None and g.unsynced.commit <= w.hard_state.commit:
                 g.unsynced = None
+                g.unsynced_ticks = 0
 
     def _send_appends_early(self, readies: list[tuple[_Group, Ready]]) -> set[int]:
         """Send the leaders' APPEND messages of this round before its write (module

@@ -142,7 +142,7 @@ class CountingStorage(MemoryLogStorage):
 def test_a_commit_index_alone_costs_no_write_and_reaches_storage_by_the_next_tick() -> None:
     """The commit index is volatile (Raft paper, Figure 2; host.py "Commit index"): a round
     whose only change is a higher commit writes nothing (no fsync between commit and
-    apply); the stored commit catches up with the next write, a tick later at the latest."""
+    apply); the stored commit catches up with the next write, two ticks later at the latest."""
 
     async def scenario() -> None:
         net = MemoryNetwork()
