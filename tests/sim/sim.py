@@ -64,6 +64,7 @@ class SimParams:
     pre_vote: bool
     check_quorum: bool
     write_us_max: int  # 0: each Ready is written at once; else writes take up to this
+    commit_notices: bool  # off as in RaftHost: followers learn commits from appends/heartbeats
 
     @classmethod
     def from_rng(cls, rng: random.Random) -> SimParams:
@@ -84,6 +85,7 @@ class SimParams:
             pre_vote=rng.random() < 0.75,
             check_quorum=rng.random() < 0.75,
             write_us_max=rng.choice((0, 0, 500, 3 * MS)),
+            commit_notices=rng.random() < 0.5,
         )
 
 
@@ -223,6 +225,7 @@ class Simulation:
             election_tick=10,
             pre_vote=self.p.pre_vote,
             check_quorum=self.p.check_quorum,
+            commit_notices=self.p.commit_notices,
             heartbeat_tick=2,
             inflight_msgs_max=4,
             inflight_bytes_max=4096,
