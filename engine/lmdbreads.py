@@ -376,6 +376,24 @@ class LmdbStreamReads:
             raise DataLossError(f"subject index points at {seq} of another subject", seq=seq)
         return msg
 
+    def _load_literal(self, txn: Any, seqs: list[int], subject: str) -> list[StoredMsg]:
+        """The messages at ``seqs``, which the index of literal ``subject`` pointed at,
+        checking each has that subject (``_load_indexed`` for a run of one subject's
+        messages: a string comparison instead of the subject's index key per message; a
+        consumer's every new message comes through here)."""
+        get, db, prefix, pack = txn.get, self._dbs.msgs, self._prefix, SEQ.pack
+        out: list[StoredMsg] = []
+        for seq in seqs:
+            key = prefix + pack(seq)
+            raw = get(key, db=db)
+            if raw is None:
+                raise NotFoundError(f"no message at sequence {seq}", seq=seq)
+            msg = decode_msg(key, raw)
+            if msg.subject != subject:
+                raise DataLossError(f"subject index points at {seq} of another subject", seq=seq)
+            out.append(msg)
+        return out
+
     def _head(self, txn: Any, seq: int) -> MsgHead:
         """The head of a message that must exist (first_seq, or an index pointed at it)."""
         key = self._prefix + SEQ.pack(seq)
@@ -535,7 +553,7 @@ class LmdbStreamReads:
             with self._reading(index=literal) as txn:
                 if literal:
                     seqs = self._index_seqs(txn, ikey, seq, 0, limit=ITER_CHUNK_MSGS)
-                    chunk = [self._load_indexed(txn, s, ikey) for s in seqs]
+                    chunk = self._load_literal(txn, seqs, subject_filter)
                 elif match_all:  # every message: decoded straight off the cursor
                     chunk = self._msgs_from(txn, seq, ITER_CHUNK_MSGS)
                     seqs = [m.seq for m in chunk]

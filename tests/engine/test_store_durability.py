@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from raftstream.engine.lmdbrecords import DB_NAMES, MSG_KEY, SEQ, decode_id, subject_key
+from raftstream.engine.lmdbrecords import (
+    DB_NAMES,
+    MSG_KEY,
+    SEQ,
+    decode_id,
+    encode_chunk,
+    subject_key,
+)
 from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
 from raftstream.engine.store import DiscardPolicy, StoreLimits
 from raftstream.errors import DataLossError, LimitError
@@ -135,6 +142,31 @@ def test_corrupt_index_chunk_is_data_loss(tmp_path: Path) -> None:
     _flip(env, DB_NAMES[1], ikey, 9)
     with pytest.raises(DataLossError):
         store.load_last("orders")
+    env.close()
+
+
+def test_index_pointing_at_another_subject_is_data_loss(tmp_path: Path) -> None:
+    """A subject index chunk that checks out (valid checksum) but points at a message of
+    another subject is DATA_LOSS where the index is followed (a consumer's scan of a
+    literal filter, last and next by subject), never the other subject's message."""
+    env = open_node_env(tmp_path, map_size_bytes=MAP_SIZE_BYTES)
+    store = LmdbStreamStore(env, "S")
+    store.append("orders", b"o", now_ns=SEC_NS)
+    store.append("other", b"x", now_ns=SEC_NS)
+    ikey = MSG_KEY.pack(_stream_id(env, "S"), 0)[:4] + subject_key("orders")[1] + SEQ.pack(1)
+    db = env.open_db(DB_NAMES[1])  # before the write transaction: it would open its own
+    with env.begin(write=True) as txn:
+        txn.put(ikey, encode_chunk(ikey, [1, 2]), db=db)
+    env.close()
+    env = open_node_env(tmp_path, map_size_bytes=MAP_SIZE_BYTES)
+    store = LmdbStreamStore(env, "S")
+    with pytest.raises(DataLossError):
+        list(store.iter_from(1, "orders"))
+    with pytest.raises(DataLossError):
+        store.load_last("orders")
+    with pytest.raises(DataLossError):
+        store.load_next("orders", 2)
+    assert store.load_next("orders", 1).data == b"o"  # the entry that is right still reads
     env.close()
 
 
