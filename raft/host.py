@@ -73,7 +73,9 @@ put a whole fsync between every commit and its PubAck. It is safe because what d
 acknowledgement is unchanged: such an entry is committed (a quorum has it durably, the
 leader's copy included, see above) and this replica's own copy was written by an earlier,
 completed round. Entries the round itself writes (a follower told to commit what it has just
-received, or a group of one, which commits at once) are applied after the write, as before.
+received, or a group of one, which commits at once) are applied after the write, as before;
+so are a membership change and what follows it (a change takes effect at ``advance``, after
+the write, and ``propose_conf_change`` resolves only once it is in effect).
 Only a round whose messages all left before its write (a leader's appends), or are a
 leader's heartbeats, does this: otherwise (a follower's acknowledgements, votes) those
 messages go first, and applying waits until the transport has had them (the host yields
@@ -889,7 +891,10 @@ class RaftHost:
     def _apply_durable(self, readies: list[tuple[_Group, Ready]]) -> dict[str, int]:
         """Apply, before this round's write completes, each Ready's committed entries that
         were durable here before it (below the first entry it writes; none when it brings
-        a snapshot). Returns how many were applied per group, for ``_apply`` to skip."""
+        a snapshot), and before its first membership change: a change takes effect only at
+        ``advance``, after the write, and ``propose_conf_change`` promises the new membership
+        in effect when it resolves. Returns how many were applied per group, for ``_apply``
+        to skip."""
         done: dict[str, int] = {}
         for g, rd in readies:
             if g.halted or rd.snapshot is not None or not rd.committed_entries:
@@ -899,6 +904,7 @@ class RaftHost:
             if rd.entries:  # committed entries are contiguous and ascending
                 first_new = rd.entries[0].index
                 count = first_new - ents[0].index if ents[-1].index >= first_new else count
+            count = next((i for i in range(count) if ents[i].type == EntryType.CONF_CHANGE), count)
             if count <= 0:
                 continue
             try:

@@ -11,16 +11,17 @@ bootstrap snapshot is durable across a restart.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from raftstream.raft.core.errors import ConfChangePendingError
 from raftstream.raft.host import RaftHost
-from raftstream.raft.storage import LmdbLogStorage, MemoryLogStorage
+from raftstream.raft.storage import GroupWrite, LmdbLogStorage, MemoryLogStorage
 from raftstream.raft.transport import MemoryNetwork, MemoryTransport
-from raftstream.raft.types import ConfChange, ConfChangeType, Role
-from tests.raft.test_host import CFG, ListMachine, elected, run, until
+from raftstream.raft.types import ConfChange, ConfChangeType, Message, MessageType, Role
+from tests.raft.test_host import CFG, ListMachine, PermitStorage, elected, run, until
 
 GROUP = "g"
 
@@ -86,6 +87,80 @@ def test_learner_catches_up_is_promoted_and_a_voter_is_removed() -> None:
             await until(lambda: len(machines["n4"].applied.get(GROUP, [])) == 40)
             assert machines["n4"].applied[GROUP] == machines[lead].applied[GROUP]
         finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+class CountedPermits(PermitStorage):
+    """``PermitStorage`` that counts the writes that waited for a permit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def write_batch(self, writes: Sequence[GroupWrite]) -> None:
+        if self.metered:
+            self.waits += 1
+        super().write_batch(writes)
+
+
+def test_a_change_committed_during_a_write_is_in_effect_when_it_resolves() -> None:
+    """``propose_conf_change`` resolves when the new membership is in effect, also when the
+    round that commits it applies it while writing newer entries (host.py, "Applying during
+    the write"): a change takes effect at ``advance``, after that write, so it is never
+    answered before then."""
+
+    async def scenario() -> None:
+        names = ("n1", "n2", "n3")
+        net = MemoryNetwork()
+        stores = {n: CountedPermits() for n in names}
+        hosts = {
+            n: RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=CFG)
+            for n in names
+        }
+        machines = {n: ListMachine() for n in names}
+        lead = ""
+        try:
+            for n in names:
+                hosts[n].start()
+                await hosts[n].create_group(GROUP, voters=names, state_machine=machines[n])
+            lead = await elected(hosts, GROUP)
+            await propose_all(hosts[lead], "a", 1)  # the leader committed in its term
+            store = stores[lead]
+            store.metered = True
+            change = asyncio.ensure_future(
+                hosts[lead].propose_conf_change(GROUP, ConfChange(ConfChangeType.ADD_LEARNER, "n4"))
+            )
+            index = store.log(GROUP).last_index() + 1
+            followers = {n for n in names if n != lead}
+
+            def acked() -> bool:  # both acknowledgements of the change wait in the inbox
+                inbox = hosts[lead]._inbox
+                return {
+                    m.src
+                    for m in inbox
+                    if isinstance(m, Message) and m.type == MessageType.APPEND_RESP
+                    and m.index >= index
+                } == followers  # fmt: skip
+
+            await until(acked)
+            # What the membership is when the change is answered (callbacks run in order).
+            seen: list[tuple[str, ...]] = []
+            change.add_done_callback(lambda _: seen.append(hosts[lead].learners(GROUP)))
+            later = asyncio.ensure_future(hosts[lead].propose(GROUP, b"later"))
+            await asyncio.sleep(0)  # queued for the round that commits the change
+            store.permits.release()  # the change's write completes; the next one waits
+            await until(lambda: store.waits >= 2)  # the round writing "later" is writing
+            store.metered = False
+            store.permits.release()
+            await change
+            await later
+            assert seen == [("n4",)]
+        finally:
+            if lead:
+                stores[lead].metered = False
+                stores[lead].permits.release()
             await stop_all(hosts)
 
     run(scenario)
