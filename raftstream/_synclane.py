@@ -16,7 +16,8 @@ One publish at a time. While one ``publish`` waits for its answer on the lane, a
 timeout. Sequential publishers, the ones latency matters to, always find the lane free.
 
 The lane is opened on the server the router picked for the attempt (``Router.call``) and
-reopened when an attempt goes elsewhere (a leader hint) or the call broke. A server that does
+reopened when an attempt goes elsewhere (a leader hint), the call broke, or a publish stopped
+waiting for its answer (timeout, cancellation: see ``_retire``). A server that does
 not implement ``PublishStream`` (UNIMPLEMENTED) is remembered, and its publishes use the
 unary RPC from then on. Retries and hints stay the router's: an item's refusal raises the
 same typed error the unary call would (NOT_LEADER with its hint, preconditions, limits); a
@@ -70,9 +71,13 @@ class SyncLane:
             try:
                 return await asyncio.wait_for(fut, left_s)
             except TimeoutError:
+                self._retire()
                 raise errors.DeadlineExceededError(
                     f"no answer within {left_s:.3f}s; the outcome is unknown"
                 ) from None
+            except asyncio.CancelledError:
+                self._retire()
+                raise
             except errors.RaftStreamError as exc:
                 if exc.details.get("grpc_code") == "UNIMPLEMENTED":
                     self._unsupported.add(stubs.addr)
@@ -88,10 +93,7 @@ class SyncLane:
         pipe = self._pipe
         if pipe is not None and not pipe.dead and self._addr == stubs.addr:
             return pipe
-        if pipe is not None:
-            task = asyncio.get_running_loop().create_task(pipe.close())
-            self._retired.add(task)
-            task.add_done_callback(self._retired.discard)
+        self._retire()
         self._pipe = Pipeline(
             stubs.publish.PublishStream(),
             batch_of=lambda items: pb.PublishBatch(requests=items),
@@ -107,6 +109,19 @@ class SyncLane:
         )
         self._addr = stubs.addr
         return self._pipe
+
+    def _retire(self) -> None:
+        """Give up the lane's call (closed in the background), if any. Also when a publish
+        stops waiting for its answer (its timeout, or its caller cancelled): the call still
+        owes that answer, and a call's answers come in order, so the next publish would
+        wait behind it (for a stuck stream, the whole result timeout); it gets a new call.
+        Closing fails nothing anyone waits for: the abandoned publish's outcome is already
+        unknown to its caller."""
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            task = asyncio.get_running_loop().create_task(pipe.close())
+            self._retired.add(task)
+            task.add_done_callback(self._retired.discard)
 
     async def close(self) -> None:
         """Close the lane; a publish waiting on it fails with ``UnavailableError``."""

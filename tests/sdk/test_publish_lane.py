@@ -160,6 +160,44 @@ def test_an_answer_not_in_time_is_a_deadline_and_the_lane_goes_on():
     run(main())
 
 
+def test_a_publish_after_one_not_answered_in_time_does_not_wait_behind_it():
+    """A publish that gave up waiting (its timeout, or its caller cancelled) leaves its
+    answer owed on the lane's call, and a call's answers come in order: the next publish
+    must not queue behind it (for a stuck stream that is the whole result timeout, then an
+    ambiguous failure). The lane gives that call up and the next one opens a new call."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            seen: list[pb.PublishRequest] = []
+            release = asyncio.Event()
+
+            async def stuck_first(req: pb.PublishRequest) -> Any:
+                if req.data in (b"stuck", b"cancelled"):
+                    await release.wait()
+                return pb.PubAck(stream="S", seq=len(seen))
+
+            node.on("PublishStream", lane_handler(stuck_first, seen))
+            try:
+                async with await raftstream.connect([node.addr], timeout=10) as rs:
+                    with pytest.raises(errors.DeadlineExceededError):
+                        await rs.publish("a", b"stuck", timeout=0.2)
+                    assert (await rs.publish("a", b"next")).seq == 2
+                    cancelled = asyncio.ensure_future(rs.publish("a", b"cancelled"))
+                    while len(seen) < 3:
+                        await asyncio.sleep(0.005)
+                    cancelled.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await cancelled
+                    assert (await rs.publish("a", b"after")).seq == 4
+            finally:
+                release.set()
+            assert [r.data for r in seen] == [b"stuck", b"next", b"cancelled", b"after"]
+            assert len(node.calls_to("PublishStream")) == 3
+            assert not node.calls_to("Publish")
+
+    run(main())
+
+
 def test_a_concurrent_publish_takes_the_unary_rpc():
     """One publish at a time on the lane: a second, while the first waits, must not queue
     behind it (answers come in order), so it goes as a unary call."""
