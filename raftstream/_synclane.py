@@ -17,11 +17,13 @@ timeout. Sequential publishers, the ones latency matters to, always find the lan
 
 The lane is opened on the server the router picked for the attempt (``Router.call``) and
 reopened when an attempt goes elsewhere (a leader hint), the call broke, or a publish stopped
-waiting for its answer (timeout, cancellation: see ``_retire``). A server that does
-not implement ``PublishStream`` (UNIMPLEMENTED) is remembered, and its publishes use the
-unary RPC from then on. Retries and hints stay the router's: an item's refusal raises the
-same typed error the unary call would (NOT_LEADER with its hint, preconditions, limits); a
-broken call or an answer not in time is ambiguous, exactly as a unary call failing mid-way.
+waiting for its answer (timeout, cancellation: see ``_retire``). A server that does not
+implement ``PublishStream`` (UNIMPLEMENTED) is remembered, and its publishes use the unary
+RPC from then on; a node that refuses the call for its ``streaming_calls_max`` gets that
+publish as a unary call (``LaneRefused``). Retries and hints stay the router's: an item's
+refusal raises the same typed error the unary call would (NOT_LEADER with its hint,
+preconditions, limits); a broken call or an answer not in time is ambiguous, exactly as a
+unary call failing mid-way.
 """
 
 from __future__ import annotations
@@ -137,6 +139,15 @@ class NotImplementedLane(errors.UnavailableError):
     reason = "UNIMPLEMENTED_LANE"
 
 
+class LaneRefused(NotImplementedLane):
+    """The node refused the lane's call before its servicer ran: it has
+    ``streaming_calls_max`` streaming calls open (docs/limits.md). Nothing was applied, and
+    that limit does not count unary calls, so this publish goes as a unary call, as it did
+    before the lane; the lane is tried again next time (a call may have closed)."""
+
+    reason = "LANE_REFUSED"
+
+
 def _settle(entry: Entry, result: Any) -> None:
     fut = entry.future
     if fut.done():  # the publish gave up waiting (its timeout): nobody reads this answer
@@ -148,5 +159,10 @@ def _settle(entry: Entry, result: Any) -> None:
 
 
 def _fail(entry: Entry, exc: errors.RaftStreamError) -> None:
-    if not entry.future.done():
-        entry.future.set_exception(exc)
+    """The lane's call ended without this publish's answer (ambiguous: see the module
+    docstring), or was refused as a whole before anything was read (``LaneRefused``)."""
+    if entry.future.done():
+        return
+    if isinstance(exc, errors.LimitError) and exc.details.get("limit") == "streaming_calls_max":
+        exc = LaneRefused(str(exc))
+    entry.future.set_exception(exc)

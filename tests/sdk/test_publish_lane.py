@@ -230,6 +230,41 @@ def test_a_concurrent_publish_takes_the_unary_rpc():
     run(main())
 
 
+def test_a_node_at_its_streaming_calls_max_gets_the_publish_as_a_unary_call():
+    """A node with ``streaming_calls_max`` streaming calls open refuses one more before the
+    servicer runs (docs/limits.md): nothing was applied, and the unary RPC does not count
+    against that limit, so the publish goes as a unary call (it used to be one), and the
+    lane is tried again later (a call may close meanwhile)."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            refuse = [True]
+            seen: list[pb.PublishRequest] = []
+            answer = lane_handler(lambda r: pb.PubAck(stream="S", seq=3), seen)
+
+            def lane(requests: Any, ctx: Any) -> Any:
+                if refuse[0]:
+                    raise errors.LimitError(
+                        "this node has streaming_calls_max (1) streaming calls open",
+                        limit="streaming_calls_max",
+                    )
+                return answer(requests, ctx)
+
+            async def unary(req: Any, ctx: Any) -> pb.PubAck:
+                return pb.PubAck(stream="S", seq=int(req.data))
+
+            node.on("PublishStream", lane)
+            node.on("Publish", unary)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                assert (await rs.publish("a", b"1")).seq == 1
+                refuse[0] = False
+                assert (await rs.publish("a", b"2")).seq == 3
+            assert [c.request.data for c in node.calls_to("Publish")] == [b"1"]
+            assert [r.data for r in seen] == [b"2"]
+
+    run(main())
+
+
 def test_a_server_without_publish_stream_gets_unary_publishes():
     async def main() -> None:
         async with Nodes(1) as (node,):
