@@ -293,16 +293,23 @@ class MsgHead:
     size: int
 
 
-def decode_head(key: bytes, value: bytes) -> MsgHead:
-    """Verify the record and return its head (DataLossError when it fails)."""
+def _verified(key: bytes, value: bytes) -> tuple[int, int, int, int, int]:
+    """(seq, ts, ttl, subject length, headers length) of a message record whose CRC, key
+    and lengths check out; DataLossError otherwise."""
     if len(value) < _MSG_HEAD.size:
         raise _loss("message record", key)
     crc, seq, ts, ttl, slen, hlen = _MSG_HEAD.unpack_from(value)
     if crc != crc32(memoryview(value)[CRC.size :], crc32(key[: ID.size])):
         raise _loss("message record", key)
-    end = _MSG_HEAD.size + slen
-    if key[ID.size :] != SEQ.pack(seq) or end + hlen > len(value):
+    if key[ID.size :] != SEQ.pack(seq) or _MSG_HEAD.size + slen + hlen > len(value):
         raise _loss("message record", key)
+    return seq, ts, ttl, slen, hlen
+
+
+def decode_head(key: bytes, value: bytes) -> MsgHead:
+    """Verify the record and return its head (DataLossError when it fails)."""
+    seq, ts, ttl, slen, hlen = _verified(key, value)
+    end = _MSG_HEAD.size + slen
     # StoredMsg.size: subject + header keys/values (the encoding less its framing) + payload.
     size = len(value) - _MSG_HEAD.size
     if hlen:
@@ -313,17 +320,11 @@ def decode_head(key: bytes, value: bytes) -> MsgHead:
 
 
 def decode_msg(key: bytes, value: bytes) -> StoredMsg:
-    """Verify and decode a whole message record: ``decode_head``'s checks in one pass with
-    the decoding (no ``MsgHead`` in between: this runs for every message a consumer reads)."""
-    if len(value) < _MSG_HEAD.size:
-        raise _loss("message record", key)
-    crc, seq, ts, ttl, slen, hlen = _MSG_HEAD.unpack_from(value)
-    if crc != crc32(memoryview(value)[CRC.size :], crc32(key[: ID.size])):
-        raise _loss("message record", key)
+    """Verify and decode a whole message record: ``decode_head``'s checks with the decoding
+    (no ``MsgHead`` in between: this runs for every message a consumer reads)."""
+    seq, ts, ttl, slen, hlen = _verified(key, value)
     start = _MSG_HEAD.size + slen
     end = start + hlen
-    if key[ID.size :] != SEQ.pack(seq) or end > len(value):
-        raise _loss("message record", key)
     try:
         subject = value[_MSG_HEAD.size : start].decode()
     except UnicodeDecodeError as exc:
