@@ -75,7 +75,11 @@ leader's copy included, see above) and this replica's own copy was written by an
 completed round. Entries the round itself writes (a follower told to commit what it has just
 received, or a group of one, which commits at once) are applied after the write, as before;
 so are a membership change and what follows it (a change takes effect at ``advance``, after
-the write, and ``propose_conf_change`` resolves only once it is in effect).
+the write, and ``propose_conf_change`` resolves only once it is in effect). State machines
+then write on the loop thread while the log's transaction is open on the writer thread; the
+node keeps them in separate LMDB environments (cluster/node.py), so the two never wait for
+one environment's single writer lock (a state machine sharing the log's environment would
+wait there for the log's fsync, on the loop).
 Only a round whose messages all left before its write (a leader's appends), or are a
 leader's heartbeats, does this: otherwise (a follower's acknowledgements, votes) those
 messages go first, and applying waits until the transport has had them (the host yields
