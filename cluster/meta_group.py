@@ -138,7 +138,15 @@ class MetaGroup:
         """Add the meta group to the host; reconcile once the log replayed to ``replay_to``."""
         voters, learners = meta_members(peers, voters_max)
         self._replayed_to = replay_to
-        self._host.add_group(META_GROUP, voters=voters, learners=learners, state_machine=self)
+        # Commit notices on (raft/host.py "Commit notices"): every node answers listings from
+        # its own replica, which should apply a definition at once, not a heartbeat later.
+        self._host.add_group(
+            META_GROUP,
+            voters=voters,
+            learners=learners,
+            state_machine=self,
+            commit_notices=True,
+        )
         self._task = asyncio.get_running_loop().create_task(self._run(), name="meta-reconciler")
         self._trigger.set()
 

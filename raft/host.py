@@ -49,8 +49,11 @@ heartbeat, not with an empty append of its own (``HostConfig.commit_notices`` of
 ``RaftConfig.commit_notices``): with one publish at a time, that message and its answer
 were half of what the leader sent and received per publish, each costing a stream write.
 Only how soon a follower applies changes (a tick later at the latest when nothing follows);
-what commits, when, and so every acknowledgement, is untouched, and a follower's state
-machine answers no client (reads go to the leader, see ``read_index``).
+what commits, when, and so every acknowledgement, is untouched. A group whose followers'
+state machines answer clients turns notices on for itself (``add_group``): the meta group,
+whose every node lists streams and consumers from its own replica, so that a consumer just
+created is not missing from a listing on another node for a heartbeat; a stream group's
+replicas answer no client (reads go to the leader, see ``read_index``).
 
 The leader writes in parallel (Raft thesis §10.2.1). A leader's append messages may leave
 before its own write of those entries completes: replication and the leader's fsync then
@@ -283,12 +286,16 @@ class RaftHost:
         state_machine: StateMachine,
         learners: Sequence[str] = (),
         on_leader_change: LeaderChange | None = None,
+        commit_notices: bool | None = None,
     ) -> None:
         """Start this node's replica of ``group``. ``voters``/``learners`` bootstrap a new
         group only; a group with durable state resumes from it (its state machine restored
         from the stored snapshot, then fed the committed entries after it).
         ``on_leader_change`` is called after each round that changed the known leader or
-        this replica's role (an exception from it is logged, never halts the group)."""
+        this replica's role (an exception from it is logged, never halts the group).
+        ``commit_notices`` overrides ``HostConfig.commit_notices`` for this group: on for a
+        group whose followers' state machines answer clients (the meta group's listings),
+        so that they apply a commit at once rather than a heartbeat later."""
         if group in self._groups:
             raise InvalidArgumentError("group", f"{group} already runs here")
         view = self._storage.log(group)
@@ -306,7 +313,7 @@ class RaftHost:
             heartbeat_tick=cfg.heartbeat_tick,
             pre_vote=cfg.pre_vote,
             check_quorum=cfg.check_quorum,
-            commit_notices=cfg.commit_notices,
+            commit_notices=cfg.commit_notices if commit_notices is None else commit_notices,
         )
         node = RaftNode(rc, view)
         members = frozenset((*voters, *learners)) - {self.node_id}
