@@ -52,8 +52,9 @@ Only how soon a follower applies changes (a tick later at the latest when nothin
 what commits, when, and so every acknowledgement, is untouched. A group whose followers'
 state machines answer clients turns notices on for itself (``add_group``): the meta group,
 whose every node lists streams and consumers from its own replica, so that a consumer just
-created is not missing from a listing on another node for a heartbeat; a stream group's
-replicas answer no client (reads go to the leader, see ``read_index``).
+created is not missing from a listing on another node for a heartbeat. A stream group's
+reads go to its leader (``read_index``); only ``ListStreams`` shows each node's own replica
+state, never linearizable, and on a follower now up to a heartbeat older.
 
 The leader writes in parallel (Raft thesis §10.2.1). A leader's append messages may leave
 before its own write of those entries completes: replication and the leader's fsync then
