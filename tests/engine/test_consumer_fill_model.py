@@ -2,8 +2,9 @@
 against the per-message path (``_candidate`` + ``_hand_out``, one op per message) as oracle.
 
 A hypothesis rule-based machine drives two consumers with the same configuration over two
-stores holding the same messages: one as the engine runs it, one whose ``_fill_new`` never
-takes a run, so every message goes through the per-message path. Several requests wait at
+stores holding the same messages (memory, or LMDB): one as the engine runs it, one whose
+``_fill_new`` never takes a run, so every message goes through the per-message path.
+Several requests wait at
 once (round-robin, ``max_bytes`` 409s, expiries, no_wait, idle heartbeats), with several
 filters, every deliver policy, acks of every kind, pauses, deletions and retention removals
 (a listener deletes what the consumer released, as workqueue retention does). After each
@@ -13,7 +14,10 @@ count and num_pending included), replicated the same ops and reached the same st
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from hypothesis import settings
@@ -23,7 +27,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig, DeliverPolicy
 from raftstream.engine.consumer_pull import PullEvent, PullRequest
+from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
 from raftstream.engine.memstore import MemoryStreamStore
+from raftstream.engine.store import StreamStore
 
 SUBJECTS = ("a.1", "a.2", "b.1", "c.1")
 ACK_WAIT = 10
@@ -39,7 +45,7 @@ class _PerMessage(Consumer):
 class _Removes:
     """Retention as a workqueue stream does it: a released message leaves the store."""
 
-    def __init__(self, store: MemoryStreamStore) -> None:
+    def __init__(self, store: StreamStore) -> None:
         self.store = store
         self.removed: list[int] = []
 
@@ -54,8 +60,11 @@ class FillMachine(RuleBasedStateMachine):
         super().__init__()
         self.now = 0
         self.replies = 0
+        self.dir: Path | None = None
+        self.env: Any = None
 
     @initialize(
+        kind=st.sampled_from(["memory", "lmdb"]),
         ack_policy=st.sampled_from(list(AckPolicy)),
         cap=st.sampled_from([-1, 1, 3, 8]),
         filters=st.sampled_from([(), ("a.*",), ("a.1", "b.1"), ("a.2", "b.*", "c.1")]),
@@ -74,6 +83,7 @@ class FillMachine(RuleBasedStateMachine):
     )
     def setup(
         self,
+        kind: str,
         ack_policy: AckPolicy,
         cap: int,
         filters: tuple[str, ...],
@@ -97,7 +107,13 @@ class FillMachine(RuleBasedStateMachine):
             headers_only=headers_only,
             max_waiting=3,
         )
-        self.stores = (MemoryStreamStore(), MemoryStreamStore())
+        self.stores: tuple[StreamStore, StreamStore]
+        if kind == "lmdb":  # its chunked scans and index reads (two streams, one env)
+            self.dir = Path(tempfile.mkdtemp(prefix="consumer-fill-"))
+            self.env = open_node_env(self.dir, map_size_bytes=1 << 26, sync=False)
+            self.stores = (LmdbStreamStore(self.env, "S1"), LmdbStreamStore(self.env, "S2"))
+        else:
+            self.stores = (MemoryStreamStore(), MemoryStreamStore())
         for subject in initial:
             self._append(subject, 1)
         self.listeners = tuple(_Removes(s) for s in self.stores) if retention else (None, None)
@@ -120,6 +136,12 @@ class FillMachine(RuleBasedStateMachine):
             record_ops=True,
         )
         self._same(self.fast.take_ops(), self.slow.take_ops())
+
+    def teardown(self) -> None:
+        if self.env is not None:
+            self.env.close()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def _append(self, subject: str, size: int) -> None:
         seqs = {s.append(subject, b"x" * size, now_ns=self.now) for s in self.stores}
