@@ -11,33 +11,28 @@ because hints carry the answering node's peer table entry.
 Everything lives under ``run_dir``: ``<node>/`` data directories (kept for the Spark audit),
 ``<node>.toml`` configs and ``<node>.log`` outputs. ``close()`` kills (SIGKILL, by pid) every
 process this object started, resumes paused ones first, and deletes its proxies; it runs
-even when start-up fails half way. The object belongs to one thread.
+even when start-up fails half way. The object belongs to one thread. The processes
+themselves (spawning, readiness, signals, reaping, logs) are ``raftstream.localcluster``'s;
+what is the chaos harness's own is the proxies and the peer table made of them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from toxiproxy import Proxy
 
 from raftstream.chaos.proxyctl import ProxyService
+from raftstream.localcluster import NodeLauncher, NodeSpec
 from raftstream.localnet import READY_TIMEOUT_S, free_port, wait_for
 from raftstream.proto import raftstream_pb2 as pb
-from raftstream.proto import raftstream_pb2_grpc as pbg
 
 __all__ = ["ChaosCluster", "NodeProc", "wait_for"]
-
-T = TypeVar("T")
 
 RPC_TIMEOUT_S = 1.0
 STOP_TIMEOUT_S = 20.0
@@ -47,13 +42,11 @@ DEFAULT_RAFT = {"tick_ms": 50, "election_ticks": 10}
 
 @dataclass(slots=True)
 class NodeProc:
-    """One node: its name, client address, and the running process (None while down)."""
+    """One node: its name, client address and data directory (its process: ``process``)."""
 
     name: str
     port: int
     data: Path
-    proc: subprocess.Popen[bytes] | None = None
-    paused: bool = False
 
     @property
     def addr(self) -> str:
@@ -81,7 +74,13 @@ class ChaosCluster:
         self.links: dict[tuple[str, str], Proxy] = {}
         # Nodes that refused to start on data a nemesis damaged: left down on purpose.
         self.damaged: set[str] = set()
-        self._logs: list[IO[bytes]] = []
+        self.launcher = NodeLauncher(
+            run_dir,
+            {n: node.addr for n, node in self.nodes.items()},
+            config_files=True,
+            stop_timeout_s=STOP_TIMEOUT_S,
+            info_timeout_s=RPC_TIMEOUT_S,
+        )
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -117,96 +116,53 @@ class ChaosCluster:
         """The address ``src`` dials to reach ``dst`` (the proxy's listen address)."""
         return str(self.links[(src, dst)].listen)
 
-    def _write_config(self, name: str) -> Path:
+    def _spec(self, name: str) -> NodeSpec:
+        """``name``'s settings: its peers are the proxies it dials, itself its real address."""
         node = self.nodes[name]
         peers = {
             other: node.addr if other == name else self.link_addr(name, other)
             for other in self.names
         }
-        peer_text = ", ".join(f'{k} = "{v}"' for k, v in peers.items())
-        raft_text = "\n".join(f"{k} = {v}" for k, v in self.raft.items())
-        text = (
-            f'[cluster]\nname = "{name}"\nlisten = "{node.addr}"\n'
-            f'data = "{node.data}"\npeers = {{ {peer_text} }}\n\n[raft]\n{raft_text}\n'
-        )
-        path = self.run_dir / f"{name}.toml"
-        path.write_text(text)
-        return path
+        return NodeSpec(name=name, listen=node.addr, data=node.data, peers=peers, raft=self.raft)
 
     # -- processes ---------------------------------------------------------------------------
 
     def start_node(self, name: str, *, wait: bool = True) -> None:
         """Start ``name`` (a no-op if it runs); with ``wait``, until it serves."""
-        node = self.nodes[name]
-        if node.proc is not None and node.proc.poll() is None:
+        if self.launcher.alive(name):
             return
-        config = self._write_config(name)
-        log = (self.run_dir / f"{name}.log").open("ab")
-        self._logs.append(log)
-        node.proc = subprocess.Popen(
-            [sys.executable, "-m", "raftstream.cluster", "--config", str(config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        node.paused = False
+        self.launcher.spawn(self._spec(name))
         if wait:
             self.wait_serving(name)
 
+    def process(self, name: str) -> subprocess.Popen[bytes] | None:
+        """``name``'s process; None while down (killed or stopped: a node that exited by
+        itself keeps its process until then, so that ``exited`` can read its code)."""
+        return self.launcher.procs.get(name)
+
     def kill(self, name: str) -> None:
         """kill -9 ``name`` and reap it (resumed first if paused, so it dies at once)."""
-        node = self.nodes[name]
-        proc = node.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            if node.paused:
-                proc.send_signal(signal.SIGCONT)
-            proc.send_signal(signal.SIGKILL)
-        proc.wait(STOP_TIMEOUT_S)
-        node.proc, node.paused = None, False
+        self.launcher.kill(name)
 
     def stop(self, name: str) -> int | None:
         """Graceful stop (SIGTERM, SIGKILL after ``STOP_TIMEOUT_S``); the exit code."""
-        node = self.nodes[name]
-        proc = node.proc
-        if proc is None:
-            return None
-        if node.paused:
-            proc.send_signal(signal.SIGCONT)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(STOP_TIMEOUT_S)
-        node.proc, node.paused = None, False
-        return proc.returncode
+        return self.launcher.stop(name)
 
     def pause(self, name: str) -> None:
         """SIGSTOP: the process keeps its sockets but answers nothing."""
-        node = self.nodes[name]
-        if node.proc is not None and node.proc.poll() is None and not node.paused:
-            node.proc.send_signal(signal.SIGSTOP)
-            node.paused = True
+        self.launcher.pause(name)
 
     def resume(self, name: str) -> None:
         """SIGCONT a paused node."""
-        node = self.nodes[name]
-        if node.proc is not None and node.paused:
-            node.proc.send_signal(signal.SIGCONT)
-            node.paused = False
+        self.launcher.resume(name)
 
     def running(self) -> list[str]:
         """Nodes whose process is alive (paused ones included)."""
-        return [n for n, p in self.nodes.items() if p.proc is not None and p.proc.poll() is None]
+        return self.launcher.running()
 
     def exited(self, name: str) -> int | None:
         """The exit code of ``name`` if its process ended by itself, else None."""
-        proc = self.nodes[name].proc
-        return None if proc is None else proc.poll()
+        return self.launcher.exited(name)
 
     def bounce_all(self) -> None:
         """kill -9 every node, then start them all again and wait for a meta leader."""
@@ -222,14 +178,12 @@ class ChaosCluster:
         """Kill every process, delete the proxies, close the logs. Idempotent."""
         for name in self.names:
             with contextlib.suppress(Exception):
-                self.kill(name)
+                self.launcher.kill(name)
         for proxy in self.links.values():
             with contextlib.suppress(Exception):
                 proxy.destroy()
         self.links.clear()
-        for log in self._logs:
-            log.close()
-        self._logs.clear()
+        self.launcher.close()
 
     def __enter__(self) -> ChaosCluster:
         return self
@@ -257,41 +211,13 @@ class ChaosCluster:
 
     # -- polling -----------------------------------------------------------------------------
 
-    def _health(self, name: str) -> bool:
-        with grpc.insecure_channel(self.nodes[name].addr) as ch:
-            try:
-                resp = health_pb2_grpc.HealthStub(ch).Check(
-                    health_pb2.HealthCheckRequest(), timeout=RPC_TIMEOUT_S
-                )
-            except grpc.RpcError:
-                return False
-        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
-
     def wait_serving(self, name: str, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Until ``name`` answers health SERVING; RuntimeError if its process exits."""
-        proc = self.nodes[name].proc
-
-        def probe() -> bool | None:
-            if proc is None or proc.poll() is not None:
-                code = None if proc is None else proc.returncode
-                raise RuntimeError(f"{name} is not running (exit {code})")
-            return True if self._health(name) else None
-
-        wait_for(f"{name} serving", probe, timeout_s)
+        self.launcher.wait_serving(name, timeout_s)
 
     def cluster_info(self, name: str) -> pb.ClusterInfo | None:
         """``name``'s view of the cluster, or None if it does not answer."""
-        node = self.nodes[name]
-        if node.proc is None or node.paused:
-            return None
-        with grpc.insecure_channel(node.addr) as ch:
-            try:
-                info: pb.ClusterInfo = pbg.ClusterServiceStub(ch).GetClusterInfo(
-                    pb.ClusterInfoRequest(), timeout=RPC_TIMEOUT_S
-                )
-                return info
-            except grpc.RpcError:
-                return None
+        return self.launcher.cluster_info(name)
 
     def meta_leader(self) -> str | None:
         """The meta leader named by a majority of the running nodes, else None."""
@@ -310,14 +236,7 @@ class ChaosCluster:
 
     def stream_leader(self, stream: str) -> str | None:
         """The leader of ``stream``'s group as a running node reports it, else None."""
-        for name in self.running():
-            info = self.cluster_info(name)
-            if info is None:
-                continue
-            for g in info.groups:
-                if g.stream == stream and g.group.leader:
-                    return str(g.group.leader)
-        return None
+        return self.launcher.stream_leader(stream)
 
     def replicas_current(self, stream: str) -> bool:
         """True when the stream's leader reports every replica current with no lag."""
@@ -332,11 +251,8 @@ class ChaosCluster:
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         """The last ``lines`` lines of ``name``'s log ("" when it has none)."""
-        path = self.run_dir / f"{name}.log"
-        if not path.exists():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return self.launcher.log_tail(name, lines)
 
     def tails(self, lines: int = 20) -> str:
         """The last lines of every node's log, for failure messages."""
-        return "\n".join(f"--- {n} ---\n{self.log_tail(n, lines)}" for n in self.names)
+        return self.launcher.tails(lines)

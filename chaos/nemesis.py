@@ -408,7 +408,6 @@ def _final_heal(ctx: NemesisContext) -> None:
         c.heal()
     for name in c.names:
         c.resume(name)
-        node = c.nodes[name]
-        if node.proc is None and name not in c.damaged:
+        if c.process(name) is None and name not in c.damaged:
             with contextlib.suppress(RuntimeError, TimeoutError):
                 c.start_node(name)

@@ -9,12 +9,14 @@ other commands never load it.
 or with ``--local-cluster N`` starts N node processes on 127.0.0.1 for development, prints
 how to reach them and stops them all on Ctrl-C (``--tls``: with throw-away certificates
 made under ``<data>/certs``). ``raftstream certs`` makes such certificates (docs/tls.md).
+The processes are started and stopped by ``raftstream.localcluster`` (the launcher the
+benchmark, the tests and the chaos harness share); the fixed ports, the banner, the
+certificates and Ctrl-C are this command's own.
 """
 
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -164,10 +166,6 @@ def server(
         sys.exit(1)
 
 
-def _local_peers(n: int) -> str:
-    return ",".join(f"n{i + 1}=127.0.0.1:{LOCAL_FIRST_PORT + i}" for i in range(n))
-
-
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -175,37 +173,42 @@ def _interrupt(signum: int, frame: Any) -> None:
 def _run_local_cluster(n: int, data: Path, log_level: str, *, tls: bool) -> None:
     """Start ``n`` node processes, print how to reach them, stop them on Ctrl-C. ``tls``:
     first make a new throw-away CA and certificates under ``data/certs``."""
-    peers = _local_peers(n)
+    # Imported here: other commands need not load the launcher's health-check stubs.
+    from raftstream.localcluster import NodeLauncher, NodeSpec
+
+    names = [f"n{i + 1}" for i in range(n)]
+    addrs = {name: f"127.0.0.1:{LOCAL_FIRST_PORT + i}" for i, name in enumerate(names)}
     certs = _local_certs(n, data / "certs") if tls else None
-    procs: list[subprocess.Popen[bytes]] = []
+    # The nodes' output goes to this terminal; the data directory is the user's to keep.
+    nodes = NodeLauncher(data, addrs, logs=False, stop_timeout_s=LOCAL_STOP_WAIT_S)
     # Ctrl-C and SIGTERM both stop every node (set explicitly: a shell may start a
     # background job with SIGINT ignored).
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        for i in range(n):
-            args = [
-                sys.executable, "-m", "raftstream.cluster",
-                "--name", f"n{i + 1}",
-                "--listen", f"127.0.0.1:{LOCAL_FIRST_PORT + i}",
-                "--data", str(data / f"n{i + 1}"),
-                "--peers", peers,
-                "--metrics-listen", f"127.0.0.1:{LOCAL_METRICS_FIRST_PORT + i}",
-                "--log-level", log_level,
-            ]  # fmt: skip
+        for i, name in enumerate(names):
+            files = None
             if certs is not None:
-                pair = certs.nodes[f"n{i + 1}"]
-                args += ["--tls-ca", str(certs.ca)]
-                args += ["--tls-cert", str(pair.cert), "--tls-key", str(pair.key)]
-            procs.append(subprocess.Popen(args))
+                files = (certs.ca, certs.nodes[name].cert, certs.nodes[name].key)
+            nodes.spawn(
+                NodeSpec(
+                    name=name,
+                    listen=addrs[name],
+                    data=data / name,
+                    peers=addrs,
+                    metrics_listen=f"127.0.0.1:{LOCAL_METRICS_FIRST_PORT + i}",
+                    log_level=log_level,
+                    tls=files,
+                )
+            )
         _print_local_banner(n, data, certs)
-        while all(p.poll() is None for p in procs):
+        while len(nodes.running()) == n:
             time.sleep(0.5)
         click.echo("raftstream: a node exited; stopping the others", err=True)
     except KeyboardInterrupt:
         click.echo("\nraftstream: stopping the local cluster...", err=True)
     finally:
-        _stop_all(procs)
+        nodes.stop_all()
 
 
 def _local_certs(n: int, out: Path) -> CertSet:
@@ -288,19 +291,6 @@ def certs(out_dir: str, nodes: str, clients: str, hosts: str, days: int, force: 
         for name, pair in pairs.items():
             click.echo(f"{label} {name}: {pair.cert} (key {pair.key})")
     click.echo(f"valid for {days} days; see docs/tls.md for the node and client flags")
-
-
-def _stop_all(procs: Sequence[subprocess.Popen[Any]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + LOCAL_STOP_WAIT_S
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 # The client commands (raftstream/cli_*.py): SDK only, the node is never imported by them.

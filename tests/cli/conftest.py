@@ -35,17 +35,13 @@ def _harness() -> ModuleType:
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A started 3-node cluster (``LocalCluster``); node log tails printed on failure."""
-    c = _harness().LocalCluster(3)
-    try:
-        c.start_all()
-        yield c
-    except BaseException:
-        print(c.tails(60))
-        raise
-    finally:
-        if request.session.testsfailed:
-            print(c.tails(40))
-        c.close()
+    harness = _harness()
+    with harness.running(harness.LocalCluster(3)) as c:
+        try:
+            yield c
+        finally:
+            if request.session.testsfailed:
+                print(c.tails(40))
 
 
 @pytest.fixture

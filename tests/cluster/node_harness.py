@@ -1,37 +1,39 @@
 """Real node processes on 127.0.0.1 for integration tests.
 
-``LocalCluster`` starts ``python -m raftstream.cluster`` processes on free loopback ports,
-each with its own TOML config and data directory under one temporary directory, waits by
-POLLING (gRPC health, then the cluster info's meta leader) rather than sleeping fixed
-times, and ``close()`` always kills every process it started (by pid) and removes the
-directory. Node output goes to a log file per node; ``tails()`` shows the ends of them for
-a failing test.
+``LocalCluster`` starts node processes (``raftstream.localcluster.NodeLauncher``) on free
+loopback ports, each with its own TOML config and data directory under one temporary
+directory, waits by POLLING (gRPC health, then the cluster info's meta leader) rather than
+sleeping fixed times, and ``close()`` always kills every process it started (by pid) and
+removes the directory. Node output goes to a log file per node; ``tails()`` shows the ends
+of them for a failing test. What is the tests' own: the settings a test gives the nodes
+(raft timing, TLS, auth, tags), the probes' credentials, and noticing a node that exited
+although the test neither killed nor stopped it (``unexpected_exits``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from raftstream.localcluster import NodeLauncher, NodeSpec, config_argv
 from raftstream.localnet import POLL_S, READY_TIMEOUT_S, free_port, wait_for
 from raftstream.proto import raftstream_pb2 as pb
-from raftstream.proto import raftstream_pb2_grpc as pbg
+
+__all__ = ["LocalCluster", "free_port", "retry_async", "run", "running", "wait_for"]
 
 T = TypeVar("T")
+
+INFO_TIMEOUT_S = 2.0
+STOP_TIMEOUT_S = 30.0
 
 
 class LocalCluster:
@@ -60,7 +62,6 @@ class LocalCluster:
     ) -> None:
         self.tags = dict(tags or {})
         self.auth = auth
-        self.client_metadata = client_metadata
         self.tls = dict(tls or {})
         self.client_tls = client_tls
         self.root = Path(tempfile.mkdtemp(prefix="raftstream-it-"))
@@ -68,169 +69,118 @@ class LocalCluster:
         self.ports = {name: free_port() for name in self.names}
         self.metrics_ports = {name: free_port() for name in self.names}
         self.raft = {"tick_ms": 50, "election_ticks": 10, **(raft or {})}
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._logs: dict[str, Any] = {}
+        self.nodes = NodeLauncher(
+            self.root,
+            {name: f"127.0.0.1:{port}" for name, port in self.ports.items()},
+            stop_timeout_s=STOP_TIMEOUT_S,
+            info_timeout_s=INFO_TIMEOUT_S,
+            channel=self._channel_to,
+            metadata=client_metadata,
+        )
+
+    @property
+    def client_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.nodes.metadata
+
+    @client_metadata.setter
+    def client_metadata(self, value: tuple[tuple[str, str], ...]) -> None:
+        self.nodes.metadata = value
+
+    @property
+    def procs(self) -> dict[str, subprocess.Popen[bytes]]:
+        """The started nodes' processes (a node leaves when the test kills or stops it)."""
+        return self.nodes.procs
 
     # -- addresses -------------------------------------------------------------------------
 
     def addr(self, name: str) -> str:
-        return f"127.0.0.1:{self.ports[name]}"
+        return self.nodes.addrs[name]
 
     @property
     def servers(self) -> list[str]:
-        return [self.addr(n) for n in self.names]
+        return self.nodes.servers
 
     def config_path(self, name: str) -> Path:
         return self.root / f"{name}.toml"
 
-    def _write_config(self, name: str) -> Path:
-        peers = ", ".join(f'{n} = "{self.addr(n)}"' for n in self.names)
-        raft = "\n".join(f"{k} = {v}" for k, v in self.raft.items())
-        text = (
-            f'[cluster]\nname = "{name}"\nlisten = "{self.addr(name)}"\n'
-            f'data = "{self.root / name}"\npeers = {{ {peers} }}\n'
-            f'metrics_listen = "127.0.0.1:{self.metrics_ports[name]}"\n'
-            f"tags = [{', '.join(repr(t) for t in self.tags.get(name, []))}]\n\n[raft]\n{raft}\n"
+    def _spec(self, name: str) -> NodeSpec:
+        return NodeSpec(
+            name=name,
+            listen=self.addr(name),
+            data=self.root / name,
+            peers=self.nodes.addrs,
+            metrics_listen=f"127.0.0.1:{self.metrics_ports[name]}",
+            raft=self.raft,
+            tags=self.tags.get(name, []),
+            tls=self.tls.get(name),
+            extra_toml=self.auth or "",
         )
-        if name in self.tls:
-            ca, cert, key = self.tls[name]
-            text += f'\n[tls]\nca_file = "{ca}"\ncert_file = "{cert}"\nkey_file = "{key}"\n'
-        if self.auth is not None:
-            text += "\n" + self.auth
-        path = self.config_path(name)
-        path.write_text(text)
-        return path
 
     # -- processes -------------------------------------------------------------------------
 
+    def _write_config(self, name: str) -> Path:
+        """Write ``name``'s config file (subclasses append sections to it, e.g. [limits])."""
+        path = self.config_path(name)
+        path.write_text(self._spec(name).toml())
+        return path
+
     def start(self, name: str) -> None:
-        config = self._write_config(name)
-        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 (closed in close())
-        self._logs[name] = log
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "raftstream.cluster", "--config", str(config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        self.nodes.start_process(name, config_argv(self._write_config(name)))
 
     def start_all(self) -> None:
         for name in self.names:
             self.start(name)
-        for name in self.names:
-            self.wait_serving(name)
+        self.nodes.wait_all_serving()
         self.wait_meta_leader()
 
     def kill(self, name: str) -> None:
         """kill -9 (no graceful anything), then reap it."""
-        p = self.procs.pop(name, None)
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-            p.wait()
+        self.nodes.kill(name)
 
-    def stop(self, name: str) -> int:
+    def stop(self, name: str) -> int | None:
         """SIGTERM and wait: the graceful stop; returns the exit code."""
-        p = self.procs.pop(name)
-        p.send_signal(signal.SIGTERM)
-        return p.wait(timeout=30)
+        return self.nodes.stop(name)
 
     def unexpected_exits(self) -> dict[str, int]:
         """Nodes that exited although the test neither killed nor stopped them: a crash."""
-        codes = {name: p.poll() for name, p in self.procs.items()}
-        return {name: code for name, code in codes.items() if code is not None}
+        return self.nodes.unexpected_exits()
 
     def close(self) -> None:
-        for name in list(self.procs):
-            self.kill(name)
-        for log in self._logs.values():
-            log.close()
+        self.nodes.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def tails(self, lines: int = 30) -> str:
-        out = []
-        for name in self.names:
-            path = self.root / f"{name}.log"
-            if path.exists():
-                text = path.read_text(errors="replace").splitlines()[-lines:]
-                proc = self.procs.get(name)
-                code = None if proc is None else proc.poll()
-                state = (
-                    "not running"
-                    if proc is None
-                    else f"exited {code}"
-                    if code is not None
-                    else "running"
-                )
-                out.append(f"--- {name} ({state}) ---\n" + "\n".join(text))
-        return "\n".join(out)
+        return self.nodes.tails(lines)
 
     # -- polling ---------------------------------------------------------------------------
 
+    def _channel_to(self, addr: str) -> grpc.Channel:
+        if self.client_tls is None:
+            return grpc.insecure_channel(addr)
+        ca, cert, key = (p.read_bytes() for p in self.client_tls)
+        return grpc.secure_channel(addr, grpc.ssl_channel_credentials(ca, key, cert))
+
     def channel(self, name: str) -> grpc.Channel:
         """A blocking channel to the node (TLS with ``client_tls`` when set)."""
-        if self.client_tls is None:
-            return grpc.insecure_channel(self.addr(name))
-        ca, cert, key = (p.read_bytes() for p in self.client_tls)
-        return grpc.secure_channel(self.addr(name), grpc.ssl_channel_credentials(ca, key, cert))
-
-    def _health(self, name: str) -> bool:
-        with self.channel(name) as ch:
-            try:
-                resp = health_pb2_grpc.HealthStub(ch).Check(
-                    health_pb2.HealthCheckRequest(), timeout=1
-                )
-            except grpc.RpcError:
-                return False
-        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+        return self._channel_to(self.addr(name))
 
     def wait_serving(self, name: str) -> None:
-        p = self.procs[name]
-
-        def probe() -> bool | None:
-            if p.poll() is not None:
-                raise RuntimeError(f"{name} exited with {p.returncode}:\n{self.tails()}")
-            return True if self._health(name) else None
-
-        wait_for(f"{name} serving", probe)
+        self.nodes.wait_serving(name)
 
     def metrics(self, name: str) -> str:
         """The node's Prometheus exposition text."""
-        url = f"http://127.0.0.1:{self.metrics_ports[name]}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return str(resp.read().decode())
+        return self.nodes.metrics(f"127.0.0.1:{self.metrics_ports[name]}")
 
     def cluster_info(self, name: str) -> pb.ClusterInfo | None:
-        with self.channel(name) as ch:
-            try:
-                return pbg.ClusterServiceStub(ch).GetClusterInfo(
-                    pb.ClusterInfoRequest(), timeout=2, metadata=self.client_metadata
-                )
-            except grpc.RpcError:
-                return None
+        return self.nodes.cluster_info(name)
 
     def wait_meta_leader(self) -> str:
         """Wait until every running node names the same meta leader; return it."""
-
-        def probe() -> str | None:
-            seen = set()
-            for name in self.procs:
-                info = self.cluster_info(name)
-                seen.add(info.meta_leader if info is not None else "")
-            leader = seen.pop() if len(seen) == 1 else ""
-            return str(leader) if leader else None
-
-        return wait_for("one meta leader known to every node", probe)
+        return self.nodes.wait_meta_leader()
 
     def stream_leader(self, stream: str, account: str = "$G") -> str | None:
         """The stream's leader as the live nodes report it (None: none known)."""
-        for name in self.procs:
-            info = self.cluster_info(name)
-            if info is None:
-                continue
-            for g in info.groups:
-                if g.stream == stream and g.account == account and g.group.leader:
-                    return str(g.group.leader)
-        return None
+        return self.nodes.stream_leader(stream, account)
 
 
 def run(coro: Any) -> Any:

@@ -1,0 +1,122 @@
+"""``raftstream.localcluster``: a node's flags and config file say the same thing, and the
+launcher reaps every process it starts.
+
+Every local launcher (bench, tests, chaos, ``server --local-cluster``) describes a node with
+one ``NodeSpec`` and hands it over either as flags or as a TOML file; both must reach the
+node as the same configuration, which is what ``load_config`` (the node's own parser) shows.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from raftstream.certs import generate
+from raftstream.cluster.config import load_config
+from raftstream.errors import InvalidArgumentError
+from raftstream.localcluster import NodeLauncher, NodeSpec
+from raftstream.localnet import free_port, wait_for
+
+FLAG_KEYS = {
+    "--name": "name",
+    "--listen": "listen",
+    "--data": "data",
+    "--peers": "peers",
+    "--metrics-listen": "metrics_listen",
+    "--tags": "tags",
+    "--tls-ca": "tls_ca_file",
+    "--tls-cert": "tls_cert_file",
+    "--tls-key": "tls_key_file",
+}
+
+
+def _spec(tmp_path: Path, **kw: object) -> NodeSpec:
+    base: dict[str, object] = dict(
+        name="n2",
+        listen="127.0.0.1:7102",
+        data=tmp_path / "n2",
+        peers={"n1": "127.0.0.1:7101", "n2": "127.0.0.1:7102", "n3": "127.0.0.1:7203"},
+        metrics_listen="127.0.0.1:9102",
+        tags=["ssd", "zone-a"],
+    )
+    return NodeSpec(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def _from_argv(argv: list[str]) -> dict[str, str]:
+    rest = argv[argv.index("raftstream.cluster") + 1 :]
+    pairs = dict(zip(rest[::2], rest[1::2], strict=True))
+    return {FLAG_KEYS[k]: v for k, v in pairs.items() if k in FLAG_KEYS}
+
+
+def test_flags_and_config_file_give_the_node_the_same_configuration(tmp_path: Path) -> None:
+    certs = generate(tmp_path / "certs", nodes=["n2"])  # the config's [tls] files are read
+    spec = _spec(tmp_path, tls=(certs.ca, certs.nodes["n2"].cert, certs.nodes["n2"].key))
+    path = tmp_path / "n2.toml"
+    path.write_text(spec.toml())
+    from_file = load_config(path)
+    from_flags = load_config(None, **_from_argv(spec.argv()))
+    assert from_file == from_flags
+    assert from_file.name == "n2" and from_file.tags == ("ssd", "zone-a")
+    assert str(from_file.peers["n3"]) == "127.0.0.1:7203"
+    assert from_file.tls is not None and from_file.tls.cert_file == certs.nodes["n2"].cert
+
+
+def test_config_file_carries_raft_settings_and_extra_sections(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, raft={"tick_ms": 50, "election_ticks": 10}, tls=None, tags=None)
+    path = tmp_path / "n2.toml"
+    path.write_text(spec.toml())
+    config = load_config(path)
+    assert config.raft.tick_ms == 50 and config.raft.election_ticks == 10
+    assert config.tls is None and config.tags == ()
+
+
+@pytest.mark.parametrize("field", ["raft", "extra_toml"])
+def test_settings_without_a_flag_are_refused_as_flags(tmp_path: Path, field: str) -> None:
+    value: object = {"tick_ms": 50} if field == "raft" else "[auth]\n"
+    spec = _spec(tmp_path, **{field: value})
+    with pytest.raises(InvalidArgumentError) as err:
+        spec.argv()
+    assert err.value.field == field
+
+
+# -- NodeLauncher's process handling, with stand-in processes (no node: fast) ------------------
+
+SLEEPER = [sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(600)"]
+EXIT_3 = [sys.executable, "-c", "import sys; print('bye', flush=True); sys.exit(3)"]
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> Iterator[NodeLauncher]:
+    nodes = NodeLauncher(tmp_path, {n: f"127.0.0.1:{free_port()}" for n in ("n1", "n2", "n3")})
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+def test_kill_stop_and_close_reap_every_process(launcher: NodeLauncher) -> None:
+    procs = {n: launcher.start_process(n, SLEEPER) for n in launcher.names}
+    launcher.pause("n1")
+    launcher.kill("n1")  # a paused process dies too (resumed first)
+    assert procs["n1"].returncode == -signal.SIGKILL
+    assert launcher.stop("n2") == -signal.SIGTERM
+    assert launcher.running() == ["n3"] and launcher.unexpected_exits() == {}
+    launcher.close()
+    assert all(p.returncode is not None for p in procs.values())
+    assert launcher.procs == {} and launcher.running() == []
+
+
+def test_a_process_that_exits_by_itself_is_reported_with_its_log(launcher: NodeLauncher) -> None:
+    launcher.start_process("n1", EXIT_3)
+    launcher.start_process("n2", SLEEPER)
+    wait_for("n1 to exit", lambda: launcher.exited("n1"))
+    assert launcher.unexpected_exits() == {"n1": 3}
+    with pytest.raises(RuntimeError, match="n1 exited with 3") as err:
+        launcher.wait_serving("n1")
+    assert "--- n1 (exited 3) ---\nbye" in str(err.value)
+    launcher.stop_all()
+    assert launcher.procs == {}
