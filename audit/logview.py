@@ -57,6 +57,7 @@ __all__ = [
     "LINK_WINDOW_PUBLISHES",
     "ConsumerReplay",
     "EntrySummary",
+    "LinkIndex",
     "Linker",
     "link_key",
     "meta_stream_configs",
@@ -141,17 +142,19 @@ def _summarize_batch(batch: StreamBatch) -> EntrySummary:
     return s
 
 
-class Linker:
-    """Links stored messages, in sequence order, to the publishes of a log (module doc).
+class LinkIndex:
+    """The publishes of a group's log, in log order, for ``Linker`` walks (module doc).
 
-    Built from the group's entries; holds three compact arrays (index, term, key) per
-    publish, about 24 bytes each. Not thread-safe; one walk per object.
+    Three compact arrays (index, term, key) per publish, about 24 bytes each, and, built on
+    the first walk that needs it, a map from key to positions. Read-only once built, so
+    every walk over the same log can share one (``tables`` keeps the last one per Python
+    worker: a stream split into several partitions decodes its log once, not once each).
     """
 
     def __init__(self, entries: Iterable[Entry]) -> None:
-        self._index = array("q")
-        self._term = array("q")
-        self._keys = array("q")
+        self.index = array("q")
+        self.term = array("q")
+        self.keys = array("q")
         for entry in entries:
             ge = _safe_decode(entry)
             if not isinstance(ge, StreamBatch):
@@ -159,35 +162,53 @@ class Linker:
             for e in ge.entries:
                 if isinstance(e, Publish):
                     msg_id = e.msg_id or e.headers.get(HDR_MSG_ID)
-                    self._index.append(entry.index)
-                    self._term.append(entry.term)
-                    self._keys.append(link_key(bytes(e.data), msg_id))
-        self._pos = 0
+                    self.index.append(entry.index)
+                    self.term.append(entry.term)
+                    self.keys.append(link_key(bytes(e.data), msg_id))
         self._by_key: dict[int, list[int]] | None = None
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self.keys)
+
+    def positions(self, key: int) -> list[int]:
+        """The positions of the publishes with ``key``, ascending."""
+        if self._by_key is None:
+            self._by_key = {}
+            for i, k in enumerate(self.keys):
+                self._by_key.setdefault(k, []).append(i)
+        return self._by_key.get(key, [])
+
+
+class Linker:
+    """Links stored messages, in sequence order, to the publishes of a log (module doc).
+
+    Built from the group's entries or from a ``LinkIndex`` of them (shared between walks).
+    Not thread-safe; one walk per object.
+    """
+
+    def __init__(self, source: Iterable[Entry] | LinkIndex) -> None:
+        self._log = source if isinstance(source, LinkIndex) else LinkIndex(source)
+        self._pos = 0
+
+    def __len__(self) -> int:
+        return len(self._log)
 
     def link(self, key: int) -> tuple[int, int] | None:
         """(term, index) of the next publish with ``key``, or None (the walk stays put)."""
-        keys, pos = self._keys, self._pos
+        keys, pos = self._log.keys, self._pos
         stop = min(len(keys), pos + LINK_WINDOW_PUBLISHES)
         for i in range(pos, stop):
             if keys[i] == key:
                 return self._take(i)
         if stop == len(keys):
             return None
-        if self._by_key is None:
-            self._by_key = {}
-            for i, k in enumerate(keys):
-                self._by_key.setdefault(k, []).append(i)
-        hits = self._by_key.get(key, [])
+        hits = self._log.positions(key)
         j = bisect_left(hits, stop)
         return self._take(hits[j]) if j < len(hits) else None
 
     def _take(self, i: int) -> tuple[int, int]:
         self._pos = i + 1
-        return self._term[i], self._index[i]
+        return self._log.term[i], self._log.index[i]
 
 
 def _safe_decode(entry: Entry) -> GroupEntry | None:

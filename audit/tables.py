@@ -255,14 +255,45 @@ def _origin_hash(m: StoredMsg) -> str:
     return content_hash(m.subject, own, m.data)
 
 
+# The LinkIndex of the last group log read in this process. A stream larger than
+# rows_per_partition is read as several partitions of one node, mostly by the same reused
+# Python worker: without this each of them decoded the group's whole log again (and built
+# its key map again), so reading a stream grew with its size times its partition count.
+# Keyed by what identifies one log's content: the environment's path and data file
+# (modification time, size), the group, its last entry's index and term, its snapshot.
+_LAST_LINK_INDEX: list[tuple[tuple[Any, ...], lv.LinkIndex]] = []
+
+
+def _link_index(node: NodeDir, raft: Any, info: GroupInfo | None) -> lv.LinkIndex:
+    """The ``LinkIndex`` of ``info``'s group log on ``node`` (empty without one)."""
+    path = node.raft
+    if info is None or raft is None or path is None:
+        return lv.LinkIndex(())
+    stat = (path / "data.mdb").stat()
+    key = (
+        str(path.resolve()),
+        stat.st_mtime_ns,
+        stat.st_size,
+        info.group,
+        info.last_index,
+        info.last_term,
+        info.snapshot.index,
+    )
+    if _LAST_LINK_INDEX and _LAST_LINK_INDEX[0][0] == key:
+        return _LAST_LINK_INDEX[0][1]
+    _LAST_LINK_INDEX.clear()  # the previous one goes before the next is built (memory)
+    index = lv.LinkIndex(iter_raft_entries(raft, info.prefix))
+    _LAST_LINK_INDEX.append((key, index))
+    return index
+
+
 def _message_rows(node: NodeDir, part: Part) -> Iterator[dict[str, Any]]:
     account, stream = split_group(part.name)
     with ExitStack() as stack:
         store = stack.enter_context(_env(node.store))
         raft = stack.enter_context(_env(node.raft))
         info = _group_info(raft, part.name)
-        entries = iter_raft_entries(raft, info.prefix) if info is not None else iter(())
-        linker = lv.Linker(entries)
+        linker = lv.Linker(_link_index(node, raft, info))
         linked_from = _snapshot_last_seq(raft, info) + 1
         for m in iter_store_msgs(store, part.stream_id, part.lo, part.hi):
             msg_id = m.headers.get(HDR_MSG_ID)

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from raftstream.audit import logview as lv
+from raftstream.audit import tables
 from raftstream.audit.layout import discover_nodes, snapshot_root
 from raftstream.audit.synth import SynthCluster
 from raftstream.audit.tables import pack_parts, plan_parts, read_part
@@ -47,6 +52,32 @@ def test_messages_split_by_sequence_range_and_link_to_their_entries(tmp_path: Pa
     assert [r["raft_index"] for r in rows[:100]] == [(s - 1) // 7 + 1 for s in range(1, 101)]
     assert {r["raft_index"] for r in rows[100:]} == {17}
     assert len({r["hash"] for r in rows}) == 105
+
+
+def test_a_split_stream_decodes_its_log_once_and_reads_as_one_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _build(tmp_path)
+    whole = [p for p in plan_parts(str(tmp_path), "messages", 1000) if p.node == "n1"]
+    one = [r for p in whole for b in read_part(p) for r in b.to_pylist()]
+    built: list[int] = []
+    real = lv.LinkIndex.__init__
+
+    def counting(self: lv.LinkIndex, entries: Any) -> None:
+        real(self, entries)
+        built.append(len(self))
+
+    monkeypatch.setattr(lv.LinkIndex, "__init__", counting)
+    tables._LAST_LINK_INDEX.clear()
+    split = [p for p in plan_parts(str(tmp_path), "messages", 10) if p.node == "n1"]
+    assert len(split) == 11
+    rows = [r for p in split for b in read_part(p) for r in b.to_pylist()]
+    assert rows == one  # the same links (term, index) part by part as in one walk
+    assert built == [106]  # one decode of the log's 106 publishes for all eleven parts
+    # Another node's log is another index (and replaces the kept one).
+    other = [p for p in plan_parts(str(tmp_path), "messages", 10) if p.node == "n2"]
+    list(read_part(other[0]))
+    assert built == [106, 106] and len(tables._LAST_LINK_INDEX) == 1
 
 
 def test_small_parts_of_a_node_share_a_spark_partition(tmp_path: Path) -> None:
