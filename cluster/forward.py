@@ -9,8 +9,13 @@ fetches (the SDK follows the hint and talks to the leader directly).
 
 No retries here: the one hop either answers or fails with the remote's typed error
 (``from_rpc_error``), which the local servicer maps back, unchanged, to its caller; the SDK
-retries. ``forwarded`` metadata marks the call so the remote never forwards it again (two
-nodes that disagree about the leader would otherwise bounce a request between them).
+retries. One exception to "unchanged": when gRPC fails the hop before sending anything (it
+could not connect to the leader's node, e.g. one restarted a moment ago), the caller gets
+NO_LEADER, which says nothing was applied, so the SDK retries even a publish without a
+msg_id (``_not_sent``; the SDK classifies its own calls the same way, ``raftstream/_conn.py``).
+Answered as UNAVAILABLE it would be "outcome unknown", and such a publish is not retried.
+``forwarded`` metadata marks the call so the remote never forwards it again (two nodes that
+disagree about the leader would otherwise bounce a request between them).
 A forwarded call keeps the caller's identity: it carries the caller's own credentials
 (``cluster/auth.py``), which the remote resolves as it would the client's; a publish relay
 is therefore shared only by calls with the same credentials.
@@ -47,6 +52,18 @@ RELAY_BATCH_MSGS_MAX = 1024  # requests per PublishBatch written to the leader's
 FORWARDED_KEY = "raftstream-forwarded"
 
 R = TypeVar("R")
+
+
+# gRPC's details when a call failed before anything was sent: no connection could be made.
+_NOT_SENT_DETAILS = "failed to connect to all addresses"
+
+
+def _not_sent(err: grpc.RpcError, addr: str) -> RaftStreamError | None:
+    """NoLeaderError when gRPC failed ``err``'s call to ``addr`` before sending anything
+    (module docstring); None when it may have been sent."""
+    if err.code() == grpc.StatusCode.UNAVAILABLE and _NOT_SENT_DETAILS in (err.details() or ""):
+        return NoLeaderError(f"cannot reach the leader's node at {addr}; nothing was sent")
+    return None
 
 
 def _forward_metadata() -> tuple[tuple[str, str], ...]:
@@ -109,7 +126,7 @@ class Forwarder:
         try:
             return await call(request, timeout=timeout_s, metadata=_forward_metadata())  # type: ignore[no-any-return]
         except grpc.RpcError as err:
-            raise from_rpc_error(err) from None
+            raise (_not_sent(err, addr) or from_rpc_error(err)) from None
 
     def relay(self, addr: str) -> PublishRelay:
         """The live publish relay to ``addr`` for the current caller (made on first use,
@@ -118,7 +135,7 @@ class Forwarder:
         key = (addr, metadata)
         r = self._relays.get(key)
         if r is None or r.broken:
-            r = self._relays[key] = PublishRelay(self.channel(addr), metadata)
+            r = self._relays[key] = PublishRelay(self.channel(addr), metadata, addr=addr)
         return r
 
     async def close(self) -> None:
@@ -136,10 +153,14 @@ class PublishRelay:
     stream is led elsewhere (a unary hop per message would cap throughput at the hop's
     latency). Requests get relay-local ids; each result resolves its future. When the call
     breaks every unanswered future fails with UnavailableError: the outcome is unknown (a
-    msg_id makes a retry safe). Owned by the node's event loop.
+    msg_id makes a retry safe); with NoLeaderError instead when the call never connected, so
+    nothing was sent (module docstring). Owned by the node's event loop.
     """
 
-    def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
+    def __init__(
+        self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...], *, addr: str = ""
+    ) -> None:
+        self._addr = addr
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[pb.PubAck]] = {}
         self._queue: collections.deque[pb.PublishRequest] = collections.deque()
@@ -174,6 +195,7 @@ class PublishRelay:
                 yield pb.PublishBatch(requests=[self._queue.popleft() for _ in range(n)])
 
     async def _read(self) -> None:
+        unsent: RaftStreamError | None = None
         try:
             async for batch in self._call:
                 for r in batch.results:
@@ -186,15 +208,18 @@ class PublishRelay:
                         fut.set_exception(from_error_message(r.error))
         except grpc.RpcError as err:
             log.info("publish relay broke: %s", from_rpc_error(err))
+            unsent = _not_sent(err, self._addr)
         except RaftStreamError as exc:
             log.info("publish relay broke: %r", exc)
         finally:
-            self._break()
+            self._break(unsent)
 
-    def _break(self) -> None:
+    def _break(self, unsent: RaftStreamError | None = None) -> None:
         self.broken = True
         self._wake.set()
-        exc = UnavailableError("the relay to the stream leader broke; the outcome is unknown")
+        exc = unsent or UnavailableError(
+            "the relay to the stream leader broke; the outcome is unknown"
+        )
         for fut in self._waiting.values():
             if not fut.done():
                 fut.set_exception(exc)
