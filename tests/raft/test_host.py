@@ -15,7 +15,7 @@ import json
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -26,6 +26,7 @@ from raftstream.raft.transport import GrpcTransport, MemoryNetwork, MemoryTransp
 from raftstream.raft.types import Entry, Message, MessageType, Role
 
 NODES = ("n1", "n2", "n3")
+S = TypeVar("S", bound=MemoryLogStorage)
 CFG = HostConfig(
     tick_ms=20, election_tick=10, heartbeat_tick=1, liveness_ticks=5, snapshot_entries=1_000_000
 )
@@ -101,6 +102,30 @@ def start_memory_cluster(
 async def stop_all(hosts: dict[str, RaftHost]) -> None:
     for h in hosts.values():
         await h.stop()
+
+
+def start_stalling_hosts(make_storage: Callable[[], S]) -> tuple[dict[str, RaftHost], dict[str, S]]:
+    """Three started hosts with group ``a`` on storages from ``make_storage`` (a disk the test
+    can stall); elections slow enough that a stalled leader keeps its term."""
+    net = MemoryNetwork()
+    cfg = dataclasses.replace(CFG, election_tick=50, liveness_ticks=50)
+    hosts: dict[str, RaftHost] = {}
+    stores: dict[str, S] = {}
+    for n in NODES:
+        stores[n] = make_storage()
+        hosts[n] = RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=cfg)
+        hosts[n].start()
+        hosts[n].add_group("a", voters=NODES, state_machine=ListMachine())
+    return hosts, stores
+
+
+def acks_waiting(host: RaftHost, index: int) -> set[str]:
+    """The peers whose acknowledgement of ``index`` (or later) waits in ``host``'s inbox."""
+    return {
+        m.src
+        for m in host._inbox
+        if isinstance(m, Message) and m.type == MessageType.APPEND_RESP and m.index >= index
+    }
 
 
 def test_three_hosts_elect_propose_and_apply_in_the_same_order() -> None:
@@ -193,16 +218,7 @@ def test_the_leader_replicates_while_it_writes_and_commits_only_after_its_own_wr
     commits (and the proposal resolves) only once the leader's copy is durable."""
 
     async def scenario() -> None:
-        net = MemoryNetwork()
-        # A stalled leader sends no heartbeats: elections must not end the test's term.
-        cfg = dataclasses.replace(CFG, election_tick=50, liveness_ticks=50)
-        hosts: dict[str, RaftHost] = {}
-        stores: dict[str, GatedStorage] = {}
-        for n in NODES:
-            stores[n] = GatedStorage()
-            hosts[n] = RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=cfg)
-            hosts[n].start()
-            hosts[n].add_group("a", voters=NODES, state_machine=ListMachine())
+        hosts, stores = start_stalling_hosts(GatedStorage)
         lead = ""
         try:
             lead = await elected(hosts, "a")
@@ -256,15 +272,7 @@ def test_entries_durable_before_a_write_are_applied_while_it_runs() -> None:
     that write is still in progress, and the new entries only after it."""
 
     async def scenario() -> None:
-        net = MemoryNetwork()
-        cfg = dataclasses.replace(CFG, election_tick=50, liveness_ticks=50)
-        hosts: dict[str, RaftHost] = {}
-        stores: dict[str, PermitStorage] = {}
-        for n in NODES:
-            stores[n] = PermitStorage()
-            hosts[n] = RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=cfg)
-            hosts[n].start()
-            hosts[n].add_group("a", voters=NODES, state_machine=ListMachine())
+        hosts, stores = start_stalling_hosts(PermitStorage)
         lead = ""
         try:
             lead = await elected(hosts, "a")
@@ -275,16 +283,8 @@ def test_entries_durable_before_a_write_are_applied_while_it_runs() -> None:
             index = store.log("a").last_index() + 1
             followers = {n for n in NODES if n != lead}
 
-            def acked() -> bool:  # both acknowledgements of A wait in the leader's inbox
-                inbox = hosts[lead]._inbox
-                return {
-                    m.src
-                    for m in inbox
-                    if isinstance(m, Message) and m.type == MessageType.APPEND_RESP
-                    and m.index >= index
-                } == followers  # fmt: skip
-
-            await until(acked)
+            # Both acknowledgements of A wait in the leader's inbox.
+            await until(lambda: acks_waiting(hosts[lead], index) == followers)
             second = asyncio.ensure_future(hosts[lead].propose("a", b"B"))
             await asyncio.sleep(0)  # B is queued for the same round as the acknowledgements
             store.permits.release()  # A's write completes; the round writing B blocks

@@ -20,8 +20,16 @@ from raftstream.raft.core.errors import ConfChangePendingError
 from raftstream.raft.host import RaftHost
 from raftstream.raft.storage import GroupWrite, LmdbLogStorage, MemoryLogStorage
 from raftstream.raft.transport import MemoryNetwork, MemoryTransport
-from raftstream.raft.types import ConfChange, ConfChangeType, Message, MessageType, Role
-from tests.raft.test_host import CFG, ListMachine, PermitStorage, elected, run, until
+from raftstream.raft.types import ConfChange, ConfChangeType, Role
+from tests.raft.test_host import (
+    CFG,
+    ListMachine,
+    PermitStorage,
+    acks_waiting,
+    elected,
+    run,
+    until,
+)
 
 GROUP = "g"
 
@@ -135,16 +143,8 @@ def test_a_change_committed_during_a_write_is_in_effect_when_it_resolves() -> No
             index = store.log(GROUP).last_index() + 1
             followers = {n for n in names if n != lead}
 
-            def acked() -> bool:  # both acknowledgements of the change wait in the inbox
-                inbox = hosts[lead]._inbox
-                return {
-                    m.src
-                    for m in inbox
-                    if isinstance(m, Message) and m.type == MessageType.APPEND_RESP
-                    and m.index >= index
-                } == followers  # fmt: skip
-
-            await until(acked)
+            # Both acknowledgements of the change wait in the leader's inbox.
+            await until(lambda: acks_waiting(hosts[lead], index) == followers)
             # What the membership is when the change is answered (callbacks run in order).
             seen: list[tuple[str, ...]] = []
             change.add_done_callback(lambda _: seen.append(hosts[lead].learners(GROUP)))
