@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 
 from raftstream.localcluster import NodeLauncher, NodeSpec, config_argv
 from raftstream.localnet import POLL_S, READY_TIMEOUT_S, free_port, wait_for
@@ -211,3 +212,17 @@ def running(c: LocalCluster) -> Iterator[LocalCluster]:
         raise
     finally:
         c.close()
+
+
+def _unavailable(exc: BaseException) -> bool:
+    return isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE
+
+
+# Retries a raw stub call while it answers UNAVAILABLE: a new stream's group elects its
+# leader right after creation (on a loaded machine, slowly).
+until_led = retry(
+    retry=retry_if_exception(_unavailable),
+    stop=stop_after_delay(30),
+    wait=wait_fixed(0.05),
+    reraise=True,
+)

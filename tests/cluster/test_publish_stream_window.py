@@ -15,11 +15,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
-from tests.cluster.node_harness import LocalCluster, running
+from tests.cluster.node_harness import LocalCluster, running, until_led
 
 WINDOW_MSGS = 3
 BATCHES = 3
@@ -38,18 +37,6 @@ class _NarrowWindow(LocalCluster):
 def node() -> Iterator[LocalCluster]:
     with running(_NarrowWindow(1)) as c:
         yield c
-
-
-def _unavailable(exc: BaseException) -> bool:
-    return isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE
-
-
-until_led = retry(
-    retry=retry_if_exception(_unavailable),
-    stop=stop_after_delay(30),
-    wait=wait_fixed(0.05),
-    reraise=True,
-)
 
 
 @pytest.mark.integration

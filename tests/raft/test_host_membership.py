@@ -152,15 +152,13 @@ def test_a_change_committed_during_a_write_is_in_effect_when_it_resolves() -> No
             await asyncio.sleep(0)  # queued for the round that commits the change
             store.permits.release()  # the change's write completes; the next one waits
             await until(lambda: store.waits >= 2)  # the round writing "later" is writing
-            store.metered = False
-            store.permits.release()
+            store.unmeter()
             await change
             await later
             assert seen == [("n4",)]
         finally:
             if lead:
-                stores[lead].metered = False
-                stores[lead].permits.release()
+                stores[lead].unmeter()
             await stop_all(hosts)
 
     run(scenario)

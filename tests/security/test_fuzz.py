@@ -41,7 +41,7 @@ from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
-from tests.cluster.node_harness import LocalCluster
+from tests.cluster.node_harness import LocalCluster, running
 
 pytestmark = pytest.mark.integration
 
@@ -320,16 +320,9 @@ class _FuzzCluster(LocalCluster):
 
 @pytest.fixture(scope="module")
 def node() -> Iterator[_FuzzCluster]:
-    c = _FuzzCluster(1)
-    try:
-        c.start_all()
+    with running(_FuzzCluster(1)) as c:
         _seed(c.servers[0])
         yield c
-    except BaseException:
-        print(c.tails(60))
-        raise
-    finally:
-        c.close()
 
 
 def _seed(addr: str) -> None:

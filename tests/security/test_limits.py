@@ -13,7 +13,6 @@ from typing import Any
 
 import grpc
 import pytest
-from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 
 import raftstream
 from raftstream import errors
@@ -36,7 +35,7 @@ from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
 from raftstream.publisher import PAYLOAD_BYTES_CEILING
-from tests.cluster.node_harness import LocalCluster, running
+from tests.cluster.node_harness import LocalCluster, running, until_led
 
 LIMITS = Limits()
 SVC = "/raftstream.v1."
@@ -327,19 +326,6 @@ def node() -> Iterator[LocalCluster]:
     c = _CappedCluster(1)
     with running(c):
         yield c
-
-
-def _unavailable(exc: BaseException) -> bool:
-    return isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE
-
-
-# A new stream's group elects its leader right after creation (a loaded machine: slowly).
-until_led = retry(
-    retry=retry_if_exception(_unavailable),
-    stop=stop_after_delay(30),
-    wait=wait_fixed(0.05),
-    reraise=True,
-)
 
 
 def _create(ch: grpc.Channel, name: str, subjects: list[str], **cfg: Any) -> None:
