@@ -2,13 +2,17 @@
 
 Fetch is served by the stream leader (consumers replicate through their stream's group, so
 the stream leader is the consumer leader); elsewhere it fails NOT_LEADER with the leader's
-address before any response, and the SDK follows the hint. Deliveries reach the client only
-after their Deliver ops committed (``cluster/stream_leader.py``).
+address before any response, and the SDK follows the hint. Deliveries reach the client once
+their Deliver op is proposed (``cluster/stream_leader.py``).
 
 Acks go to the stream leader as well: served here when this node leads, else forwarded one
 hop. An ack is answered after its op committed (a sync ack, and every unary ``Ack``), so an
 acknowledged ack survives the loss of any one node and an acked message is never
-redelivered after a failover. ``AckStream`` answers only failures and sync acks (proto).
+redelivered after a failover. An ack (or nak, progress, term) of a sequence the consumer
+has not delivered is refused with FAILED_PRECONDITION and changes nothing: that is a
+delivery whose Deliver op a leader change lost, and the message will be delivered again,
+so confirming the ack would be a lie. ``AckStream`` answers only failures and sync acks
+(proto).
 
 ``Consume`` (push delivery) runs a ``PushSession`` (``cluster/services_push.py``).
 """
@@ -30,7 +34,7 @@ from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.ack import AckMetadata
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_pull import PullEvent
-from raftstream.errors import InvalidArgumentError, RaftStreamError
+from raftstream.errors import InvalidArgumentError, PreconditionError, RaftStreamError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import map_errors, to_error_message
@@ -58,10 +62,26 @@ def _fetch_request(request: pb.FetchRequest, left_s: float | None) -> dict[str, 
     }
 
 
+def undelivered(c: Consumer, seq: int) -> PreconditionError | None:
+    """The error for an ack of ``seq`` when the leader copy ``c`` has not delivered it
+    (it is still ahead of the cursor), else None (module docstring). Consumers without acks
+    take any ack as a no-op, as before."""
+    if not c.config.acks_required or not c.state.will_deliver(seq):
+        return None
+    return PreconditionError(
+        f"ack: consumer {c.name!r} has not delivered stream sequence {seq} (a delivery lost"
+        " with a leader change is delivered again; ack that one)"
+    )
+
+
 def _decide_ack(c: Consumer, item: pb.AckItem, seq: int, cseq: int) -> Any:
-    """The leader copy's decision for one ack item, as a ``run`` callback."""
+    """The leader copy's decision for one ack item, as a ``run`` callback; raises
+    ``undelivered``'s error, deciding nothing."""
 
     def decide(now: int) -> list[PullEvent]:
+        refused = undelivered(c, seq)
+        if refused is not None:
+            raise refused
         if item.kind == pb.ACK_KIND_NAK:
             c.nak(seq, now, delay_ns=max(0, item.delay_ns), consumer_seq=cseq)
         elif item.kind == pb.ACK_KIND_PROGRESS:
@@ -200,15 +220,33 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         return (g, meta) if g is not None else (None, None)
 
     async def _ack_many(
-        self, g: StreamGroup, consumer: str, seqs: list[int], timeout_s: float | None
-    ) -> None:
+        self,
+        g: StreamGroup,
+        consumer: str,
+        items: list[pb.AckItem],
+        seqs: list[int],
+        timeout_s: float | None,
+    ) -> list[tuple[pb.AckItem, PreconditionError]]:
+        """+ACK ``seqs`` (of ``items``) as one op, answered once it committed; returns the
+        items refused as not delivered (``undelivered``), which it left out."""
         c = g.leader_consumer(consumer)
+        refused: list[tuple[pb.AckItem, PreconditionError]] = []
 
         def decide(now: int) -> list[PullEvent]:
-            c.ack_many(seqs, now)
+            known = seqs
+            if c.config.acks_required:
+                known = []
+                for item, seq in zip(items, seqs, strict=True):
+                    exc = undelivered(c, seq)
+                    if exc is None:
+                        known.append(seq)
+                    else:
+                        refused.append((item, exc))
+            c.ack_many(known, now)
             return []
 
         await g.run(c, decide, timeout_s)
+        return refused
 
     @map_errors
     async def AckStream(
@@ -237,11 +275,19 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
 
         async def settle(items: list[pb.AckItem], work: Awaitable[Any]) -> None:
             try:
-                await work
+                answer = await work
             except Exception as exc:
                 report(items, exc)
-            else:
+                return
+            # _ack_many's answer: the items it refused (ack_one's is its AckResponse).
+            refused = answer if isinstance(answer, list) else []
+            if not refused:
                 report(items, None)
+                return
+            out = {id(item) for item, _ in refused}
+            report([item for item in items if id(item) not in out], None)
+            for item, why in refused:
+                report([item], why)
 
         def spawn(items: list[pb.AckItem], work: Awaitable[Any]) -> None:
             t = asyncio.ensure_future(settle(items, work))
@@ -259,7 +305,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
                     inflight[0] += n
                     plain, grouped = self._group_acks(batch.acks, account)
                     for (g, consumer), (items, seqs) in grouped.items():
-                        spawn(items, self._ack_many(g, consumer, seqs, timeout_s))
+                        spawn(items, self._ack_many(g, consumer, items, seqs, timeout_s))
                     for item in plain:
                         spawn([item], self.ack_one(item, account, timeout_s, forwarded))
             finally:

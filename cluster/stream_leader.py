@@ -14,9 +14,14 @@ writes all of a round's entries with one fsync). A publish is answered from its 
 apply result: after commit, which needs the entry fsynced on a quorum (fsync-before-ack).
 
 Consumer decisions run on the leader copies (see ``cluster/stream_group.py``): the ops they
-record are proposed, and deliveries go to the client only once their Deliver ops committed,
-so a client never holds a delivery that a new leader does not know about (an ack to the new
-leader would otherwise be lost and the message redelivered).
+record are proposed. A pull's deliveries go to the client as soon as their Deliver op is
+proposed, as JetStream does, not after it commits: the fetch then costs no Raft round trip.
+Every ack comes after its delivery, so its op is after the Deliver op in the log and commits
+only if the Deliver op did. If the Deliver op is lost with a leader change, the new leader
+does not know the delivery: it delivers the message again, and refuses an ack for a
+sequence it never delivered (``cluster/services_consume.py``), so a sync ack never
+succeeds for a message that is still to be delivered. Everything else (acks, naks, pause,
+reset, push steps) is answered after its ops commit.
 
 Failure: a proposal that fails leaves the leader copies ahead of the log by ops that may
 never commit, so the copies are dropped (waiting pulls get 409 Leadership Change) and a new
@@ -117,13 +122,10 @@ class _PendingPublish:
 
 
 class PullHandle:
-    """One pull request's events (deliveries after commit, statuses), in order, each with
-    what ``encode`` made of its delivery (None for a status, or without ``encode``).
-
-    ``encode`` runs while the delivery's Deliver op commits (``StreamGroup.run``), not
-    after: turning deliveries into what the client gets is then off a fetch's critical
-    path (the commit, then the send). At most ``batch`` + ``PULL_QUEUE_EVENTS_SLACK``
-    events wait; one more is dropped (logged). Belongs to the node's event loop.
+    """One pull request's events (deliveries once their Deliver op is proposed, statuses),
+    in order, each with what ``encode`` made of its delivery (None for a status, or without
+    ``encode``). At most ``batch`` + ``PULL_QUEUE_EVENTS_SLACK`` events wait; one more is
+    dropped (logged). Belongs to the node's event loop.
     """
 
     def __init__(
@@ -568,12 +570,18 @@ class StreamGroup:
         return UnavailableError("the consumer's leader state was rebuilt; retry")
 
     async def run(
-        self, c: Consumer, decide: Callable[[int], list[PullEvent]], timeout_s: float | None
+        self,
+        c: Consumer,
+        decide: Callable[[int], list[PullEvent]],
+        timeout_s: float | None,
+        *,
+        deliver_early: bool = False,
     ) -> None:
         """Run one decision of the leader copy ``c`` at the leader's time, propose the ops
-        it recorded, and deliver its events once they committed (module docstring).
-        UnavailableError (retriable), with nothing decided, when ``c`` is a stale copy
-        (``_stale``)."""
+        it recorded, and return once they committed, delivering its events then; with
+        ``deliver_early`` (pulls), deliver them and return once the ops are proposed: a
+        failed commit then only drops the copies (module docstring). UnavailableError
+        (retriable), with nothing decided, when ``c`` is a stale copy (``_stale``)."""
         if self._stale(c):
             raise self._stale_copy()
         now = _now_ns()
@@ -583,38 +591,33 @@ class StreamGroup:
         if not ops:
             self._dispatch(events, self._encode(events))
             return
-        encoded: list[Any] = []
         try:
-            await self._propose_ops(c, ops, timeout_s, lambda: encoded.extend(self._encode(events)))
+            if deliver_early:
+                fut = self._propose_op_entry(c, ops, timeout_s)
+                self._watch(fut, on_error=self._proposal_failed)
+            else:
+                await self._propose_ops(c, ops, timeout_s)
         except RaftStreamError as exc:
             self._proposal_failed(exc)
             if isinstance(exc, DeadlineExceededError):
                 raise no_commit("consumer op") from None
             raise self._hinted(exc) from None
-        self._dispatch(events, encoded)
+        self._dispatch(events, self._encode(events))
 
-    async def _propose_ops(
-        self,
-        c: Consumer,
-        ops: list[Any],
-        timeout_s: float | None,
-        meanwhile: Callable[[], None] | None = None,
-    ) -> None:
+    def _propose_op_entry(
+        self, c: Consumer, ops: list[Any], timeout_s: float | None
+    ) -> Awaitable[Any]:
+        return self._propose(ops_entry(c.name, ops), timeout_s)
+
+    async def _propose_ops(self, c: Consumer, ops: list[Any], timeout_s: float | None) -> None:
         """Propose ops the leader copy ``c`` already applied, surviving the caller's
         cancellation: the host skips a proposal whose future was cancelled, so a caller
         cancelled mid-way (a client gone, a deadline) would leave the copy ahead of a log
         that never gets its ops, and a later redelivery of those messages would halt every
         replica ("new delivery N is behind the cursor"; found by the chaos bridge nemesis on
         5 nodes). Shielded, the proposal goes on; if it then fails, the copies are dropped
-        as for any failed proposal. ``meanwhile`` runs once the proposal is made, before
-        waiting for its commit (work that may overlap the Raft round)."""
-        fut = self._propose(ops_entry(c.name, ops), timeout_s)
-        try:
-            if meanwhile is not None:
-                meanwhile()
-        except Exception:  # a bug in meanwhile: the proposal goes on all the same
-            self._watch(fut, on_error=self._proposal_failed)
-            raise
+        as for any failed proposal."""
+        fut = self._propose_op_entry(c, ops, timeout_s)
         try:
             await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -680,7 +683,7 @@ class StreamGroup:
         self._waiters[reply] = handle
         req = PullRequest(reply=reply, **request)
         try:
-            await self.run(c, lambda now: c.pull(req, now), timeout_s)
+            await self.run(c, lambda now: c.pull(req, now), timeout_s, deliver_early=True)
         except BaseException:
             handle.close()
             raise
@@ -705,12 +708,10 @@ class StreamGroup:
         """Hand ``events`` to their pull handles (with ``encoded[i]`` for ``events[i]``,
         None when not given), one batch per handle."""
         batches: dict[str, list[tuple[PullEvent, Any]]] = {}
-        waiters, settled = self._waiters, self._settled_meanwhile
+        waiters = self._waiters
         for i, e in enumerate(events):
             if e.reply not in waiters:
                 continue  # the client went away: an undelivered message is redelivered later
-            if e.delivery is not None and settled(e.delivery):
-                continue
             batch = batches.get(e.reply)
             if batch is None:
                 batch = batches[e.reply] = []
@@ -756,7 +757,7 @@ class StreamGroup:
                 and c.config.is_pull
                 and c.num_waiting
             ):
-                await self.run(c, c.poll, None)
+                await self.run(c, c.poll, None, deliver_early=True)
         await self._maybe_expire()
         self._reap_inactive()
 

@@ -233,3 +233,50 @@ def test_interest_retention_across_the_cluster(cluster3: LocalCluster) -> None:
             await js.close()
 
     run(body())
+
+
+def test_an_ack_of_a_sequence_not_delivered_is_refused(cluster3: LocalCluster) -> None:
+    """A pull's deliveries leave before their Deliver op commits, so a leader change can
+    lose a delivery a client holds; the new leader delivers that message again. An ack of
+    a sequence the consumer has not delivered (what such a client's late ack is to the new
+    leader) is refused with FAILED_PRECONDITION over ``Ack`` and, per item, over
+    ``AckStream``, and changes nothing: confirming it would be an acked message that is
+    then delivered (docs/cluster-design.md)."""
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(StreamConfig(name="UND", subjects=("und.>",), num_replicas=3))
+            for i in range(3):
+                await js.publish("und.a", b"%d" % i)
+            sub = await js.pull_subscribe("und.>", durable="U", stream="UND")
+            [first] = await sub.fetch(1, timeout=5)
+            meta = first.metadata
+            ahead = first.reply.rsplit(".", 5)[0] + f".1.3.{meta.consumer_seq + 1}.1.0"
+            leader = cluster3.stream_leader("UND")
+            assert leader is not None
+            stub = pbg.ConsumeServiceStub(cluster3.channel(leader))
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Ack(pb.AckRequest(ack=pb.AckItem(reply=ahead, sync=True)), timeout=15)
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "has not delivered stream sequence 3" in (refused.value.details() or "")
+            batch = pb.AckBatch(
+                acks=[
+                    pb.AckItem(reply=first.reply, sync=True, id=1),
+                    pb.AckItem(reply=ahead, sync=True, id=2),
+                ]
+            )
+            results = [r for b in stub.AckStream(iter([batch]), timeout=15) for r in b.results]
+            by_id = {r.id: r for r in results}
+            assert set(by_id) == {1, 2}
+            assert not by_id[1].HasField("error")
+            assert by_id[2].error.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+            ci = await js.consumer_info("UND", "U")
+            assert (ci.ack_floor.stream_seq, ci.num_ack_pending, ci.num_pending) == (1, 0, 2)
+            rest = await sub.fetch(2, timeout=5)
+            assert [m.metadata.stream_seq for m in rest] == [2, 3]
+            assert all(m.metadata.num_delivered == 1 for m in rest)
+        finally:
+            await js.close()
+
+    run(body())
