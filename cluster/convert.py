@@ -24,7 +24,6 @@ __all__ = [
     "add_delivery",
     "consumer_info_pb",
     "delivery_pb",
-    "encoded_delivery",
     "fill_delivery",
     "group_info_pb",
     "parse_json",
@@ -143,16 +142,6 @@ def add_delivery(msgs: RepeatedCompositeFieldContainer[pb.Msg], d: Delivery) -> 
     """Append ``d`` to a repeated ``Msg`` field (``resp.messages``), filled in place:
     a ``Msg`` built apart would be copied in again (deliveries are the fetch hot path)."""
     fill_delivery(msgs.add(), d)
-
-
-def encoded_delivery(d: Delivery) -> tuple[pb.Msg, int]:
-    """``d`` as a ``Msg`` of its own, and that message's encoded size in bytes (at least
-    ``limits.delivery_bytes(d)``: it counts the same fields plus their framing). The
-    fetch path makes these while the Deliver op commits (``PullHandle.encode``); adding
-    one to a response then copies it in C."""
-    out = pb.Msg()
-    fill_delivery(out, d)
-    return out, out.ByteSize()
 
 
 def fill_delivery(out: pb.Msg, d: Delivery) -> None:

@@ -45,7 +45,6 @@ from raftstream.cluster.handlers import rewrap
 from raftstream.cluster.names import validate_node_name
 from raftstream.engine.ack import AckMetadata, parse_ack_subject
 from raftstream.engine.consumer_config import MAX_WAITING_DEFAULT, ConsumerConfig, with_changes
-from raftstream.engine.consumer_pull import Delivery
 from raftstream.engine.subjects import validate_filter, validate_queue, validate_subject
 from raftstream.errors import (
     DeadlineExceededError,
@@ -72,9 +71,6 @@ __all__ = [
     "check_publish",
     "check_request",
     "check_subjects_detail",
-    "delivery_bytes",
-    "fetch_response_full",
-    "response_full",
     "sanitize",
     "server_options",
 ]
@@ -373,26 +369,6 @@ def check_subjects_detail(subjects: Mapping[str, int] | None) -> None:
             rule="subjects_detail_max",
             limit="subjects_detail_max",
         )
-
-
-def delivery_bytes(d: Delivery) -> int:
-    """About what delivery ``d`` adds to a response: data, subject, ack token, headers."""
-    headers = d.headers
-    size = len(d.data) + len(d.msg.subject) + len(d.reply)
-    return size + sum(len(k) + len(v) for k, v in headers.items()) if headers else size
-
-
-def fetch_response_full(size_bytes: int, d: Delivery, limits: Limits) -> bool:
-    """True when delivery ``d`` would take a response holding ``size_bytes`` past one
-    largest message (``payload_bytes_max + headers_bytes_max``): ``d`` goes in the next
-    response, so every response fits ``grpc_message_bytes_max``."""
-    return response_full(size_bytes, delivery_bytes(d), limits)
-
-
-def response_full(size_bytes: int, add_bytes: int, limits: Limits) -> bool:
-    """``fetch_response_full`` for a delivery already counted as ``add_bytes`` (at least
-    ``delivery_bytes``: its encoded ``Msg``'s size will do)."""
-    return size_bytes + add_bytes > limits.payload_bytes_max + limits.headers_bytes_max
 
 
 # -- per RPC ----------------------------------------------------------------------------------

@@ -27,8 +27,8 @@ from typing import Any
 from raftstream.cluster.auth import caller
 from raftstream.cluster.config import Limits
 from raftstream.cluster.context import ServiceContext, account_of, time_left
-from raftstream.cluster.convert import encoded_delivery, pull_status_pb
-from raftstream.cluster.limits import capped_time_left, check_ack, response_full
+from raftstream.cluster.convert import fill_delivery, pull_status_pb
+from raftstream.cluster.limits import capped_time_left, check_ack
 from raftstream.cluster.services_push import PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.ack import AckMetadata
@@ -111,7 +111,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         caller().check_read(request.stream)
         g = await self._ctx.leader_group(account_of(context), request.stream)
         req = _fetch_request(request, left)
-        handle = await g.open_pull(request.consumer, req, left, encoded_delivery)
+        handle = await g.open_pull(request.consumer, req, left)
         try:
             async for resp in _responses(handle, request.batch, self._ctx.config.limits):
                 yield resp
@@ -162,7 +162,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         if item.kind != pb.ACK_KIND_NEXT:
             return pb.AckResponse()
         req = {"batch": max(1, item.next_batch), "no_wait": True}
-        handle = await g.open_pull(consumer, req, timeout_s, encoded_delivery)
+        handle = await g.open_pull(consumer, req, timeout_s)
         out = pb.AckResponse()
         try:
             async for resp in _responses(handle, req["batch"], self._ctx.config.limits):
@@ -340,35 +340,37 @@ async def _responses(
     handle: PullHandle, batch: int, limits: Limits
 ) -> AsyncIterator[pb.FetchResponse]:
     """The FetchResponses of one pull: messages as they come (grouped when several are
-    queued, up to one largest message's bytes per response, so every response fits the
-    gRPC message limit), heartbeats, and the terminal status; ends when the batch is
-    complete. Deliveries come encoded (``encoded_delivery``, made while their Deliver op
-    committed) or are encoded here."""
+    queued, each filled in place in its response, up to one largest message's bytes per
+    response, so every response fits the gRPC message limit), heartbeats, and the terminal
+    status; ends when the batch is complete."""
+    bound_bytes = limits.payload_bytes_max + limits.headers_bytes_max
     got = 0
-    queued: collections.deque[tuple[PullEvent, Any]] = collections.deque()
+    queued: collections.deque[PullEvent] = collections.deque()
     while got < batch:
         if not queued:
             queued.extend(await handle.take())
         resp = pb.FetchResponse()
+        msgs = resp.messages
         terminal = False
         size_bytes = 0
         while queued:
-            ev, encoded = queued[0]
-            if ev.delivery is None:
+            ev = queued[0]
+            d = ev.delivery
+            if d is None:
                 queued.popleft()
                 if ev.status is not None:
                     resp.status.CopyFrom(pull_status_pb(ev.status))
                     terminal = ev.status.terminal
                 break
-            msg, msg_bytes = encoded if encoded is not None else encoded_delivery(ev.delivery)
-            if resp.messages and (
-                len(resp.messages) >= FETCH_MSGS_PER_RESPONSE_MAX
-                or response_full(size_bytes, msg_bytes, limits)
-            ):
-                queued[0] = (ev, (msg, msg_bytes))  # the first of the next response
+            if len(msgs) >= FETCH_MSGS_PER_RESPONSE_MAX:
+                break
+            m = msgs.add()
+            fill_delivery(m, d)
+            msg_bytes = m.ByteSize()
+            if size_bytes + msg_bytes > bound_bytes and len(msgs) > 1:
+                del msgs[-1]  # the first of the next response
                 break
             queued.popleft()
-            resp.messages.append(msg)
             size_bytes += msg_bytes
             got += 1
             if got >= batch:

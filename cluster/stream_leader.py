@@ -123,35 +123,26 @@ class _PendingPublish:
 
 class PullHandle:
     """One pull request's events (deliveries once their Deliver op is proposed, statuses),
-    in order, each with what ``encode`` made of its delivery (None for a status, or without
-    ``encode``). At most ``batch`` + ``PULL_QUEUE_EVENTS_SLACK`` events wait; one more is
-    dropped (logged). Belongs to the node's event loop.
-    """
+    in order. At most ``batch`` + ``PULL_QUEUE_EVENTS_SLACK`` events wait; one more is
+    dropped (logged). Belongs to the node's event loop."""
 
-    def __init__(
-        self,
-        reply: str,
-        batch: int,
-        close: Callable[[str], None],
-        encode: Callable[[Delivery], Any] | None = None,
-    ) -> None:
+    def __init__(self, reply: str, batch: int, close: Callable[[str], None]) -> None:
         self.reply = reply
-        self.encode = encode
-        self._items: collections.deque[tuple[PullEvent, Any]] = collections.deque()
+        self._items: collections.deque[PullEvent] = collections.deque()
         self._items_max = batch + PULL_QUEUE_EVENTS_SLACK
         self._ready = asyncio.Event()
         self._close = close
 
-    def put(self, items: Sequence[tuple[PullEvent, Any]]) -> int:
-        """Queue ``items`` (event, encoded) in order, as many as there is room for; returns
-        how many did not fit (dropped)."""
+    def put(self, events: Sequence[PullEvent]) -> int:
+        """Queue ``events`` in order, as many as there is room for; returns how many did
+        not fit (dropped)."""
         room = self._items_max - len(self._items)
-        self._items.extend(items[: max(0, room)])
+        self._items.extend(events[: max(0, room)])
         self._ready.set()
-        return max(0, len(items) - room)
+        return max(0, len(events) - room)
 
-    async def take(self) -> list[tuple[PullEvent, Any]]:
-        """Every queued item, oldest first, waiting until there is one."""
+    async def take(self) -> list[PullEvent]:
+        """Every queued event, oldest first, waiting until there is one."""
         while not self._items:
             self._ready.clear()
             await self._ready.wait()
@@ -589,7 +580,7 @@ class StreamGroup:
         self._active_ns[c.name] = now
         ops = c.take_ops()
         if not ops:
-            self._dispatch(events, self._encode(events))
+            self._dispatch(events)
             return
         try:
             if deliver_early:
@@ -602,7 +593,7 @@ class StreamGroup:
             if isinstance(exc, DeadlineExceededError):
                 raise no_commit("consumer op") from None
             raise self._hinted(exc) from None
-        self._dispatch(events, self._encode(events))
+        self._dispatch(events)
 
     def _propose_op_entry(
         self, c: Consumer, ops: list[Any], timeout_s: float | None
@@ -669,17 +660,12 @@ class StreamGroup:
     # -- pull requests -------------------------------------------------------------------------
 
     async def open_pull(
-        self,
-        consumer: str,
-        request: dict[str, Any],
-        timeout_s: float | None,
-        encode: Callable[[Delivery], Any] | None = None,
+        self, consumer: str, request: dict[str, Any], timeout_s: float | None
     ) -> PullHandle:
-        """Queue a pull request on the leader copy; its events arrive on the handle, each
-        delivery with what ``encode`` made of it (``PullHandle``)."""
+        """Queue a pull request on the leader copy; its events arrive on the handle."""
         c = self.leader_consumer(consumer)
         reply = f"pull.{next(self._reply_ids)}"
-        handle = PullHandle(reply, int(request.get("batch", 1)), self._close_waiter, encode)
+        handle = PullHandle(reply, int(request.get("batch", 1)), self._close_waiter)
         self._waiters[reply] = handle
         req = PullRequest(reply=reply, **request)
         try:
@@ -693,29 +679,17 @@ class StreamGroup:
     def _close_waiter(self, reply: str) -> None:
         self._waiters.pop(reply, None)
 
-    def _encode(self, events: list[PullEvent]) -> list[Any]:
-        """What each event's pull handle makes of its delivery (``PullHandle.encode``), in
-        the order of ``events``; None for statuses and handles without an encoder."""
-        out: list[Any] = []
+    def _dispatch(self, events: list[PullEvent]) -> None:
+        """Hand ``events`` to their pull handles, one batch per handle."""
+        batches: dict[str, list[PullEvent]] = {}
         waiters = self._waiters
         for e in events:
-            h = waiters.get(e.reply)
-            d = e.delivery
-            out.append(h.encode(d) if d is not None and h is not None and h.encode else None)
-        return out
-
-    def _dispatch(self, events: list[PullEvent], encoded: Sequence[Any] = ()) -> None:
-        """Hand ``events`` to their pull handles (with ``encoded[i]`` for ``events[i]``,
-        None when not given), one batch per handle."""
-        batches: dict[str, list[tuple[PullEvent, Any]]] = {}
-        waiters = self._waiters
-        for i, e in enumerate(events):
             if e.reply not in waiters:
                 continue  # the client went away: an undelivered message is redelivered later
             batch = batches.get(e.reply)
             if batch is None:
                 batch = batches[e.reply] = []
-            batch.append((e, encoded[i] if encoded else None))
+            batch.append(e)
         for reply, items in batches.items():
             if self._waiters[reply].put(items):
                 log.warning("pull queue full; events dropped", extra={"group": self.group})

@@ -118,7 +118,7 @@ async def delivered(handle: PullHandle) -> list[tuple[int, int]]:
     """(stream sequence, delivery count) of the deliveries queued on ``handle``."""
     return [
         (e.delivery.stream_seq, e.delivery.deliveries)
-        for e, _ in await handle.take()
+        for e in await handle.take()
         if e.delivery is not None
     ]
 
