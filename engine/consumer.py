@@ -460,7 +460,9 @@ class Consumer:
         are retention removals of messages this consumer already settled.
         """
         if self._scan is None:
-            self._scan = self._store.iter_from(start, subject_filter)
+            head = self._waiting.head()  # a pull's batch is about what it takes
+            expect = head.remaining_msgs if head is not None else 0
+            self._scan = self._store.iter_from(start, subject_filter, expect=expect)
             self._scan_peek = None
         while self._scan_peek is None or self._scan_peek.seq < start:
             self._scan_peek = next(self._scan, None)

@@ -41,6 +41,7 @@ from raftstream.errors import DataLossError, InvariantError, NotFoundError, inva
 __all__ = [
     "DEDUP_ITER_CHUNK_RECORDS",
     "ITER_CHUNK_MSGS",
+    "ITER_FIRST_CHUNK_MSGS",
     "SEQ_MAX",
     "SUBJECT_WALK_SUBJECTS_MAX",
     "LmdbStreamReads",
@@ -48,7 +49,10 @@ __all__ = [
     "seek_le",
 ]
 
-ITER_CHUNK_MSGS = 256  # messages read per read transaction by iter_from
+ITER_CHUNK_MSGS = 256  # messages read per read transaction by iter_from, at most
+# The first read transaction of an iter_from reads this many; each next one four times the
+# last, up to ITER_CHUNK_MSGS: a consumer's fetch(1) reads a few messages, not 256.
+ITER_FIRST_CHUNK_MSGS = 16
 DEDUP_ITER_CHUNK_RECORDS = 256  # dedup records read per read transaction by dedup_iter
 # A wildcard load_next walks each matching subject's index when the stream has at most this
 # many subjects, and walks the messages otherwise.
@@ -149,15 +153,20 @@ class LmdbStreamReads:
             best, ikey = min(found, default=(0, b""))
             return self._load_indexed(txn, best, ikey) if best else None
 
-    def iter_from(self, start_seq: int, subject_filter: str = ">") -> Iterator[StoredMsg]:
+    def iter_from(
+        self, start_seq: int, subject_filter: str = ">", *, expect: int = 0
+    ) -> Iterator[StoredMsg]:
         """Messages at or after ``start_seq`` matching the filter, in sequence order.
 
-        Reads ``ITER_CHUNK_MSGS`` records per read transaction, so a slow consumer of the
-        iterator never pins old pages; writes between chunks may or may not be seen.
+        Reads ``expect`` records (``ITER_FIRST_CHUNK_MSGS`` when 0) in its first read
+        transaction, then four times more per transaction up to ``ITER_CHUNK_MSGS`` (a
+        caller that takes a few reads a few), so a slow consumer of the iterator never pins
+        old pages; writes between chunks may or may not be seen.
         """
         self._check_open()
         valid_filter(subject_filter, "subject_filter")
-        return self._iter(max(start_seq, self._meta.first_seq, 1), subject_filter)
+        first = min(ITER_CHUNK_MSGS, expect) if expect > 0 else ITER_FIRST_CHUNK_MSGS
+        return self._iter(max(start_seq, self._meta.first_seq, 1), subject_filter, first)
 
     def num_pending(self, start_seq: int, subject_filter: str = ">") -> int:
         """How many messages at or after ``start_seq`` match the filter."""
@@ -545,20 +554,20 @@ class LmdbStreamReads:
             found = cur.next()
         return None
 
-    def _iter(self, seq: int, subject_filter: str) -> Iterator[StoredMsg]:
+    def _iter(self, seq: int, subject_filter: str, size: int) -> Iterator[StoredMsg]:
         literal = not has_wildcards(subject_filter)
         match_all = subject_filter == FWC
         ikey = self._prefix + subject_key(subject_filter)[1] if literal else b""
         while seq <= self._meta.last_seq:
             with self._reading(index=literal) as txn:
                 if literal:
-                    seqs = self._index_seqs(txn, ikey, seq, 0, limit=ITER_CHUNK_MSGS)
+                    seqs = self._index_seqs(txn, ikey, seq, 0, limit=size)
                     chunk = self._load_literal(txn, seqs, subject_filter)
                 elif match_all:  # every message: decoded straight off the cursor
-                    chunk = self._msgs_from(txn, seq, ITER_CHUNK_MSGS)
+                    chunk = self._msgs_from(txn, seq, size)
                     seqs = [m.seq for m in chunk]
                 else:
-                    heads = self._heads_from(txn, seq, ITER_CHUNK_MSGS)
+                    heads = self._heads_from(txn, seq, size)
                     seqs = [hd.seq for hd in heads]
                     chunk = [
                         self._load(txn, hd.seq)
@@ -566,9 +575,10 @@ class LmdbStreamReads:
                         if match_all or subject_matches(subject_filter, hd.subject.decode())
                     ]
             yield from chunk
-            if len(seqs) < ITER_CHUNK_MSGS:
+            if len(seqs) < size:
                 return
             seq = seqs[-1] + 1
+            size = min(ITER_CHUNK_MSGS, size * 4)
 
 
 def seek_le(cur: Any, prefix: bytes, key: bytes) -> bool:

@@ -319,7 +319,9 @@ class MemoryStreamStore:
         best = min((s for s in found if s is not None), default=None)
         return None if best is None else self._msgs[best]
 
-    def iter_from(self, start_seq: int, subject_filter: str = ">") -> Iterator[StoredMsg]:
+    def iter_from(
+        self, start_seq: int, subject_filter: str = ">", *, expect: int = 0
+    ) -> Iterator[StoredMsg]:
         """Messages at or after ``start_seq`` matching the filter, in sequence order.
 
         A snapshot of the sequence range is taken lazily; messages removed while iterating

@@ -273,7 +273,12 @@ class StreamStore(Protocol):
     def load_next(self, subject_filter: str, start_seq: int) -> StoredMsg | None:
         """The first message at or after ``start_seq`` matching the filter, or None."""
 
-    def iter_from(self, start_seq: int, subject_filter: str = ">") -> Iterator[StoredMsg]: ...
+    def iter_from(
+        self, start_seq: int, subject_filter: str = ">", *, expect: int = 0
+    ) -> Iterator[StoredMsg]:
+        """Messages at or after ``start_seq`` matching the filter, in sequence order;
+        ``expect``: about how many the caller will take (0: unknown), so a store that reads
+        ahead reads no more than that at first."""
 
     def num_pending(self, start_seq: int, subject_filter: str = ">") -> int:
         """How many messages at or after ``start_seq`` match the filter."""

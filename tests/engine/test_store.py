@@ -6,6 +6,8 @@ policy, purge; the JetStream API reference for STREAM.PURGE, STREAM.MSG.GET/DELE
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from raftstream.engine.store import DiscardPolicy, StoreLimits, StreamStore
@@ -118,6 +120,52 @@ def test_iter_from_and_num_pending(store: StreamStore) -> None:
     assert store.num_pending(3, "a") == 2
     assert store.num_pending(2, "*") == 3
     assert store.num_pending(6) == 0
+
+
+def test_iter_from_across_read_chunks(store: StreamStore) -> None:
+    """iter_from reads in growing chunks (LMDB: 16, 64, 256, 256, ... records per read
+    transaction): every message once, in order, for a literal subject, every subject and a
+    wildcard, from any start."""
+    subjects = ["a" if i % 3 else "b.x" for i in range(700)]
+    fill(store, subjects)
+    for start in (1, 2, 15, 17, 81, 400):
+        assert [m.seq for m in store.iter_from(start)] == list(range(start, 701))
+        want_a = [i + 1 for i in range(start - 1, 700) if subjects[i] == "a"]
+        assert [m.seq for m in store.iter_from(start, "a")] == want_a
+        want_b = [i + 1 for i in range(start - 1, 700) if subjects[i] == "b.x"]
+        assert [m.seq for m in store.iter_from(start, "b.*")] == want_b
+        assert [m.seq for m in store.iter_from(start, "a", expect=1)] == want_a
+
+
+def test_lmdb_iter_from_reads_little_for_a_few(
+    lmdb_env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller that takes one message from iter_from (a consumer's fetch(1)) gets it from
+    a first read of ITER_FIRST_CHUNK_MSGS records, not ITER_CHUNK_MSGS; one that says how
+    many it expects (a pull's batch) reads that many first."""
+    from raftstream.engine import lmdbreads
+    from raftstream.engine.lmdbstore import LmdbStreamStore
+
+    store = LmdbStreamStore(lmdb_env, "S")
+    fill(store, ["a"] * 600)
+    decoded = [0]
+    real = lmdbreads.decode_msg
+
+    def counting(key: bytes, raw: bytes) -> object:
+        decoded[0] += 1
+        return real(key, raw)
+
+    monkeypatch.setattr(lmdbreads, "decode_msg", counting)
+    for subject_filter in ("a", ">"):
+        decoded[0] = 0
+        it = store.iter_from(1, subject_filter)
+        assert next(it).seq == 1
+        assert decoded[0] == lmdbreads.ITER_FIRST_CHUNK_MSGS < lmdbreads.ITER_CHUNK_MSGS
+        for expect, first_read in ((1, 1), (100, 100), (10_000, lmdbreads.ITER_CHUNK_MSGS)):
+            decoded[0] = 0
+            it = store.iter_from(1, subject_filter, expect=expect)
+            assert next(it).seq == 1
+            assert decoded[0] == first_read
 
 
 def test_subjects_state_counts_per_subject(store: StreamStore) -> None:
