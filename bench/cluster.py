@@ -12,13 +12,14 @@ origin takes ``publish_async`` traffic, and the steady-state lag; see
 ``raftstream.bench.cluster_mirror``).
 Each measurement stops after N messages or S seconds, whichever comes first; every figure
 is the median of K runs (each on a fresh stream), printed beside its goal (issue 5) and
-beside the floor: the disk's fsync rate, an LMDB commit and the engine's batched store
-append, measured in the same run before and after the parts (fsync speed on a shared
-machine swings 10-30x; see ``raftstream.bench.cluster_floor``). CPU is shown for the stream
-leader, the two followers together and the client while measuring, as % of one core and as
-microseconds per message: the rates depend on what else the shared machine runs, the CPU
-cost per message much less (on 2 cores, 40,000 msgs/s leaves 50 us per message for all four
-processes together).
+beside the floor: the disk's fsync rate, an LMDB commit, the engine's batched store
+append and a unary gRPC round trip to a node, measured in the same run before and after the
+parts (fsync speed on a shared machine swings 10-30x; see
+``raftstream.bench.cluster_floor``); latencies are shown in fsyncs and in RPC round trips.
+CPU is shown for the stream leader, the two followers together and the client while
+measuring, as % of one core and as microseconds per message: the rates depend on what else
+the shared machine runs, the CPU cost per message much less (on 2 cores, 40,000 msgs/s
+leaves 50 us per message for all four processes together).
 
 The three node processes (``raftstream server``) listen on free 127.0.0.1 ports with data in
 a temporary directory (under ``--data-dir`` if given); they are killed and the directory
@@ -112,9 +113,13 @@ async def _measure(nodes: BenchNodes, parts: list[str], replicas: list[int], run
 
 
 def _vs_floor(figure: str, value: float, floor: Floor) -> str:
-    """The figure against the disk: latency in fsync times, a rate in messages per fsync."""
+    """The figure against the floor: latency in fsync times and in unary RPC round trips
+    (when measured), a rate in messages per fsync."""
     if figure.endswith("_ms"):
-        return f"{value / floor.fsync_ms:.1f} fsyncs"
+        text = f"{value / floor.fsync_ms:.1f} fsyncs"
+        if floor.rpc_rtt_ms == floor.rpc_rtt_ms:  # not NaN
+            text += f", {value / floor.rpc_rtt_ms:.1f} RPCs"
+        return text
     if figure == "msgs_per_s":
         return f"{value / floor.fsync_per_s:.1f} msgs/fsync"
     return ""
@@ -162,6 +167,7 @@ def _floor_text(label: str, f: Floor) -> str:
         f"floor {label}: fsync(128 B) {f.fsync_per_s:,.0f}/s ({f.fsync_ms:.2f} ms);"
         f" LMDB 1-put commit {f.lmdb_commit_per_s:,.0f}/s;"
         f" store append x256/txn {f.store_batch_msgs_per_s:,.0f} msgs/s;"
+        f" unary RPC round trip {f.rpc_rtt_ms:.2f} ms;"
         f" load average {f.load_1m:.1f}"
     )
 
@@ -255,9 +261,10 @@ def main(argv: list[str]) -> int:
         pids = ", ".join(f"{n} pid {nodes.pid(n)}" for n in nodes.names)
         print(f"cluster bench: nodes up in {time.monotonic() - t0:.1f} s ({pids})",
               file=sys.stderr, flush=True)  # fmt: skip
-        floors = {"before": measure_floor(nodes.root, FLOOR_SECONDS)}
+        rpc_addr = nodes.addr(nodes.names[0])
+        floors = {"before": measure_floor(nodes.root, FLOOR_SECONDS, rpc_addr=rpc_addr)}
         results = asyncio.run(_measure(nodes, args.parts, args.replicas, args.runs, limits))
-        floors["after"] = measure_floor(nodes.root, FLOOR_SECONDS)
+        floors["after"] = measure_floor(nodes.root, FLOOR_SECONDS, rpc_addr=rpc_addr)
     except KeyboardInterrupt:
         print("cluster bench: interrupted; nodes stopped", file=sys.stderr)
         return 130

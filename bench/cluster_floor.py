@@ -7,7 +7,11 @@ are printed beside floors measured in the same run, in the same directory as the
 - ``lmdb_commit_per_s``: one 128-byte put per LMDB write transaction, sync on (what one
   Raft-log or store commit costs);
 - ``store_batch_msgs_per_s``: ``LmdbStreamStore.append`` of 128-byte messages, 256 per
-  transaction (the engine's batched rate on one node: a CPU ceiling for the whole path).
+  transaction (the engine's batched rate on one node: a CPU ceiling for the whole path);
+- ``rpc_rtt_ms`` (when given a node's address): the median time of a unary gRPC health
+  check from this process to that node, one at a time, over the same loopback and gRPC
+  asyncio stack as every client and Raft message (a sync publish on R3 is four such
+  one-way hops plus the work; a fetch is a call of its own).
 
 Each loop runs for ``seconds`` (bounded), in its own temporary directory under ``root``. The
 machine's 1-minute load average is recorded with them: on a shared machine it says how much
@@ -16,13 +20,18 @@ of the CPU the benchmark could have had.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import statistics
 import struct
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
 
@@ -31,6 +40,7 @@ __all__ = ["Floor", "measure_floor"]
 PAYLOAD_BYTES = 128
 STORE_BATCH_MSGS = 256
 MAP_SIZE_BYTES = 1 << 30
+RPC_TIMEOUT_S = 5.0
 _KEY = struct.Struct(">Q")
 
 
@@ -42,6 +52,7 @@ class Floor:
     lmdb_commit_per_s: float
     store_batch_msgs_per_s: float
     load_1m: float = 0.0  # the machine's 1-minute load average then (others' runs count)
+    rpc_rtt_ms: float = float("nan")  # NaN: not measured (no node address given)
 
     @property
     def fsync_ms(self) -> float:
@@ -96,9 +107,29 @@ def _store_batch_rate(path: Path, seconds: float) -> float:
     return count / elapsed
 
 
-def measure_floor(root: Path, seconds: float = 1.0) -> Floor:
-    """Measure the three floors for ``seconds`` each, in a directory under ``root`` that is
-    removed afterwards."""
+def _rpc_rtt_ms(addr: str, seconds: float) -> float:
+    """Unary health checks to the node at ``addr``, one at a time, for ``seconds`` (after
+    one to connect): the median round trip, ms."""
+
+    async def checks() -> float:
+        async with grpc.aio.insecure_channel(addr) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            request = health_pb2.HealthCheckRequest()
+            await stub.Check(request, timeout=RPC_TIMEOUT_S)
+            times: list[float] = []
+            started = time.perf_counter()
+            while time.perf_counter() - started < seconds:
+                t0 = time.perf_counter()
+                await stub.Check(request, timeout=RPC_TIMEOUT_S)
+                times.append(time.perf_counter() - t0)
+            return statistics.median(times) * 1000
+
+    return asyncio.run(checks())
+
+
+def measure_floor(root: Path, seconds: float = 1.0, *, rpc_addr: str | None = None) -> Floor:
+    """Measure the floors for ``seconds`` each, in a directory under ``root`` that is
+    removed afterwards; the RPC round trip only with a node's ``rpc_addr``."""
     path = Path(tempfile.mkdtemp(prefix="floor-", dir=root))
     try:
         return Floor(
@@ -106,6 +137,7 @@ def measure_floor(root: Path, seconds: float = 1.0) -> Floor:
             lmdb_commit_per_s=_lmdb_commit_rate(path, seconds),
             store_batch_msgs_per_s=_store_batch_rate(path, seconds),
             load_1m=os.getloadavg()[0],
+            rpc_rtt_ms=_rpc_rtt_ms(rpc_addr, seconds) if rpc_addr else float("nan"),
         )
     finally:
         shutil.rmtree(path, ignore_errors=True)

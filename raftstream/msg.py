@@ -9,7 +9,10 @@ JetStream ack kinds for its ack token (``reply``):
   the server reports later goes to the client's ``error_cb``; a lost ack only means the
   message is delivered again after its ack wait (at-least-once, as in JetStream).
 - ``ack_sync()`` answers once the ack is replicated: after it returns, the message is never
-  redelivered, not even after a leader failover. It raises the typed error otherwise.
+  redelivered, not even after a leader failover. It raises the typed error otherwise; in
+  particular ``PreconditionError`` when the leader has not delivered this message: a
+  leader change lost the delivery (deliveries leave before they are replicated, as in
+  JetStream), and the message will be delivered again.
 
 After a terminal ack (ack, ack_sync, nak, term) further acks on the same message are ignored,
 as ADR-15 asks; ``in_progress`` may be sent any number of times before one. A message of a
