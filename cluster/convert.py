@@ -21,7 +21,7 @@ from raftstream.errors import InvalidArgumentError
 from raftstream.proto import raftstream_pb2 as pb
 
 __all__ = [
-    "add_delivery",
+    "add_bounded",
     "consumer_info_pb",
     "delivery_pb",
     "fill_delivery",
@@ -138,10 +138,21 @@ def delivery_pb(d: Delivery) -> pb.Msg:
     return out
 
 
-def add_delivery(msgs: RepeatedCompositeFieldContainer[pb.Msg], d: Delivery) -> None:
-    """Append ``d`` to a repeated ``Msg`` field (``resp.messages``), filled in place:
-    a ``Msg`` built apart would be copied in again (deliveries are the fetch hot path)."""
-    fill_delivery(msgs.add(), d)
+def add_bounded(
+    msgs: RepeatedCompositeFieldContainer[pb.Msg], d: Delivery, size_bytes: int, bound_bytes: int
+) -> int:
+    """Append ``d`` to a response's ``msgs`` (filled in place) holding ``size_bytes``, unless
+    that takes it past ``bound_bytes`` (one largest message: ``payload_bytes_max +
+    headers_bytes_max``) while it holds others: then nothing is added and -1 returned (``d``
+    starts the next response). Returns the response's new size. Every response then fits
+    ``limits.grpc_message_bytes_max``."""
+    m = msgs.add()
+    fill_delivery(m, d)
+    new_size = size_bytes + m.ByteSize()
+    if new_size > bound_bytes and len(msgs) > 1:
+        del msgs[-1]
+        return -1
+    return new_size
 
 
 def fill_delivery(out: pb.Msg, d: Delivery) -> None:

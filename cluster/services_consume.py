@@ -27,7 +27,7 @@ from typing import Any
 from raftstream.cluster.auth import caller
 from raftstream.cluster.config import Limits
 from raftstream.cluster.context import ServiceContext, account_of, time_left
-from raftstream.cluster.convert import fill_delivery, pull_status_pb
+from raftstream.cluster.convert import add_bounded, pull_status_pb
 from raftstream.cluster.limits import capped_time_left, check_ack
 from raftstream.cluster.services_push import PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
@@ -364,14 +364,10 @@ async def _responses(
                 break
             if len(msgs) >= FETCH_MSGS_PER_RESPONSE_MAX:
                 break
-            m = msgs.add()
-            fill_delivery(m, d)
-            msg_bytes = m.ByteSize()
-            if size_bytes + msg_bytes > bound_bytes and len(msgs) > 1:
-                del msgs[-1]  # the first of the next response
-                break
+            size_bytes = add_bounded(msgs, d, size_bytes, bound_bytes)
+            if size_bytes < 0:
+                break  # the first of the next response
             queued.popleft()
-            size_bytes += msg_bytes
             got += 1
             if got >= batch:
                 break

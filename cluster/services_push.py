@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from raftstream.cluster.context import ServiceContext, account_of, caller_of
-from raftstream.cluster.convert import add_delivery
+from raftstream.cluster.convert import add_bounded
 from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_push import PushStep
@@ -37,7 +37,7 @@ from raftstream.proto.errors import to_error_message
 __all__ = ["PushSession"]
 
 PUSH_QUEUE_RESPONSES_MAX = 64  # responses waiting for a slow client, per call
-PUSH_STEP_MSGS_MAX = 256  # deliveries per step (and per response)
+PUSH_STEP_MSGS_MAX = 256  # deliveries per step (at most per response)
 IDLE_WAIT_S_MAX = 1.0  # the driver looks at leadership at least this often
 STATUS_CONFLICT = 409
 
@@ -105,9 +105,19 @@ class PushSession:
             )
 
     async def _send(self, step: PushStep) -> None:
+        """The step's deliveries, as many responses as keep each within one largest message
+        in bytes (so each fits the gRPC message limit, as fetch responses), the last one
+        with the flow-control request and the heartbeat."""
+        limits = self._ctx.config.limits
+        bound_bytes = limits.payload_bytes_max + limits.headers_bytes_max
         resp = pb.ConsumeResponse()
+        size_bytes = 0
         for d in step.deliveries:
-            add_delivery(resp.messages, d)
+            size_bytes = add_bounded(resp.messages, d, size_bytes, bound_bytes)
+            if size_bytes < 0:
+                await self._out.put(resp)  # waits while the client is slow: bounded
+                resp = pb.ConsumeResponse()
+                size_bytes = add_bounded(resp.messages, d, 0, bound_bytes)
         if step.flow_control:
             resp.flow_control.CopyFrom(pb.FlowControlRequest(token=step.flow_control))
         if step.heartbeat is not None:
