@@ -22,7 +22,7 @@ install: $(STAMP)
 
 # Regenerate the gRPC/protobuf stubs (committed, so a plain `pip install .` works).
 proto: install
-	$(PY) -m raftstream.proto.gen
+	PATH=$(VENV)/bin:$$PATH $(PY) -m raftstream.proto.gen
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -44,6 +44,9 @@ __all__ = ["ConsumeServicer"]
 _ACK = "/raftstream.v1.ConsumeService/Ack"
 ACKS_INFLIGHT_MAX = 4096  # per AckStream call: reading stops while this many are unanswered
 FETCH_MSGS_PER_RESPONSE_MAX = 256
+# A +NXT ack's messages count their subjects too (JetStream's max_bytes): room for the
+# subject of one largest message, which the answer must still hold.
+NEXT_SUBJECT_BYTES = 32 * 1024
 EXPIRES_MARGIN_S = 0.05  # a request without expiry ends this long before the deadline
 
 
@@ -161,7 +164,13 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         await g.run(c, _decide_ack(c, item, seq, cseq), timeout_s)
         if item.kind != pb.ACK_KIND_NEXT:
             return pb.AckResponse()
-        req = {"batch": max(1, item.next_batch), "no_wait": True}
+        # The answer is one gRPC message: a batch and bytes a fetch response would hold.
+        limits = self._ctx.config.limits
+        req = {
+            "batch": min(max(1, item.next_batch), FETCH_MSGS_PER_RESPONSE_MAX),
+            "no_wait": True,
+            "max_bytes": limits.payload_bytes_max + limits.headers_bytes_max + NEXT_SUBJECT_BYTES,
+        }
         handle = await g.open_pull(consumer, req, timeout_s)
         out = pb.AckResponse()
         try:

@@ -1703,7 +1703,10 @@ class AckItem(_message.Message):
     reason: _builtins.str
     """TERM"""
     next_batch: _builtins.int
-    """NEXT: how many (0: one)"""
+    """NEXT: how many (0: one). The AckResponse is one message, so it holds at most 256, and
+    messages only up to one largest message in bytes (payload_bytes_max + headers_bytes_max)
+    (JetStream's max_bytes: a message past that ends the answer with 409).
+    """
     id: _builtins.int
     """AckStream and Consume: the client's correlation id"""
     sync: _builtins.bool

@@ -280,3 +280,42 @@ def test_an_ack_of_a_sequence_not_delivered_is_refused(cluster3: LocalCluster) -
             await js.close()
 
     run(body())
+
+
+def test_a_next_ack_answers_at_most_one_response_of_messages(cluster3: LocalCluster) -> None:
+    """A +NXT ack's AckResponse is one gRPC message: it holds messages only up to one
+    largest message in bytes (JetStream's max_bytes: the next one ends it with 409) and at
+    most 256 however many ``next_batch`` asks for; the rest stay for the next pull."""
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(StreamConfig(name="NXT", subjects=("nxt.>",), num_replicas=1))
+            await js.publish_async("nxt.a", b"x")
+            for _ in range(2):
+                await js.publish_async("nxt.b", b"y" * 700_000)
+            for _ in range(300):
+                await js.publish_async("nxt.a", b"x")
+            await js.publish_async_completed()
+            sub = await js.pull_subscribe("nxt.>", durable="N", stream="NXT")
+            [first] = await sub.fetch(1, timeout=5)
+            leader = cluster3.stream_leader("NXT")
+            assert leader is not None
+            stub = pbg.ConsumeServiceStub(cluster3.channel(leader))
+
+            def next_after(reply: str) -> pb.AckResponse:
+                item = pb.AckItem(reply=reply, kind=pb.ACK_KIND_NEXT, next_batch=5000)
+                resp: pb.AckResponse = stub.Ack(pb.AckRequest(ack=item), timeout=15)
+                return resp
+
+            by_bytes = next_after(first.reply)
+            assert [m.seq for m in by_bytes.messages] == [2]  # the second 700 KB one: 409
+            assert by_bytes.status.code == 409
+            by_count = next_after(by_bytes.messages[0].reply)
+            assert [m.seq for m in by_count.messages] == list(range(3, 259))
+            rest = [m.metadata.stream_seq for m in await sub.fetch(100, timeout=5)]
+            assert rest == list(range(259, 304))
+        finally:
+            await js.close()
+
+    run(body())
