@@ -16,24 +16,17 @@ from raftstream.cluster.config import Limits
 from raftstream.cluster.services_push import PushSession
 from raftstream.engine.consumer_pull import Delivery
 from raftstream.engine.consumer_push import Heartbeat, PushStep
-from raftstream.engine.store import StoredMsg
 from raftstream.proto import raftstream_pb2 as pb
+
+from .test_fetch_responses import event
 
 LIMITS = Limits(payload_bytes_max=1000, headers_bytes_max=100)
 
 
 def delivery(seq: int, data_bytes: int) -> Delivery:
-    return Delivery(
-        stream="S",
-        consumer="c",
-        msg=StoredMsg(seq, "a.b", b"x" * data_bytes, 1_000 + seq),
-        consumer_seq=seq,
-        deliveries=1,
-        num_pending=0,
-        headers_only=False,
-        domain=None,
-        account="$G",
-    )
+    d = event(seq, data_bytes).delivery
+    assert d is not None
+    return d
 
 
 async def no_ack(*_: Any) -> None:
