@@ -484,7 +484,9 @@ def test_inactive_ephemeral_consumer_is_deleted_in_its_account(cluster: LocalClu
         await _b_world(cluster)
         b = await raftstream.connect(servers=cluster.servers, timeout=15, token=B_TOKEN)
         try:
-            info = await b.add_consumer("BONLY", ConsumerConfig(inactive_threshold=300_000_000))
+            # Long enough that the listing below comes first even on a loaded machine (at
+            # 300 ms it once did not, and the consumer was already gone: a race of the test).
+            info = await b.add_consumer("BONLY", ConsumerConfig(inactive_threshold=2_000_000_000))
             assert info.name in await b.consumer_names("BONLY")
 
             async def gone() -> None:
