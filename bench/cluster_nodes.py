@@ -69,13 +69,8 @@ class BenchNodes:
         return self.nodes.pid(name)
 
     def _spec(self, name: str) -> NodeSpec:
-        return NodeSpec(
-            name=name,
-            listen=self.addr(name),
-            data=self.root / name,
-            peers=self.nodes.addrs,
-            metrics_listen=f"127.0.0.1:{self.metrics_ports[name]}",
-            log_level="WARNING",
+        return self.nodes.spec(
+            name, metrics_listen=f"127.0.0.1:{self.metrics_ports[name]}", log_level="WARNING"
         )
 
     def start(self) -> None:

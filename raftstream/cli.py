@@ -174,7 +174,7 @@ def _run_local_cluster(n: int, data: Path, log_level: str, *, tls: bool) -> None
     """Start ``n`` node processes, print how to reach them, stop them on Ctrl-C. ``tls``:
     first make a new throw-away CA and certificates under ``data/certs``."""
     # Imported here: other commands need not load the launcher's health-check stubs.
-    from raftstream.localcluster import NodeLauncher, NodeSpec
+    from raftstream.localcluster import NodeLauncher
 
     names = [f"n{i + 1}" for i in range(n)]
     addrs = {name: f"127.0.0.1:{LOCAL_FIRST_PORT + i}" for i, name in enumerate(names)}
@@ -191,11 +191,8 @@ def _run_local_cluster(n: int, data: Path, log_level: str, *, tls: bool) -> None
             if certs is not None:
                 files = (certs.ca, certs.nodes[name].cert, certs.nodes[name].key)
             nodes.spawn(
-                NodeSpec(
-                    name=name,
-                    listen=addrs[name],
-                    data=data / name,
-                    peers=addrs,
+                nodes.spec(
+                    name,
                     metrics_listen=f"127.0.0.1:{LOCAL_METRICS_FIRST_PORT + i}",
                     log_level=log_level,
                     tls=files,

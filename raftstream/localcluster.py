@@ -30,7 +30,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -178,6 +178,13 @@ class NodeLauncher:
         """Every node's client address, in name order (what an SDK client is given)."""
         return [self.addrs[n] for n in self.names]
 
+    def spec(self, name: str, **fields: Any) -> NodeSpec:
+        """Node ``name`` as this launcher places it: listening on its address, data in
+        ``root/<name>``, every node its peer; ``fields`` set the rest of the ``NodeSpec``."""
+        return NodeSpec(
+            name=name, listen=self.addrs[name], data=self.root / name, peers=self.addrs, **fields
+        )
+
     # -- processes ---------------------------------------------------------------------------
 
     def spawn(self, spec: NodeSpec) -> subprocess.Popen[bytes]:
@@ -248,13 +255,18 @@ class NodeLauncher:
         p = self.procs.pop(name, None)
         if p is None:
             return
+        self._signal_resumed(name, p, signal.SIGKILL)
+        p.wait()
+
+    def _signal_resumed(self, name: str, p: subprocess.Popen[bytes], sig: int) -> None:
+        """Send ``sig`` to a running ``p`` (SIGCONT first if paused, so a stopped process
+        acts on it at once); ``name`` is not paused afterwards."""
         if p.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 if name in self.paused:
                     p.send_signal(signal.SIGCONT)
-                p.send_signal(signal.SIGKILL)
+                p.send_signal(sig)
         self.paused.discard(name)
-        p.wait()
 
     def stop(self, name: str) -> int | None:
         """Graceful stop (SIGTERM; SIGKILL after ``stop_timeout_s``); the exit code, None if
@@ -270,12 +282,7 @@ class NodeLauncher:
         for ``stop_timeout_s``; SIGKILL what is still running then."""
         procs = {n: self.procs.pop(n) for n in list(names or self.procs) if n in self.procs}
         for name, p in procs.items():
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    if name in self.paused:
-                        p.send_signal(signal.SIGCONT)
-                    p.send_signal(signal.SIGTERM)
-            self.paused.discard(name)
+            self._signal_resumed(name, p, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout_s
         for p in procs.values():
             try:

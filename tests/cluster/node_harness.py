@@ -105,11 +105,8 @@ class LocalCluster:
         return self.root / f"{name}.toml"
 
     def _spec(self, name: str) -> NodeSpec:
-        return NodeSpec(
-            name=name,
-            listen=self.addr(name),
-            data=self.root / name,
-            peers=self.nodes.addrs,
+        return self.nodes.spec(
+            name,
             metrics_listen=f"127.0.0.1:{self.metrics_ports[name]}",
             raft=self.raft,
             tags=self.tags.get(name, []),
