@@ -117,23 +117,17 @@ class FillMachine(RuleBasedStateMachine):
         for subject in initial:
             self._append(subject, 1)
         self.listeners = tuple(_Removes(s) for s in self.stores) if retention else (None, None)
-        self.fast = Consumer.create(
-            stream="S",
-            name="c",
-            config=self.config,
-            store=self.stores[0],
-            now_ns=0,
-            retention=self.listeners[0],
-            record_ops=True,
-        )
-        self.slow = _PerMessage.create(
-            stream="S",
-            name="c",
-            config=self.config,
-            store=self.stores[1],
-            now_ns=0,
-            retention=self.listeners[1],
-            record_ops=True,
+        self.fast, self.slow = (
+            kind.create(
+                stream="S",
+                name="c",
+                config=self.config,
+                store=self.stores[i],
+                now_ns=0,
+                retention=self.listeners[i],
+                record_ops=True,
+            )
+            for i, kind in enumerate((Consumer, _PerMessage))
         )
         self._same(self.fast.take_ops(), self.slow.take_ops())
 

@@ -104,11 +104,11 @@ async def stop_all(hosts: dict[str, RaftHost]) -> None:
         await h.stop()
 
 
-def start_stalling_hosts(make_storage: Callable[[], S]) -> tuple[dict[str, RaftHost], dict[str, S]]:
-    """Three started hosts with group ``a`` on storages from ``make_storage`` (a disk the test
-    can stall); elections slow enough that a stalled leader keeps its term."""
+def start_hosts(
+    make_storage: Callable[[], S], cfg: HostConfig
+) -> tuple[dict[str, RaftHost], dict[str, S]]:
+    """Three started hosts with group ``a`` on storages from ``make_storage``."""
     net = MemoryNetwork()
-    cfg = dataclasses.replace(CFG, election_tick=50, liveness_ticks=50)
     hosts: dict[str, RaftHost] = {}
     stores: dict[str, S] = {}
     for n in NODES:
@@ -117,6 +117,12 @@ def start_stalling_hosts(make_storage: Callable[[], S]) -> tuple[dict[str, RaftH
         hosts[n].start()
         hosts[n].add_group("a", voters=NODES, state_machine=ListMachine())
     return hosts, stores
+
+
+def start_stalling_hosts(make_storage: Callable[[], S]) -> tuple[dict[str, RaftHost], dict[str, S]]:
+    """``start_hosts`` on storages the test can stall, with elections slow enough that a
+    stalled leader keeps its term."""
+    return start_hosts(make_storage, dataclasses.replace(CFG, election_tick=50, liveness_ticks=50))
 
 
 def acks_waiting(host: RaftHost, index: int) -> set[str]:
@@ -170,15 +176,8 @@ def test_a_commit_index_alone_costs_no_write_and_reaches_storage_by_the_next_tic
     apply); the stored commit catches up with the next write, two ticks later at the latest."""
 
     async def scenario() -> None:
-        net = MemoryNetwork()
         cfg = HostConfig(tick_ms=200, election_tick=3, heartbeat_tick=1, liveness_ticks=5)
-        hosts: dict[str, RaftHost] = {}
-        stores: dict[str, CountingStorage] = {}
-        for n in NODES:
-            stores[n] = CountingStorage()
-            hosts[n] = RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=cfg)
-            hosts[n].start()
-            hosts[n].add_group("a", voters=NODES, state_machine=ListMachine())
+        hosts, stores = start_hosts(CountingStorage, cfg)
         try:
             lead = await elected(hosts, "a")
             await hosts[lead].propose("a", b"first")  # the leader committed in its term
