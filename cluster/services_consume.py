@@ -44,6 +44,8 @@ __all__ = ["ConsumeServicer"]
 _ACK = "/raftstream.v1.ConsumeService/Ack"
 ACKS_INFLIGHT_MAX = 4096  # per AckStream call: reading stops while this many are unanswered
 FETCH_MSGS_PER_RESPONSE_MAX = 256
+# Ack items refused as not delivered (``undelivered``), each with its error.
+_Refused = list[tuple[pb.AckItem, PreconditionError]]
 # A +NXT ack's messages count their subjects too (JetStream's max_bytes): room for the
 # subject of one largest message, which the answer must still hold.
 NEXT_SUBJECT_BYTES = 32 * 1024
@@ -235,11 +237,11 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         items: list[pb.AckItem],
         seqs: list[int],
         timeout_s: float | None,
-    ) -> list[tuple[pb.AckItem, PreconditionError]]:
+    ) -> _Refused:
         """+ACK ``seqs`` (of ``items``) as one op, answered once it committed; returns the
         items refused as not delivered (``undelivered``), which it left out."""
         c = g.leader_consumer(consumer)
-        refused: list[tuple[pb.AckItem, PreconditionError]] = []
+        refused: _Refused = []
 
         def decide(now: int) -> list[PullEvent]:
             known = seqs
@@ -282,14 +284,14 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
             room.set()
             ready.set()
 
-        async def settle(items: list[pb.AckItem], work: Awaitable[Any]) -> None:
+        async def settle(items: list[pb.AckItem], work: Awaitable[_Refused]) -> None:
+            """Report ``items``: each one ``work`` refused with its error, the rest with
+            ``work``'s outcome."""
             try:
-                answer = await work
+                refused = await work
             except Exception as exc:
                 report(items, exc)
                 return
-            # _ack_many's answer: the items it refused (ack_one's is its AckResponse).
-            refused = answer if isinstance(answer, list) else []
             if not refused:
                 report(items, None)
                 return
@@ -298,10 +300,14 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
             for item, why in refused:
                 report([item], why)
 
-        def spawn(items: list[pb.AckItem], work: Awaitable[Any]) -> None:
+        def spawn(items: list[pb.AckItem], work: Awaitable[_Refused]) -> None:
             t = asyncio.ensure_future(settle(items, work))
             tasks.add(t)
             t.add_done_callback(tasks.discard)
+
+        async def one(item: pb.AckItem) -> _Refused:
+            await self.ack_one(item, account, timeout_s, forwarded)  # refusals raise here
+            return []
 
         async def reader() -> None:
             try:
@@ -316,7 +322,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
                     for (g, consumer), (items, seqs) in grouped.items():
                         spawn(items, self._ack_many(g, consumer, items, seqs, timeout_s))
                     for item in plain:
-                        spawn([item], self.ack_one(item, account, timeout_s, forwarded))
+                        spawn([item], one(item))
             finally:
                 await asyncio.gather(*list(tasks), return_exceptions=True)
                 results.append(None)
