@@ -27,9 +27,19 @@ nothing changed over an election timeout, it stops ticking the group (no more he
 and tells the followers, who stop ticking it too. Any message of the group or a proposal
 wakes it. Liveness moves to the node level: every tick each host sends every peer at least
 an empty batch; a peer silent for ``liveness_ticks`` wakes every quiesced group it leads or
-follows, and a woken follower is credited the ticks of that silence, so its election starts
-as if it had been ticking all along. Safety does not depend on any of this (Raft is safe
-under any timing); only how soon a dead leader is replaced does.
+follows, and a woken follower is credited the ticks of that silence (up to one short of an
+election timeout, so that the random part of its timeout still separates it from the other
+followers), so its election starts as if it had been ticking all along. Safety does not
+depend on any of this (Raft is safe under any timing); only how soon a dead leader is
+replaced does.
+
+Elections between ticks. A randomized election timeout counted in ticks has only
+``election_tick`` values to choose from (6 with the node's defaults), so two followers of a
+dead leader often time out on the same tick; both then win their pre-votes, both stand,
+each votes for itself, and the group waits a whole second timeout (a chaos run saw a 1.7 s
+failover). So the tick that starts a follower's election is delayed by a random part of a
+tick: the first voter to stand usually reaches the other before its own timeout does, and
+gets its vote.
 
 Commit index. Raft's commit index is volatile state (Raft paper, Figure 2): safety needs the
 term, the vote and the log entries durable before anything is sent, never the commit index.
@@ -189,6 +199,7 @@ class _Group:
     durable_vote: tuple[int, str] = (0, NONE)
     unsynced: HardState | None = None
     unsynced_ticks: int = 0  # ticks ``unsynced`` has waited through without a write
+    late_tick: bool = False  # the tick starting its election waits (see "Elections between ticks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +257,8 @@ class RaftHost:
         self._heard: dict[str, float] = {}  # peer -> loop time of its last batch
         self._quiesce_out: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
         self._sent_since_tick: set[str] = set()
+        # Election ticks now due (see "Elections between ticks").
+        self._late_ticks: list[_Group] = []
         self._wake = asyncio.Event()
         # The one writer thread: every storage write happens there, one at a time.
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="raft-writer")
@@ -641,7 +654,9 @@ class RaftHost:
         next_tick = loop.time() + tick_s
         try:
             while not self._stopping:
-                if not (self._inbox or self._proposals or self._reads or self._dirty):
+                if not (
+                    self._inbox or self._proposals or self._reads or self._dirty or self._late_ticks
+                ):
                     self._wake.clear()
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(max(0.0, next_tick - loop.time())):
@@ -655,6 +670,7 @@ class RaftHost:
                     self._sync_commits = True
                     self._tick_all(now)
                     self._expire_proposals(now)
+                self._tick_late()
                 self._step_inbox()
                 self._take_proposals()
                 self._take_reads()
@@ -673,8 +689,14 @@ class RaftHost:
         self.ticks += 1
         self._wake_groups_of_silent_peers(now)
         check_every = self.config.election_tick
+        loop = asyncio.get_running_loop()
+        tick_s = self.config.tick_ms / 1000
         for name, g in self._groups.items():
-            if g.halted or g.quiet:
+            if g.halted or g.quiet or g.late_tick:
+                continue
+            if g.node.election_due():
+                g.late_tick = True
+                loop.call_later(self._rng.uniform(0, tick_s), self._late_tick_due, g)
                 continue
             g.node.tick()
             self._dirty.add(name)
@@ -683,6 +705,19 @@ class RaftHost:
                 if g.ticks_to_check <= 0:
                     g.ticks_to_check = check_every
                     self._maybe_quiesce(g)
+
+    def _late_tick_due(self, g: _Group) -> None:
+        """A delayed election tick is due: the driver gives it at its next turn."""
+        self._late_ticks.append(g)
+        self._wake.set()
+
+    def _tick_late(self) -> None:
+        late, self._late_ticks = self._late_ticks, []
+        for g in late:
+            g.late_tick = False
+            if self._groups.get(g.name) is g and not (g.halted or g.quiet):
+                g.node.tick()
+                self._dirty.add(g.name)
 
     # ------------------------------------------------------------------ quiescence
     def _silent_peers(self, now: float) -> set[str]:
@@ -733,9 +768,11 @@ class RaftHost:
                 g.quiet = False
                 self._dirty.add(g.name)
             if lead in silent and not is_leader:
-                # Credit the silence: the election starts as if we had kept ticking.
+                # Credit the silence: the election starts as if we had kept ticking, but
+                # no sooner than a tick from now, through the random rest of its timeout
+                # (every follower of the group is credited the same silence).
                 missed = int((now - self._heard.get(lead, now)) / tick_s)
-                for _ in range(min(missed, 2 * self.config.election_tick)):
+                for _ in range(min(missed, self.config.election_tick - 1)):
                     g.node.tick()
 
     def _ping_peers(self) -> None:

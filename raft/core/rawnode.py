@@ -113,6 +113,17 @@ class RaftNode:
         """Advance logical time by one tick (heartbeats, election timeouts)."""
         self._r.tick()
 
+    def election_due(self) -> bool:
+        """Whether the next ``tick()`` starts an election (a driver may delay that tick by
+        part of a tick, so that voters whose timeouts fell on the same tick do not split
+        the vote)."""
+        r = self._r
+        return (
+            r.role != Role.LEADER
+            and r.election_elapsed + 1 >= r.randomized_timeout
+            and r.promotable()
+        )
+
     def step(self, message: Message) -> None:
         """Handle a message from a peer of this group."""
         self._r.step(message)

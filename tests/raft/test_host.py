@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import random
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -429,6 +430,54 @@ def test_after_leader_loss_a_new_leader_commits_in_a_higher_term() -> None:
             net.set_down(lead, False)  # the old leader rejoins as a follower and catches up
             await until(lambda: machines[lead].applied["a"] == [b"before", b"after"])
             await until(lambda: hosts[lead].status("a").role == Role.FOLLOWER)
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+class LockstepRng(random.Random):
+    """A host rng that gives every core the same seed, so every voter draws the same
+    election timeouts and times out on the same tick as the others, and that delays this
+    host's election ticks by ``delay`` of a tick."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(0)
+        self.delay = delay
+
+    def getrandbits(self, k: int) -> int:
+        return 7
+
+    def uniform(self, a: float, b: float) -> float:
+        return a + (b - a) * self.delay
+
+
+def test_voters_timing_out_on_the_same_tick_do_not_split_the_vote() -> None:
+    """Elections between ticks: the tick starting an election is delayed by part of a tick,
+    so voters whose timeouts fall on the same tick stand one after the other. Without it
+    these hosts, started together and drawing the same timeouts, split every vote."""
+
+    async def scenario() -> None:
+        net = MemoryNetwork()
+        cfg = dataclasses.replace(CFG, tick_ms=100, election_tick=5, liveness_ticks=5)
+        hosts: dict[str, RaftHost] = {}
+        for n, delay in zip(NODES, (0.0, 0.3, 0.6), strict=True):
+            hosts[n] = RaftHost(
+                n,
+                storage=MemoryLogStorage(),
+                transport=MemoryTransport(n, net),
+                config=cfg,
+                rng=LockstepRng(delay),
+            )
+            hosts[n].start()
+            hosts[n].add_group("a", voters=NODES, state_machine=ListMachine())
+        try:
+            lead = await elected(hosts, "a")
+            assert (lead, hosts[lead].status("a").term) == ("n1", 1)
+            net.set_down(lead, True)
+            rest = {n: h for n, h in hosts.items() if n != lead}
+            new = await elected(rest, "a")
+            assert (new, rest[new].status("a").term) == ("n2", 2)  # no split vote in term 2
         finally:
             await stop_all(hosts)
 
