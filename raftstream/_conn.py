@@ -15,7 +15,11 @@ timeout as its gRPC deadline, and attempts stop when that time is spent. What is
 - any other retriable error (UNAVAILABLE mid-call, a server-side timeout) only when the call
   is ``idempotent``: such a failure is ambiguous, the request may have been applied.
 
-The last error is raised, typed (``raftstream.errors``), when attempts stop.
+The last error is raised, typed (``raftstream.errors``), when attempts stop. Waits between
+attempts grow from 10 ms to at most ``RETRY_WAIT_MAX_S`` (100 ms): during an election every
+attempt meets NO_LEADER, and a longer wait would be added whole to the failover a client
+sees (with 500 ms, a 0.6 s election became a 1.2 s failover in the chaos runs). An attempt
+refused by a live node costs it little.
 
 TLS: with ``credentials`` (``tls_credentials``) every channel is TLS, the server's
 certificate checked against the given CA (else the system's roots) and the client's
@@ -61,7 +65,7 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
 )
 RETRY_WAIT_INITIAL_S = 0.01
-RETRY_WAIT_MAX_S = 0.5
+RETRY_WAIT_MAX_S = 0.1
 PEM_BYTES_MAX = 1 << 20  # a CA bundle, certificate chain or key file larger than this is refused
 
 TlsSource = str | os.PathLike[str] | bytes
