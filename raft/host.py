@@ -768,9 +768,10 @@ class RaftHost:
                 g.quiet = False
                 self._dirty.add(g.name)
             if lead in silent and not is_leader:
-                # Credit the silence: the election starts as if we had kept ticking, but
-                # no sooner than a tick from now, through the random rest of its timeout
-                # (every follower of the group is credited the same silence).
+                # Credit the silence: the election starts as if we had kept ticking. At
+                # most one tick short of the base timeout: every follower of the group is
+                # credited the same silence, and the random rest of each one's timeout is
+                # what keeps them from standing at once.
                 missed = int((now - self._heard.get(lead, now)) / tick_s)
                 for _ in range(min(missed, self.config.election_tick - 1)):
                     g.node.tick()
