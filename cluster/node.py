@@ -29,7 +29,7 @@ health NOT_SERVING until the healthy cluster has repaired it (``cluster/repair.p
 
 Failure: ``start`` raises (and leaves nothing running) when the port or the data directory
 cannot be used. ``stop`` is graceful: health goes NOT_SERVING, the server stops taking calls
-(a short grace for those in flight), then the groups, the host, transport and storage close.
+(a short grace for those in flight), then the host, the groups, transport and storage close.
 """
 
 from __future__ import annotations
@@ -563,9 +563,11 @@ class Node:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.meta.stop()
         await self._membership.close()
+        # The host first: until it stops it may apply a commit (a follower learning one) to
+        # a group, and a group's store must not be closed under it (the group would halt).
+        await self.host.stop()
         for g in list(self.groups.values()):
             await g.close(drop=False)
-        await self.host.stop()
         await self._transport.close()
         await self._forwarder.close()
         self._storage.close()

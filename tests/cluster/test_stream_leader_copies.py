@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +35,9 @@ from raftstream.errors import NotLeaderError
 from raftstream.raft.host import HostConfig, RaftHost
 from raftstream.raft.storage import MemoryLogStorage
 from raftstream.raft.transport import MemoryNetwork, MemoryTransport
+from tests.raft.test_host import run, until
 
 MSGS = 5
-
-
-async def until(cond: Callable[[], bool]) -> None:
-    """Poll ``cond`` (the test is bounded by ``run``'s ceiling, never by a timing)."""
-    while not cond():
-        await asyncio.sleep(0.01)
-
-
-def run(scenario: Callable[[], Awaitable[None]]) -> None:
-    async def bounded() -> None:
-        await asyncio.wait_for(scenario(), timeout=60)
-
-    asyncio.run(bounded())
 
 
 @contextlib.asynccontextmanager
@@ -102,8 +90,8 @@ async def single_node(tmp_path: Path) -> AsyncIterator[tuple[RaftHost, StreamGro
             await g.submit_plain("q.v", str(i).encode())
         yield host, g
     finally:
+        await host.stop()  # first: nothing may apply to the store once it is closed
         await g.close(drop=True)
-        await host.stop()
         env.close()
 
 
