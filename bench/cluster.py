@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import statistics
@@ -120,7 +121,7 @@ def _vs_floor(figure: str, value: float, floor: Floor) -> str:
     (when measured), a rate in messages per fsync."""
     if figure.endswith("_ms"):
         text = f"{value / floor.fsync_ms:.1f} fsyncs"
-        if floor.rpc_rtt_ms == floor.rpc_rtt_ms:  # not NaN
+        if not math.isnan(floor.rpc_rtt_ms):  # measured
             text += f", {value / floor.rpc_rtt_ms:.1f} RPCs"
         return text
     if figure == "msgs_per_s":

@@ -150,7 +150,7 @@ class Limits:
             raise InvalidArgumentError(
                 "limits.headers_bytes_max", f"must be at most {HEADERS_BYTES_CEILING} (1 MiB)"
             )
-        if self.publish_batch_bytes_max < self.payload_bytes_max + self.headers_bytes_max:
+        if self.publish_batch_bytes_max < self.message_bytes_max:
             raise InvalidArgumentError(
                 "limits.publish_batch_bytes_max",
                 "must hold one largest message: payload_bytes_max + headers_bytes_max",
@@ -161,14 +161,20 @@ class Limits:
             )
 
     @property
+    def message_bytes_max(self) -> int:
+        """One largest message: ``payload_bytes_max + headers_bytes_max``. A response that
+        carries messages (fetch, push, +NXT) groups them only up to this many bytes
+        (``cluster/convert.py`` ``add_bounded``)."""
+        return self.payload_bytes_max + self.headers_bytes_max
+
+    @property
     def grpc_message_bytes_max(self) -> int:
-        """The gRPC message size the node sends and receives: one largest message and its
-        envelope (subject, ids, framing; a fetch response groups messages only up to
-        ``payload_bytes_max + headers_bytes_max``, ``cluster/limits.py``), at least 4 MiB
-        (the gRPC default, so small limits do not shrink ordinary batches). The SDK's
-        channels take the largest this can be (64 MiB + 1 MiB + 64 KiB)."""
-        message_bytes = self.payload_bytes_max + self.headers_bytes_max
-        return max(4 * MIB, message_bytes + _ENVELOPE_BYTES)
+        """The gRPC message size the node sends and receives: one largest message
+        (``message_bytes_max``, which also bounds the messages grouped in a response) and
+        its envelope (subject, ids, framing), at least 4 MiB (the gRPC default, so small
+        limits do not shrink ordinary batches). The SDK's channels take the largest this
+        can be (64 MiB + 1 MiB + 64 KiB)."""
+        return max(4 * MIB, self.message_bytes_max + _ENVELOPE_BYTES)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -142,8 +142,8 @@ def add_bounded(
     msgs: RepeatedCompositeFieldContainer[pb.Msg], d: Delivery, size_bytes: int, bound_bytes: int
 ) -> int:
     """Append ``d`` to a response's ``msgs`` (filled in place) holding ``size_bytes``, unless
-    that takes it past ``bound_bytes`` (one largest message: ``payload_bytes_max +
-    headers_bytes_max``) while it holds others: then nothing is added and -1 returned (``d``
+    that takes it past ``bound_bytes`` (one largest message: ``Limits.message_bytes_max``)
+    while it holds others: then nothing is added and -1 returned (``d``
     starts the next response). Returns the response's new size. Every response then fits
     ``limits.grpc_message_bytes_max``."""
     m = msgs.add()

@@ -171,12 +171,12 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         req = {
             "batch": min(max(1, item.next_batch), FETCH_MSGS_PER_RESPONSE_MAX),
             "no_wait": True,
-            "max_bytes": limits.payload_bytes_max + limits.headers_bytes_max + NEXT_SUBJECT_BYTES,
+            "max_bytes": limits.message_bytes_max + NEXT_SUBJECT_BYTES,
         }
         handle = await g.open_pull(consumer, req, timeout_s)
         out = pb.AckResponse()
         try:
-            async for resp in _responses(handle, req["batch"], self._ctx.config.limits):
+            async for resp in _responses(handle, req["batch"], limits):
                 out.messages.extend(resp.messages)
                 if resp.HasField("status"):
                     out.status.CopyFrom(resp.status)
@@ -358,7 +358,7 @@ async def _responses(
     queued, each filled in place in its response, up to one largest message's bytes per
     response, so every response fits the gRPC message limit), heartbeats, and the terminal
     status; ends when the batch is complete."""
-    bound_bytes = limits.payload_bytes_max + limits.headers_bytes_max
+    bound_bytes = limits.message_bytes_max
     got = 0
     queued: collections.deque[PullEvent] = collections.deque()
     while got < batch:

@@ -108,8 +108,7 @@ class PushSession:
         """The step's deliveries, as many responses as keep each within one largest message
         in bytes (so each fits the gRPC message limit, as fetch responses), the last one
         with the flow-control request and the heartbeat."""
-        limits = self._ctx.config.limits
-        bound_bytes = limits.payload_bytes_max + limits.headers_bytes_max
+        bound_bytes = self._ctx.config.limits.message_bytes_max
         resp = pb.ConsumeResponse()
         size_bytes = 0
         for d in step.deliveries:
