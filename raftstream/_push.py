@@ -260,7 +260,11 @@ class PushSubscription:
         if self._cb is not None:
             raise errors.InvalidArgumentError("next_msg", "not with a message callback")
         try:
-            return await asyncio.wait_for(self._next(), timeout)
+            # Not wait_for: on 3.11 it runs _next as a task of its own, a loop turn per
+            # message even when one is buffered (and the acks of a next_msg/ack loop then
+            # leave one per stream write instead of together).
+            async with asyncio.timeout(timeout):
+                return await self._next()
         except TimeoutError:
             raise errors.DeadlineExceededError(
                 f"no message within {timeout}s", stream=self.stream

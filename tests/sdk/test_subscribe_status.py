@@ -122,6 +122,31 @@ def test_a_gap_in_the_consumer_sequence_is_reported():
     run(main())
 
 
+def test_next_msg_takes_a_buffered_message_without_a_loop_turn():
+    """A buffered message is handed over at once, with no turn of the event loop (so a
+    ``next_msg``/``ack`` loop queues its acks together: they leave in one stream write, not
+    one each; ``asyncio.wait_for`` took a turn per message and made push delivery with acks
+    four times slower). An empty buffer still waits, and times out as before."""
+
+    async def main() -> None:
+        errs: list[errors.RaftStreamError] = []
+        script = Script(pb.ConsumeResponse(messages=[msg(1), msg(2), msg(3)]))
+        async with Nodes(1) as (node,):
+            rs, sub = await subscribed(node, script, errs)
+            await wait_until(lambda: sub.pending == 3, what="three messages buffered")
+            turned = asyncio.Event()
+            asyncio.get_running_loop().call_soon(turned.set)
+            got = [(await sub.next_msg(5)).metadata.stream_seq for _ in range(3)]
+            assert got == [1, 2, 3]
+            assert not turned.is_set()
+            with pytest.raises(errors.DeadlineExceededError):
+                await sub.next_msg(0.05)
+            assert turned.is_set()
+            await rs.close()
+
+    run(main())
+
+
 def test_queue_subscriptions_do_not_check_gaps():
     """ADR-15: "Gap checking should be disabled on queue / deliver group subscriptions"."""
 
