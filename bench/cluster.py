@@ -5,7 +5,8 @@
 
 Parts (all by default): ``sync`` (``publish`` latency p50/p99/p999), ``async``
 (``publish_async`` messages/s with a bounded window), ``fetch`` (``fetch(256)`` + ``ack``
-messages/s after a preload), ``prefetch`` (the same with ``fetch(256, prefetch=True)``), each
+messages/s after a preload), ``prefetch`` (the same with ``fetch(256, prefetch=True)``),
+``push`` (a push subscription's ``next_msg`` + ``ack`` messages/s after a preload), each
 for R1 and R3; see ``raftstream.bench.cluster_parts``;
 ``mirror`` (messages/s copied from an origin to a mirror of the same replica count while the
 origin takes ``publish_async`` traffic, and the steady-state lag; see
@@ -76,6 +77,7 @@ SHOWN = {
     "async": ("msgs_per_s", "ack_p50_ms"),
     "fetch": ("msgs_per_s", "fetch_p50_ms"),
     "prefetch": ("msgs_per_s", "fetch_p50_ms"),
+    "push": ("msgs_per_s",),
     "mirror": ("msgs_per_s", "lag_p50_msgs", "lag_max_msgs", "catchup_s"),
 }
 

@@ -15,7 +15,10 @@ afterwards, so runs do not grow each other's data.
   batched by the SDK's ack pipeline) until the consumer's ack floor reaches the last message:
   messages/s fetched and acknowledged, and the p50 time of one ``fetch`` call;
 - ``prefetch``: the same with ``fetch(256, prefetch=True)``: the SDK keeps the next pull
-  request outstanding while the batch is acked (``raftstream/pull.py``, "Prefetch").
+  request outstanding while the batch is acked (``raftstream/pull.py``, "Prefetch");
+- ``push``: after preloading the stream, a push subscription (``subscribe`` on a durable
+  explicit-ack consumer, ``next_msg`` and ``ack()`` each message) until the ack floor
+  reaches the last message: messages/s delivered and acknowledged.
 
 Issue 7's ``mirror`` part (copy rate and lag from an origin to a mirror) has the same
 signature and lives in ``raftstream.bench.cluster_mirror``; ``bench/cluster.py`` adds it to
@@ -367,10 +370,47 @@ async def _fetch_part(
     return await _on_fresh_stream(nodes, replicas, limits, "BPREF" if prefetch else "BFETCH", body)
 
 
+async def _push_ack_for(
+    client: Client, stream: str, subject: str, msgs: int, seconds: float
+) -> tuple[int, float]:
+    """A push subscription: ``next_msg`` + ``ack`` until ``msgs`` are in or ``seconds``
+    pass, then wait for the ack floor: (messages acknowledged, elapsed seconds including the
+    ack drain)."""
+    sub = await client.subscribe(subject, durable="bench", stream=stream, manual_ack=True)
+    started = time.perf_counter()
+    deadline = started + seconds
+    got, last_seq = 0, 0
+    try:
+        while got < msgs and time.perf_counter() < deadline:
+            m = await sub.next_msg(timeout=FETCH_TIMEOUT_S)
+            await m.ack()
+            got += 1
+            last_seq = m.metadata.stream_seq
+        await _wait_ack_floor(client, stream, sub.consumer, last_seq)
+        return got, time.perf_counter() - started
+    finally:
+        await sub.unsubscribe()
+
+
+async def part_push(nodes: BenchNodes, replicas: int, limits: Limits) -> Sample:
+    """Preload with publish_async (not measured), then push + ack: messages/s."""
+
+    async def body(run: _Run) -> _Measured:
+        client, subject = run.client, run.subject
+        preload, _ = await _publish_async_for(client, subject, limits.msgs, limits.seconds)
+        run.cpu.start()
+        got, elapsed = await _push_ack_for(client, run.stream, subject, preload.ok, limits.seconds)
+        figures = {"msgs_per_s": got / elapsed, "preloaded": float(preload.ok)}
+        return _Measured(figures, got, preload.summary())
+
+    return await _on_fresh_stream(nodes, replicas, limits, "BPUSH", body)
+
+
 Part = Callable[[BenchNodes, int, Limits], Awaitable[Sample]]
 PARTS: dict[str, Part] = {
     "sync": part_sync,
     "async": part_async,
     "fetch": part_fetch,
     "prefetch": part_prefetch,
+    "push": part_push,
 }

@@ -7,12 +7,18 @@ calls drive delivery. Several calls on one consumer (a queue group) share its de
 each step hands out messages no other step handed out.
 
 A ``PushSession`` runs two tasks on the node's loop: the driver, which asks the leader copy
-for a push step (deliveries after their Deliver ops committed, a flow-control request when
-the window is used up, an idle heartbeat) whenever the stream applies something, a flow-
-control reply arrives, or the step's wake-up time comes; and the reader, which takes flow-
+for a push step (deliveries, a flow-control request when the window is used up, an idle
+heartbeat) whenever the stream applies something, a flow-control reply arrives, or the
+step's wake-up time comes; and the reader, which takes flow-
 control replies and acks (acked through the stream leader; a failed or sync ack answers
 with an ``AckResult``). Responses wait in a bounded queue (``PUSH_QUEUE_RESPONSES_MAX``):
 when the client reads slowly, the driver waits, so a slow client slows its own delivery.
+
+A step's deliveries are sent as soon as its Deliver ops are proposed, as a pull's are
+(cluster/stream_leader.py says what happens when such an op is lost): the next step is
+decided while they commit. At most ``PUSH_STEPS_UNCOMMITTED_MAX`` steps of a call are
+uncommitted at once; the driver waits for the oldest before deciding another. That bound is
+what keeps an AckNone consumer (no ``max_ack_pending``) from running ahead of Raft.
 
 The call ends with a terminal 409 status when the consumer is deleted or this node stops
 leading the stream (the client reattaches; unacked deliveries are redelivered).
@@ -21,6 +27,7 @@ leading the stream (the client reattaches; unacked deliveries are redelivered).
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -30,7 +37,12 @@ from raftstream.cluster.convert import add_bounded
 from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_push import PushStep
-from raftstream.errors import InvalidArgumentError, PreconditionError, RaftStreamError
+from raftstream.errors import (
+    InvalidArgumentError,
+    PreconditionError,
+    RaftStreamError,
+    UnavailableError,
+)
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import to_error_message
 
@@ -38,6 +50,7 @@ __all__ = ["PushSession"]
 
 PUSH_QUEUE_RESPONSES_MAX = 64  # responses waiting for a slow client, per call
 PUSH_STEP_MSGS_MAX = 256  # deliveries per step (at most per response)
+PUSH_STEPS_UNCOMMITTED_MAX = 2  # steps sent before their Deliver ops committed, per call
 IDLE_WAIT_S_MAX = 1.0  # the driver looks at leadership at least this often
 STATUS_CONFLICT = 409
 
@@ -89,20 +102,42 @@ class PushSession:
     async def _drive(
         self, g: StreamGroup, c: Consumer, waker: asyncio.Event, timeout_s: float
     ) -> None:
+        uncommitted: collections.deque[asyncio.Future[Any]] = collections.deque()
         try:
             while True:
+                await self._committed(uncommitted, PUSH_STEPS_UNCOMMITTED_MAX - 1)
                 if c.deleted or not g.ready or g.leader_consumer(c.name) is not c:
                     raise PreconditionError("leadership changed or consumer deleted")
                 waker.clear()
                 self._nudge.clear()
-                step = await g.push_step(c, PUSH_STEP_MSGS_MAX, timeout_s)
+                step, commit = g.push_step(c, PUSH_STEP_MSGS_MAX, timeout_s)
+                if commit is not None:
+                    uncommitted.append(commit)
                 await self._send(step)
-                await self._wait(waker, step.wake_at_ns)
+                if len(step.deliveries) < PUSH_STEP_MSGS_MAX:
+                    await self._wait(waker, step.wake_at_ns)
+                else:  # a full step: there may be more now (no apply will say so)
+                    await asyncio.sleep(0)
         except RaftStreamError as exc:
             reason = "Consumer Deleted" if c.deleted else f"Leadership Change ({exc.reason})"
             await self._out.put(
                 pb.ConsumeResponse(status=pb.PullStatus(code=STATUS_CONFLICT, description=reason))
             )
+
+    @staticmethod
+    async def _committed(uncommitted: collections.deque[asyncio.Future[Any]], left: int) -> None:
+        """Wait until at most ``left`` steps are uncommitted (oldest first); a step whose
+        ops failed to commit raises its error (the group has dropped its copies: the call
+        ends, the client reattaches). Never cancels a proposal: the group watches each."""
+        while uncommitted and (len(uncommitted) > left or uncommitted[0].done()):
+            fut = uncommitted[0]
+            await asyncio.wait((fut,))
+            uncommitted.popleft()
+            exc = None if fut.cancelled() else fut.exception()
+            if isinstance(exc, RaftStreamError):
+                raise exc
+            if fut.cancelled() or exc is not None:
+                raise UnavailableError(f"a push step's ops did not commit: {exc!r}")
 
     async def _send(self, step: PushStep) -> None:
         """The step's deliveries, as many responses as keep each within one largest message

@@ -20,8 +20,10 @@ Every ack comes after its delivery, so its op is after the Deliver op in the log
 only if the Deliver op did. If the Deliver op is lost with a leader change, the new leader
 does not know the delivery: it delivers the message again, and refuses an ack for a
 sequence it never delivered (``cluster/services_consume.py``), so a sync ack never
-succeeds for a message that is still to be delivered. Everything else (acks, naks, pause,
-reset, push steps) is answered after its ops commit.
+succeeds for a message that is still to be delivered. A push step's deliveries leave the
+same way; each Consume call keeps at most ``PUSH_STEPS_UNCOMMITTED_MAX`` steps uncommitted
+(``cluster/services_push.py``), which is what bounds an AckNone push consumer's proposals.
+Everything else (acks, naks, pause, reset) is answered after its ops commit.
 
 Failure: a proposal that fails leaves the leader copies ahead of the log by ops that may
 never commit, so the copies are dropped (waiting pulls get 409 Leadership Change) and a new
@@ -38,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import itertools
 import logging
 import time
@@ -60,7 +61,7 @@ from raftstream.cluster.stream_entries import (
 )
 from raftstream.cluster.stream_group import StreamReplica, drain_events
 from raftstream.engine.consumer import Consumer
-from raftstream.engine.consumer_pull import Delivery, PullEvent, PullRequest
+from raftstream.engine.consumer_pull import PullEvent, PullRequest
 from raftstream.engine.consumer_push import PushStep
 from raftstream.engine.entries import Copy, Expire, Publish, UpdateConfig, plain_publish
 from raftstream.engine.entries import Entry as EngineEntry
@@ -637,10 +638,14 @@ class StreamGroup:
     def push_bound(self, consumer: str) -> bool:
         return self._attached.get(consumer, 0) > 0
 
-    async def push_step(self, c: Consumer, max_msgs: int, timeout_s: float | None) -> PushStep:
+    def push_step(
+        self, c: Consumer, max_msgs: int, timeout_s: float | None
+    ) -> tuple[PushStep, asyncio.Future[Any] | None]:
         """One push step of the leader copy ``c`` (``Consumer.push_step``) at the leader's
-        time; returned once its Deliver ops committed, without deliveries settled
-        meanwhile (as pulls: a client never gets a delivery a new leader does not know).
+        time, to be sent at once: its Deliver ops are proposed, not committed, as a pull's
+        are (module docstring). Returns the step and a future that resolves once those ops
+        commit (None when it recorded none); a failed commit drops the copies, as for
+        pulls. The caller bounds how many steps it has uncommitted (cluster/services_push.py).
         UnavailableError, with nothing decided, when ``c`` is a stale copy."""
         if self._stale(c):
             raise self._stale_copy()
@@ -648,14 +653,15 @@ class StreamGroup:
         step = c.push_step(now, max_msgs=max_msgs)
         self._active_ns[c.name] = now
         ops = c.take_ops()
-        if ops:
-            try:
-                await self._propose_ops(c, ops, timeout_s)
-            except RaftStreamError as exc:
-                self._proposal_failed(exc)
-                raise self._hinted(exc) from None
-        kept = tuple(d for d in step.deliveries if not self._settled_meanwhile(d))
-        return dataclasses.replace(step, deliveries=kept)
+        if not ops:
+            return step, None
+        try:
+            fut = asyncio.ensure_future(self._propose_op_entry(c, ops, timeout_s))
+        except RaftStreamError as exc:
+            self._proposal_failed(exc)
+            raise self._hinted(exc) from None
+        self._watch(fut, on_error=self._proposal_failed)
+        return step, fut
 
     # -- pull requests -------------------------------------------------------------------------
 
@@ -693,15 +699,6 @@ class StreamGroup:
         for reply, items in batches.items():
             if self._waiters[reply].put(items):
                 log.warning("pull queue full; events dropped", extra={"group": self.group})
-
-    def _settled_meanwhile(self, d: Delivery) -> bool:
-        """True when the delivery was acked (or redelivered again) while its Deliver op was
-        being committed: sending it now would hand the client a message it already acked."""
-        c = self._leaders.get(d.consumer)
-        if c is None or not c.config.acks_required:
-            return False
-        p = c.state.pending.get(d.stream_seq)
-        return p is None or p.consumer_seq != d.consumer_seq
 
     async def _poll_loop(self) -> None:
         """Leader timer: serve waiting pulls on new data and deadlines; propose expiry."""

@@ -9,6 +9,8 @@
   delivery behind its cursor and halted ("new delivery N is behind the cursor").
 - A pull's deliveries leave before its Deliver op commits; when that op is lost, the
   rebuilt copy delivers the messages again and refuses an ack of the lost delivery.
+- A push call's steps leave the same way, at most ``PUSH_STEPS_UNCOMMITTED_MAX`` of them
+  uncommitted; when one's op is lost, the call ends (409) and the rebuilt copy starts over.
 
 A single in-process node (RaftHost over memory storage and transport, a real StreamGroup).
 """
@@ -20,13 +22,18 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from raftstream.cluster import services_push
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.config import Limits
 from raftstream.cluster.meta_entries import stream_group_id
 from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.services_consume import undelivered
+from raftstream.cluster.services_push import PUSH_STEPS_UNCOMMITTED_MAX, PushSession
 from raftstream.cluster.stream_leader import GroupDeps, PullHandle, StreamGroup
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
 from raftstream.engine.lmdbstore import open_node_env
@@ -42,8 +49,8 @@ MSGS = 5
 
 @contextlib.asynccontextmanager
 async def single_node(tmp_path: Path) -> AsyncIterator[tuple[RaftHost, StreamGroup]]:
-    """A running host leading stream Q (R1) with the explicit-ack pull consumer C, and
-    ``MSGS`` messages published on ``q.v``."""
+    """A running host leading stream Q (R1) with the explicit-ack pull consumer C and the
+    AckNone push consumer P, and ``MSGS`` messages published on ``q.v``."""
     host = RaftHost(
         "n1",
         storage=MemoryLogStorage(),
@@ -65,6 +72,12 @@ async def single_node(tmp_path: Path) -> AsyncIterator[tuple[RaftHost, StreamGro
         config=ConsumerConfig(durable_name="C", ack_policy=AckPolicy.EXPLICIT),
         created_ns=time.time_ns(),
     )
+    push = ConsumerAssignment(
+        account="$G",
+        stream="Q",
+        config=ConsumerConfig(durable_name="P", deliver_subject="d.p", ack_policy=AckPolicy.NONE),
+        created_ns=time.time_ns(),
+    )
 
     async def no_delete(*_: Any) -> None:
         return None
@@ -77,7 +90,7 @@ async def single_node(tmp_path: Path) -> AsyncIterator[tuple[RaftHost, StreamGro
         metrics=NodeMetrics("n1"),
         proposal_timeout_ms=5_000,
         client_addr=lambda _: None,
-        consumers_of=lambda *_: (ca,),
+        consumers_of=lambda *_: (ca, push),
         stream_of=lambda *_: sa,
         delete_consumer=no_delete,
     )
@@ -99,7 +112,7 @@ def leading(g: StreamGroup) -> bool:
     """Whether ``g`` leads with its consumer copies built (driving its barrier)."""
     g.check_leadership()
     g.reconcile()
-    return g.ready and "C" in g.replica.consumers
+    return g.ready and {"C", "P"} <= g.replica.consumers.keys()
 
 
 async def delivered(handle: PullHandle) -> list[tuple[int, int]]:
@@ -134,15 +147,8 @@ def test_a_cancelled_pull_still_replicates_what_the_leader_copy_decided(tmp_path
 def test_a_lost_deliver_op_means_delivered_again_and_a_late_ack_refused(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with single_node(tmp_path) as (host, g):
-            held: list[asyncio.Future[Any]] = []
             real = host.propose
-
-            def hold(group: str, data: bytes, *, timeout_ms: int | None = None) -> Any:
-                fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                held.append(fut)
-                return fut
-
-            host.propose = hold  # type: ignore[method-assign]
+            held = held_proposals(host)
             c = g.leader_consumer("C")
             handle = await g.open_pull("C", {"batch": MSGS, "no_wait": True}, 5.0)
             # Delivered while the Deliver op is still uncommitted.
@@ -160,5 +166,68 @@ def test_a_lost_deliver_op_means_delivered_again_and_a_late_ack_refused(tmp_path
             assert await delivered(handle) == [(s, 1) for s in range(1, MSGS + 1)]
             handle.close()
             assert undelivered(again, 1) is None
+
+    run(scenario)
+
+
+def held_proposals(host: RaftHost) -> list[asyncio.Future[Any]]:
+    """Make ``host.propose`` hold every proposal: the futures, never in the log, are the
+    test's to settle."""
+    held: list[asyncio.Future[Any]] = []
+
+    def hold(group: str, data: bytes, *, timeout_ms: int | None = None) -> Any:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        held.append(fut)
+        return fut
+
+    host.propose = hold  # type: ignore[method-assign]
+    return held
+
+
+def sent_seqs(session: PushSession) -> list[list[int]]:
+    """The stream sequences of each response the session queued, taking them."""
+    out = []
+    while not session._out.empty():
+        out.append([m.seq for m in session._out.get_nowait().messages])
+    return out
+
+
+def test_push_steps_leave_before_their_deliver_ops_commit_two_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps of 2 deliveries (5 messages): the first two are sent while their ops are
+    uncommitted, the third waits for the first's commit; a lost op ends the call with a
+    409 and the rebuilt copy has delivered nothing."""
+    monkeypatch.setattr(services_push, "PUSH_STEP_MSGS_MAX", 2)
+
+    async def scenario() -> None:
+        async with single_node(tmp_path) as (host, g):
+            real = host.propose
+            held = held_proposals(host)
+            c = g.leader_consumer("P")
+            ctx: Any = SimpleNamespace(config=SimpleNamespace(limits=Limits()))
+            session = PushSession(ctx, lambda *_: asyncio.sleep(0))
+            waker = g.push_waker("P")
+            driver = asyncio.ensure_future(session._drive(g, c, waker, 5.0))
+            try:
+                await until(lambda: len(held) == 2)
+                for _ in range(20):  # room for a third step, were it allowed
+                    await asyncio.sleep(0)
+                assert len(held) == PUSH_STEPS_UNCOMMITTED_MAX == 2
+                assert sent_seqs(session) == [[1, 2], [3, 4]]
+                held[0].set_result([])
+                await until(lambda: len(held) == 3)
+                assert sent_seqs(session) == [[5]]
+                host.propose = real  # type: ignore[method-assign]
+                held[1].set_exception(NotLeaderError("lost with a leader change"))
+                end = await asyncio.wait_for(session._out.get(), 5.0)
+                assert end.status.code == 409
+                assert end.status.description.startswith("Leadership Change")
+                await until(lambda: leading(g) and g.leader_consumer("P") is not c)
+                assert g.leader_consumer("P").state.delivered_stream_seq == 0
+            finally:
+                driver.cancel()
+                await asyncio.gather(driver, return_exceptions=True)
+                g.drop_push_waker("P", waker)
 
     run(scenario)
