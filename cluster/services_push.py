@@ -9,10 +9,10 @@ each step hands out messages no other step handed out.
 A ``PushSession`` runs two tasks on the node's loop: the driver, which asks the leader copy
 for a push step (deliveries, a flow-control request when the window is used up, an idle
 heartbeat) whenever the stream applies something, a flow-control reply arrives, or the
-step's wake-up time comes; and the reader, which takes flow-
-control replies and acks (acked through the stream leader; a failed or sync ack answers
-with an ``AckResult``). Responses wait in a bounded queue (``PUSH_QUEUE_RESPONSES_MAX``):
-when the client reads slowly, the driver waits, so a slow client slows its own delivery.
+step's wake-up time comes; and the reader, which takes flow-control replies and acks
+(acked through the stream leader; a failed or sync ack answers with an ``AckResult``).
+Responses wait in a bounded queue (``PUSH_QUEUE_RESPONSES_MAX``): when the client reads
+slowly, the driver waits, so a slow client slows its own delivery.
 
 A step's deliveries are sent as soon as its Deliver ops are proposed, as a pull's are
 (cluster/stream_leader.py says what happens when such an op is lost): the next step is
