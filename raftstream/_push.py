@@ -259,10 +259,13 @@ class PushSubscription:
         """
         if self._cb is not None:
             raise errors.InvalidArgumentError("next_msg", "not with a message callback")
+        # A buffered message is handed over without a turn of the loop or a timer (not
+        # wait_for: on 3.11 it runs a task per call), so a next_msg/ack loop queues its acks
+        # together and they leave in one stream write instead of one each.
+        msg = self._take()
+        if msg is not None:
+            return msg
         try:
-            # Not wait_for: on 3.11 it runs _next as a task of its own, a loop turn per
-            # message even when one is buffered (and the acks of a next_msg/ack loop then
-            # leave one per stream write instead of together).
             async with asyncio.timeout(timeout):
                 return await self._next()
         except TimeoutError:
@@ -352,14 +355,20 @@ class PushSubscription:
 
     # -- handing messages out ---------------------------------------------------------------
 
-    async def _next(self) -> Msg:
+    def _take(self) -> Msg | None:
+        """The next buffered message (None: none), answering the flow-control requests
+        before it."""
         while True:
             item = self._buffer.pop()
-            if isinstance(item, Msg):
+            if not isinstance(item, _FlowControl):
                 return item
-            if isinstance(item, _FlowControl):
-                self._answer(item.token)
-                continue
+            self._answer(item.token)
+
+    async def _next(self) -> Msg:
+        while True:
+            msg = self._take()
+            if msg is not None:
+                return msg
             if self._error is not None:
                 raise self._error
             if self._closed or self._intake_done:
