@@ -13,8 +13,11 @@ Output: a ``CheckResult`` with every ``Anomaly`` found. The kinds:
 - ``never-published``: a value read (final read, delivery, a node's store) nobody published;
 - ``divergence``: two nodes store different messages at the same sequence, or a node has a
   hole where others have a message (``replica-lag`` is a node only missing a tail);
-- ``acked-redelivered``: a delivery whose fetch began after an ack of that value succeeded;
-- ``undelivered``: a stored message the consumer never delivered (after the drain);
+- ``acked-redelivered``: a delivery whose fetch began after an ack of that value succeeded
+  (pull deliveries only: when the server decided a push delivery is not known to the
+  client, which may have held it in its buffer while the ack of an earlier one succeeded);
+- ``undelivered``: a stored message the pull consumer, or the push consumer when the run
+  had one, never delivered (after the drain);
 - ``minority-ack``: an acknowledgement through a node cut off from the majority, given
   wholly within that partition;
 - ``nonlinearizable``: a key-value register history with no linearization
@@ -136,11 +139,15 @@ def check_queue(ops: Sequence[Op]) -> list[Anomaly]:
         if len(seqs) > 1:
             out.append(Anomaly("duplicate", f"value {value!r} stored at seqs {seqs}"))
     delivered = [o for o in ops if o.f == "deliver" and o.type == "ok"]
-    for value in sorted({*final.values(), *(d.value for d in delivered)} - published, key=str):
+    pushed = [o for o in ops if o.f == "push_deliver" and o.type == "ok"]
+    read = {*final.values(), *(d.value for d in delivered), *(d.value for d in pushed)}
+    for value in sorted(read - published, key=str):
         out.append(Anomaly("never-published", f"value {value!r} was read but never published"))
     out.extend(_order(acked))
     out.extend(_redelivered(ops, delivered))
-    out.extend(_undelivered(final, delivered))
+    out.extend(_undelivered(final, delivered, "the pull consumer"))
+    if any(o.f == "push_attach" for o in ops):  # the run had a push consumer
+        out.extend(_undelivered(final, pushed, "the push consumer"))
     return out
 
 
@@ -202,10 +209,10 @@ def _redelivered(ops: Sequence[Op], delivered: Sequence[Op]) -> list[Anomaly]:
     return out
 
 
-def _undelivered(final: Mapping[int, Any], delivered: Sequence[Op]) -> list[Anomaly]:
+def _undelivered(final: Mapping[int, Any], delivered: Sequence[Op], who: str) -> list[Anomaly]:
     seen = {d.value for d in delivered}
     return [
-        Anomaly("undelivered", f"seq {seq} ({value!r}) was never delivered to the consumer")
+        Anomaly("undelivered", f"seq {seq} ({value!r}) was never delivered to {who}")
         for seq, value in sorted(final.items())
         if value not in seen
     ]
@@ -218,7 +225,7 @@ def _acknowledged(o: Op) -> bool:
     """An ok op that claims a replicated effect (a publish, an ack, a put, a swap)."""
     if o.type != "ok":
         return False
-    return o.f in ("publish", "ack", "put") or (o.f == "cas" and o.result is True)
+    return o.f in ("publish", "ack", "push_ack", "put") or (o.f == "cas" and o.result is True)
 
 
 def check_minority_acks(ops: Sequence[Op], nemesis: Sequence[Mapping[str, Any]]) -> list[Anomaly]:

@@ -83,6 +83,7 @@ def figures(
         "ops": len(ops),
         "publish": dict(Counter(o.type for o in pubs)),
         "acks_ok": sum(1 for o in ops if o.f == "ack" and o.type == "ok"),
+        "push_acks_ok": sum(1 for o in ops if o.f == "push_ack" and o.type == "ok"),
         "kv_ops": sum(1 for o in ops if o.f in ("put", "get", "cas")),
         "churn_ops": sum(1 for o in ops if o.f.startswith(("create_", "delete_"))),
         "duration_s": round(span, 3),
@@ -103,8 +104,8 @@ def summary_text(name: str, seed: int, figs: Mapping[str, Any], result: CheckRes
     """One screen: the run, its figures, and a verdict."""
     lines = [
         f"chaos run {name}  seed={seed}  ({figs['duration_s']} s, {figs['faults']} faults)",
-        f"  ops {figs['ops']}: publish {figs['publish']}, acks ok {figs['acks_ok']}, "
-        f"kv {figs['kv_ops']}, churn {figs['churn_ops']}",
+        f"  ops {figs['ops']}: publish {figs['publish']}, acks ok {figs['acks_ok']} "
+        f"(push {figs['push_acks_ok']}), kv {figs['kv_ops']}, churn {figs['churn_ops']}",
         f"  publish {figs['publish_per_s']}/s, latency p50 {figs['latency_p50_ms']} ms, "
         f"p99 {figs['latency_p99_ms']} ms",
     ]

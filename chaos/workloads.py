@@ -2,8 +2,10 @@
 
 - queue: publishers send unique integers (``msg_id`` = the value, so the SDK's retries are
   deduplicated) to stream ``Q``; consumers fetch from durable pull consumer ``C`` and
-  ``ack_sync`` every delivery; after the faults a drain phase consumes what is left; a final
-  read fetches every stored message by sequence.
+  ``ack_sync`` every delivery; push consumers take every message of the same stream from
+  durable push consumer ``PC`` (``subscribe_bind``, ``next_msg``, ``ack_sync``); after the
+  faults a drain phase consumes what is left on both; a final read fetches every stored
+  message by sequence.
 - kv: registers on a plain stream (``KV``, one subject per key), the way a KV bucket works
   underneath: put = publish, get = last message on the subject, compare-and-set = get, then
   publish with ``expected_last_subject_seq`` of the revision read. Written values are unique,
@@ -24,6 +26,7 @@ request carries a timeout and every loop ends on a stop event or a deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -49,6 +52,7 @@ FINAL_READ_CONCURRENCY = 16
 # message): bounded by this, not by a single request's timeout, so that a loaded machine does
 # not turn a slow read into "loss cannot be judged".
 FINAL_READ_TIMEOUT_S = 120.0
+PUSH_GROUP = "workers"  # the push consumer's deliver group (its workers are a queue group)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,11 +62,13 @@ class WorkloadConfig:
     queue_stream: str = "Q"
     queue_subject: str = "q.v"
     consumer: str = "C"
+    push_consumer: str = "PC"
     kv_stream: str = "KV"
     kv_keys: tuple[str, ...] = ("k0", "k1", "k2")
     replicas: int = 3
     publishers: int = 2
     consumers: int = 2
+    push_consumers: int = 1
     kv_workers: int = 3
     churn_workers: int = 1
     request_timeout_s: float = 2.0
@@ -175,6 +181,14 @@ class Workloads:
             filter_subject=cfg.queue_subject,
         )
         await self._retry(lambda: admin.add_consumer(cfg.queue_stream, consumer))
+        push = ConsumerConfig(
+            durable_name=cfg.push_consumer,
+            deliver_subject=f"push.{cfg.push_consumer}",
+            deliver_group=PUSH_GROUP,
+            ack_wait=int(cfg.ack_wait_s * NS_PER_S),
+            filter_subject=cfg.queue_subject,
+        )
+        await self._retry(lambda: admin.add_consumer(cfg.queue_stream, push))
         await self._retry(
             lambda: admin.add_stream(
                 name=cfg.kv_stream, subjects=["kv.>"], num_replicas=cfg.replicas
@@ -228,6 +242,56 @@ class Workloads:
                     process, node, "ack", value, partial(msg.ack_sync, self.cfg.request_timeout_s)
                 )
 
+    async def push_consumer(self, index: int, stop: asyncio.Event) -> None:
+        """Take messages of push consumer ``PC`` (a queue group: the workers share its
+        deliveries) and ``ack_sync`` each until ``stop``. A delivery is recorded when
+        ``next_msg`` hands it over: when the server decided it is not known here (it may
+        have waited in the subscription's buffer), so push deliveries are checked for loss,
+        not for redelivery after an ack (``checker.py``). A subscription that ends is made
+        again (each attempt is a ``push_attach`` op)."""
+        node = self._node_for(index + 2)
+        client = await self._client(node)
+        process = f"push{index}"
+        sub: raftstream.PushSubscription | None = None
+        made: list[raftstream.PushSubscription] = []
+
+        async def attach() -> bool:
+            made.append(
+                await client.subscribe_bind(
+                    self.cfg.queue_stream, self.cfg.push_consumer, queue=PUSH_GROUP, manual_ack=True
+                )
+            )
+            return True
+
+        while not stop.is_set():
+            if sub is None or sub.is_closed:
+                made.clear()
+                await self._op(process, node, "push_attach", self.cfg.push_consumer, attach)
+                sub = made[0] if made else None
+                if sub is None:
+                    await asyncio.sleep(0.2)
+                    continue
+            try:
+                msg = await sub.next_msg(timeout=1.0)
+            except errors.DeadlineExceededError:
+                continue
+            except errors.RaftStreamError:  # ended (its error went to the error callback)
+                with contextlib.suppress(errors.RaftStreamError):
+                    await sub.unsubscribe()
+                sub = None
+                continue
+            value = _parse_int(msg.data)
+            md = msg.metadata
+            deliver = self.history.invoke(process, "push_deliver", value, node=node)
+            result = {"seq": md.stream_seq, "delivered": md.num_delivered}
+            self.history.done(deliver, "ok", result)
+            await self._op(
+                process, node, "push_ack", value, partial(msg.ack_sync, self.cfg.request_timeout_s)
+            )
+        if sub is not None:
+            with contextlib.suppress(errors.RaftStreamError):
+                await sub.unsubscribe()
+
     def _record_delivery(self, process: str, node: str, fetch: Op, msg: raftstream.Msg) -> None:
         md = msg.metadata
         deliver = self.history.invoke(
@@ -241,19 +305,24 @@ class Workloads:
         ``drain_timeout_s`` passes."""
         stop = asyncio.Event()
         tasks = [
-            asyncio.create_task(self.consumer(100 + i, stop)) for i in range(self.cfg.consumers)
+            *(asyncio.create_task(self.consumer(100 + i, stop)) for i in range(self.cfg.consumers)),
+            *(
+                asyncio.create_task(self.push_consumer(100 + i, stop))
+                for i in range(self.cfg.push_consumers)
+            ),
         ]
         admin = await self._client(self._node_for(0))
+        names = [self.cfg.consumer] + [self.cfg.push_consumer] * bool(self.cfg.push_consumers)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.drain_timeout_s
         try:
             while loop.time() < deadline:
                 await asyncio.sleep(0.5)
                 try:
-                    info = await admin.consumer_info(self.cfg.queue_stream, self.cfg.consumer)
+                    infos = [await admin.consumer_info(self.cfg.queue_stream, n) for n in names]
                 except errors.RaftStreamError:
                     continue
-                if info.num_pending == 0 and info.num_ack_pending == 0:
+                if all(i.num_pending == 0 and i.num_ack_pending == 0 for i in infos):
                     break
         finally:
             stop.set()
@@ -373,6 +442,7 @@ class Workloads:
         workers = [
             *(self.publisher(i, stop) for i in range(cfg.publishers)),
             *(self.consumer(i, stop) for i in range(cfg.consumers)),
+            *(self.push_consumer(i, stop) for i in range(cfg.push_consumers)),
             *(self.kv_worker(i, stop) for i in range(cfg.kv_workers)),
             *(self.churn_worker(i, stop) for i in range(cfg.churn_workers)),
         ]

@@ -198,6 +198,39 @@ def test_stored_message_never_delivered(rec: Recorder) -> None:
     assert kinds(rec.check()) == {"undelivered": 1}
 
 
+def push_queue(rec: Recorder, stored: dict[int, int], *, skip: int = 0) -> None:
+    """The push consumer attached once and took (and acked) every stored value but ``skip``."""
+    rec.op("push_attach", "PC", at=0.1, until=0.2, result=True, process="push0")
+    for seq, value in sorted(stored.items()):
+        if value == skip:
+            continue
+        rec.op("push_deliver", value, at=seq + 0.6, until=seq + 0.6, result={"seq": seq},
+               process="push0")  # fmt: skip
+        rec.op("push_ack", value, at=seq + 0.7, until=seq + 0.8, process="push0")
+
+
+def test_a_push_consumer_that_took_everything_is_clean(rec: Recorder) -> None:
+    stored = clean_queue(rec)
+    push_queue(rec, stored)
+    # A push redelivery after an ack is not judged: when the server decided it is unknown.
+    rec.op("push_deliver", 103, at=30, until=30, result={"seq": 3, "delivered": 2},
+           process="push0")  # fmt: skip
+    rec.finals(stored)
+    assert rec.check().anomalies == []
+
+
+def test_stored_message_the_push_consumer_never_delivered(rec: Recorder) -> None:
+    stored = clean_queue(rec)
+    push_queue(rec, stored, skip=104)
+    rec.op("push_deliver", 999, at=40, until=40, result={"seq": 9}, process="push0")
+    rec.finals(stored)
+    result = rec.check()
+    assert kinds(result) == {"undelivered": 1, "never-published": 1}
+    assert any(
+        "(104) was never delivered to the push consumer" in a.description for a in result.anomalies
+    )
+
+
 def test_acknowledgement_from_the_minority_side(rec: Recorder) -> None:
     stored = clean_queue(rec)
     rec.nemesis("start", "isolate n1", at=10, minority=["n1"])
