@@ -312,7 +312,7 @@ class Workloads:
             ),
         ]
         admin = await self._client(self._node_for(0))
-        names = [self.cfg.consumer] + [self.cfg.push_consumer] * bool(self.cfg.push_consumers)
+        names = [self.cfg.consumer, *([self.cfg.push_consumer] if self.cfg.push_consumers else [])]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.drain_timeout_s
         try:

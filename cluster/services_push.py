@@ -110,7 +110,7 @@ class PushSession:
                     raise PreconditionError("leadership changed or consumer deleted")
                 waker.clear()
                 self._nudge.clear()
-                step, commit = g.push_step(c, PUSH_STEP_MSGS_MAX, timeout_s)
+                step, commit = await g.push_step(c, PUSH_STEP_MSGS_MAX, timeout_s)
                 if commit is not None:
                     uncommitted.append(commit)
                 await self._send(step)

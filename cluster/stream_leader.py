@@ -568,11 +568,12 @@ class StreamGroup:
         timeout_s: float | None,
         *,
         deliver_early: bool = False,
-    ) -> None:
+    ) -> asyncio.Future[Any] | None:
         """Run one decision of the leader copy ``c`` at the leader's time, propose the ops
         it recorded, and return once they committed, delivering its events then; with
-        ``deliver_early`` (pulls), deliver them and return once the ops are proposed: a
-        failed commit then only drops the copies (module docstring). UnavailableError
+        ``deliver_early`` (pulls, push steps), deliver them and return once the ops are
+        proposed, with the future of their commit (None when there were none): a failed
+        commit then only drops the copies (module docstring). UnavailableError
         (retriable), with nothing decided, when ``c`` is a stale copy (``_stale``)."""
         if self._stale(c):
             raise self._stale_copy()
@@ -580,13 +581,14 @@ class StreamGroup:
         events = decide(now)
         self._active_ns[c.name] = now
         ops = c.take_ops()
+        commit = None
         if not ops:
             self._dispatch(events)
-            return
+            return commit
         try:
             if deliver_early:
-                fut = self._propose_op_entry(c, ops, timeout_s)
-                self._watch(fut, on_error=self._proposal_failed)
+                commit = asyncio.ensure_future(self._propose_op_entry(c, ops, timeout_s))
+                self._watch(commit, on_error=self._proposal_failed)
             else:
                 await self._propose_ops(c, ops, timeout_s)
         except RaftStreamError as exc:
@@ -595,6 +597,7 @@ class StreamGroup:
                 raise no_commit("consumer op") from None
             raise self._hinted(exc) from None
         self._dispatch(events)
+        return commit
 
     def _propose_op_entry(
         self, c: Consumer, ops: list[Any], timeout_s: float | None
@@ -638,30 +641,21 @@ class StreamGroup:
     def push_bound(self, consumer: str) -> bool:
         return self._attached.get(consumer, 0) > 0
 
-    def push_step(
+    async def push_step(
         self, c: Consumer, max_msgs: int, timeout_s: float | None
     ) -> tuple[PushStep, asyncio.Future[Any] | None]:
-        """One push step of the leader copy ``c`` (``Consumer.push_step``) at the leader's
-        time, to be sent at once: its Deliver ops are proposed, not committed, as a pull's
-        are (module docstring). Returns the step and a future that resolves once those ops
-        commit (None when it recorded none); a failed commit drops the copies, as for
-        pulls. The caller bounds how many steps it has uncommitted (cluster/services_push.py).
-        UnavailableError, with nothing decided, when ``c`` is a stale copy."""
-        if self._stale(c):
-            raise self._stale_copy()
-        now = _now_ns()
-        step = c.push_step(now, max_msgs=max_msgs)
-        self._active_ns[c.name] = now
-        ops = c.take_ops()
-        if not ops:
-            return step, None
-        try:
-            fut = asyncio.ensure_future(self._propose_op_entry(c, ops, timeout_s))
-        except RaftStreamError as exc:
-            self._proposal_failed(exc)
-            raise self._hinted(exc) from None
-        self._watch(fut, on_error=self._proposal_failed)
-        return step, fut
+        """One push step of the leader copy ``c`` (``Consumer.push_step``), run as a pull's
+        decision is (``run`` with ``deliver_early``): returned, to be sent at once, with the
+        future of its Deliver ops' commit (None when it recorded none). The caller bounds
+        how many steps it has uncommitted (cluster/services_push.py)."""
+        steps: list[PushStep] = []
+
+        def decide(now: int) -> list[PullEvent]:
+            steps.append(c.push_step(now, max_msgs=max_msgs))
+            return []
+
+        commit = await self.run(c, decide, timeout_s, deliver_early=True)
+        return steps[0], commit
 
     # -- pull requests -------------------------------------------------------------------------
 
