@@ -52,6 +52,7 @@ from raftstream.errors import (
     LimitError,
     RaftStreamError,
 )
+from raftstream.msg import ACK_DELAY_NS_MAX, ACK_REASON_BYTES_MAX
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import abort
 
@@ -80,7 +81,6 @@ NAME_BYTES_MAX = 255  # stream and consumer names (as engine/stream_config.py)
 TOKEN_BYTES_MAX = 4096  # ack tokens, msg ids, flow-control tokens, TERM reasons
 HEADER_NAME_BYTES_MAX = 256
 PULL_HEARTBEAT_MIN_NS = 10_000_000  # 10 ms: a pull's idle heartbeats are at most 100 per second
-ACK_DELAY_NS_MAX = 365 * 24 * 3600 * 1_000_000_000  # a NAK's redelivery delay: a year
 SANITIZED_CHARS_MAX = 32
 SUBJECTS_DETAIL_MAX = 100_000  # per-subject counts one stream info may carry
 # JetStream's name rule (isValidName) plus path separators: names end up in subjects, group
@@ -272,7 +272,7 @@ def check_ack(item: pb.AckItem, limits: Limits) -> AckMetadata:
         raise InvalidArgumentError("kind", "must be one of the AckKind values")
     if not 0 <= item.delay_ns <= ACK_DELAY_NS_MAX:
         raise InvalidArgumentError("delay_ns", f"must be 0 to {ACK_DELAY_NS_MAX} (a year)")
-    _token(item.reason, "reason")
+    _token(item.reason, "reason", ACK_REASON_BYTES_MAX)
     if item.next_batch > limits.pull_batch_msgs_max:
         raise InvalidArgumentError(
             "next_batch",

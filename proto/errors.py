@@ -18,7 +18,8 @@ included) into the typed exception, chosen by the ErrorInfo ``reason`` (never pa
 the message text), with its attributes (``field``, ``rule``, ``leader``, ``leader_addr``)
 restored. A status without raftstream details (a transport failure, the client's own
 deadline) maps by code: UNAVAILABLE is ``UnavailableError`` (retriable), DEADLINE_EXCEEDED is
-``DeadlineExceededError``, CANCELLED is ``CallCancelledError``, and so on;
+``DeadlineExceededError``, CANCELLED is ``CallCancelledError`` (an ``UnavailableError``), and
+so on;
 ``details["grpc_code"]`` keeps the gRPC code's name.
 """
 
@@ -55,14 +56,8 @@ INTERNAL_REASON = "INTERNAL"
 log = logging.getLogger("raftstream.proto.errors")
 
 
-class CallCancelledError(e.RaftStreamError):
-    """The call was cancelled (gRPC CANCELLED): by the client, or by the server or the
-    transport ending it (a connection reset, the server shutting the call down). What it
-    carried may or may not have taken effect (a publish in flight may be stored), so it is
-    not retriable as such: only an idempotent request (a publish with a ``msg_id``) is."""
-
-    code = e.Code.CANCELLED
-    reason = "CANCELLED"
+# Kept importable from here, where it was defined before it joined raftstream.errors.
+CallCancelledError = e.CallCancelledError
 
 
 # Without raftstream details, a status maps by code to the most specific class that has it.

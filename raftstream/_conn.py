@@ -15,11 +15,21 @@ timeout as its gRPC deadline, and attempts stop when that time is spent. What is
 - any other retriable error (UNAVAILABLE mid-call, a server-side timeout) only when the call
   is ``idempotent``: such a failure is ambiguous, the request may have been applied.
 
-The last error is raised, typed (``raftstream.errors``), when attempts stop. Waits between
+The last error is raised, typed (``raftstream.errors``), when attempts stop (a last attempt
+that could not connect gives way to an earlier NOT_LEADER/NO_LEADER; a timed-out one names
+it, see ``_telling``). Waits between
 attempts grow from 10 ms to at most ``RETRY_WAIT_MAX_S`` (100 ms): during an election every
 attempt meets NO_LEADER, and a longer wait would be added whole to the failover a client
 sees (with 500 ms, a 0.6 s election became a 1.2 s failover in the chaos runs). An attempt
-refused by a live node costs it little.
+refused by a live node costs it little. A retry starts only with ``ATTEMPT_TIME_MIN_S``
+(50 ms) of the timeout left: a last attempt with a few milliseconds could only time out,
+and its "deadline exceeded" would hide the real cause (NO_LEADER when a quorum is lost).
+
+A server that does not answer in time (the attempt's deadline passed: a node paused or cut
+off by the network, which a connection does not notice) loses what routes to it: the
+route's leader hint is dropped, and a seed server is passed over for the next one, so the
+next call asks elsewhere and learns the new leader, as it would after the node's
+connection was refused.
 
 TLS: with ``credentials`` (``tls_credentials``) every channel is TLS, the server's
 certificate checked against the given CA (else the system's roots) and the client's
@@ -49,7 +59,7 @@ from raftstream import errors
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
 
-__all__ = ["NotConnectedError", "Router", "Stubs", "TlsSource", "tls_credentials"]
+__all__ = ["NotConnectedError", "Router", "Stubs", "TlsSource", "not_sent", "tls_credentials"]
 
 T = TypeVar("T")
 
@@ -66,6 +76,7 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 RETRY_WAIT_INITIAL_S = 0.01
 RETRY_WAIT_MAX_S = 0.1
+ATTEMPT_TIME_MIN_S = 0.05  # a retry starts only with this much of the caller's timeout left
 PEM_BYTES_MAX = 1 << 20  # a CA bundle, certificate chain or key file larger than this is refused
 
 TlsSource = str | os.PathLike[str] | bytes
@@ -141,13 +152,30 @@ def _is_transport_failure(exc: errors.RaftStreamError) -> bool:
     return type(exc) in (errors.UnavailableError, NotConnectedError)
 
 
-def _not_sent(err: grpc.RpcError, addr: str) -> NotConnectedError | None:
+def not_sent(err: grpc.RpcError, addr: str) -> NotConnectedError | None:
     """``NotConnectedError`` when gRPC failed ``err``'s call before sending it (the channel had
     lost its connection between ``connect`` and the call, e.g. the server just died)."""
     code, details = err.code(), err.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE and _NOT_SENT_DETAILS in details:
         return NotConnectedError(f"cannot connect to {addr}: {details}", addr=addr)
     return None
+
+
+def _telling(last: errors.RaftStreamError, refusal: errors.RaftStreamError | None) -> Exception:
+    """What a call whose attempts stopped raises: its last error, unless that says less than
+    an earlier server's refusal (NOT_LEADER/NO_LEADER: nothing applied). A last attempt
+    that could not connect sent nothing, so the refusal stands instead; one that ran out of
+    time is ambiguous and stays, naming the refusal before it (with a quorum lost, the
+    servers left keep refusing, and a last attempt can find the one it reaches still
+    waiting for a leader when its time runs out)."""
+    if refusal is None or refusal is last:
+        return last
+    if isinstance(last, NotConnectedError):
+        return refusal
+    if isinstance(last, errors.DeadlineExceededError):
+        last.message = f"{last.message} (before that: {refusal.reason}: {refusal.message})"
+        last.details["before"] = refusal.reason
+    return last
 
 
 class Router:
@@ -238,9 +266,12 @@ class Router:
                 while len(self._hints) > self._leader_hints_max:
                     self._hints.popitem(last=False)
             return exc.leader_addr
-        if route is not None and isinstance(exc, errors.UnavailableError):
+        unanswered = isinstance(exc, errors.DeadlineExceededError)
+        if route is not None and (unanswered or isinstance(exc, errors.UnavailableError)):
             self._hints.pop(route, None)
-        if _is_transport_failure(exc):
+        if _is_transport_failure(exc) or (
+            unanswered and exc.details.get("addr") == self._servers[self._current]
+        ):
             self._current = (self._current + 1) % len(self._servers)
         return None
 
@@ -279,7 +310,8 @@ class Router:
 
         ``invoke`` must pass ``time_left_s`` as the RPC's ``timeout``; it may raise
         ``grpc.RpcError`` or a typed error (hints are learned from either). Raises the typed error
-        of the last attempt, or ``DeadlineExceededError`` if no attempt could start in time.
+        of the last attempt (``_telling``), or ``DeadlineExceededError`` if no attempt could
+        start in time.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -297,33 +329,43 @@ class Router:
         ) + wait_random(0, RETRY_WAIT_INITIAL_S)
 
         def wait(state: RetryCallState) -> float:
-            # Never sleep past the caller's deadline; the attempt after the sleep still runs.
-            return max(0.0, min(backoff(state), deadline - loop.time() - RETRY_WAIT_INITIAL_S))
+            # The attempt after the sleep still gets ATTEMPT_TIME_MIN_S (see ``stop``).
+            return max(0.0, min(backoff(state), deadline - loop.time() - ATTEMPT_TIME_MIN_S))
 
         def stop(state: RetryCallState) -> bool:
-            return loop.time() >= deadline - RETRY_WAIT_INITIAL_S
+            # Too little left for another attempt: the last attempt's error is raised.
+            return deadline - loop.time() < ATTEMPT_TIME_MIN_S
 
         retrying = AsyncRetrying(
             stop=stop, wait=wait, retry=retry_if_exception(should_retry), reraise=True
         )
-        async for attempt in retrying:
-            with attempt:
-                left_s = deadline - loop.time()
-                if left_s <= 0:
-                    raise errors.DeadlineExceededError(f"no answer within {timeout_s:.3f}s")
-                stubs = await self.connect(route, timeout_s=left_s, addr=next_addr[0])
-                next_addr[0] = None
-                try:
-                    return await invoke(stubs, max(deadline - loop.time(), 0.001))
-                except grpc.RpcError as err:
-                    exc = _not_sent(err, stubs.addr) or from_rpc_error(err)
-                    exc.details.setdefault("addr", stubs.addr)
-                    next_addr[0] = self._learn(route, exc)
-                    raise exc from None
-                except errors.RaftStreamError as exc:  # invoke mapped it already
-                    exc.details.setdefault("addr", stubs.addr)
-                    next_addr[0] = self._learn(route, exc)
-                    raise
+        refusal: list[errors.RaftStreamError] = []  # the latest NOT_LEADER/NO_LEADER answer
+
+        def failed(exc: errors.RaftStreamError, addr: str) -> None:
+            exc.details.setdefault("addr", addr)
+            if isinstance(exc, errors.NotLeaderError | errors.NoLeaderError):
+                refusal[:] = [exc]
+            next_addr[0] = self._learn(route, exc)
+
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    left_s = deadline - loop.time()
+                    if left_s <= 0:
+                        raise errors.DeadlineExceededError(f"no answer within {timeout_s:.3f}s")
+                    stubs = await self.connect(route, timeout_s=left_s, addr=next_addr[0])
+                    next_addr[0] = None
+                    try:
+                        return await invoke(stubs, max(deadline - loop.time(), 0.001))
+                    except grpc.RpcError as err:
+                        exc = not_sent(err, stubs.addr) or from_rpc_error(err)
+                        failed(exc, stubs.addr)
+                        raise exc from None
+                    except errors.RaftStreamError as exc:  # invoke mapped it already
+                        failed(exc, stubs.addr)
+                        raise
+        except errors.RaftStreamError as last:
+            raise _telling(last, refusal[0] if refusal else None) from None
         raise errors.InvariantError("tenacity ended without a result")  # pragma: no cover
 
     async def close(self) -> None:

@@ -10,8 +10,11 @@ a watchdog that gives up when a result is overdue by ``result_timeout_s``.
 Failure: when the call ends for any reason (an error status, the server closing it, an
 overdue result, ``close()``), every entry not yet answered is handed to ``on_failed`` with
 the typed error, and the pipeline is ``dead``; the owner opens a new one for new requests.
-For such entries the outcome is unknown: the server may have applied them before the call
-broke.
+For such entries the outcome is unknown (the server may have applied them before the call
+broke), except where nothing can have reached the server: an entry never handed to a write
+(``Entry.written`` false), and every entry of a call gRPC could not start at all ("failed
+to connect to all addresses": the error is then ``NotConnectedError``). An owner may send
+those again elsewhere.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import grpc
 
 from raftstream import errors
+from raftstream._conn import not_sent
 from raftstream.proto.errors import from_rpc_error
 
 __all__ = ["Entry", "Pipeline"]
@@ -34,7 +38,8 @@ __all__ = ["Entry", "Pipeline"]
 @dataclass(slots=True, eq=False)
 class Entry:
     """One request in a pipeline. ``request`` is the proto item (its ``id`` set by
-    ``submit``); ``future`` belongs to the owner, who resolves it; ``context`` is the owner's."""
+    ``submit``); ``future`` belongs to the owner, who resolves it; ``context`` is the owner's.
+    ``sent_at``: the loop time it was handed to a write (0.0: never, see ``written``)."""
 
     request: Any
     size_bytes: int
@@ -44,6 +49,11 @@ class Entry:
     id: int = 0
     sent_at: float = field(default=0.0)
 
+    @property
+    def written(self) -> bool:
+        """Whether the entry was handed to a write (it may have reached the server)."""
+        return self.sent_at > 0.0
+
 
 class Pipeline:
     """See the module docstring. Not thread-safe; every method runs on the creating loop.
@@ -52,7 +62,8 @@ class Pipeline:
     yields ``(id, result)`` pairs; ``on_result(entry, result)`` and ``on_failed(entry, exc)``
     resolve entries (called on the loop, must not block); ``on_orphan(result)`` gets results
     whose id is not waited for (a failed fire-and-forget ack). Entries that do not expect a
-    result are handed to ``on_result(entry, None)`` once written.
+    result are handed to ``on_result(entry, None)`` once written. ``addr``: the server the
+    call goes to (named in a ``NotConnectedError``).
     """
 
     def __init__(
@@ -69,8 +80,10 @@ class Pipeline:
         batch_bytes_max: int,
         result_timeout_s: float,
         name: str,
+        addr: str = "",
     ) -> None:
         self._call = call
+        self._addr = addr
         self._batch_of = batch_of
         self._results_of = results_of
         self._on_result = on_result
@@ -142,7 +155,7 @@ class Pipeline:
         except asyncio.CancelledError:
             raise
         except grpc.RpcError as err:
-            self._fail(from_rpc_error(err))
+            self._fail(not_sent(err, self._addr) or from_rpc_error(err))
         except Exception as exc:  # the call broke under the write (e.g. already finished)
             self._fail(errors.UnavailableError(f"stream write failed: {exc!r}"))
 
@@ -159,7 +172,7 @@ class Pipeline:
         except asyncio.CancelledError:
             raise
         except grpc.RpcError as err:
-            self._fail(from_rpc_error(err))
+            self._fail(not_sent(err, self._addr) or from_rpc_error(err))
 
     async def _watchdog(self) -> None:
         loop = asyncio.get_running_loop()

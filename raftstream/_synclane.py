@@ -75,7 +75,8 @@ class SyncLane:
             except TimeoutError:
                 self._retire()
                 raise errors.DeadlineExceededError(
-                    f"no answer within {left_s:.3f}s; the outcome is unknown"
+                    f"no answer from {stubs.addr} in the {left_s:.3f}s left of the call's"
+                    " timeout; the outcome is unknown"
                 ) from None
             except asyncio.CancelledError:
                 self._retire()
@@ -108,6 +109,7 @@ class SyncLane:
             batch_bytes_max=1,
             result_timeout_s=self._result_timeout_s,
             name="publish-sync",
+            addr=stubs.addr,
         )
         self._addr = stubs.addr
         return self._pipe

@@ -26,6 +26,7 @@ import grpc
 
 from raftstream import errors
 from raftstream import subscribe as _workflow
+from raftstream._args import check_int
 from raftstream._auth import credential_interceptors
 from raftstream._conn import Router, Stubs, TlsSource, tls_credentials
 from raftstream._push import PENDING_BYTES_MAX, PENDING_MSGS_MAX, MsgCallback, PushSubscription
@@ -341,9 +342,9 @@ class Client:
         if subject is not None:
             req.subject = subject
         if seq is not None:
-            req.seq = seq
+            req.seq = check_int("seq", seq, minimum=1)
         if keep is not None:
-            req.keep = keep
+            req.keep = check_int("keep", keep, minimum=0)
 
         async def invoke(stubs: Stubs, left_s: float) -> int:
             return int((await stubs.streams.PurgeStream(req, timeout=left_s)).purged)
@@ -365,10 +366,10 @@ class Client:
         if subject is None:
             if seq is None:
                 raise errors.InvalidArgumentError("seq", "seq or subject is required")
-            req.seq = seq
+            req.seq = check_int("seq", seq, minimum=1)
         elif next:
             req.next_by_subject = subject
-            req.start_seq = seq or 0
+            req.start_seq = check_int("seq", seq or 0, minimum=0)
         else:
             req.last_by_subject = subject
 
@@ -388,6 +389,7 @@ class Client:
         self, stream: str, seq: int, *, no_erase: bool = False, timeout: float | None = None
     ) -> bool:
         """Remove one message (its bytes erased unless ``no_erase``)."""
+        check_int("seq", seq, minimum=1)
         req = pb.DeleteMessageRequest(stream=stream, seq=seq, no_erase=no_erase)
 
         async def invoke(stubs: Stubs, left_s: float) -> bool:
@@ -456,6 +458,7 @@ class Client:
         self, stream: str, consumer: str, pause_until_ns: int, *, timeout: float | None = None
     ) -> PauseInfo:
         """Stop delivery until ``pause_until_ns`` (ns since the epoch)."""
+        check_int("pause_until_ns", pause_until_ns, minimum=0)
         req = pb.PauseConsumerRequest(
             stream=stream, consumer=consumer, pause_until_ns=pause_until_ns
         )

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 __all__ = [
     "AlreadyExistsError",
     "BucketNotFoundError",
+    "CallCancelledError",
     "Code",
     "ConflictError",
     "ConsumerMismatchError",
@@ -201,6 +202,17 @@ class NotLeaderError(UnavailableError):
 
 class NoLeaderError(UnavailableError):
     reason = "NO_LEADER"
+
+
+class CallCancelledError(UnavailableError):
+    """A call ended CANCELLED that this client did not cancel: the server or the transport
+    ended it (a connection reset, a node shutting calls down, a node failing over under
+    it). What it carried may or may not have taken effect (a publish in flight may be
+    stored), so, like any ambiguous ``UnavailableError``, the SDK retries it only for an
+    idempotent request (a read, a publish with a ``msg_id``)."""
+
+    code = Code.CANCELLED
+    reason = "CANCELLED"
 
 
 class DeadlineExceededError(RaftStreamError):

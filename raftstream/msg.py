@@ -15,8 +15,15 @@ JetStream ack kinds for its ack token (``reply``):
   JetStream), and the message will be delivered again.
 
 After a terminal ack (ack, ack_sync, nak, term) further acks on the same message are ignored,
-as ADR-15 asks; ``in_progress`` may be sent any number of times before one. A message of a
-consumer with ack policy none (``acks_ignored``) ignores every ack.
+as ADR-15 asks; ``in_progress`` may be sent any number of times before one. One exception:
+``ack_sync`` is always sent, because what it promises is the server's answer (a
+fire-and-forget ack before it may have been refused, or lost with a leader change). A message
+of a consumer with ack policy none (``acks_ignored``) ignores every ack.
+
+Arguments are checked before anything is sent or marked: a ``nak`` delay outside 0 to
+``ACK_DELAY_NS_MAX`` or a ``term`` reason over ``ACK_REASON_BYTES_MAX`` bytes raises
+``InvalidArgumentError`` and the message can still be acked (the node refuses the same, and
+a refusal of a fire-and-forget ack only reaches ``error_cb``, later).
 """
 
 from __future__ import annotations
@@ -33,10 +40,14 @@ from raftstream.models import MsgMetadata
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import from_error_message
 
-__all__ = ["Acker", "Msg"]
+__all__ = ["ACK_DELAY_NS_MAX", "ACK_REASON_BYTES_MAX", "Acker", "Msg"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 NS_PER_S = 1_000_000_000
+# The API's bounds on an ack item (proto AckItem), checked here and by the node
+# (cluster/limits.py check_ack): a NAK's redelivery delay, and a TERM's reason.
+ACK_DELAY_NS_MAX = 365 * 24 * 3600 * NS_PER_S  # a year
+ACK_REASON_BYTES_MAX = 4096
 ACK_BATCH_MSGS_MAX = 4096
 ACK_BATCH_BYTES_MAX = 1024 * 1024
 ACK_OVERHEAD_BYTES = 16
@@ -125,8 +136,9 @@ class Msg:
 
     async def ack_sync(self, timeout: float | None = None) -> None:
         """+ACK, answered once replicated; raises the typed error otherwise (the message may
-        then be redelivered). ``timeout`` in seconds (None: the client's)."""
-        if self._acked or self._acks_ignored:
+        then be redelivered). ``timeout`` in seconds (None: the client's). Sent even after
+        another terminal ack (module docstring)."""
+        if self._acks_ignored:
             return
         item = pb.AckItem(kind=pb.ACK_KIND_ACK, reply=self.reply, sync=True)
         await self._sender.send_sync(item, self._ack_stream(), timeout_s=timeout)
@@ -135,6 +147,10 @@ class Msg:
     async def nak(self, delay: float | None = None) -> None:
         """-NAK: redeliver after ``delay`` seconds (None or 0: at once)."""
         delay_ns = int((delay or 0) * NS_PER_S)
+        if not 0 <= delay_ns <= ACK_DELAY_NS_MAX:
+            raise errors.InvalidArgumentError(
+                "delay", f"must be 0 to {ACK_DELAY_NS_MAX // NS_PER_S} seconds (a year)"
+            )
         await self._send(pb.AckItem(kind=pb.ACK_KIND_NAK, delay_ns=delay_ns), terminal=True)
 
     async def in_progress(self) -> None:
@@ -142,7 +158,12 @@ class Msg:
         await self._send(pb.AckItem(kind=pb.ACK_KIND_PROGRESS), terminal=False)
 
     async def term(self, reason: str = "") -> None:
-        """+TERM: never redeliver; ``reason`` is recorded by the server."""
+        """+TERM: never redeliver; ``reason`` (at most ``ACK_REASON_BYTES_MAX`` bytes of
+        UTF-8) is recorded by the server."""
+        if len(reason.encode("utf-8", "surrogatepass")) > ACK_REASON_BYTES_MAX:
+            raise errors.InvalidArgumentError(
+                "reason", f"must be at most {ACK_REASON_BYTES_MAX} bytes (UTF-8)"
+            )
         await self._send(pb.AckItem(kind=pb.ACK_KIND_TERM, reason=reason), terminal=True)
 
 
@@ -245,6 +266,7 @@ class Acker:
                     batch_bytes_max=ACK_BATCH_BYTES_MAX,
                     result_timeout_s=self._timeout_s,
                     name="ack",
+                    addr=stubs.addr,
                 )
                 self._pipes[stubs.addr] = pipe
             return pipe

@@ -15,12 +15,20 @@ make retries (yours or the SDK's) exactly-once within the window.
 ``publish_async`` sends over one ``PublishStream`` call per client, batching whatever is
 queued while the previous batch is being written. At most ``pending_msgs_max`` messages are
 unanswered at once; ``publish_async`` waits up to ``wait_stall`` seconds for room, then raises
-``LimitError``. Each returned future resolves to the ``PubAck`` or the typed error; a message
-refused with NOT_LEADER/NO_LEADER is resent with ``publish`` (hint-following, bounded by the
-client's timeout from when it was queued), so such retried messages may be stored out of
-order relative to later ones; use ``expected_last_seq`` / ``expected_last_subject_seq`` when
-order matters. When the call breaks, every unanswered future fails with the (retriable)
-error, outcome unknown as above. ``completed()`` waits until nothing is pending.
+``LimitError``. Each returned future resolves to the ``PubAck`` or the typed error.
+
+Resends. A message is sent again, on the pipeline (a new call if the old one broke, on the
+next server if its server is gone), when that is safe: it was refused with
+NOT_LEADER/NO_LEADER (nothing applied; the node relays it to the leader it learns in the
+meantime), it cannot have reached the server (still queued when the call broke, or the call
+never connected), or it has a ``msg_id`` and failed ambiguously (the duplicate window turns a
+second copy into ``duplicate=True``). Each resend waits first, 10 ms doubling to 100 ms, and
+they stop at the client's timeout from when the message was queued, failing it with its last
+error. So a leader failover under ``publish_async`` costs time, not errors, for messages with
+a ``msg_id``; without one, a message in flight when its call broke fails with the
+(retriable) error, outcome unknown as above. Resent messages may be stored out of order
+relative to later ones; use ``expected_last_seq`` / ``expected_last_subject_seq`` when order
+matters. ``completed()`` waits until nothing is pending.
 """
 
 from __future__ import annotations
@@ -28,10 +36,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from raftstream import errors
-from raftstream._conn import Router, Stubs
+from raftstream._args import check_headers, check_int
+from raftstream._conn import (
+    RETRY_WAIT_INITIAL_S,
+    RETRY_WAIT_MAX_S,
+    NotConnectedError,
+    Router,
+    Stubs,
+)
 from raftstream._pipeline import Entry, Pipeline
 from raftstream._places import Places
 from raftstream._synclane import NotImplementedLane, SyncLane
@@ -47,6 +61,21 @@ PAYLOAD_BYTES_CEILING = 64 * 1024 * 1024
 BATCH_MSGS_MAX = 1024
 BATCH_BYTES_MAX = 1024 * 1024
 REQUEST_OVERHEAD_BYTES = 32
+# A publish_async message sent again (refused NOT_LEADER/NO_LEADER, or its call broke) waits
+# this long first, doubling per resend up to the max: the client's retry waits (_conn.py).
+RESEND_WAIT_INITIAL_S = RETRY_WAIT_INITIAL_S
+RESEND_WAIT_MAX_S = RETRY_WAIT_MAX_S
+
+
+@dataclass(slots=True, kw_only=True)
+class _Queued:
+    """A publish_async message's own part of its pipeline ``Entry`` (``context``):
+    ``deadline`` (loop time, the client's timeout from when it was queued) bounds its
+    resends; ``resends`` counts them."""
+
+    deadline: float
+    options: PublishOptions
+    resends: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,6 +142,14 @@ def options_of(
         and not ttl_ns
     ):
         return NO_OPTIONS
+    # Checked here, once per call, not in ``request`` (a resend builds no new request).
+    if headers is not None:
+        check_headers(headers)
+    if expected_last_seq is not None:
+        check_int("expected_last_seq", expected_last_seq, minimum=0)
+    if expected_last_subject_seq is not None:
+        check_int("expected_last_subject_seq", expected_last_subject_seq, minimum=0)
+    check_int("ttl", ttl_ns, minimum=0)
     return PublishOptions(
         headers=headers,
         msg_id=msg_id,
@@ -162,6 +199,7 @@ class Publisher:
         self._pipe: Pipeline | None = None
         self._opening = asyncio.Lock()
         self._retries: set[asyncio.Task[None]] = set()
+        self._closing = False
         self._lane = SyncLane(result_timeout_s=timeout_s)
 
     @property
@@ -176,17 +214,14 @@ class Publisher:
         options: PublishOptions,
         *,
         timeout_s: float | None,
-        use_lane: bool = True,
     ) -> PubAck:
-        """One message, acknowledged (see the module docstring for retries and ambiguity).
-        ``use_lane``: False sends it with the unary RPC only (resends of publish_async
-        refusals: many at once, which the one-at-a-time lane would not take anyway)."""
+        """One message, acknowledged (see the module docstring for retries and ambiguity)."""
         self._check_payload(payload)
         req = options.request(subject, payload)
         lane = self._lane
 
         async def invoke(stubs: Stubs, left_s: float) -> PubAck:
-            if use_lane and lane.usable(stubs):
+            if lane.usable(stubs):
                 try:
                     return PubAck.from_pb(await lane.publish(stubs, req, left_s))
                 except NotImplementedLane:
@@ -243,7 +278,7 @@ class Publisher:
             size_bytes=_size(subject, payload, options),
             expects_result=True,
             future=fut,
-            context=(loop.time() + self._timeout_s, subject, payload, options),
+            context=_Queued(deadline=loop.time() + self._timeout_s, options=options),
         )
         try:
             pipe = await self._pipeline()
@@ -288,13 +323,14 @@ class Publisher:
                     batch_of=lambda items: pb.PublishBatch(requests=items),
                     results_of=_results,
                     on_result=self._on_result,
-                    on_failed=self._resolve,
+                    on_failed=self._failed,
                     on_orphan=lambda result: None,  # every publish is waited for
                     queue_msgs_max=self._pending_msgs_max,
                     batch_msgs_max=BATCH_MSGS_MAX,
                     batch_bytes_max=BATCH_BYTES_MAX,
                     result_timeout_s=self._timeout_s,
                     name="publish",
+                    addr=stubs.addr,
                 )
             return self._pipe
 
@@ -304,30 +340,51 @@ class Publisher:
             return
         exc = from_error_message(result.error)
         self._learn_limit(exc)
-        if isinstance(exc, errors.NotLeaderError | errors.NoLeaderError):
-            # Refused before anything was applied: resend with the hint-following publish.
-            task = asyncio.get_running_loop().create_task(self._resend(entry))
-            self._retries.add(task)
-            task.add_done_callback(self._retries.discard)
-            return
-        self._resolve(entry, exc)
+        # NOT_LEADER/NO_LEADER: refused before anything was applied.
+        self._send_again_or_fail(
+            entry, exc, unsent=isinstance(exc, errors.NotLeaderError | errors.NoLeaderError)
+        )
 
-    async def _resend(self, entry: Entry) -> None:
-        deadline, subject, payload, options = entry.context
-        left_s = deadline - asyncio.get_running_loop().time()
-        outcome: Any
+    def _failed(self, entry: Entry, exc: errors.RaftStreamError) -> None:
+        """The call broke before ``entry``'s answer (module docstring)."""
+        unsent = not entry.written or isinstance(exc, NotConnectedError)
+        self._send_again_or_fail(entry, exc, unsent=unsent)
+
+    def _send_again_or_fail(
+        self, entry: Entry, exc: errors.RaftStreamError, *, unsent: bool
+    ) -> None:
+        """Send ``entry`` again when that is safe (``unsent``: it cannot have been applied;
+        or it has a msg_id and ``exc`` is retriable), else fail it with ``exc``."""
+        queued: _Queued = entry.context
+        if self._closing or not (unsent or (queued.options.msg_id and exc.retriable)):
+            self._resolve(entry, exc)
+            return
+        task = asyncio.get_running_loop().create_task(self._resend(entry, exc))
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
+
+    async def _resend(self, entry: Entry, exc: errors.RaftStreamError) -> None:
+        """After a wait that doubles with each resend of ``entry`` (``RESEND_WAIT_*``, as the
+        client's retries wait), submit it again to the pipeline (a new one if the call
+        broke, on the next server when its server is gone): the node it reaches relays it
+        to the stream's leader, which it has learned meanwhile. Failed with ``exc``, the
+        last refusal, when the wait would pass the message's deadline."""
+        queued: _Queued = entry.context
+        loop = asyncio.get_running_loop()
+        wait_s = min(RESEND_WAIT_MAX_S, RESEND_WAIT_INITIAL_S * 2**queued.resends)
+        queued.resends += 1
         try:
-            if left_s <= 0:
-                raise errors.DeadlineExceededError("publish_async: no time left to resend")
-            outcome = await self.publish(
-                subject, payload, options, timeout_s=left_s, use_lane=False
-            )
-        except errors.RaftStreamError as exc:
-            outcome = exc
+            if loop.time() + wait_s >= queued.deadline:
+                raise exc
+            await asyncio.sleep(wait_s)
+            pipe = await self._pipeline()
+            entry.sent_at = 0.0
+            pipe.submit(entry)
+        except errors.RaftStreamError as failure:
+            self._resolve(entry, failure)
         except asyncio.CancelledError:
             self._resolve(entry, errors.UnavailableError("the client was closed"))
             raise
-        self._resolve(entry, outcome)
 
     async def completed(self, *, timeout_s: float | None) -> None:
         """Wait until no publish_async message is pending; ``DeadlineExceededError`` if that
@@ -343,6 +400,7 @@ class Publisher:
 
     async def close(self) -> None:
         """Stop: pending publish_async futures fail with ``UnavailableError``."""
+        self._closing = True  # what the pipeline's close fails is not sent again
         for task in list(self._retries):
             task.cancel()
         if self._pipe is not None:

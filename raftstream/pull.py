@@ -46,6 +46,7 @@ from typing import Any
 import grpc
 
 from raftstream import errors
+from raftstream._args import check_int
 from raftstream._conn import Router, Stubs
 from raftstream.models import ConsumerInfo
 from raftstream.msg import AckSender, Msg
@@ -200,8 +201,7 @@ class PullSubscription:
         Raises ``DeadlineExceededError`` when none arrived, and the typed error of a status
         or a failure when nothing was received (see the module docstring).
         """
-        if batch < 1:
-            raise errors.InvalidArgumentError("batch", "must be at least 1")
+        check_int("batch", batch, minimum=1)
         timeout_s = timeout if timeout is not None else self._timeout_s
         if heartbeat is not None and heartbeat * 2 > timeout_s:
             raise errors.InvalidArgumentError("heartbeat", "must be at most half the timeout")

@@ -18,7 +18,7 @@ import pytest
 
 import raftstream
 from raftstream import errors
-from raftstream._conn import NotConnectedError, _not_sent
+from raftstream._conn import ATTEMPT_TIME_MIN_S, NotConnectedError, _telling, not_sent
 from raftstream.proto import raftstream_pb2 as pb
 
 from .fakes import Nodes, consumer_info_pb, stream_info_pb
@@ -114,6 +114,90 @@ def test_retries_stop_at_the_callers_timeout_and_every_attempt_carries_a_deadlin
     run(main())
 
 
+def test_no_retry_starts_with_too_little_time_so_the_real_cause_is_raised():
+    """With a quorum lost every attempt meets NO_LEADER. A last attempt started with a few
+    milliseconds left could only run out of time, and its "deadline exceeded" would hide
+    that cause; so a retry starts only with ATTEMPT_TIME_MIN_S left. The fake answers
+    NO_LEADER unless the attempt's deadline is too close to answer anything."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            async def no_leader(req: Any, ctx: Any) -> Any:
+                left = ctx.time_remaining()
+                if left is not None and left < ATTEMPT_TIME_MIN_S / 2:
+                    await asyncio.sleep(1)  # past the deadline: DEADLINE_EXCEEDED
+                raise errors.NoLeaderError("stream ORDERS has no leader")
+
+            node.on("GetStreamInfo", no_leader)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                for timeout_s in (0.3, 0.35, 0.4, 0.45):  # where the last retry lands varies
+                    with pytest.raises(errors.NoLeaderError):
+                        await rs.stream_info("ORDERS", timeout=timeout_s)
+            remaining = [c.time_remaining for c in node.calls_to("GetStreamInfo")]
+            assert all(r is not None and r >= ATTEMPT_TIME_MIN_S / 2 for r in remaining)
+
+    run(main())
+
+
+def test_the_raised_error_says_what_the_servers_said():
+    """With a quorum lost, the last attempt may reach a dead seed (nothing sent) or run out
+    of time on a server still waiting for a leader: the first gives way to the earlier
+    NO_LEADER; the second stays (ambiguous) and names it."""
+    refusal = errors.NoLeaderError("stream 'F' has no leader yet")
+    not_connected = NotConnectedError("cannot connect to 127.0.0.1:1", addr="127.0.0.1:1")
+    assert _telling(not_connected, refusal) is refusal
+    assert _telling(not_connected, None) is not_connected
+    timed_out = errors.DeadlineExceededError("no answer in the 0.080s left")
+    told = _telling(timed_out, refusal)
+    assert told is timed_out and isinstance(told, errors.DeadlineExceededError)
+    assert "NO_LEADER: stream 'F' has no leader yet" in str(told)
+    assert told.details["before"] == "NO_LEADER"
+    other = errors.PreconditionError("wrong last sequence")
+    assert _telling(other, refusal) is other
+
+
+def test_a_server_that_does_not_answer_loses_its_hint_and_its_turn_as_seed():
+    """A leader paused or cut off keeps its connection READY, so only the deadline tells:
+    the call that meets it fails (DEADLINE_EXCEEDED), and the next call for that stream
+    asks a seed server again instead of the silent node, and follows the new hint."""
+
+    async def main() -> None:
+        async with Nodes(3) as (seed, frozen, new_leader):
+            leader = {"addr": frozen.addr}
+
+            async def refuse(req: Any, ctx: Any) -> Any:
+                raise errors.NotLeaderError(leader="n", leader_addr=leader["addr"])
+
+            async def hang(req: Any, ctx: Any) -> Any:
+                await asyncio.sleep(30)
+
+            seed.on("GetStreamInfo", refuse)
+            frozen.on("GetStreamInfo", hang)
+            new_leader.on("GetStreamInfo", lambda req, ctx: _info(req.name))
+            async with await raftstream.connect([seed.addr], timeout=5) as rs:
+                with pytest.raises(errors.DeadlineExceededError):
+                    await rs.stream_info("ORDERS", timeout=0.5)
+                assert rs._router.hint("ORDERS") is None
+                leader["addr"] = new_leader.addr  # elected meanwhile
+                info = await rs.stream_info("ORDERS", timeout=2)
+            assert info.config.name == "ORDERS"
+            assert len(frozen.calls_to("GetStreamInfo")) == 1
+
+        # A silent seed server is passed over for the next one.
+        async with Nodes(2) as (silent, alive):
+            silent.on("GetStreamInfo", hang)
+            alive.on("GetStreamInfo", lambda req, ctx: _info(req.name))
+            async with await raftstream.connect([silent.addr, alive.addr], timeout=5) as rs:
+                with pytest.raises(errors.DeadlineExceededError):
+                    await rs.stream_info("ORDERS", timeout=0.5)
+                await rs.stream_info("ORDERS", timeout=2)
+            assert len(silent.calls_to("GetStreamInfo")) == 1
+            assert len(alive.calls_to("GetStreamInfo")) == 1
+
+    run(main())
+
+
 def test_ambiguous_failures_are_retried_only_for_idempotent_calls():
     """A bare UNAVAILABLE mid-call may hide an applied request: reads retry it, a delete
     does not (its outcome is unknown, so it is reported)."""
@@ -162,10 +246,10 @@ def test_a_call_grpc_could_not_send_is_classified_as_not_sent():
     down = _RpcError(
         grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: x"
     )
-    exc = _not_sent(down, "127.0.0.1:1")
+    exc = not_sent(down, "127.0.0.1:1")
     assert isinstance(exc, NotConnectedError) and exc.retriable
-    assert _not_sent(_RpcError(grpc.StatusCode.UNAVAILABLE, "Socket closed"), "a:1") is None
-    assert _not_sent(_RpcError(grpc.StatusCode.INTERNAL, down.details()), "a:1") is None
+    assert not_sent(_RpcError(grpc.StatusCode.UNAVAILABLE, "Socket closed"), "a:1") is None
+    assert not_sent(_RpcError(grpc.StatusCode.INTERNAL, down.details()), "a:1") is None
 
 
 def test_a_server_that_dies_after_connecting_is_skipped_even_for_a_non_idempotent_call():
@@ -350,5 +434,35 @@ def test_admin_calls_send_their_fields_and_are_not_retried_when_ambiguous():
             updated = json.loads(node.calls_to("UpdateConsumer")[0].request.config_json)
             assert updated["max_deliver"] == 3
             assert len(node.calls_to("RemovePeer")) == 1
+
+    run(main())
+
+
+def test_bad_numbers_and_headers_are_refused_naming_the_argument_before_sending():
+    """Protobuf would refuse these with a bare ValueError/TypeError naming nothing."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                cases = [
+                    ("expected_last_seq", rs.publish("s", b"x", expected_last_seq=-1)),
+                    (
+                        "expected_last_subject_seq",
+                        rs.publish("s", b"x", expected_last_subject_seq=-1),
+                    ),
+                    ("headers", rs.publish("s", b"x", headers={"k": 1})),  # type: ignore[dict-item]
+                    ("expected_last_seq", rs.publish_async("s", b"x", expected_last_seq=-1)),
+                    ("seq", rs.get_msg("S", -1)),
+                    ("seq", rs.delete_msg("S", 0)),
+                    ("seq", rs.purge_stream("S", seq=-1)),
+                    ("keep", rs.purge_stream("S", keep=-1)),
+                    ("pause_until_ns", rs.pause_consumer("S", "C", -5)),
+                    ("seq", rs.get_msg("S", 2**63)),
+                ]
+                for field, call in cases:
+                    with pytest.raises(errors.InvalidArgumentError) as err:
+                        await call
+                    assert err.value.field == field
+            assert node.calls == []
 
     run(main())

@@ -11,10 +11,13 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import pytest
 
 import raftstream
 from raftstream import errors
+from raftstream._conn import NotConnectedError
+from raftstream._pipeline import Entry, Pipeline
 from raftstream.proto import errors as pe
 from raftstream.proto import raftstream_pb2 as pb
 
@@ -115,6 +118,7 @@ class PipelineServer:
         self.received: list[pb.PublishRequest] = []
         self.held = True
         self.answer_error: dict[int, errors.RaftStreamError] = {}
+        self.refusals_left: dict[int, int] = {}  # answer_error this many times, then ack
         self._wake: asyncio.Queue[bool] = asyncio.Queue()
 
     def release(self) -> None:
@@ -145,6 +149,10 @@ class PipelineServer:
         for req in reversed(reqs):  # answered out of order: correlation is by id only
             seq = int(req.data.decode())
             err = self.answer_error.get(seq)
+            if err is not None and seq in self.refusals_left:
+                self.refusals_left[seq] -= 1
+                if self.refusals_left[seq] < 0:
+                    err = None
             if err is not None:
                 out.results.add(id=req.id, error=pe.to_error_message(err))
             else:
@@ -206,28 +214,86 @@ def test_publish_async_pending_is_bounded():
     run(main())
 
 
-def test_publish_async_resends_a_not_leader_refusal_to_the_hinted_leader():
+def test_publish_async_sends_a_refusal_again_on_the_stream_until_it_is_stored():
+    """NOT_LEADER/NO_LEADER: nothing was applied, so the message goes again on the stream
+    (the node relays it to the leader it has learned meanwhile), after a wait that grows;
+    not as a unary call per message, which after a failover meant thousands of them."""
+
     async def main() -> None:
-        async with Nodes(2) as (follower, leader):
+        async with Nodes(1) as (node,):
             server = PipelineServer()
             server.release()
             server.answer_error[1] = errors.NotLeaderError(leader="n2", leader_addr="")
-            follower.on("PublishStream", server.handler)
-
-            async def refuse(req: Any, ctx: Any) -> Any:
-                raise errors.NotLeaderError(leader="n2", leader_addr=leader.addr)
-
-            async def publish(req: Any, ctx: Any) -> pb.PubAck:
-                return pb.PubAck(stream="S", seq=1001)
-
-            follower.on("Publish", refuse)
-            leader.on("Publish", publish)
-            async with await raftstream.connect([follower.addr], timeout=5) as rs:
+            server.refusals_left[1] = 2
+            node.on("PublishStream", server.handler)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
                 f0 = await rs.publish_async("s", b"0")
                 f1 = await rs.publish_async("s", b"1")
                 assert (await f0).seq == 0
-                assert (await f1).seq == 1001
-            assert [c.request.data for c in leader.calls_to("Publish")] == [b"1"]
+                assert (await f1).seq == 1
+            sent = [r.data for b in server.batches for r in b]
+            assert sent.count(b"1") == 3 and sent.count(b"0") == 1
+            assert node.calls_to("Publish") == []
+
+    run(main())
+
+
+def test_publish_async_fails_with_the_last_refusal_when_its_time_is_spent():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            server = PipelineServer()
+            server.release()
+            server.answer_error[1] = errors.NoLeaderError("stream S has no leader")
+            node.on("PublishStream", server.handler)
+            async with await raftstream.connect([node.addr], timeout=0.5) as rs:
+                f1 = await rs.publish_async("s", b"1")
+                with pytest.raises(errors.NoLeaderError):
+                    await f1
+                assert rs.publish_async_pending() == 0
+            sent = [r.data for b in server.batches for r in b]
+            assert len(sent) >= 3  # sent again while there was time
+
+    run(main())
+
+
+def test_a_broken_stream_sends_again_what_is_safe_and_fails_the_rest():
+    """The call breaks with messages in flight: one with a msg_id goes again on a new call
+    (the duplicate window makes it safe), one without fails (it may have been stored)."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            calls = [0]
+            seen: list[bytes] = []
+
+            async def handler(
+                requests: AsyncIterator[pb.PublishBatch], ctx: Any
+            ) -> AsyncIterator[pb.PublishResultBatch]:
+                calls[0] += 1
+                first_call = calls[0] == 1
+                got = 0
+                async for batch in requests:
+                    seen.extend(r.data for r in batch.requests)
+                    got += len(batch.requests)
+                    if first_call:
+                        if got >= 2:  # both read: the call breaks, unanswered
+                            raise errors.UnavailableError("node shutting down")
+                        continue
+                    yield pb.PublishResultBatch(
+                        results=[
+                            pb.PublishResult(id=r.id, ack=pb.PubAck(stream="S", seq=9))
+                            for r in batch.requests
+                        ]
+                    )
+
+            node.on("PublishStream", handler)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                with_id = await rs.publish_async("s", b"a", msg_id="a-1")
+                without = await rs.publish_async("s", b"b")
+                assert (await with_id).seq == 9
+                with pytest.raises(errors.UnavailableError):
+                    await without
+            assert seen.count(b"a") == 2 and seen.count(b"b") == 1
+            assert calls[0] == 2
 
     run(main())
 
@@ -285,5 +351,77 @@ def test_after_the_stream_breaks_the_next_publish_async_opens_a_new_one():
                 ack = await (await rs.publish_async("s", b"kept"))
             assert ack.seq == 7
             assert opened[0] == 2
+
+    run(main())
+
+
+class _NeverConnectedCall:
+    """A stream call gRPC could not start: its reads fail "failed to connect to all
+    addresses" (nothing it was given was sent)."""
+
+    def __init__(self) -> None:
+        self.written: list[Any] = []
+
+    async def write(self, request: Any) -> None:
+        self.written.append(request)
+
+    def __aiter__(self) -> Any:
+        return self
+
+    async def __anext__(self) -> Any:
+        await asyncio.sleep(0.01)
+        raise _RpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+
+    def cancel(self) -> bool:
+        return True
+
+
+class _RpcError(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def test_a_pipeline_whose_call_never_connected_fails_its_entries_as_not_sent():
+    """Written or not, nothing of such a call reached a server: the entries fail with
+    NotConnectedError, which the publisher takes as safe to send again."""
+
+    async def main() -> None:
+        failed: list[tuple[Entry, errors.RaftStreamError]] = []
+        pipe = Pipeline(
+            _NeverConnectedCall(),
+            batch_of=lambda items: pb.PublishBatch(requests=items),
+            results_of=lambda batch: [],
+            on_result=lambda entry, result: None,
+            on_failed=lambda entry, exc: failed.append((entry, exc)),
+            on_orphan=lambda result: None,
+            queue_msgs_max=8,
+            batch_msgs_max=8,
+            batch_bytes_max=1 << 20,
+            result_timeout_s=5,
+            name="t",
+            addr="127.0.0.1:1",
+        )
+        loop = asyncio.get_running_loop()
+        entries = [
+            Entry(
+                request=pb.PublishRequest(subject="s"),
+                size_bytes=1,
+                expects_result=True,
+                future=loop.create_future(),
+            )
+            for _ in range(2)
+        ]
+        for entry in entries:
+            pipe.submit(entry)
+        await wait_until(lambda: len(failed) == 2, what="both failed")
+        assert all(isinstance(exc, NotConnectedError) for _, exc in failed)
+        assert all(entry.written for entry, _ in failed)  # written, and still not sent
+        await pipe.close()
 
     run(main())

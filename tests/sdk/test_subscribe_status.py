@@ -23,7 +23,7 @@ import raftstream
 from raftstream import errors
 from raftstream._push import PushSubscription
 from raftstream.models import ConsumerInfo, MsgMetadata
-from raftstream.msg import Msg
+from raftstream.msg import ACK_DELAY_NS_MAX, ACK_REASON_BYTES_MAX, Msg
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.subscribe import PushOptions, attach
 
@@ -323,7 +323,10 @@ class Recorder:
         self.sent.append((item.kind, True))
 
 
-def test_after_a_terminal_ack_further_acks_are_ignored():
+def test_after_a_terminal_ack_further_acks_are_ignored_but_ack_sync():
+    """ADR-15: acks after a terminal one are ignored. ack_sync is sent all the same: it
+    promises the server's answer, which a fire-and-forget ack before it never gave."""
+
     async def main() -> None:
         for terminal in ("ack", "nak", "term", "ack_sync"):
             rec = Recorder()
@@ -333,10 +336,37 @@ def test_after_a_terminal_ack_further_acks_are_ignored():
             await m.ack()
             await m.nak(1.0)
             await m.term("x")
-            await m.ack_sync()
             await m.in_progress()
             assert len(rec.sent) == 2, terminal
             assert m.acked
+            await m.ack_sync()
+            assert rec.sent[-1] == (pb.ACK_KIND_ACK, True), terminal
+
+    run(main())
+
+
+def test_a_nak_or_term_with_a_bad_argument_raises_and_leaves_the_message_ackable():
+    """The node refuses a NAK delay over a year (or negative) and a TERM reason over 4096
+    bytes; refused fire-and-forget, the refusal would reach only error_cb, later, while the
+    message counted as acked here. So they raise at once, send nothing and mark nothing."""
+
+    async def main() -> None:
+        rec = Recorder()
+        m = Msg(subject="s", data=b"", headers=None, reply=ack_token(1), sender=rec)
+        year_s = ACK_DELAY_NS_MAX // NS
+        for delay in (-1.0, year_s + 1.0):
+            with pytest.raises(errors.InvalidArgumentError) as err:
+                await m.nak(delay)
+            assert err.value.field == "delay"
+        with pytest.raises(errors.InvalidArgumentError) as err:
+            await m.term("r" * (ACK_REASON_BYTES_MAX + 1))
+        assert err.value.field == "reason"
+        assert rec.sent == [] and not m.acked
+        await m.nak(year_s)  # the bounds themselves are fine
+        assert rec.sent == [(pb.ACK_KIND_NAK, False)] and m.acked
+        m2 = Msg(subject="s", data=b"", headers=None, reply=ack_token(2), sender=rec)
+        await m2.term("r" * ACK_REASON_BYTES_MAX)
+        assert rec.sent[-1] == (pb.ACK_KIND_TERM, False)
 
     run(main())
 
