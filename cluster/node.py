@@ -37,7 +37,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import faulthandler
+import fcntl
 import logging
+import os
 import shutil
 import signal
 import time
@@ -165,11 +167,31 @@ class Node:
         self._meta_started = False
         self._repair_id: str | None = None
         self._health: health.aio.HealthServicer | None = None
+        self._data_lock = -1  # the data directory's lock (``lock_data_dir``) while it runs
         self.bound_port = 0
 
     # -- start ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # Before anything touches the data: a second node on the same directory would wipe
+        # the running one's store under it (the scrub and rmtree in ``_start``).
+        self._data_lock = lock_data_dir(Path(self.config.data))
+        try:
+            await self._start()
+        except BaseException:
+            # A half-started node (a port taken, say): its gRPC server stopped here, on the
+            # loop; left to the garbage collector it would print a traceback at exit.
+            if self._server is not None:
+                await self._server.stop(None)
+            self._unlock_data()
+            raise
+
+    def _unlock_data(self) -> None:
+        if self._data_lock >= 0:
+            unlock_data_dir(self._data_lock)
+            self._data_lock = -1
+
+    async def _start(self) -> None:
         cfg = self.config
         data = Path(cfg.data)
         store_dir = data / "store"
@@ -295,7 +317,10 @@ class Node:
         # Limits after latency (a refused request is observed with its status code) and
         # after authentication (an unknown caller learns nothing about request rules).
         interceptors = (*interceptors, LimitsInterceptor(self.config.limits))
-        server = grpc.aio.server(options=options, interceptors=interceptors)
+        # No SO_REUSEPORT (gRPC's default on Linux): a second node on a taken port must
+        # fail, not share it.
+        server_opts = [*options, ("grpc.so_reuseport", 0)]
+        server = grpc.aio.server(options=server_opts, interceptors=interceptors)
         ctx = self.ctx
         pbg.add_StreamServiceServicer_to_server(StreamServicer(ctx), server)
         pbg.add_ConsumerServiceServicer_to_server(ConsumerServicer(ctx), server)
@@ -316,12 +341,22 @@ class Node:
         )
         reflection.enable_server_reflection(names, server)
         listen = str(self.config.listen)
-        if self._tls is None:
-            self.bound_port = int(server.add_insecure_port(listen))
-        else:
-            self.bound_port = int(server.add_secure_port(listen, self._tls.server_credentials()))
-        if self.bound_port == 0:
-            raise OSError(f"cannot listen on {self.config.listen}")
+        try:
+            if self._tls is None:
+                self.bound_port = int(server.add_insecure_port(listen))
+            else:
+                creds = self._tls.server_credentials()
+                self.bound_port = int(server.add_secure_port(listen, creds))
+            if self.bound_port == 0:
+                raise RuntimeError("port 0")
+        except BaseException as exc:
+            await server.stop(None)  # not left to the garbage collector (see ``start``)
+            if isinstance(exc, RuntimeError):  # gRPC's "Failed to bind", naming no cause
+                raise OSError(
+                    f"cannot listen on {listen}: the port is taken (another node?) or the"
+                    " address is not this machine's"
+                ) from None
+            raise
         await server.start()
         self._server = server
 
@@ -572,6 +607,7 @@ class Node:
         await self._forwarder.close()
         self._storage.close()
         self._env.close()
+        self._unlock_data()
         log.info("node stopped")
 
     async def wait_stopped(self) -> None:
@@ -589,6 +625,34 @@ def _host_config(cfg: NodeConfig) -> HostConfig:
         inbox_msgs_max=r.inbox_msgs_max,
         snapshot_entries=r.snapshot_entries,
     )
+
+
+DATA_LOCK_FILE = "LOCK"
+
+
+def lock_data_dir(data: Path) -> int:
+    """Take the node's exclusive lock on ``data`` (``flock`` on ``data/LOCK``, which holds
+    the owner's pid); the open descriptor, held until ``unlock_data_dir`` or the process
+    ends (the kernel drops the lock then, even after kill -9). ``OSError`` naming the
+    holder when another process has it."""
+    data.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data / DATA_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise OSError(
+            f"data directory {data} is in use by another raftstream node (pid {holder}):"
+            " stop it first, or give this node a directory of its own"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def unlock_data_dir(fd: int) -> None:
+    os.close(fd)  # the lock goes with the descriptor; the file stays (harmless)
 
 
 async def run_node(config: NodeConfig) -> None:

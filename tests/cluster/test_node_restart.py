@@ -4,15 +4,20 @@
   once the others compacted the entries it missed (``snapshot_entries`` is tiny here), and
   can then lead the stream with every message and the consumer's state;
 - a whole cluster stopped gracefully (SIGTERM: exit code 0) and started again serves the
-  same streams, messages and consumer positions (meta log -> assignments -> stream groups).
+  same streams, messages and consumer positions (meta log -> assignments -> stream groups);
+- a second process started on a running node's data directory is refused before it touches
+  anything (the directory's lock).
 """
 
 from __future__ import annotations
+
+import subprocess
 
 import pytest
 
 import raftstream
 from raftstream import ConsumerConfig, StreamConfig
+from raftstream.localcluster import config_argv
 
 from .node_harness import LocalCluster, retry_async, run, wait_for
 
@@ -122,3 +127,37 @@ def test_whole_cluster_restart_rebuilds_from_own_data(cluster3: LocalCluster) ->
             await js.close()
 
     run(check())
+
+
+def test_a_second_node_on_a_running_nodes_data_is_refused_and_touches_nothing() -> None:
+    """The same config started twice: the second process must not scrub and rebuild the
+    store of the one that runs (it used to, before it found the port taken), and it says
+    who holds the directory."""
+    c = LocalCluster(1)
+    try:
+        c.start_all()
+        run(_publish_one(c.servers))
+        store = c.root / "n1" / "store" / "data.mdb"
+        inode = store.stat().st_ino
+        second = subprocess.run(
+            config_argv(c.config_path("n1")), capture_output=True, text=True, timeout=60
+        )
+        assert second.returncode == 1
+        pid = c.procs["n1"].pid
+        assert f"is in use by another raftstream node (pid {pid})" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert store.stat().st_ino == inode  # the running node's store is untouched
+        assert run(_count(c.servers)) == 1  # and it still serves it
+    finally:
+        c.close()
+
+
+async def _publish_one(servers: list[str]) -> None:
+    async with await raftstream.connect(servers=servers, timeout=20) as js:
+        await js.add_stream(StreamConfig(name="L", subjects=("l.>",)))
+        await js.publish("l.a", b"x")
+
+
+async def _count(servers: list[str]) -> int:
+    async with await raftstream.connect(servers=servers, timeout=20) as js:
+        return (await js.stream_info("L")).state.messages
