@@ -579,13 +579,15 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             request_deserializer=_tolerant,
         )
 
-    def _cap_s(self, method: str, context: Any) -> float:
+    def _cap_s(self, method: str, context: Any) -> tuple[float, bool]:
+        """The call's time on this node, and whether the client's deadline set it."""
         lim = self._limits
         cap_s = lim.call_timeout_max_ms / 1000
         left = context.time_remaining()
         if left is None:
-            return cap_s if method in _LONG_POLLS else lim.request_timeout_ms / 1000
-        return min(cap_s, max(0.001, float(left)))
+            return (cap_s if method in _LONG_POLLS else lim.request_timeout_ms / 1000), False
+        left_s = max(0.001, float(left))
+        return min(cap_s, left_s), left_s < cap_s
 
     async def _check(self, method: str, request: Any, context: Any) -> None:
         try:
@@ -598,13 +600,13 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _unary(self, method: str, behavior: Callable[..., Awaitable[Any]]) -> Any:
         async def capped(request: Any, context: Any) -> Any:
             await self._check(method, request, context)
-            cap_s = self._cap_s(method, context)
+            cap_s, by_client = self._cap_s(method, context)
             _DEADLINE.set(time.monotonic() + cap_s)
             try:
                 async with asyncio.timeout(cap_s):
                     return await behavior(request, context)
             except TimeoutError:
-                await abort(context, _past_cap(cap_s))
+                await abort(context, _past_cap(cap_s, by_client))
 
         return capped
 
@@ -623,7 +625,7 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _server_stream(self, method: str, behavior: Callable[..., AsyncIterator[Any]]) -> Any:
         async def capped(request: Any, context: Any) -> AsyncIterator[Any]:
             await self._check(method, request, context)
-            cap_s = self._cap_s(method, context)
+            cap_s, by_client = self._cap_s(method, context)
             deadline = time.monotonic() + cap_s
             _DEADLINE.set(deadline)
             responses = aiter(behavior(request, context))
@@ -639,7 +641,7 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                         return
                     yield item
             except TimeoutError:
-                await abort(context, _past_cap(cap_s))
+                await abort(context, _past_cap(cap_s, by_client))
             finally:
                 self._streaming -= 1
                 await responses.aclose()  # type: ignore[attr-defined]
@@ -713,7 +715,13 @@ def _loop_time(deadline_monotonic: float) -> float:
     return loop.time() + (deadline_monotonic - time.monotonic())
 
 
-def _past_cap(cap_s: float) -> DeadlineExceededError:
+def _past_cap(cap_s: float, by_client: bool) -> DeadlineExceededError:
+    """The call's time ran out on this node: ``cap_s`` was what the client's deadline left
+    it (``by_client``), else the node's own cap (no client deadline, or a longer one)."""
+    if by_client:
+        return DeadlineExceededError(
+            f"no answer within the {cap_s:.3f} s the client's deadline left the call"
+        )
     return DeadlineExceededError(
         f"the call ran past the server's deadline of {cap_s:.3f} s "
         "(limits.request_timeout_ms without a client deadline, at most "

@@ -180,7 +180,11 @@ def _run_local_cluster(n: int, data: Path, log_level: str, *, tls: bool) -> None
     addrs = {name: f"127.0.0.1:{LOCAL_FIRST_PORT + i}" for i, name in enumerate(names)}
     certs = _local_certs(n, data / "certs") if tls else None
     # The nodes' output goes to this terminal; the data directory is the user's to keep.
-    nodes = NodeLauncher(data, addrs, logs=False, stop_timeout_s=LOCAL_STOP_WAIT_S)
+    # They die with this process, even a kill -9 of it (else they would hold the ports and
+    # the data directories, and the next start would fail on them).
+    nodes = NodeLauncher(
+        data, addrs, logs=False, stop_timeout_s=LOCAL_STOP_WAIT_S, kill_on_parent_death=True
+    )
     # Ctrl-C and SIGTERM both stop every node (set explicitly: a shell may start a
     # background job with SIGINT ignored).
     signal.signal(signal.SIGINT, _interrupt)
@@ -201,11 +205,15 @@ def _run_local_cluster(n: int, data: Path, log_level: str, *, tls: bool) -> None
         _print_local_banner(n, data, certs)
         while len(nodes.running()) == n:
             time.sleep(0.5)
-        click.echo("raftstream: a node exited; stopping the others", err=True)
+        gone = ", ".join(f"{m} (exit code {nodes.exited(m)})" for m in names if not nodes.alive(m))
+        click.echo(f"raftstream: node {gone} exited; stopping the others", err=True)
+        exit_code = 1
     except KeyboardInterrupt:
         click.echo("\nraftstream: stopping the local cluster...", err=True)
+        exit_code = 0
     finally:
         nodes.stop_all()
+    sys.exit(exit_code)
 
 
 def _local_certs(n: int, out: Path) -> CertSet:

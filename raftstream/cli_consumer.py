@@ -22,6 +22,7 @@ from raftstream.cli_common import (
     Conn,
     confirm_or_refuse,
     connection_options,
+    describe_error,
     echo_json,
     fail,
     fmt_duration_ns,
@@ -214,6 +215,8 @@ def add_cmd(
         cfg = replace(cfg, **consumer_params(name or cfg.durable_name, flags))
     except TypeError as exc:
         fail(f"--config: {exc}")
+    except errors.RaftStreamError as exc:  # a field's value (an unknown enum name, ...)
+        fail(describe_error(exc))
     show_info(run(conn, lambda c: c.add_consumer(stream, cfg)), as_json)
 
 
@@ -357,8 +360,9 @@ async def _next(
 ) -> None:
     """Fetch up to ``count`` messages (one pull request per batch), print each (or one JSON
     list at the end), ack when asked: acks are confirmed, so an acked message is not
-    delivered again. No message within ``wait_s`` is a TIMEOUT error."""
-    sub = await c.pull_subscribe("", durable=name, stream=stream)
+    delivered again. No message within ``wait_s`` is a TIMEOUT error. The consumer must
+    exist (NOT_FOUND otherwise: a mistyped name must not create a durable consumer)."""
+    sub = await c.pull_subscribe_bind(stream, name)
     received: list[dict[str, Any]] = []
     while len(received) < count:
         try:
@@ -382,8 +386,8 @@ async def _next(
 @click.argument("name")
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--ack/--no-ack", default=False, help="Acknowledge what is received.")
-@click.option("--wait", "wait_s", type=float, default=5.0, show_default=True,
-              help="Seconds to wait for messages.")  # fmt: skip
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0, min_open=True), default=5.0,
+              show_default=True, help="Seconds to wait for messages.")  # fmt: skip
 @json_option
 @connection_options
 def next_cmd(

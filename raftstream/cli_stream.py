@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from raftstream import errors
 from raftstream.cli_common import (
     DURATION,
     SIZE,
     Conn,
     confirm_or_refuse,
     connection_options,
+    describe_error,
     echo_json,
     fail,
     fmt_bytes,
@@ -304,6 +306,8 @@ def add_cmd(
         cfg = replace(cfg, **stream_params(flags))
     except TypeError as exc:
         fail(f"--config: {exc}")
+    except errors.RaftStreamError as exc:  # a field's value (an unknown enum name, ...)
+        fail(describe_error(exc))
     info = run(conn, lambda c: c.add_stream(cfg))
     show_info(info, as_json)
 

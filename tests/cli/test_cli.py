@@ -155,6 +155,10 @@ def test_consumer_add_next_ack_info_ls_rm(cluster: Any) -> None:
 
     empty = rs(cluster, "consumer", "next", "WORK", "worker", "--wait", "0.5")
     assert empty.returncode == 1 and "TIMEOUT" in one_error_line(empty)
+    # A mistyped name is an error, not a new durable consumer.
+    typo = rs(cluster, "consumer", "next", "WORK", "wroker", "--wait", "0.5")
+    assert typo.returncode == 1 and "NOT_FOUND" in one_error_line(typo)
+    assert "wroker" not in ok(cluster, "consumer", "ls", "WORK")
 
     table = ok(cluster, "consumer", "ls", "WORK").splitlines()
     # Unprocessed 0, ack pending 1 (job 3), last delivered stream seq 3.
@@ -166,6 +170,13 @@ def test_consumer_add_next_ack_info_ls_rm(cluster: Any) -> None:
 
 def test_consumer_push_config_file_pause_resume(cluster: Any, tmp_path: Path) -> None:
     assert invoke(cluster, "stream", "add", "PUSH", "--subjects", "push.>").exit_code == 0
+    bad = tmp_path / "bad.json"  # a field's bad value: one error line, no traceback
+    bad.write_text(json.dumps({"durable_name": "cc", "ack_policy": "bogus"}))
+    res = rs(cluster, "consumer", "add", "PUSH", "--config", str(bad))
+    assert res.returncode == 1 and "ack_policy" in one_error_line(res)
+    bad.write_text(json.dumps({"name": "X", "subjects": "x.>"}))
+    res = rs(cluster, "stream", "add", "--config", str(bad))
+    assert res.returncode == 1 and "subjects" in one_error_line(res)
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"durable_name": "audit", "ack_policy": "all"}))
     res = invoke(cluster, "consumer", "add", "PUSH", "--config", str(cfg), "--push",
