@@ -337,7 +337,11 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
         tls_settings = parse_tls(tls, cfg.name)
         return cfg if tls_settings is None else replace(cfg, tls=tls_settings)
     except InvalidArgumentError as exc:
-        where = sources.get(exc.field, "defaults" if exc.field in _known_keys() else origin)
+        where = sources.get(exc.field)
+        if where is None:  # nobody set it: missing, or a default that breaks a rule
+            missing = exc.rule == "is required"
+            default = exc.field in _known_keys()
+            where = _unset_source(exc.field, path) if missing or not default else "defaults"
         raise InvalidArgumentError(
             exc.field, exc.rule, f"{where}: {exc.field}: {exc.rule}"
         ) from None
@@ -345,6 +349,17 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
 
 def _known_keys() -> set[str]:
     return {f"{s}.{f.name}" for s, cls in _SECTIONS.items() for f in fields(cls)}
+
+
+def _unset_source(key: str, path: str | Path | None) -> str:
+    """Where a key nobody set should have come from: the config file when there is one,
+    else the flag (``cluster.peers``: ``--peers``), else the defaults."""
+    if path is not None:
+        return str(path)
+    section, _, name = key.partition(".")
+    if section == "cluster" and name in _CLUSTER_KEYS:
+        return f"--{name.replace('_', '-')}"
+    return "defaults"
 
 
 def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
@@ -358,11 +373,13 @@ def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
     except tomllib.TOMLDecodeError as exc:
         raise InvalidArgumentError("config", f"not valid TOML: {exc}", f"{path}: {exc}") from None
     for section, table in raw.items():
+        if not isinstance(table, dict):  # a key before any [section] header
+            where = "cluster" if section in _CLUSTER_KEYS else "a section"
+            rule = f"top-level key {section!r}: keys go under a [section] header ({where})"
+            raise InvalidArgumentError(section, rule, f"{path}: {rule}")
         if section not in _SECTIONS:
             rule = f"unknown section [{section}] (known: {', '.join(_SECTIONS)})"
             raise InvalidArgumentError(section, rule, f"{path}: {rule}")
-        if not isinstance(table, dict):
-            raise InvalidArgumentError(section, "must be a table", f"{path}: [{section}] ...")
     return raw
 
 

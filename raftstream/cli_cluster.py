@@ -12,6 +12,7 @@ from raftstream.cli_common import (
     confirm_or_refuse,
     connection_options,
     echo_json,
+    fail,
     fmt_bytes,
     json_option,
     print_fields,
@@ -131,14 +132,29 @@ def step_down_cmd(
 @cluster.command("peer-remove")
 @click.argument("name")
 @click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--online", "allow_online", is_flag=True,
+              help="Remove the node even though it is online.")  # fmt: skip
 @connection_options
-def peer_remove_cmd(conn: Conn, name: str, force: bool) -> None:
-    """Remove a (dead) node from the cluster; its replicas are placed elsewhere.
+def peer_remove_cmd(conn: Conn, name: str, force: bool, allow_online: bool) -> None:
+    """Remove a dead node from the cluster; its replicas are placed elsewhere.
+
+    A node the cluster sees online is refused unless --online is given: removing a live
+    node by mistake takes a copy of each of its streams away at once.
 
     \b
     Example:
       raftstream cluster peer-remove n3 -f
     """
+
+    async def online(c: Client) -> bool:
+        info = await c.cluster_info()
+        return any(n.name == name and n.online for n in info.nodes)
+
+    if not allow_online and run(conn, online):
+        fail(
+            f"node {name} is online: peer-remove is for a dead node (stop it first, or pass"
+            " --online to remove it anyway)"
+        )
     confirm_or_refuse(f"remove node {name} from the cluster", force)
     run(conn, lambda c: c.remove_peer(name))
     click.echo(f"Removed peer {name}")

@@ -313,3 +313,19 @@ def test_every_key_is_documented_and_every_documented_key_exists() -> None:
     }
     in_code["cluster"] -= {"tls", "auth"}
     assert documented == in_code
+
+
+def test_a_missing_key_is_blamed_on_the_file_or_the_flag_not_the_defaults(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, '[cluster]\nname = "n1"\nlisten = "127.0.0.1:7101"\ndata = "./data/n1"\n'
+    )
+    err = bad("cluster.peers", path)
+    assert err.message == f"{path}: cluster.peers: is required"
+    err = bad("cluster.listen", None, name="n1")
+    assert err.message == "--listen: cluster.listen: is required"
+
+
+def test_a_key_before_any_section_header_says_so(tmp_path: Path) -> None:
+    path = write(tmp_path, 'name = "n1"\n[cluster]\nlisten = "127.0.0.1:7101"\n')
+    err = bad("name", path)
+    assert "top-level key 'name': keys go under a [section] header (cluster)" in err.message
