@@ -313,6 +313,8 @@ class Router:
         of the last attempt (``_telling``), or ``DeadlineExceededError`` if no attempt could
         start in time.
         """
+        if not timeout_s > 0:  # NaN too
+            raise errors.InvalidArgumentError("timeout", "must be a positive number of seconds")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         next_addr: list[str | None] = [None]

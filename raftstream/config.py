@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -95,6 +95,13 @@ E = TypeVar("E", bound=enum.StrEnum)
 def _set(obj: object, name: str, value: object) -> None:
     # Frozen for users; __post_init__ is the one place that coerces input types.
     object.__setattr__(obj, name, value)
+
+
+def _list(value: object, name: str) -> tuple[Any, ...]:
+    """``value`` (a list, tuple or other iterable, not a string) as a tuple."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidArgumentError(name, f"must be a list, not {type(value).__name__}")
+    return tuple(value)
 
 
 def _enum(kind: type[E], value: object, name: str) -> E:
@@ -244,7 +251,7 @@ class StreamConfig:
         )
         if isinstance(self.subjects, str):
             raise InvalidArgumentError("subjects", "a list of subjects, not one string")
-        _set(self, "subjects", tuple(self.subjects))
+        _set(self, "subjects", _list(self.subjects, "subjects"))
         _set(self, "retention", _enum(RetentionPolicy, self.retention, "retention"))
         _set(self, "discard", _enum(DiscardPolicy, self.discard, "discard"))
         _set(self, "storage", _enum(StorageType, self.storage, "storage"))
@@ -330,10 +337,10 @@ class ConsumerConfig:
         _set(self, "deliver_policy", _enum(DeliverPolicy, self.deliver_policy, "deliver_policy"))
         _set(self, "ack_policy", _enum(AckPolicy, self.ack_policy, "ack_policy"))
         _set(self, "replay_policy", _enum(ReplayPolicy, self.replay_policy, "replay_policy"))
-        _set(self, "backoff", tuple(self.backoff))
+        _set(self, "backoff", _list(self.backoff, "backoff"))
         if isinstance(self.filter_subjects, str):
             raise InvalidArgumentError("filter_subjects", "a list of subjects, not one string")
-        _set(self, "filter_subjects", tuple(self.filter_subjects))
+        _set(self, "filter_subjects", _list(self.filter_subjects, "filter_subjects"))
         _set(self, "metadata", MappingProxyType(dict(self.metadata)))
 
     @property

@@ -458,6 +458,8 @@ def test_bad_numbers_and_headers_are_refused_naming_the_argument_before_sending(
                     ("keep", rs.purge_stream("S", keep=-1)),
                     ("pause_until_ns", rs.pause_consumer("S", "C", -5)),
                     ("seq", rs.get_msg("S", 2**63)),
+                    ("timeout", rs.stream_info("S", timeout=-1)),
+                    ("timeout", rs.publish("s", b"x", timeout=-1)),
                 ]
                 for field, call in cases:
                     with pytest.raises(errors.InvalidArgumentError) as err:

@@ -178,3 +178,14 @@ def test_engine_ack_tokens_parse_to_the_same_metadata():
         theirs.account,
         theirs.domain,
     )
+
+
+def test_list_fields_refuse_a_non_list_naming_the_field() -> None:
+    for make, field in (
+        (lambda: sdk.StreamConfig(name="X", subjects=None), "subjects"),  # type: ignore[arg-type]
+        (lambda: sdk.ConsumerConfig(durable_name="d", backoff=5), "backoff"),  # type: ignore[arg-type]
+        (lambda: sdk.ConsumerConfig(durable_name="d", filter_subjects="a.b"), "filter_subjects"),
+    ):
+        with pytest.raises(errors.InvalidArgumentError) as err:
+            make()
+        assert err.value.field == field
