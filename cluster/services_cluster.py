@@ -51,6 +51,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
         described = dict(ctx.peer_descriptions())
         with contextlib.suppress(OSError):  # free space unknown right now: not described
             described[ctx.node_id] = ctx.describe_self()
+        removed = ctx.meta.state.removed_peers
         nodes = []
         for i, (name, addr) in enumerate(ctx.config.peers.items()):
             last = seen.get(name, 0)
@@ -61,6 +62,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
                 online=online,
                 last_seen_ns=0 if name == ctx.node_id or not last else now - last,
                 voter=i < voters_max,
+                removed=name in removed,
             )
             desc = described.get(name)
             if desc is not None:

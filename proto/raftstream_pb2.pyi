@@ -2049,6 +2049,7 @@ class NodeInfo(_message.Message):
     TAGS_FIELD_NUMBER: _builtins.int
     FREE_BYTES_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     addr: _builtins.str
     """the client address (host:port)"""
@@ -2064,6 +2065,10 @@ class NodeInfo(_message.Message):
     cluster: _builtins.str
     free_bytes: _builtins.int
     version: _builtins.str
+    removed: _builtins.bool
+    """Taken out of the cluster with RemovePeer: no replica is placed on it any more (it may
+    still run, and still be a meta voter by its position in the configured peers).
+    """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -2079,10 +2084,11 @@ class NodeInfo(_message.Message):
         tags: _abc.Iterable[_builtins.str] | None = ...,
         free_bytes: _builtins.int = ...,
         version: _builtins.str = ...,
+        removed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["addr", b"addr", "cluster", b"cluster", "described", b"described", "free_bytes", b"free_bytes", "last_seen_ns", b"last_seen_ns", "name", b"name", "online", b"online", "tags", b"tags", "version", b"version", "voter", b"voter"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["addr", b"addr", "cluster", b"cluster", "described", b"described", "free_bytes", b"free_bytes", "last_seen_ns", b"last_seen_ns", "name", b"name", "online", b"online", "removed", b"removed", "tags", b"tags", "version", b"version", "voter", b"voter"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -57,7 +57,7 @@ def _show_cluster(info: ClusterInfo) -> None:
             n.name + (" *" if n.name == info.meta_leader else ""),
             n.addr,
             "yes" if n.online else "NO",
-            "voter" if n.voter else "learner",
+            "removed" if n.removed else "voter" if n.voter else "learner",
             f"{n.last_seen_ns / NS_PER_S:.1f}s ago" if n.last_seen_ns else "now",
             ",".join(n.tags) or "-",
             fmt_bytes(n.free_bytes) if n.described else "?",

@@ -278,7 +278,8 @@ class RawStreamMsg:
 class NodeInfo:
     """One node in cluster info. ``described``: the answering node has heard the node's
     placement description (its ``cluster``, ``tags``, ``free_bytes``, ``version``); when
-    False those are empty."""
+    False those are empty. ``removed``: taken out with ``remove_peer`` (no replica is
+    placed on it any more)."""
 
     name: str
     addr: str
@@ -290,6 +291,7 @@ class NodeInfo:
     tags: tuple[str, ...] = ()
     free_bytes: int = 0
     version: str = ""
+    removed: bool = False
 
     @classmethod
     def from_pb(cls, m: pb.NodeInfo) -> NodeInfo:
@@ -304,6 +306,7 @@ class NodeInfo:
             tags=tuple(m.tags),
             free_bytes=m.free_bytes,
             version=m.version,
+            removed=m.removed,
         )
 
 

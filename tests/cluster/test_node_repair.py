@@ -13,7 +13,10 @@ re-place its replicas so the replica count is restored").
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -135,6 +138,7 @@ def test_removed_dead_peer_is_re_placed_and_the_new_replica_holds_every_message(
             try:
                 await retry_async(lambda: js2.remove_peer(victim))
                 await _wait_replicas(js2, "RP", (hosts - {victim}) | {spare})
+                assert await _removed_nodes(js2, victim) == {victim}  # cluster info says so
                 await _publish(js2, "RP", MSGS, 5)  # the new membership commits
                 await _lead_and_read_all(js2, "RP", spare, MSGS + 5)
             finally:
@@ -143,6 +147,18 @@ def test_removed_dead_peer_is_re_placed_and_the_new_replica_holds_every_message(
             await js.close()
 
     run(body())
+
+
+async def _removed_nodes(js: Any, expect: str, wait_s: float = 10.0) -> set[str]:
+    """The nodes cluster info marks removed, once ``expect`` is among them (the answering
+    node applies the meta log a moment after the leader), or as they are after ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        info = await retry_async(js.cluster_info)
+        removed = {n.name for n in info.nodes if n.removed}
+        if expect in removed or time.monotonic() > deadline:
+            return removed
+        await asyncio.sleep(0.1)
 
 
 def test_update_stream_grows_r1_to_r3_and_shrinks_back_data_intact(
