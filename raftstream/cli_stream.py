@@ -243,6 +243,12 @@ def _info_fields(info: StreamInfo) -> list[tuple[str, Any]]:
         for r in info.cluster.replicas:
             state = "offline" if r.offline else ("current" if r.current else "catching up")
             pairs.append((f"Replica {r.name}", f"{state}, lag {r.lag}"))
+        placed = len(info.cluster.replicas) + (1 if info.cluster.leader else 0)
+        if info.cluster.leader and placed < info.config.num_replicas:
+            # A removed peer whose replica found no node to move to, say.
+            pairs.append(
+                ("Under-replicated", f"{placed} of {info.config.num_replicas} replicas placed")
+            )
     return pairs
 
 

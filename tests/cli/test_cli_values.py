@@ -3,6 +3,8 @@ docs/cli.md documents them, ``{{Count}}`` templates, one-line errors naming the 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 import pytest
 
@@ -17,6 +19,9 @@ from raftstream.cli_common import (
     parse_time_or_ago_ns,
 )
 from raftstream.cli_pub import render
+from raftstream.cli_stream import _info_fields
+from raftstream.config import StreamConfig
+from raftstream.models import GroupInfo, ReplicaInfo, StreamInfo, StreamState
 
 S = 1_000_000_000
 
@@ -102,3 +107,23 @@ def test_tables_are_rich_on_a_terminal_and_plain_in_a_pipe(
     assert "┃" in drawn and "ORDERS" in drawn and "orders.>" in drawn
     common.print_fields("Stream ORDERS", [("Replicas", 3)])
     assert "Replicas" in capsys.readouterr().out
+
+
+def test_stream_info_says_when_fewer_replicas_are_placed_than_configured() -> None:
+    """A removed peer whose replica found no node to move to leaves an R3 stream with two
+    copies: `Replicas: 3` alone hid that."""
+    state = StreamState(messages=0, bytes=0, first_seq=0, first_ts_ns=0, last_seq=0, last_ts_ns=0)
+    replica = ReplicaInfo(name="n2", current=True, offline=False, active_ns=0, lag=0)
+
+    def info(replicas: tuple[ReplicaInfo, ...]) -> StreamInfo:
+        return StreamInfo(
+            config=StreamConfig(name="K", subjects=("k",), num_replicas=3),
+            state=state,
+            cluster=GroupInfo(name="S:$G:K", leader="n1", replicas=replicas),
+            created_ns=0,
+        )
+
+    short = dict(_info_fields(info((replica,))))
+    assert short["Under-replicated"] == "2 of 3 replicas placed"
+    full = dict(_info_fields(info((replica, replace(replica, name="n3")))))
+    assert "Under-replicated" not in full
