@@ -40,7 +40,6 @@ from raftstream.proto import raftstream_pb2 as pb
 
 __all__ = [
     "DOMAIN",
-    "CallCancelledError",
     "abort",
     "error_class",
     "from_error_message",
@@ -56,13 +55,9 @@ INTERNAL_REASON = "INTERNAL"
 log = logging.getLogger("raftstream.proto.errors")
 
 
-# Kept importable from here, where it was defined before it joined raftstream.errors.
-CallCancelledError = e.CallCancelledError
-
-
 # Without raftstream details, a status maps by code to the most specific class that has it.
 _BY_CODE: Mapping[e.Code, type[e.RaftStreamError]] = {
-    e.Code.CANCELLED: CallCancelledError,
+    e.Code.CANCELLED: e.CallCancelledError,
     e.Code.INVALID_ARGUMENT: e.InvalidArgumentError,
     e.Code.DEADLINE_EXCEEDED: e.DeadlineExceededError,
     e.Code.NOT_FOUND: e.NotFoundError,

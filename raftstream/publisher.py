@@ -149,7 +149,7 @@ def options_of(
         check_int("expected_last_seq", expected_last_seq, minimum=0)
     if expected_last_subject_seq is not None:
         check_int("expected_last_subject_seq", expected_last_subject_seq, minimum=0)
-    check_int("ttl", ttl_ns, minimum=0)
+    check_int("ttl_ns", ttl_ns, minimum=0)
     return PublishOptions(
         headers=headers,
         msg_id=msg_id,

@@ -156,3 +156,16 @@ async def wait_until(cond: Callable[[], bool], *, what: str, limit_s: float = 10
         if loop.time() > end:
             raise AssertionError(f"never happened: {what}")
         await asyncio.sleep(0.005)
+
+
+class RpcError(grpc.RpcError):
+    """A ``grpc.RpcError`` with a code and details, as gRPC raises them for a failed call."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details

@@ -21,7 +21,7 @@ from raftstream import errors
 from raftstream._conn import ATTEMPT_TIME_MIN_S, NotConnectedError, _telling, not_sent
 from raftstream.proto import raftstream_pb2 as pb
 
-from .fakes import Nodes, consumer_info_pb, stream_info_pb
+from .fakes import Nodes, RpcError, consumer_info_pb, stream_info_pb
 
 
 def free_dead_addr() -> str:
@@ -228,28 +228,17 @@ def test_ambiguous_failures_are_retried_only_for_idempotent_calls():
     run(main())
 
 
-class _RpcError(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-
 def test_a_call_grpc_could_not_send_is_classified_as_not_sent():
     """gRPC fails a call with "failed to connect to all addresses" when the channel lost its
     connection between our readiness check and the call: nothing was sent, so even a publish
     may be retried elsewhere. Any other UNAVAILABLE stays ambiguous."""
-    down = _RpcError(
+    down = RpcError(
         grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses; last error: x"
     )
     exc = not_sent(down, "127.0.0.1:1")
     assert isinstance(exc, NotConnectedError) and exc.retriable
-    assert not_sent(_RpcError(grpc.StatusCode.UNAVAILABLE, "Socket closed"), "a:1") is None
-    assert not_sent(_RpcError(grpc.StatusCode.INTERNAL, down.details()), "a:1") is None
+    assert not_sent(RpcError(grpc.StatusCode.UNAVAILABLE, "Socket closed"), "a:1") is None
+    assert not_sent(RpcError(grpc.StatusCode.INTERNAL, down.details()), "a:1") is None
 
 
 def test_a_server_that_dies_after_connecting_is_skipped_even_for_a_non_idempotent_call():

@@ -21,7 +21,7 @@ from raftstream._pipeline import Entry, Pipeline
 from raftstream.proto import errors as pe
 from raftstream.proto import raftstream_pb2 as pb
 
-from .fakes import Nodes, wait_until
+from .fakes import Nodes, RpcError, wait_until
 
 
 def run(coro: Any) -> Any:
@@ -370,21 +370,10 @@ class _NeverConnectedCall:
 
     async def __anext__(self) -> Any:
         await asyncio.sleep(0.01)
-        raise _RpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+        raise RpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
 
     def cancel(self) -> bool:
         return True
-
-
-class _RpcError(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
 
 
 def test_a_pipeline_whose_call_never_connected_fails_its_entries_as_not_sent():
