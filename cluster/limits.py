@@ -210,6 +210,7 @@ def check_publish(req: pb.PublishRequest, limits: Limits) -> None:
     if req.HasField("expected_last_msg_id"):
         _token(req.expected_last_msg_id, "expected_last_msg_id")
     _non_negative(req.ttl_ns, "ttl_ns")
+    _non_negative(req.timeout_ns, "timeout_ns")
 
 
 def _check_headers(headers: Mapping[str, str], limits: Limits) -> None:

@@ -23,7 +23,7 @@ from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.auth import caller
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.limits import check_publish
-from raftstream.cluster.stream_leader import StreamGroup
+from raftstream.cluster.stream_leader import StreamGroup, answer_within, no_commit
 from raftstream.errors import (
     NotFoundError,
     PermissionDeniedError,
@@ -113,8 +113,11 @@ class PublishServicer(pbg.PublishServiceServicer):
 
     def _start(self, req: pb.PublishRequest, account: str, forwarded: bool) -> asyncio.Future[Any]:
         """Start one publish of a stream call: the leader's future when this node leads
-        the stream (no task per message: the hot path), else a task that forwards it."""
+        the stream (no task per message: the hot path), else a task that forwards it. A
+        request with ``timeout_ns`` (the SDK's sync publish) is answered UNAVAILABLE when
+        not committed a little before that, as a unary Publish is at its deadline."""
         ctx = self._ctx
+        timeout_ns = req.timeout_ns
         try:
             check_publish(req, ctx.config.limits)  # a refusal takes the slow path's error
             subject = req.subject  # read once: each read of a proto field makes a new str
@@ -124,14 +127,18 @@ class PublishServicer(pbg.PublishServiceServicer):
             g = ctx.local_group(sa) if sa is not None else None
             if g is not None and g.is_leader:
                 if is_plain(req):
-                    return g.submit_plain(subject, req.data)
-                return g.submit(publish_args(req))
+                    fut = g.submit_plain(subject, req.data)
+                else:
+                    fut = g.submit(publish_args(req))
+                return fut if not timeout_ns else _answered_within(fut, timeout_ns / 1e9)
             addr = self._leader_addr(sa, g) if sa is not None and not forwarded else None
             if addr is not None:
-                return ctx.forwarder.relay(addr).submit(req)
+                return ctx.forwarder.relay(addr).submit(req)  # the leader bounds it
         except RaftStreamError:
             pass  # the slow path below answers with the right error
-        timeout_s = ctx.config.limits.request_timeout_ms / 1000
+        timeout_s = timeout_ns / 1e9 if timeout_ns > 0 else None
+        if timeout_s is None:
+            timeout_s = ctx.config.limits.request_timeout_ms / 1000
         return asyncio.ensure_future(self.publish_one(req, account, timeout_s, forwarded))
 
     def _leader_addr(self, sa: StreamAssignment, g: StreamGroup | None) -> str | None:
@@ -223,6 +230,32 @@ class _Room:
         """Give a place back (a publish was answered)."""
         self._free += 1
         self._freed.set()
+
+
+def _answered_within(fut: asyncio.Future[Any], timeout_s: float) -> asyncio.Future[Any]:
+    """``fut``'s outcome, or UNAVAILABLE (``no_commit``) when it is not there a little
+    before ``timeout_s`` (``answer_within``); no task: a timer and a callback."""
+    loop = asyncio.get_running_loop()
+    out: asyncio.Future[Any] = loop.create_future()
+
+    def late() -> None:
+        if not out.done():
+            out.set_exception(no_commit("publish"))
+
+    timer = loop.call_later(answer_within(timeout_s) or 0.0, late)
+
+    def settled(f: asyncio.Future[Any]) -> None:
+        timer.cancel()
+        exc = _cancelled() if f.cancelled() else f.exception()  # retrieved even when late
+        if out.done():
+            return
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(f.result())
+
+    fut.add_done_callback(settled)
+    return out
 
 
 def _cancelled() -> UnavailableError:

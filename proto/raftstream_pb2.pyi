@@ -1415,6 +1415,7 @@ class PublishRequest(_message.Message):
     EXPECTED_LAST_SUBJECT_SEQ_SUBJECT_FIELD_NUMBER: _builtins.int
     EXPECTED_LAST_MSG_ID_FIELD_NUMBER: _builtins.int
     TTL_NS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_NS_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     """PublishStream only: the client's correlation id"""
     subject: _builtins.str
@@ -1428,6 +1429,12 @@ class PublishRequest(_message.Message):
     expected_last_msg_id: _builtins.str
     ttl_ns: _builtins.int
     """per-message TTL (Nats-TTL); 0: none"""
+    timeout_ns: _builtins.int
+    """PublishStream only: how long the client waits for this answer (a unary Publish has its
+    call deadline for that). A message not committed in time is answered UNAVAILABLE ("not
+    committed in time", outcome unknown) a little before, as a unary Publish is; 0: the
+    node's limits.request_timeout_ms.
+    """
     @_builtins.property
     def headers(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -1444,10 +1451,11 @@ class PublishRequest(_message.Message):
         expected_last_subject_seq_subject: _builtins.str | None = ...,
         expected_last_msg_id: _builtins.str | None = ...,
         ttl_ns: _builtins.int = ...,
+        timeout_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_last_msg_id", b"_expected_last_msg_id", "_expected_last_seq", b"_expected_last_seq", "_expected_last_subject_seq", b"_expected_last_subject_seq", "_expected_last_subject_seq_subject", b"_expected_last_subject_seq_subject", "_expected_stream", b"_expected_stream", "expected_last_msg_id", b"expected_last_msg_id", "expected_last_seq", b"expected_last_seq", "expected_last_subject_seq", b"expected_last_subject_seq", "expected_last_subject_seq_subject", b"expected_last_subject_seq_subject", "expected_stream", b"expected_stream"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_last_msg_id", b"_expected_last_msg_id", "_expected_last_seq", b"_expected_last_seq", "_expected_last_subject_seq", b"_expected_last_subject_seq", "_expected_last_subject_seq_subject", b"_expected_last_subject_seq_subject", "_expected_stream", b"_expected_stream", "data", b"data", "expected_last_msg_id", b"expected_last_msg_id", "expected_last_seq", b"expected_last_seq", "expected_last_subject_seq", b"expected_last_subject_seq", "expected_last_subject_seq_subject", b"expected_last_subject_seq_subject", "expected_stream", b"expected_stream", "headers", b"headers", "id", b"id", "msg_id", b"msg_id", "subject", b"subject", "ttl_ns", b"ttl_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_last_msg_id", b"_expected_last_msg_id", "_expected_last_seq", b"_expected_last_seq", "_expected_last_subject_seq", b"_expected_last_subject_seq", "_expected_last_subject_seq_subject", b"_expected_last_subject_seq_subject", "_expected_stream", b"_expected_stream", "data", b"data", "expected_last_msg_id", b"expected_last_msg_id", "expected_last_seq", b"expected_last_seq", "expected_last_subject_seq", b"expected_last_subject_seq", "expected_last_subject_seq_subject", b"expected_last_subject_seq_subject", "expected_stream", b"expected_stream", "headers", b"headers", "id", b"id", "msg_id", b"msg_id", "subject", b"subject", "timeout_ns", b"timeout_ns", "ttl_ns", b"ttl_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__expected_last_msg_id: _TypeAlias = _typing.Literal["expected_last_msg_id"]  # noqa: Y015
     _WhichOneofArgType__expected_last_msg_id: _TypeAlias = _typing.Literal["_expected_last_msg_id", b"_expected_last_msg_id"]  # noqa: Y015

@@ -21,9 +21,11 @@ it, see ``_telling``). Waits between
 attempts grow from 10 ms to at most ``RETRY_WAIT_MAX_S`` (100 ms): during an election every
 attempt meets NO_LEADER, and a longer wait would be added whole to the failover a client
 sees (with 500 ms, a 0.6 s election became a 1.2 s failover in the chaos runs). An attempt
-refused by a live node costs it little. A retry starts only with ``ATTEMPT_TIME_MIN_S``
-(50 ms) of the timeout left: a last attempt with a few milliseconds could only time out,
-and its "deadline exceeded" would hide the real cause (NO_LEADER when a quorum is lost).
+refused by a live node costs it little. A retry starts only with as much of the timeout
+left as the attempt before it took, and at least ``ATTEMPT_TIME_MIN_S`` (50 ms): a last
+attempt with less could only time out, and its "deadline exceeded" would hide the real
+cause (with a quorum lost, a node takes ~0.2 s to find no leader to forward to, and each
+attempt ends NO_LEADER until one is cut short).
 
 A server that does not answer in time (the attempt's deadline passed: a node paused or cut
 off by the network, which a connection does not notice) loses what routes to it: the
@@ -330,13 +332,19 @@ class Router:
             multiplier=RETRY_WAIT_INITIAL_S, max=RETRY_WAIT_MAX_S
         ) + wait_random(0, RETRY_WAIT_INITIAL_S)
 
+        took = [0.0]  # how long the last attempt took
+
+        def room() -> float:
+            """What the next attempt needs left (module docstring)."""
+            return max(ATTEMPT_TIME_MIN_S, took[0])
+
         def wait(state: RetryCallState) -> float:
-            # The attempt after the sleep still gets ATTEMPT_TIME_MIN_S (see ``stop``).
-            return max(0.0, min(backoff(state), deadline - loop.time() - ATTEMPT_TIME_MIN_S))
+            # The attempt after the sleep still gets its room (see ``stop``).
+            return max(0.0, min(backoff(state), deadline - loop.time() - room()))
 
         def stop(state: RetryCallState) -> bool:
             # Too little left for another attempt: the last attempt's error is raised.
-            return deadline - loop.time() < ATTEMPT_TIME_MIN_S
+            return deadline - loop.time() < room()
 
         retrying = AsyncRetrying(
             stop=stop, wait=wait, retry=retry_if_exception(should_retry), reraise=True
@@ -352,20 +360,24 @@ class Router:
         try:
             async for attempt in retrying:
                 with attempt:
-                    left_s = deadline - loop.time()
+                    started = loop.time()
+                    left_s = deadline - started
                     if left_s <= 0:
                         raise errors.DeadlineExceededError(f"no answer within {timeout_s:.3f}s")
-                    stubs = await self.connect(route, timeout_s=left_s, addr=next_addr[0])
-                    next_addr[0] = None
                     try:
-                        return await invoke(stubs, max(deadline - loop.time(), 0.001))
-                    except grpc.RpcError as err:
-                        exc = not_sent(err, stubs.addr) or from_rpc_error(err)
-                        failed(exc, stubs.addr)
-                        raise exc from None
-                    except errors.RaftStreamError as exc:  # invoke mapped it already
-                        failed(exc, stubs.addr)
-                        raise
+                        stubs = await self.connect(route, timeout_s=left_s, addr=next_addr[0])
+                        next_addr[0] = None
+                        try:
+                            return await invoke(stubs, max(deadline - loop.time(), 0.001))
+                        except grpc.RpcError as err:
+                            exc = not_sent(err, stubs.addr) or from_rpc_error(err)
+                            failed(exc, stubs.addr)
+                            raise exc from None
+                        except errors.RaftStreamError as exc:  # invoke mapped it already
+                            failed(exc, stubs.addr)
+                            raise
+                    finally:
+                        took[0] = loop.time() - started
         except errors.RaftStreamError as last:
             raise _telling(last, refusal[0] if refusal else None) from None
         raise errors.InvariantError("tenacity ended without a result")  # pragma: no cover

@@ -20,7 +20,10 @@ reopened when an attempt goes elsewhere (a leader hint), the call broke, or a pu
 waiting for its answer (timeout, cancellation: see ``_retire``). A server that does not
 implement ``PublishStream`` (UNIMPLEMENTED) is remembered, and its publishes use the unary
 RPC from then on; a node that refuses the call for its ``streaming_calls_max`` gets that
-publish as a unary call (``LaneRefused``). Retries and hints stay the router's: an item's
+publish as a unary call (``LaneRefused``). Each item carries the time its publish has left
+(``timeout_ns``): the node answers UNAVAILABLE ("not committed in time", a lost quorum) a
+little before, as it does at a unary call's deadline, rather than leave the client to time
+out with nothing said. Retries and hints stay the router's: an item's
 refusal raises the same typed error the unary call would (NOT_LEADER with its hint,
 preconditions, limits); a broken call or an answer not in time is ambiguous, exactly as a
 unary call failing mid-way.
@@ -39,6 +42,7 @@ from raftstream.proto.errors import from_error_message
 
 __all__ = ["SyncLane"]
 
+NS_PER_S = 1_000_000_000
 # One publish at a time (module docstring): a batch is one item, the queue needs room for one.
 _LANE_QUEUE_MSGS_MAX = 1
 
@@ -66,6 +70,9 @@ class SyncLane:
         time and the pipeline's error when the call breaks (both: outcome unknown); a
         ``NotImplementedLane`` when the server has no ``PublishStream`` (nothing applied)."""
         self._busy = True
+        # The node answers UNAVAILABLE (not committed in time) a little before this, as it
+        # does at a unary call's deadline (a lost quorum then says so).
+        req.timeout_ns = int(left_s * NS_PER_S)
         try:
             pipe = self._open(stubs)
             fut: asyncio.Future[pb.PubAck] = asyncio.get_running_loop().create_future()

@@ -134,8 +134,23 @@ def test_quorum_loss_fails_fast(cluster3: LocalCluster) -> None:
                 pb.PublishRequest(subject="q.2", data=b"after"), timeout=5
             )
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        # The SDK's publish (one item on a PublishStream, not a unary call) too: "not
+        # committed in time" while the leader holds on, NO_LEADER once it stepped down.
+        sdk_err = run(_sdk_publish(cluster3.addr(survivor)))
+        assert isinstance(sdk_err, errors.UnavailableError), f"{sdk_err!r}: {sdk_err}"
         with pytest.raises(grpc.RpcError) as err:
             pbg.StreamServiceStub(ch).CreateStream(
                 pb.CreateStreamRequest(config_json='{"name": "X", "subjects": ["x"]}'), timeout=5
             )
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def _sdk_publish(addr: str) -> BaseException | None:
+    js = await raftstream.connect(servers=[addr], timeout=3)
+    try:
+        await js.publish("q.3", b"after")
+    except errors.RaftStreamError as exc:
+        return exc
+    finally:
+        await js.close()
+    return None

@@ -9,6 +9,7 @@ as answers free the window.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from raftstream.cluster.services_publish import _answered_within
+from raftstream.errors import NotLeaderError, UnavailableError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from tests.cluster.node_harness import LocalCluster, running, until_led
@@ -67,3 +70,24 @@ def test_batches_larger_than_the_window_are_answered_in_full_in_order(
         assert [r.ack.seq for r in results] == list(range(1, BATCHES * BATCH_MSGS + 1))
         state = streams.GetStreamInfo(pb.StreamInfoRequest(name="W"), timeout=20).state
         assert (state.messages, state.last_seq) == (BATCHES * BATCH_MSGS, BATCHES * BATCH_MSGS)
+
+
+def test_an_item_with_timeout_ns_is_answered_unavailable_before_it_ends() -> None:
+    """The SDK's sync publish sets ``timeout_ns``: a publish the leader cannot commit in
+    time (a lost quorum) is answered UNAVAILABLE a little before, not left to the client's
+    own timeout; one that commits passes its answer through, and a late commit changes
+    nothing."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stuck: asyncio.Future[str] = loop.create_future()
+        answer = _answered_within(stuck, 0.05)
+        with pytest.raises(UnavailableError, match="not committed in time"):
+            await asyncio.wait_for(answer, 1.0)
+        stuck.set_exception(NotLeaderError("late"))  # retrieved: no warning at collection
+        quick: asyncio.Future[str] = loop.create_future()
+        answer = _answered_within(quick, 5.0)
+        quick.set_result("acked")
+        assert await answer == "acked"
+
+    asyncio.run(main())
