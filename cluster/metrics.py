@@ -19,6 +19,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from raftstream.cluster.handlers import rewrap
+from raftstream.proto.errors import ABORT_REASON
 
 __all__ = ["LatencyInterceptor", "NodeMetrics"]
 
@@ -34,8 +35,9 @@ class NodeMetrics:
         r = self.registry
         self.rpc_latency = Histogram(
             "raftstream_rpc_latency_seconds",
-            "Client API call latency, by method and gRPC code",
-            ["method", "code"],
+            "Client API call latency, by method, gRPC code and raftstream reason (empty for"
+            " OK; NOT_LEADER is a redirect the client follows, not a failure)",
+            ["method", "code", "reason"],
             registry=r,
             buckets=_LATENCY_BUCKETS_S,
         )
@@ -112,8 +114,10 @@ def _code_name(context: Any) -> str:
 
 class LatencyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Observes every client API call's duration (a streamed call: until it ends) in
-    ``rpc_latency`` by method and final gRPC code. The Raft service and health checks are
-    left out: they are not client calls."""
+    ``rpc_latency`` by method, final gRPC code and the reason the call was refused with
+    (``ABORT_REASON``: an alert on UNAVAILABLE can leave out NOT_LEADER, the redirects a
+    client follows). The Raft service and health checks are left out: they are not client
+    calls."""
 
     def __init__(self, metrics: NodeMetrics, *, prefix: str = "/raftstream.v1.") -> None:
         self._m = metrics
@@ -159,4 +163,6 @@ class LatencyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def _observe(self, name: str, context: Any, start: float) -> None:
         elapsed = time.perf_counter() - start
-        self._m.rpc_latency.labels(name, _code_name(context)).observe(elapsed)
+        code = _code_name(context)
+        reason = ABORT_REASON.get() if code != "OK" else ""
+        self._m.rpc_latency.labels(name, code, reason).observe(elapsed)

@@ -25,6 +25,7 @@ so on;
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import logging
@@ -39,6 +40,7 @@ from raftstream import errors as e
 from raftstream.proto import raftstream_pb2 as pb
 
 __all__ = [
+    "ABORT_REASON",
     "DOMAIN",
     "abort",
     "error_class",
@@ -123,8 +125,17 @@ def to_status(exc: BaseException) -> grpc.Status:
     return rpc_status.to_status(to_rich_status(exc))
 
 
+# The reason of the status the running call was ended with (``abort``): what the node's
+# RPC metrics label a failed call with (NOT_LEADER, NO_LEADER, TIMEOUT...). Set in the
+# call's own task, which is the one its interceptors run in.
+ABORT_REASON: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "raftstream_abort_reason", default=""
+)
+
+
 async def abort(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
     """End the current aio RPC with ``exc``'s status. Never returns (grpc raises)."""
+    ABORT_REASON.set(_parts(exc)[1])
     await context.abort_with_status(to_status(exc))
     raise AssertionError("unreachable: abort_with_status raises")  # pragma: no cover
 

@@ -156,10 +156,23 @@ def test_max_age_expiry_is_replicated_and_metrics_served(cluster3: LocalCluster)
     for text in texts:
         assert 'raftstream_raft_applied_index{group="S:$G:AGE"}' in text
         assert 'raftstream_stream_messages{group="S:$G:AGE"}' in text
-    # RPC latency by method and code, for a unary call the test made (its publishes travel
-    # as items of the SDK's PublishStream sync lane, a call still open until close()).
-    created = 'raftstream_rpc_latency_seconds_count{code="OK",method="CreateStream"}'
+    # RPC latency by method, code and reason, for a unary call the test made (its publishes
+    # travel as items of the SDK's PublishStream sync lane, a call still open until close()).
+    created = 'raftstream_rpc_latency_seconds_count{code="OK",method="CreateStream",reason=""}'
     assert any(created in text for text in texts)
+    # A follower's NOT_LEADER is labelled so: a redirect, which an alert can leave out.
+    leader = cluster3.stream_leader("AGE")
+    follower = next(n for n in cluster3.names if n != leader)
+    with pytest.raises(grpc.RpcError) as err:
+        pbg.StreamServiceStub(cluster3.channel(follower)).GetStreamInfo(
+            pb.StreamInfoRequest(name="AGE"), timeout=5
+        )
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    redirect = (
+        'raftstream_rpc_latency_seconds_count{code="UNAVAILABLE",method="GetStreamInfo",'
+        'reason="NOT_LEADER"}'
+    )
+    assert redirect in cluster3.metrics(follower)
 
 
 def test_inactive_ephemeral_consumer_is_deleted(cluster3: LocalCluster) -> None:
