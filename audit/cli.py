@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from raftstream.audit.layout import snapshot_root
+from raftstream.audit.layout import check_root, snapshot_root
+from raftstream.cli_common import describe_error, fail
+from raftstream.errors import DataLossError
 
 if TYPE_CHECKING:
     from raftstream.audit.checks import AuditTables
@@ -32,11 +34,20 @@ __all__ = ["audit"]
 @contextmanager
 def _readable(data: str, copy: bool) -> Iterator[str]:
     """The directory to read: a consistent copy of ``data`` (removed afterwards) or, with
-    ``copy`` off, ``data`` itself, which must then be quiescent (``layout``)."""
-    if not copy:
+    ``copy`` off, ``data`` itself, which must then be quiescent (``layout``). A node's
+    environment that LMDB cannot map whole (a truncated data file) ends the command with
+    one line naming the file, before Spark starts."""
+    try:
+        check_root(data)
+        snap = snapshot_root(data) if copy else None
+    except DataLossError as exc:
+        fail(
+            f"{describe_error(exc)} (the audit needs every node's data readable: repair that"
+            " node, or audit a copy of --data without its directory)"
+        )
+    if snap is None:
         yield data
         return
-    snap = snapshot_root(data)
     try:
         yield str(snap)
     finally:
@@ -114,10 +125,12 @@ def run(
     if master is not None and remote is not None:
         raise click.UsageError("--master and --remote exclude each other")
     started = time.monotonic()
-    owned = SparkContext._active_spark_context is None
-    spark = spark_session(master=master, remote=remote)
-    try:
-        with _readable(data, copy) if data is not None else _nothing() as root:
+    # The data first (checked, copied), then Spark: a node's unreadable data ends the command
+    # in one line, without a Spark start.
+    with _readable(data, copy) if data is not None else _nothing() as root:
+        owned = SparkContext._active_spark_context is None
+        spark = spark_session(master=master, remote=remote)
+        try:
             t = load_tables(
                 spark,
                 data=root if data is not None else None,
@@ -133,9 +146,9 @@ def run(
                 rows={"messages": t.messages.count(), "raft_log": t.raft_log.count()},
                 seconds=time.monotonic() - started,
             )
-    finally:
-        if owned:
-            spark.stop()
+        finally:
+            if owned:
+                spark.stop()
     print_summary(report)
     if json_out:
         Path(json_out).write_text(to_json(report))

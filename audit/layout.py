@@ -24,11 +24,14 @@ from typing import Any
 
 import lmdb
 
+from raftstream.lmdbcheck import check_lmdb_env
+
 __all__ = [
     "ENV_MAX_DBS",
     "RAFT_DIR",
     "STORE_DIR",
     "NodeDir",
+    "check_root",
     "discover_nodes",
     "open_readonly",
     "snapshot_root",
@@ -72,8 +75,11 @@ def discover_nodes(root: str | os.PathLike[str]) -> list[NodeDir]:
 def open_readonly(path: str | os.PathLike[str]) -> Any:
     """Open the environment at ``path`` read-only and lock-free (see the module docstring).
 
-    The caller closes it. Raises ``lmdb.Error`` when ``path`` is no LMDB environment.
+    The caller closes it. Raises ``lmdb.Error`` when ``path`` is no LMDB environment, and
+    ``DataLossError`` naming the file when its data file is shorter than LMDB records (a
+    read would SIGBUS the process: ``raftstream/lmdbcheck.py``).
     """
+    check_lmdb_env(path)
     return lmdb.open(
         os.fspath(path),
         readonly=True,
@@ -82,6 +88,16 @@ def open_readonly(path: str | os.PathLike[str]) -> Any:
         readahead=False,  # scans are sequential per key range; the OS page cache suffices
         create=False,
     )
+
+
+def check_root(root: str | os.PathLike[str]) -> None:
+    """``DataLossError`` naming the first environment under ``root`` that LMDB cannot map
+    whole (``check_lmdb_env``): checked before Spark starts, whose workers would otherwise
+    die on it with a bus error."""
+    for node in discover_nodes(root):
+        for env in (node.raft, node.store):
+            if env is not None:
+                check_lmdb_env(env)
 
 
 def snapshot_root(root: str | os.PathLike[str], dest: str | os.PathLike[str] | None = None) -> Path:

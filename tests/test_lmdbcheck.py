@@ -119,3 +119,27 @@ def test_open_paths_refuse_a_truncated_file(tmp_path: Path, which: str) -> None:
     assert refused.returncode == 0, refused  # negative: killed by a signal (SIGBUS)
     assert refused.stdout.startswith("DataLossError:"), refused
     assert "truncated LMDB data file" in refused.stdout
+
+
+@pytest.mark.parametrize("command", [["run"], ["export", "--out", "OUT"]])
+def test_the_audit_refuses_a_truncated_node_env_in_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """The audit reads every node's environments: a truncated one killed a Spark worker with
+    a bus error (a 188-line trace naming no file). It is refused before Spark starts."""
+    store = tmp_path / "data" / "n1" / "store"
+    store.mkdir(parents=True)
+    write_env(store)
+    truncate_to_half(store / DATA_FILE)
+    args = [arg.replace("OUT", os.fspath(tmp_path / "out")) for arg in command]
+    res = subprocess.run(
+        [sys.executable, "-m", "raftstream.audit", *args, "--data", os.fspath(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1, res
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("raftstream: error: DATA_LOSS: ")
+    assert "truncated LMDB data file" in lines[0] and os.fspath(store) in lines[0]
