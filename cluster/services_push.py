@@ -4,7 +4,11 @@ The client's first request names a push consumer (``ConsumeStart``; its ``queue`
 the consumer's ``deliver_group``); the call must reach the stream leader (NOT_LEADER
 otherwise, before any response). An attached call is the consumer's interest: only attached
 calls drive delivery. Several calls on one consumer (a queue group) share its deliveries:
-each step hands out messages no other step handed out.
+each step hands out messages no other step handed out. They take turns: the stream wakes
+its attached calls in a rotating order, and while more than one is attached a step holds
+at most ``QUEUE_STEP_MSGS_MAX`` (32) deliveries, then lets the others go. Before, the call
+woken first took everything an apply brought (up to 256), every time: one member of a
+queue group got all the messages.
 
 A ``PushSession`` runs two tasks on the node's loop: the driver, which asks the leader copy
 for a push step (deliveries, a flow-control request when the window is used up, an idle
@@ -50,6 +54,9 @@ __all__ = ["PushSession"]
 
 PUSH_QUEUE_RESPONSES_MAX = 64  # responses waiting for a slow client, per call
 PUSH_STEP_MSGS_MAX = 256  # deliveries per step (at most per response)
+# A step's deliveries while several calls are attached (a queue group): members take turns
+# in steps this small, so a backlog is shared rather than taken whole by the first woken.
+QUEUE_STEP_MSGS_MAX = 32
 PUSH_STEPS_UNCOMMITTED_MAX = 2  # steps sent before their Deliver ops committed, per call
 IDLE_WAIT_S_MAX = 1.0  # the driver looks at leadership at least this often
 STATUS_CONFLICT = 409
@@ -110,13 +117,16 @@ class PushSession:
                     raise PreconditionError("leadership changed or consumer deleted")
                 waker.clear()
                 self._nudge.clear()
-                step, commit = await g.push_step(c, PUSH_STEP_MSGS_MAX, timeout_s)
+                shared = g.push_attached(c.name) > 1
+                step_max = QUEUE_STEP_MSGS_MAX if shared else PUSH_STEP_MSGS_MAX
+                step, commit = await g.push_step(c, step_max, timeout_s)
                 if commit is not None:
                     uncommitted.append(commit)
                 await self._send(step)
-                if len(step.deliveries) < PUSH_STEP_MSGS_MAX:
+                if len(step.deliveries) < step_max:
                     await self._wait(waker, step.wake_at_ns)
-                else:  # a full step: there may be more now (no apply will say so)
+                else:  # a full step: there may be more now (no apply will say so); the
+                    # other members' turns come first
                     await asyncio.sleep(0)
         except RaftStreamError as exc:
             reason = "Consumer Deleted" if c.deleted else f"Leadership Change ({exc.reason})"

@@ -203,7 +203,9 @@ class StreamGroup:
         self._poller: asyncio.Task[None] | None = None
         self._sequencing: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._push_wakers: set[asyncio.Event] = set()  # one per attached Consume call
+        # One per attached Consume call, woken in turn: the first woken takes what an apply
+        # brought, so the order rotates, and a queue group's members share the deliveries.
+        self._push_wakers: list[asyncio.Event] = []
         self._attached: dict[str, int] = {}  # consumer -> attached Consume calls
         self._active_ns: dict[str, int] = {}  # consumer -> last request, ack or push step
         self._reaping: set[str] = set()  # inactive ephemerals whose deletion is in flight
@@ -287,7 +289,10 @@ class StreamGroup:
 
     def _applied(self) -> None:
         self._wake.set()
-        for w in self._push_wakers:
+        wakers = self._push_wakers
+        if len(wakers) > 1:
+            wakers.append(wakers.pop(0))
+        for w in wakers:
             w.set()
         if self._lead_term:
             self._sync_leader_copies()
@@ -625,12 +630,13 @@ class StreamGroup:
         """Attach a Consume call to ``consumer``: an event set on every apply (new
         messages, acks) that its session waits on. Detach with ``drop_push_waker``."""
         w = asyncio.Event()
-        self._push_wakers.add(w)
+        self._push_wakers.append(w)
         self._attached[consumer] = self._attached.get(consumer, 0) + 1
         return w
 
     def drop_push_waker(self, consumer: str, w: asyncio.Event) -> None:
-        self._push_wakers.discard(w)
+        with contextlib.suppress(ValueError):
+            self._push_wakers.remove(w)
         left = self._attached.get(consumer, 0) - 1
         if left > 0:
             self._attached[consumer] = left
@@ -640,6 +646,10 @@ class StreamGroup:
 
     def push_bound(self, consumer: str) -> bool:
         return self._attached.get(consumer, 0) > 0
+
+    def push_attached(self, consumer: str) -> int:
+        """Consume calls attached to ``consumer`` now (a queue group's members)."""
+        return self._attached.get(consumer, 0)
 
     async def push_step(
         self, c: Consumer, max_msgs: int, timeout_s: float | None
