@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import random
@@ -76,6 +77,14 @@ NS_PER_S = 1_000_000_000
 
 ErrorCallback = Callable[[errors.RaftStreamError], None]
 MsgCallback = Callable[[Msg], Awaitable[None]]
+
+
+# The subscription whose callback the running code is in (the dispatcher sets it around each
+# call; tasks the callback starts inherit it): ``unsubscribe``/``drain`` called from there
+# must not wait for or cancel that callback.
+_CALLBACK_OF: contextvars.ContextVar[PushSubscription | None] = contextvars.ContextVar(
+    "raftstream_push_callback_of", default=None
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,6 +216,7 @@ class PushSubscription:
         self._closed = False
         self._reader: asyncio.Task[None] | None = None
         self._dispatcher: asyncio.Task[None] | None = None
+        self._draining: asyncio.Task[None] | None = None  # a drain called from the callback
         self._in_cb = False
 
     # -- public surface ---------------------------------------------------------------------
@@ -286,8 +296,9 @@ class PushSubscription:
 
     async def unsubscribe(self) -> None:
         """Stop at once: buffered messages are dropped (unacked ones are redelivered after
-        their ack wait), then the consumer is deleted if the SDK created it. Raises the
-        delete's error (the subscription is closed either way)."""
+        their ack wait), then the consumer is deleted if the SDK created it (never a queue
+        group's: ``raftstream/subscribe.py``). Raises the delete's error (the subscription
+        is closed either way). May be called from the subscription's own callback."""
         if self._closed:
             return
         await self._stop_intake()
@@ -300,11 +311,22 @@ class PushSubscription:
 
         Waits up to ``timeout`` seconds (None: no limit) for the buffer to empty; if it does
         not, the rest is dropped, the consumer is still deleted, and ``DeadlineExceededError``
-        is raised. A delete failure raises its error.
+        is raised. A delete failure raises its error. Called from the subscription's own
+        callback, it returns at once: the buffered messages go to the callback after it
+        returns, then the subscription closes (a failure then goes to the error callback).
         """
         if self._closed:
             return
         await self._stop_intake()
+        if _CALLBACK_OF.get() is self:
+            # Called from this subscription's own callback: what is buffered can only be
+            # handed out once that callback returns, so the rest of the drain goes on in a
+            # task of its own (its failure goes to the error callback), and this returns.
+            self._draining = asyncio.get_running_loop().create_task(self._drain_later(timeout))
+            return
+        await self._drain_rest(timeout)
+
+    async def _drain_rest(self, timeout: float | None) -> None:
         try:
             await asyncio.wait_for(self._drained(), timeout)
         except TimeoutError:
@@ -315,6 +337,12 @@ class PushSubscription:
                 f"drain: {left} messages still buffered after {timeout}s", stream=self.stream
             ) from None
         await self._finish()
+
+    async def _drain_later(self, timeout: float | None) -> None:
+        try:
+            await self._drain_rest(timeout)
+        except errors.RaftStreamError as exc:
+            self._error_cb(exc)
 
     # -- closing ----------------------------------------------------------------------------
 
@@ -339,7 +367,10 @@ class PushSubscription:
         self._closed = True
         self._buffer.changed.set()
         task, self._dispatcher = self._dispatcher, None
-        if task is not None:
+        # From the callback itself (``unsubscribe`` in it, maybe under ``wait_for``) the
+        # dispatcher is awaiting the caller: cancelled, it would stop the caller before the
+        # consumer is deleted. It ends on its own once the callback returns (closed).
+        if task is not None and _CALLBACK_OF.get() is not self:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         on_close, self._on_close = self._on_close, None
@@ -388,6 +419,7 @@ class PushSubscription:
             except errors.RaftStreamError:
                 return
             self._in_cb = True
+            token = _CALLBACK_OF.set(self)  # seen by tasks the callback starts, too
             try:
                 await cb(msg)
                 if not self._manual_ack:
@@ -397,6 +429,7 @@ class PushSubscription:
             except Exception:
                 log.exception("raftstream: subscription callback failed")
             finally:
+                _CALLBACK_OF.reset(token)
                 self._in_cb = False
                 self._buffer.changed.set()
 

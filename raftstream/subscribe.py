@@ -27,7 +27,10 @@ share one consumer). A create that loses a race ("already exists") falls back to
 and the same checks. The SDK remembers which consumers it created (a create that answered
 OK; an identical concurrent create also answers OK, so two racing creators may both think
 they created it, as ADR-15 notes) and deletes them at the end of ``unsubscribe()`` and
-``drain()``.
+``drain()``, except a queue group's: one member leaving must not stop the others (ADR-15
+notes the problem: the first member creates the consumer, and its ``drain()`` deleted it
+under the rest). A queue group's consumer is a durable named after the group; delete it
+(``delete_consumer``) when the group is gone.
 """
 
 from __future__ import annotations
@@ -400,8 +403,12 @@ def attach(
         pending_msgs_max=options.pending_msgs_max,
         pending_bytes_max=options.pending_bytes_max,
         connect_timeout_s=client._timeout_s,
+        # A queue group's consumer is not deleted by a member leaving, even the one that
+        # created it: the others may still be attached (ADR-15 notes the problem; deleting
+        # it stopped every other member, 409 Consumer Deleted). It is a durable named after
+        # the group; delete it explicitly when the group is gone.
         on_close=client._registry.closer(
-            info.stream, info.name, delete=created, bound=queue is None
+            info.stream, info.name, delete=created and queue is None, bound=queue is None
         ),
         consumer_info=client.consumer_info,
     )

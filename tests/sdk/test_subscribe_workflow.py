@@ -6,6 +6,7 @@ Each test names the ADR-15 rule it pins; every refusal is a typed error naming i
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -278,11 +279,20 @@ def test_a_queue_subscription_without_durable_uses_the_queue_name(
             await eventually(all_acked, what="every message handled and acked")
             assert sorted(got) == sorted(b"%d" % i for i in range(total))  # each once
             assert not seen[0] & seen[1]
+            assert seen[0] and seen[1], "both members get work (one used to get it all)"
             assert not [e for e in errs if isinstance(e, errors.SequenceGapError)]
-            await m2.unsubscribe()  # m2 did not create it: the consumer stays for m1
-            await rs.consumer_info("WF_QD", "workers")
-            await m1.unsubscribe()  # m1 created it
-            await consumer_gone(rs, "WF_QD", "workers")
+            # m1 created the consumer. Its leaving must not stop m2 (it did, 409 Consumer
+            # Deleted), and no member's leaving deletes a queue group's consumer.
+            await m1.unsubscribe()
+            more = [b"late-%d" % i for i in range(20)]
+            for data in more:
+                await rs.publish("wfqd.x", data)
+            await eventually(
+                lambda: _all_in(more, seen[1]), what="m2 goes on after its creator left"
+            )
+            await m2.unsubscribe()
+            await rs.consumer_info("WF_QD", "workers")  # still there: a durable of the group
+            await rs.delete_consumer("WF_QD", "workers")
 
     run(body())
 
@@ -423,3 +433,53 @@ def test_closing_the_client_deletes_its_ephemeral_consumers_only(cluster: LocalC
             assert await admin.consumer_names("WF_CL") == ["STAYS"]
 
     run(body())
+
+
+async def _all_in(items: list[bytes], seen: set[bytes]) -> bool | None:
+    return True if all(i in seen for i in items) else None
+
+
+def test_unsubscribe_or_drain_from_the_subscriptions_own_callback(
+    cluster: LocalCluster,
+) -> None:
+    """Stopping a subscription from its own callback (after N messages, say): unsubscribe
+    used to cancel the callback before the consumer was deleted, and drain waited for the
+    callback that was waiting for it, forever."""
+
+    async def body() -> None:
+        async with connected(cluster) as rs:
+            await stream(rs, "WF_CB", "wfcb.>")
+            for i in range(20):
+                await rs.publish("wfcb.x", b"%d" % i)
+            outcomes: dict[str, str] = {}
+            seen: dict[str, list[bytes]] = {"unsubscribe": [], "drain": []}
+            subs: dict[str, Any] = {}
+
+            def stopper(how: str) -> Any:
+                async def cb(msg: Any) -> None:
+                    seen[how].append(msg.data)
+                    if len(seen[how]) == 5:
+                        try:
+                            await asyncio.wait_for(getattr(subs[how], how)(), 10)
+                            outcomes[how] = "returned"
+                        except BaseException as exc:  # CancelledError, TimeoutError
+                            outcomes[how] = type(exc).__name__
+                            raise
+
+                return cb
+
+            for how in ("unsubscribe", "drain"):
+                subs[how] = await rs.subscribe("wfcb.x", cb=stopper(how))
+            await eventually(
+                lambda: _done(subs.values(), outcomes), what="both callbacks stopped their sub"
+            )
+            assert outcomes == {"unsubscribe": "returned", "drain": "returned"}
+            assert len(seen["unsubscribe"]) == 5  # nothing after it
+            for sub in subs.values():  # the SDK made them: deleted on the way out
+                await consumer_gone(rs, "WF_CB", sub.consumer)
+
+    run(body())
+
+
+async def _done(subs: Any, outcomes: dict[str, str]) -> bool | None:
+    return True if len(outcomes) == 2 and all(s.is_closed for s in subs) else None
