@@ -66,17 +66,33 @@ def _show_cluster(info: ClusterInfo) -> None:
     ]
     headers = ["Name", "Address", "Online", "Role", "Seen", "Tags", "Free"]
     print_table("Nodes (* meta leader)", headers, nodes)
+    labels = group_labels(info)
     groups = [
         (
-            "meta" if g.stream is None else f"stream {g.stream}",
+            labels[i],
             g.group.leader or "NONE",
             g.group.term,
             g.group.commit_index,
             _replicas(g.group),
         )
-        for g in info.groups
+        for i, g in enumerate(info.groups)
     ]
     print_table("Groups", ["Group", "Leader", "Term", "Commit", "Followers"], groups)
+
+
+def group_labels(info: ClusterInfo) -> list[str]:
+    """Each group's name for humans: ``meta``, or ``stream NAME``; ``stream ACCOUNT/NAME``
+    when the groups listed span several accounts (a ``$SYS`` user sees every account's,
+    and two accounts may each have an ORDERS)."""
+    accounts = {g.account for g in info.groups if g.stream is not None}
+    return [
+        "meta"
+        if g.stream is None
+        else f"stream {g.account}/{g.stream}"
+        if len(accounts) > 1
+        else f"stream {g.stream}"
+        for g in info.groups
+    ]
 
 
 @cluster.command("info")

@@ -9,6 +9,7 @@ import click
 import pytest
 
 from raftstream import errors
+from raftstream.cli_cluster import group_labels
 from raftstream.cli_common import (
     Conn,
     describe_error,
@@ -21,7 +22,14 @@ from raftstream.cli_common import (
 from raftstream.cli_pub import render
 from raftstream.cli_stream import _info_fields
 from raftstream.config import StreamConfig
-from raftstream.models import GroupInfo, ReplicaInfo, StreamInfo, StreamState
+from raftstream.models import (
+    ClusterGroup,
+    ClusterInfo,
+    GroupInfo,
+    ReplicaInfo,
+    StreamInfo,
+    StreamState,
+)
 
 S = 1_000_000_000
 
@@ -127,3 +135,28 @@ def test_stream_info_says_when_fewer_replicas_are_placed_than_configured() -> No
     assert short["Under-replicated"] == "2 of 3 replicas placed"
     full = dict(_info_fields(info((replica, replace(replica, name="n3")))))
     assert "Under-replicated" not in full
+
+
+def test_cluster_info_names_the_account_when_groups_span_several() -> None:
+    """A $SYS user sees every account's streams, and two accounts may each have an ORDERS:
+    the group names then carry the account; with one account they stay short."""
+
+    def info(*streams: tuple[str, str]) -> ClusterInfo:
+        group = GroupInfo(name="g", leader="n1")
+        return ClusterInfo(
+            name="c",
+            meta_leader="n1",
+            nodes=(),
+            groups=(
+                ClusterGroup(account=None, stream=None, group=group),
+                *(ClusterGroup(account=a, stream=s, group=group) for a, s in streams),
+            ),
+            answered_by="n1",
+        )
+
+    assert group_labels(info(("A", "ORDERS"), ("B", "ORDERS"))) == [
+        "meta",
+        "stream A/ORDERS",
+        "stream B/ORDERS",
+    ]
+    assert group_labels(info(("$G", "ORDERS"))) == ["meta", "stream ORDERS"]
