@@ -23,7 +23,7 @@ from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.auth import caller
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.limits import check_publish
-from raftstream.cluster.stream_leader import StreamGroup, answer_within, no_commit
+from raftstream.cluster.stream_leader import StreamGroup, answered_within
 from raftstream.errors import (
     NotFoundError,
     PermissionDeniedError,
@@ -130,7 +130,7 @@ class PublishServicer(pbg.PublishServiceServicer):
                     fut = g.submit_plain(subject, req.data)
                 else:
                     fut = g.submit(publish_args(req))
-                return fut if not timeout_ns else _answered_within(fut, timeout_ns / 1e9)
+                return fut if not timeout_ns else answered_within(fut, timeout_ns / 1e9, "publish")
             addr = self._leader_addr(sa, g) if sa is not None and not forwarded else None
             if addr is not None:
                 return ctx.forwarder.relay(addr).submit(req)  # the leader bounds it
@@ -230,32 +230,6 @@ class _Room:
         """Give a place back (a publish was answered)."""
         self._free += 1
         self._freed.set()
-
-
-def _answered_within(fut: asyncio.Future[Any], timeout_s: float) -> asyncio.Future[Any]:
-    """``fut``'s outcome, or UNAVAILABLE (``no_commit``) when it is not there a little
-    before ``timeout_s`` (``answer_within``); no task: a timer and a callback."""
-    loop = asyncio.get_running_loop()
-    out: asyncio.Future[Any] = loop.create_future()
-
-    def late() -> None:
-        if not out.done():
-            out.set_exception(no_commit("publish"))
-
-    timer = loop.call_later(answer_within(timeout_s) or 0.0, late)
-
-    def settled(f: asyncio.Future[Any]) -> None:
-        timer.cancel()
-        exc = _cancelled() if f.cancelled() else f.exception()  # retrieved even when late
-        if out.done():
-            return
-        if exc is not None:
-            out.set_exception(exc)
-        else:
-            out.set_result(f.result())
-
-    fut.add_done_callback(settled)
-    return out
 
 
 def _cancelled() -> UnavailableError:

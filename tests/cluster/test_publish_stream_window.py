@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from raftstream.cluster.services_publish import _answered_within
+from raftstream.cluster.stream_leader import answered_within
 from raftstream.errors import NotLeaderError, UnavailableError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
@@ -81,12 +81,12 @@ def test_an_item_with_timeout_ns_is_answered_unavailable_before_it_ends() -> Non
     async def main() -> None:
         loop = asyncio.get_running_loop()
         stuck: asyncio.Future[str] = loop.create_future()
-        answer = _answered_within(stuck, 0.05)
+        answer = answered_within(stuck, 0.05, "publish")
         with pytest.raises(UnavailableError, match="not committed in time"):
             await asyncio.wait_for(answer, 1.0)
         stuck.set_exception(NotLeaderError("late"))  # retrieved: no warning at collection
         quick: asyncio.Future[str] = loop.create_future()
-        answer = _answered_within(quick, 5.0)
+        answer = answered_within(quick, 5.0, "publish")
         quick.set_result("acked")
         assert await answer == "acked"
 
