@@ -340,6 +340,7 @@ class Node:
             reflection.SERVICE_NAME,
         )
         reflection.enable_server_reflection(names, server)
+        self._server = server  # from here on ``start`` stops it if anything fails
         listen = str(self.config.listen)
         try:
             if self._tls is None:
@@ -347,18 +348,14 @@ class Node:
             else:
                 creds = self._tls.server_credentials()
                 self.bound_port = int(server.add_secure_port(listen, creds))
-            if self.bound_port == 0:
-                raise RuntimeError("port 0")
-        except BaseException as exc:
-            await server.stop(None)  # not left to the garbage collector (see ``start``)
-            if isinstance(exc, RuntimeError):  # gRPC's "Failed to bind", naming no cause
-                raise OSError(
-                    f"cannot listen on {listen}: the port is taken (another node?) or the"
-                    " address is not this machine's"
-                ) from None
-            raise
+        except RuntimeError:  # gRPC's "Failed to bind", naming no cause
+            self.bound_port = 0
+        if self.bound_port == 0:
+            raise OSError(
+                f"cannot listen on {listen}: the port is taken (another node?) or the address"
+                " is not this machine's"
+            )
         await server.start()
-        self._server = server
 
     def _health_servicer(self) -> health.aio.HealthServicer:
         h = self._health
