@@ -278,12 +278,7 @@ def test_a_broken_stream_sends_again_what_is_safe_and_fails_the_rest():
                         if got >= 2:  # both read: the call breaks, unanswered
                             raise errors.UnavailableError("node shutting down")
                         continue
-                    yield pb.PublishResultBatch(
-                        results=[
-                            pb.PublishResult(id=r.id, ack=pb.PubAck(stream="S", seq=9))
-                            for r in batch.requests
-                        ]
-                    )
+                    yield _acked(batch, 9)
 
             node.on("PublishStream", handler)
             async with await raftstream.connect([node.addr], timeout=5) as rs:
@@ -337,12 +332,7 @@ def test_after_the_stream_breaks_the_next_publish_async_opens_a_new_one():
                 if opened[0] == 1:
                     raise errors.UnavailableError("node shutting down")
                 async for batch in requests:
-                    yield pb.PublishResultBatch(
-                        results=[
-                            pb.PublishResult(id=r.id, ack=pb.PubAck(stream="S", seq=7))
-                            for r in batch.requests
-                        ]
-                    )
+                    yield _acked(batch, 7)
 
             node.on("PublishStream", handler)
             async with await raftstream.connect([node.addr], timeout=5) as rs:
@@ -353,6 +343,15 @@ def test_after_the_stream_breaks_the_next_publish_async_opens_a_new_one():
             assert opened[0] == 2
 
     run(main())
+
+
+def _acked(batch: pb.PublishBatch, seq: int) -> pb.PublishResultBatch:
+    """Every request of ``batch`` acked as stream S's ``seq``."""
+    return pb.PublishResultBatch(
+        results=[
+            pb.PublishResult(id=r.id, ack=pb.PubAck(stream="S", seq=seq)) for r in batch.requests
+        ]
+    )
 
 
 class _NeverConnectedCall:
