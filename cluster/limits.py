@@ -485,7 +485,7 @@ def _meta_step_down(r: pb.MetaStepDownRequest, _: Limits) -> None:
     _node(r.preferred, "preferred")
 
 
-def _remove_peer(r: pb.RemovePeerRequest, _: Limits) -> None:
+def _peer(r: pb.RemovePeerRequest | pb.AddPeerRequest, _: Limits) -> None:
     validate_node_name(r.peer, "peer")
 
 
@@ -516,7 +516,8 @@ _CHECKS: Mapping[str, _Check] = {
     "ConsumeService/Ack": _ack,
     "ConsumeService/Consume": _check_consume,
     "ClusterService/StepDownMetaLeader": _meta_step_down,
-    "ClusterService/RemovePeer": _remove_peer,
+    "ClusterService/RemovePeer": _peer,
+    "ClusterService/AddPeer": _peer,
 }
 
 

@@ -16,8 +16,9 @@ mean the replica cannot go on.
 
 The state, per account: streams (``StreamAssignment``: config, peers with the preferred
 leader first, Raft group id, creation time) and their consumers (``ConsumerAssignment``);
-plus the peers removed from the cluster. A ``SubList`` per account, rebuilt from the
-streams and never snapshotted, answers "which stream captures this subject".
+plus the peers removed from the cluster (``PeerRemove``; ``PeerAdd`` readmits one). A
+``SubList`` per account, rebuilt from the streams and never snapshotted, answers "which
+stream captures this subject".
 
 Rules applied (see each ``_apply_*``): a stream name is unique per account; no two streams
 of an account capture overlapping subjects (``check_no_overlap``) nor mirror or source
@@ -46,6 +47,7 @@ from raftstream.cluster.meta_entries import (
     DeleteConsumer,
     DeleteStream,
     MetaEntry,
+    PeerAdd,
     PeerRemove,
     ReassignGroup,
     RepairCleared,
@@ -96,6 +98,7 @@ __all__ = [
     "MetaResult",
     "MetaState",
     "Page",
+    "PeerAdded",
     "PeerRemoved",
     "StreamAdded",
     "StreamAssignment",
@@ -158,6 +161,12 @@ class PeerRemoved:
 
 
 @dataclass(frozen=True, slots=True)
+class PeerAdded:
+    peer: str
+    readmitted: bool  # False: it was not removed (nothing changed)
+
+
+@dataclass(frozen=True, slots=True)
 class GroupReassigned:
     assignment: StreamAssignment
     previous: StreamAssignment
@@ -171,6 +180,7 @@ MetaResult = (
     | ConsumerUpdated
     | ConsumerDeleted
     | PeerRemoved
+    | PeerAdded
     | GroupReassigned
     | RepairRecorded
 )
@@ -282,6 +292,8 @@ class MetaState:
             return self._apply_delete_consumer(entry)
         if isinstance(entry, PeerRemove):
             return self._apply_peer_remove(entry)
+        if isinstance(entry, PeerAdd):
+            return self._apply_peer_add(entry)
         if isinstance(entry, RepairStart | RepairCleared | RepairDone):
             return self.repairs.apply(entry)
         invariant(isinstance(entry, ReassignGroup), f"unknown meta entry {type(entry).__name__}")
@@ -394,6 +406,12 @@ class MetaState:
         self._removed.add(e.peer)
         groups = tuple(sa.group for sa in self.streams_for_node(e.peer))
         return PeerRemoved(e.peer, newly_removed=newly, groups=groups)
+
+    def _apply_peer_add(self, e: PeerAdd) -> PeerAdded:
+        validate_node_name(e.peer, "peer")
+        readmitted = e.peer in self._removed
+        self._removed.discard(e.peer)
+        return PeerAdded(e.peer, readmitted=readmitted)
 
     def _apply_reassign(self, e: ReassignGroup) -> GroupReassigned:
         acct, old = self._stream(e.account, e.stream)

@@ -4,7 +4,8 @@ Every entry is a frozen value proposed by the meta leader AFTER it has made ever
 needs the cluster's live view (placement, an ephemeral consumer's name): replicas never
 consult anything but the entry and the replicated state, so they all apply the same choice.
 Every entry carries ``ts_ns``, the LEADER's time (nanoseconds since the epoch), and, except
-``PeerRemove`` and the repair entries (cluster-wide facts), the ``account`` it belongs to.
+``PeerRemove``, ``PeerAdd`` and the repair entries (cluster-wide facts), the ``account`` it
+belongs to.
 
 Encoding: ``u8 FORMAT_VERSION | u8 kind | canonical JSON body`` (UTF-8, sorted keys, no
 spaces). JSON rather than the binary framing of ``engine/entries.py`` because definitions
@@ -37,6 +38,7 @@ __all__ = [
     "DeleteConsumer",
     "DeleteStream",
     "MetaEntry",
+    "PeerAdd",
     "PeerRemove",
     "ReassignGroup",
     "RepairCleared",
@@ -75,6 +77,7 @@ class _Kind(enum.IntEnum):
     REPAIR_START = 9
     REPAIR_CLEARED = 10
     REPAIR_DONE = 11
+    PEER_ADD = 12
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,6 +161,18 @@ class PeerRemove:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PeerAdd:
+    """An operator readmitted ``peer``, which ``PeerRemove`` took out: replicas may be placed
+    on it again. Applying it only drops the removal; the meta leader's next repair plan
+    (``cluster.placement.plan_repairs``) gives groups left short of their replica count a
+    replica on it once it is online.
+    """
+
+    peer: str
+    ts_ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReassignGroup:
     """Replace the peers of a stream's group (a removed peer replaced, a lost replica
     restored, or the preferred-leader order changed). ``prior_peers`` guards as in
@@ -213,6 +228,7 @@ MetaEntry = (
     | UpdateConsumer
     | DeleteConsumer
     | PeerRemove
+    | PeerAdd
     | ReassignGroup
     | RepairStart
     | RepairCleared
@@ -227,6 +243,7 @@ _KIND_OF: Mapping[type[Any], _Kind] = {
     UpdateConsumer: _Kind.UPDATE_CONSUMER,
     DeleteConsumer: _Kind.DELETE_CONSUMER,
     PeerRemove: _Kind.PEER_REMOVE,
+    PeerAdd: _Kind.PEER_ADD,
     ReassignGroup: _Kind.REASSIGN_GROUP,
     RepairStart: _Kind.REPAIR_START,
     RepairCleared: _Kind.REPAIR_CLEARED,

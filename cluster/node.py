@@ -151,8 +151,9 @@ def configure_logging(node: str, level: int = logging.INFO) -> None:
 class Node:
     """One raftstream node (see the module docstring). Keyword-only: ``Node(config=...)``."""
 
-    def __init__(self, *, config: NodeConfig) -> None:
+    def __init__(self, *, config: NodeConfig, join: bool = False) -> None:
         self.config = config
+        self._join = join  # ``raftstream server --join`` (cluster/repair.py ``prepare``)
         self.metrics = NodeMetrics(config.name)
         self.groups: dict[str, StreamGroup] = {}
         self._peer_seen: dict[str, int] = {}
@@ -163,6 +164,7 @@ class Node:
         self._stopped = asyncio.Event()
         self._reconcile_lock = asyncio.Lock()
         self._lingering: dict[str, float | None] = {}  # group -> since when leaderless
+        self._live_peers: frozenset[str] = frozenset()  # as the meta leader last saw them
         self._server: Any = None
         self._meta_started = False
         self._repair_id: str | None = None
@@ -197,7 +199,9 @@ class Node:
         store_dir = data / "store"
         # Damaged Raft data is found and quarantined before anything opens it; the node then
         # runs no group until its peers took it out of their membership (cluster/repair.py).
-        self._repair_id = prepare(data, has_peers=len(set(cfg.peers) - {cfg.name}) > 0)
+        self._repair_id = prepare(
+            data, has_peers=len(set(cfg.peers) - {cfg.name}) > 0, join=self._join
+        )
         # The engine stores are a cache of the Raft logs: rebuilt from them at every start.
         shutil.rmtree(store_dir, ignore_errors=True)
         # Address space, not disk: the file grows with the data (LMDB needs the bound).
@@ -515,6 +519,13 @@ class Node:
             self.metrics.observe_group(
                 META_GROUP, applied=st.applied, term=st.term, leader=st.leader == self.config.name
             )
+            if st.leader == self.config.name:
+                live = frozenset(n for n in self.config.peers if self.ctx.peer_live(n))
+                if live != self._live_peers:
+                    # A node that came online (back, readmitted, repaired) may take the
+                    # replicas of groups left short: the meta leader plans again.
+                    self._live_peers = live
+                    self.meta.poke()
             if st.leader != meta_leader:
                 meta_leader = st.leader
                 self.meta.poke()  # a new meta leader resumes any interrupted repair
@@ -652,12 +663,13 @@ def unlock_data_dir(fd: int) -> None:
     os.close(fd)  # the lock goes with the descriptor; the file stays (harmless)
 
 
-async def run_node(config: NodeConfig) -> None:
-    """Run a node until SIGINT or SIGTERM, then stop it gracefully."""
+async def run_node(config: NodeConfig, *, join: bool = False) -> None:
+    """Run a node until SIGINT or SIGTERM, then stop it gracefully. ``join``: a node with
+    no Raft data joins the running cluster as a new member (``cluster/repair.py``)."""
     # A crash in C code (gRPC, LMDB) then leaves a Python traceback in the node's log rather
     # than a silent exit.
     faulthandler.enable()
-    node = Node(config=config)
+    node = Node(config=config, join=join)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

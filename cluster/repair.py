@@ -25,6 +25,10 @@ damage there is repaired locally by the wipe every start does anyway.
 When a majority of the cluster is damaged no meta leader exists to ask: the node keeps
 asking (logging that it cannot be repaired yet) and never serves; nothing in that case can
 tell which copy of the data is right.
+
+The same protocol brings back a node that has no Raft data at all (``--join``: a disk that
+was replaced, a new machine under the node's name): ``prepare`` writes the marker for it.
+A node ``PeerRemove`` took out is refused until an operator readmits it (``PeerAdd``).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from raftstream.errors import (
     DataLossError,
     InvalidArgumentError,
     InvariantError,
+    PreconditionError,
     RaftStreamError,
     UnavailableError,
 )
@@ -82,6 +87,7 @@ SCRUB_BATCH_BYTES_MAX = 8 << 20  # entries read per step of the scrub
 REPAIR_POLL_S = 0.3  # between two steps of a repair that is under way
 REPAIR_RETRY_S = 0.5  # after a failed call (no leader, a peer down)
 REPAIR_CALL_TIMEOUT_S = 5.0
+REPAIR_LOG_EVERY_S = 10.0  # how often a repair that cannot go on says why
 CHANGE_TIMEOUT_MS = 5_000
 _SVC = "/raftstream.repair.v1.RepairService/"
 
@@ -142,14 +148,30 @@ def _read_marker(data: Path) -> str | None:
     return str(repair_id)
 
 
-def prepare(data: Path, *, has_peers: bool) -> str | None:
+def prepare(data: Path, *, has_peers: bool, join: bool = False) -> str | None:
     """Scrub ``data/raft``; quarantine it if damaged. Returns the repair id the node is
     under (a new one after a quarantine, the marker's when a repair was interrupted), or
     None for a healthy node with no repair pending. A node with no peers has nobody to be
     repaired from: its damaged data stays where it is and ``DataLossError`` is raised (the
-    node refuses to start)."""
+    node refuses to start).
+
+    ``join`` (``raftstream server --join``): a node with no Raft data joins a running
+    cluster as a new member (a lost disk, a replacement machine under the node's name): the
+    same protocol as a repair, so it never votes or acknowledges from an empty log its
+    peers may count. A node that has Raft data is a member already: ``join`` is ignored
+    (logged), so the flag may stay in a service definition."""
     raft = data / "raft"
     pending = _read_marker(data)
+    if join:
+        if not has_peers:
+            raise InvalidArgumentError("join", "a node without peers has no cluster to join")
+        if pending is None and not (raft / "data.mdb").exists():
+            repair_id = secrets.token_hex(8)
+            _write_marker(data, repair_id, "joining a running cluster (--join)")
+            log.warning("joining the cluster as a new member: repair %s", repair_id)
+            return repair_id
+        if pending is None:
+            log.info("--join ignored: %s holds Raft data (this node is a member)", raft)
     try:
         scrub_raft_env(raft)
     except DataLossError as exc:
@@ -252,6 +274,8 @@ class RepairClient:
         self._auth = auth  # its calls carry the node token (peers refuse them otherwise)
         self._turn = 0
         self._failing_since: float | None = None
+        self._refusal = ""  # the last refusal logged, and when
+        self._refused_at = 0.0
 
     async def run(self) -> None:
         meta_started = False
@@ -271,7 +295,9 @@ class RepairClient:
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(RaftStreamError),
             wait=wait_fixed(REPAIR_RETRY_S),
-            before_sleep=lambda _: self._note_failure(),
+            before_sleep=lambda state: self._note_failure(
+                state.outcome.exception() if state.outcome is not None else None
+            ),
             reraise=True,
         )
         async for attempt in retrying:
@@ -291,16 +317,27 @@ class RepairClient:
                 return resp
         raise InvalidArgumentError("peers", "no peer to ask")  # pragma: no cover
 
-    def _note_failure(self) -> None:
+    def _note_failure(self, exc: BaseException | None) -> None:
+        """Log why the repair does not go on: a refusal an operator must act on (a removed
+        node) at once and then every ``REPAIR_LOG_EVERY_S``; no meta leader answering only
+        once that lasted ``REPAIR_LOG_EVERY_S`` (a peer that is not the leader refuses the
+        node's call when it cannot forward it: the next peer is asked)."""
         now = time.monotonic()
+        if isinstance(exc, PreconditionError):
+            self._failing_since = None  # a meta leader answered
+            if str(exc) != self._refusal or now - self._refused_at > REPAIR_LOG_EVERY_S:
+                self._refusal, self._refused_at = str(exc), now
+                log.warning("repair %s: refused: %s", self._id, exc)
+            return
         if self._failing_since is None:
             self._failing_since = now
-        elif now - self._failing_since > 10.0:
+        elif now - self._failing_since > REPAIR_LOG_EVERY_S:
             self._failing_since = now
             log.warning(
                 "repair %s: no meta leader answers (a majority down or damaged?): this node "
-                "keeps refusing to serve until a healthy majority repairs it",
+                "keeps refusing to serve until a healthy majority repairs it (last error: %s)",
                 self._id,
+                exc,
             )
 
 
@@ -325,6 +362,11 @@ async def repair_step(ctx: ServiceContext, node: str, repair_id: str) -> rpb.Rep
         raise InvalidArgumentError("node", f"{node!r} is not a node of this cluster")
     if node == ctx.node_id:
         raise InvalidArgumentError("node", "the meta leader is not under repair")
+    if node in meta.state.removed_peers:
+        raise PreconditionError(
+            f"node {node!r} was removed from the cluster (peer-remove): readmit it first with"
+            f" `raftstream cluster peer-add {node}`"
+        )
     rec = meta.state.repairs.get(node)
     voters, learners = host.voters(META_GROUP), host.learners(META_GROUP)
     if rec is None or rec.repair_id != repair_id:

@@ -1,4 +1,5 @@
-"""``raftstream.v1.ClusterService``: cluster info, meta leader step-down, peer removal.
+"""``raftstream.v1.ClusterService``: cluster info, meta leader step-down, peer removal and
+readmission.
 
 Cluster info is answered by any node from what it knows: every configured node (online when
 this node heard from it recently; its placement cluster, tags and free space as it last
@@ -11,11 +12,15 @@ no new replica is placed on the peer; the meta leader then re-places the peer's 
 (``plan_repairs``, proposed by ``cluster/meta_group.py`` after the removal applies and on
 every election), and each stream group's leader carries the new peers out one server at a
 time (``cluster/membership.py``). The call returns once the removal is recorded; the
-repair follows asynchronously (watch the stream's cluster info).
+repair follows asynchronously (watch the stream's cluster info). Readmission (``AddPeer``)
+drops the removal: the meta leader's next repair plan gives groups left short of their
+replica count a replica on the node once it is online (``cluster/node.py`` plans again when
+a node comes online). A node that lost its data comes back through the repair protocol
+(``raftstream server --join``, ``cluster/repair.py``), which waits for the readmission.
 
 With ``[auth]`` (docs/security.md), any authenticated user may read cluster info, but it
 lists only its own account's stream groups; users of the ``$SYS`` account see every group
-and alone may step the meta leader down or remove a peer.
+and alone may step the meta leader down or remove or readmit a peer.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import time
 from typing import Any
 
 from raftstream.cluster.context import ServiceContext, caller_of, time_left
-from raftstream.cluster.meta_entries import PeerRemove
+from raftstream.cluster.meta import PeerAdded
+from raftstream.cluster.meta_entries import PeerAdd, PeerRemove
 from raftstream.cluster.meta_group import META_GROUP
 from raftstream.cluster.services_streams import group_info, step_down
 from raftstream.errors import InvalidArgumentError
@@ -133,3 +139,22 @@ class ClusterServicer(pbg.ClusterServiceServicer):
             PeerRemove(peer=request.peer, ts_ns=time.time_ns()), time_left(context)
         )
         return pb.RemovePeerResponse()
+
+    @map_errors
+    async def AddPeer(self, request: pb.AddPeerRequest, context: Any) -> pb.AddPeerResponse:
+        ctx = self._ctx
+        caller_of(context).check_system("peer readmission")
+        if not ctx.meta.is_leader and not ctx.forwarded(context):
+            return await ctx.to_meta_leader(
+                _SVC + "AddPeer", request, pb.AddPeerResponse.FromString, time_left(context)
+            )
+        if request.peer not in ctx.config.peers:
+            raise InvalidArgumentError(
+                "peer",
+                f"{request.peer!r} is not a node of this cluster (a node is added to every"
+                " node's peers first)",
+            )
+        result = await ctx.meta.propose(
+            PeerAdd(peer=request.peer, ts_ns=time.time_ns()), time_left(context)
+        )
+        return pb.AddPeerResponse(readmitted=isinstance(result, PeerAdded) and result.readmitted)

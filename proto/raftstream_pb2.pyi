@@ -2075,7 +2075,8 @@ class NodeInfo(_message.Message):
     version: _builtins.str
     removed: _builtins.bool
     """Taken out of the cluster with RemovePeer: no replica is placed on it any more (it may
-    still run, and still be a meta voter by its position in the configured peers).
+    still run, and still be a meta voter by its position in the configured peers) until
+    AddPeer readmits it.
     """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -2222,3 +2223,43 @@ class RemovePeerResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RemovePeerResponse: _TypeAlias = RemovePeerResponse  # noqa: Y015
+
+@_typing.final
+class AddPeerRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PEER_FIELD_NUMBER: _builtins.int
+    peer: _builtins.str
+    """node name: one of the configured peers"""
+    def __init__(
+        self,
+        *,
+        peer: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["peer", b"peer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddPeerRequest: _TypeAlias = AddPeerRequest  # noqa: Y015
+
+@_typing.final
+class AddPeerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    READMITTED_FIELD_NUMBER: _builtins.int
+    readmitted: _builtins.bool
+    """false: the node was not removed (nothing changed)"""
+    def __init__(
+        self,
+        *,
+        readmitted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["readmitted", b"readmitted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddPeerResponse: _TypeAlias = AddPeerResponse  # noqa: Y015

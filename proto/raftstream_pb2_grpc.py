@@ -1356,6 +1356,11 @@ class ClusterServiceStub:
                 request_serializer=raftstream_dot_proto_dot_raftstream__pb2.RemovePeerRequest.SerializeToString,
                 response_deserializer=raftstream_dot_proto_dot_raftstream__pb2.RemovePeerResponse.FromString,
                 _registered_method=True)
+        self.AddPeer = channel.unary_unary(
+                '/raftstream.v1.ClusterService/AddPeer',
+                request_serializer=raftstream_dot_proto_dot_raftstream__pb2.AddPeerRequest.SerializeToString,
+                response_deserializer=raftstream_dot_proto_dot_raftstream__pb2.AddPeerResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -1383,6 +1388,15 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddPeer(self, request, context):
+        """Readmit a node RemovePeer took out: replicas may be placed on it again (groups left
+        short of their replica count get it back once it is online). A node whose data was
+        lost comes back with `raftstream server --join`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1400,6 +1414,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.RemovePeer,
                     request_deserializer=raftstream_dot_proto_dot_raftstream__pb2.RemovePeerRequest.FromString,
                     response_serializer=raftstream_dot_proto_dot_raftstream__pb2.RemovePeerResponse.SerializeToString,
+            ),
+            'AddPeer': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPeer,
+                    request_deserializer=raftstream_dot_proto_dot_raftstream__pb2.AddPeerRequest.FromString,
+                    response_serializer=raftstream_dot_proto_dot_raftstream__pb2.AddPeerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1484,6 +1503,33 @@ class ClusterService:
             '/raftstream.v1.ClusterService/RemovePeer',
             raftstream_dot_proto_dot_raftstream__pb2.RemovePeerRequest.SerializeToString,
             raftstream_dot_proto_dot_raftstream__pb2.RemovePeerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPeer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftstream.v1.ClusterService/AddPeer',
+            raftstream_dot_proto_dot_raftstream__pb2.AddPeerRequest.SerializeToString,
+            raftstream_dot_proto_dot_raftstream__pb2.AddPeerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -571,6 +571,11 @@ class ClusterServiceStub:
     """Ask the meta leader to step down (to `preferred` when set)."""
     RemovePeer: _grpc.UnaryUnaryMultiCallable[_raftstream_pb2.RemovePeerRequest, _raftstream_pb2.RemovePeerResponse]
     """Remove a (dead) peer: the meta leader re-places its replicas to restore replica counts."""
+    AddPeer: _grpc.UnaryUnaryMultiCallable[_raftstream_pb2.AddPeerRequest, _raftstream_pb2.AddPeerResponse]
+    """Readmit a node RemovePeer took out: replicas may be placed on it again (groups left
+    short of their replica count get it back once it is online). A node whose data was
+    lost comes back with `raftstream server --join`.
+    """
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -583,6 +588,11 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     """Ask the meta leader to step down (to `preferred` when set)."""
     RemovePeer: _aio.UnaryUnaryMultiCallable[_raftstream_pb2.RemovePeerRequest, _raftstream_pb2.RemovePeerResponse]  # type: ignore[assignment]
     """Remove a (dead) peer: the meta leader re-places its replicas to restore replica counts."""
+    AddPeer: _aio.UnaryUnaryMultiCallable[_raftstream_pb2.AddPeerRequest, _raftstream_pb2.AddPeerResponse]  # type: ignore[assignment]
+    """Readmit a node RemovePeer took out: replicas may be placed on it again (groups left
+    short of their replica count get it back once it is online). A node whose data was
+    lost comes back with `raftstream server --join`.
+    """
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     """Cluster administration."""
@@ -610,5 +620,16 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_raftstream_pb2.RemovePeerResponse, _abc.Awaitable[_raftstream_pb2.RemovePeerResponse]]:
         """Remove a (dead) peer: the meta leader re-places its replicas to restore replica counts."""
+
+    @_abc_1.abstractmethod
+    def AddPeer(
+        self,
+        request: _raftstream_pb2.AddPeerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_raftstream_pb2.AddPeerResponse, _abc.Awaitable[_raftstream_pb2.AddPeerResponse]]:
+        """Readmit a node RemovePeer took out: replicas may be placed on it again (groups left
+        short of their replica count get it back once it is online). A node whose data was
+        lost comes back with `raftstream server --join`.
+        """
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

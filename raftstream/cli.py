@@ -57,6 +57,9 @@ Example (a 3-node cluster; run the same with n2 and n3 on their own addresses):
 Or everything on this machine at once (--tls: mutual TLS, certificates made under
 ./data/certs):
   raftstream server --local-cluster 3 --data ./data [--tls]
+\b
+A node whose data was lost (or a new machine under its name) comes back empty with --join:
+it rejoins every group as a new member (docs/operations.md).
 """
 
 CERTS_HELP = """Make a throw-away CA and certificates for local TLS (docs/tls.md).
@@ -103,6 +106,12 @@ def cli() -> None:
     help="Start N local nodes on 127.0.0.1:7101.. (data under --data, ./data).",
 )
 @click.option(
+    "--join",
+    is_flag=True,
+    help="Join the running cluster as a new member when --data holds no Raft data (a lost"
+    " disk, a replacement machine under this name). Ignored once the node has data.",
+)
+@click.option(
     "--log-level",
     default="INFO",
     show_default=True,
@@ -122,6 +131,7 @@ def server(
     tls_key: str | None,
     local_tls: bool,
     local_cluster: int | None,
+    join: bool,
     log_level: str,
 ) -> None:
     if local_cluster is not None:
@@ -129,6 +139,9 @@ def server(
         return
     if local_tls:
         click.echo("raftstream server: --tls goes with --local-cluster", err=True)
+        sys.exit(2)
+    if join and local_cluster is not None:
+        click.echo("raftstream server: --join is for one node, not --local-cluster", err=True)
         sys.exit(2)
     # Imported here: the node is not part of the SDK (layering: the SDK never loads it).
     import asyncio
@@ -156,7 +169,10 @@ def server(
         sys.exit(2)
     configure_logging(config.name, getattr(logging, log_level))
     try:
-        asyncio.run(run_node(config))
+        asyncio.run(run_node(config, join=join))
+    except InvalidArgumentError as exc:
+        click.echo(f"raftstream server: {exc}", err=True)
+        sys.exit(2)
     except DataLossError as exc:
         # Damaged stored data (e.g. a truncated LMDB file): refuse to serve, in one line.
         click.echo(f"raftstream server: refusing to start: DataLossError: {exc}", err=True)

@@ -1,4 +1,4 @@
-"""``raftstream cluster ...``: info, step-down, peer-remove."""
+"""``raftstream cluster ...``: info, step-down, peer-remove, peer-add."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ __all__ = ["cluster"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cluster() -> None:
-    """Inspect and operate the cluster: info, step-down, peer-remove.
+    """Inspect and operate the cluster: info, step-down, peer-remove, peer-add.
 
     \b
     Example:
@@ -155,7 +155,8 @@ def peer_remove_cmd(conn: Conn, name: str, force: bool, allow_online: bool) -> N
     """Remove a dead node from the cluster; its replicas are placed elsewhere.
 
     A node the cluster sees online is refused unless --online is given: removing a live
-    node by mistake takes a copy of each of its streams away at once.
+    node by mistake takes a copy of each of its streams away at once. Bring a removed node
+    back with peer-add.
 
     \b
     Example:
@@ -174,3 +175,24 @@ def peer_remove_cmd(conn: Conn, name: str, force: bool, allow_online: bool) -> N
     confirm_or_refuse(f"remove node {name} from the cluster", force)
     run(conn, lambda c: c.remove_peer(name))
     click.echo(f"Removed peer {name}")
+
+
+@cluster.command("peer-add")
+@click.argument("name")
+@connection_options
+def peer_add_cmd(conn: Conn, name: str) -> None:
+    """Readmit a node that peer-remove took out of the cluster.
+
+    Replicas may be placed on it again; streams left short of their replica count get a
+    replica on it once it is online. A node that kept its data directory just restarts.
+    A node whose data was lost (or a new machine under its name) starts empty with
+    `raftstream server --join`: it rejoins every group as a new member.
+
+    \b
+    Example:
+      raftstream cluster peer-add n3
+    """
+    if run(conn, lambda c: c.add_peer(name)):
+        click.echo(f"Readmitted peer {name}")
+    else:
+        click.echo(f"Peer {name} was not removed; nothing to do")

@@ -569,6 +569,19 @@ class Client:
 
         await self._call(None, invoke, timeout=timeout, idempotent=False)
 
+    async def add_peer(self, peer: str, *, timeout: float | None = None) -> bool:
+        """Readmit a node ``remove_peer`` took out: replicas may be placed on it again, and
+        streams left short of their replica count get one on it once it is online. Returns
+        False when the node was not removed (nothing changed). Retried when ambiguous (a
+        readmission is idempotent)."""
+        req = pb.AddPeerRequest(peer=peer)
+
+        async def invoke(stubs: Stubs, left_s: float) -> bool:
+            resp = await stubs.cluster.AddPeer(req, timeout=left_s)
+            return bool(resp.readmitted)
+
+        return await self._call(None, invoke, timeout=timeout, idempotent=True)
+
     # -- cluster ------------------------------------------------------------------------------
 
     async def cluster_info(self, *, timeout: float | None = None) -> ClusterInfo:

@@ -22,7 +22,7 @@ from raftstream.cluster.meta_entries import (
 )
 from raftstream.cluster.repair import MARKER, QUARANTINE, finish, prepare, scrub_raft_env
 from raftstream.cluster.repair_state import RepairBook
-from raftstream.errors import ConflictError, DataLossError, NotFoundError
+from raftstream.errors import ConflictError, DataLossError, InvalidArgumentError, NotFoundError
 from raftstream.raft.storage import LmdbLogStorage
 from raftstream.raft.storage.api import GroupWrite
 from raftstream.raft.types import ConfChangeType, Entry, HardState
@@ -85,6 +85,27 @@ def test_a_node_without_peers_refuses_and_keeps_its_data(tmp_path: Path) -> None
         prepare(tmp_path, has_peers=False)
     assert (tmp_path / "raft" / "data.mdb").is_file()
     assert not (tmp_path / MARKER).exists()
+
+
+def test_join_puts_a_node_without_raft_data_under_repair(tmp_path: Path) -> None:
+    """``--join``: an empty data directory joins as a new member (a durable marker, as for a
+    repair); a restart with the flag resumes that repair; once over, the flag is ignored."""
+    repair_id = prepare(tmp_path, has_peers=True, join=True)
+    assert repair_id
+    assert json.loads((tmp_path / MARKER).read_text())["repair_id"] == repair_id
+    assert prepare(tmp_path, has_peers=True, join=True) == repair_id
+    finish(tmp_path)
+    make_env(tmp_path / "raft")  # what the repair left: a member's Raft data
+    assert prepare(tmp_path, has_peers=True, join=True) is None
+    assert not (tmp_path / MARKER).exists()
+
+
+def test_join_needs_peers_and_leaves_a_member_alone(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError) as err:
+        prepare(tmp_path, has_peers=False, join=True)
+    assert err.value.field == "join"
+    assert not (tmp_path / MARKER).exists()
+    assert prepare(tmp_path, has_peers=True) is None  # without the flag: a fresh node
 
 
 def test_a_damaged_marker_still_means_a_repair(tmp_path: Path) -> None:

@@ -304,6 +304,12 @@ def test_cluster_info_and_step_down(cluster: Any) -> None:
     assert res_rm.returncode == 1 and "node n3 is online" in one_error_line(res_rm)
     after = json.loads(ok(cluster, "cluster", "info", "--json"))
     assert sorted(n["name"] for n in after["nodes"]) == ["n1", "n2", "n3"]
+    # peer-add readmits a removed node; a member is left as it is, an unknown name refused.
+    assert "Peer n3 was not removed; nothing to do" in ok(cluster, "cluster", "peer-add", "n3")
+    res_add = rs(cluster, "cluster", "peer-add", "n9")
+    assert res_add.returncode == 1 and "'n9' is not a node of this cluster" in one_error_line(
+        res_add
+    )
 
 
 def test_bench_pub_prints_a_table_and_removes_its_stream(cluster: Any) -> None:

@@ -122,8 +122,10 @@ class LocalCluster:
         path.write_text(self._spec(name).toml())
         return path
 
-    def start(self, name: str) -> None:
-        self.nodes.start_process(name, config_argv(self._write_config(name)))
+    def start(self, name: str, *flags: str) -> None:
+        """Start ``name`` from its config file; ``flags``: more ``raftstream server`` flags
+        (``--join``)."""
+        self.nodes.start_process(name, [*config_argv(self._write_config(name)), *flags])
 
     def start_all(self) -> None:
         for name in self.names:

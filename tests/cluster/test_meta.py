@@ -15,6 +15,7 @@ from raftstream.cluster.meta import (
     ConsumerAdded,
     GroupReassigned,
     MetaState,
+    PeerAdded,
     PeerRemoved,
     StreamAdded,
     StreamDeleted,
@@ -23,6 +24,7 @@ from raftstream.cluster.meta import (
 from raftstream.cluster.meta_entries import (
     AddConsumer,
     MetaEntry,
+    PeerAdd,
     PeerRemove,
     ReassignGroup,
     encode_entry,
@@ -376,6 +378,18 @@ def test_peer_remove_records_the_peer_and_lists_its_groups() -> None:
     assert isinstance(again, PeerRemoved) and not again.newly_removed
     err = refused(state, add_stream("C", "c", peers=("n3",)), InvalidArgumentError)
     assert field_of(err) == "peers"
+
+
+def test_peer_add_readmits_a_removed_peer() -> None:
+    """PeerAdd drops the removal, so replicas may be placed on the peer again; readmitting
+    a peer that was not removed changes nothing and says so."""
+    state = state_with(add_stream("A", "a", peers=PEERS3), PeerRemove(peer="n3", ts_ns=2))
+    assert state.apply(PeerAdd(peer="n3", ts_ns=3)) == PeerAdded("n3", readmitted=True)
+    assert state.removed_peers == frozenset()
+    state.apply(add_stream("C", "c", peers=("n3",)))  # placeable again
+    assert state.apply(PeerAdd(peer="n3", ts_ns=4)) == PeerAdded("n3", readmitted=False)
+    err = refused(state, PeerAdd(peer="bad name", ts_ns=5), InvalidArgumentError)
+    assert field_of(err) == "peer"
 
 
 def test_reassign_group_replaces_the_peers() -> None:

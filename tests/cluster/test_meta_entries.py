@@ -17,6 +17,7 @@ from raftstream.cluster.meta_entries import (
     DeleteConsumer,
     DeleteStream,
     MetaEntry,
+    PeerAdd,
     PeerRemove,
     ReassignGroup,
     UpdateConsumer,
@@ -50,6 +51,7 @@ ENTRIES: list[MetaEntry] = [
     DeleteConsumer(account="$G", stream="ORDERS", name="C", ts_ns=6),
     PeerRemove(peer="n3", ts_ns=7),
     ReassignGroup(account="$G", stream="ORDERS", peers=("n2",), prior_peers=("n3",), ts_ns=8),
+    PeerAdd(peer="n3", ts_ns=9),
 ]
 
 

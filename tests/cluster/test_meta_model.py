@@ -21,6 +21,7 @@ from raftstream.cluster.meta_entries import (
     DeleteConsumer,
     DeleteStream,
     MetaEntry,
+    PeerAdd,
     PeerRemove,
     ReassignGroup,
     UpdateConsumer,
@@ -83,6 +84,7 @@ entries: st.SearchStrategy[MetaEntry] = st.one_of(
         DeleteConsumer, account=accounts, stream=streams, name=st.sampled_from(CONSUMERS), ts_ns=ts
     ),
     st.builds(PeerRemove, peer=st.sampled_from(NODES), ts_ns=ts),
+    st.builds(PeerAdd, peer=st.sampled_from(NODES), ts_ns=ts),
     st.builds(
         ReassignGroup,
         account=accounts,

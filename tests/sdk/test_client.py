@@ -427,6 +427,29 @@ def test_admin_calls_send_their_fields_and_are_not_retried_when_ambiguous():
     run(main())
 
 
+def test_add_peer_sends_the_name_says_whether_it_readmitted_and_retries_when_ambiguous():
+    """A readmission is idempotent (it only drops a removal), so a bare UNAVAILABLE is
+    retried."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            answers = [None, pb.AddPeerResponse(readmitted=True), pb.AddPeerResponse()]
+
+            async def add(req: Any, ctx: Any) -> Any:
+                answer = answers.pop(0)
+                if answer is None:
+                    raise errors.UnavailableError("connection reset by peer")
+                return answer
+
+            node.on("AddPeer", add)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                assert await rs.add_peer("n3") is True
+                assert await rs.add_peer("n3") is False
+            assert [c.request.peer for c in node.calls_to("AddPeer")] == ["n3"] * 3
+
+    run(main())
+
+
 def test_bad_numbers_and_headers_are_refused_naming_the_argument_before_sending():
     """Protobuf would refuse these with a bare ValueError/TypeError naming nothing."""
 

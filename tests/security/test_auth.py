@@ -378,6 +378,8 @@ def test_user_permissions_hold(cluster: LocalCluster) -> None:
                 carol.delete_stream("ORDERS"),
                 carol.add_stream(StreamConfig(name="CAROL", subjects=("carol.>",))),
                 carol.meta_leader_stepdown(),
+                carol.remove_peer("n1"),
+                carol.add_peer("n1"),
             ):
                 with pytest.raises(errors.PermissionDeniedError):
                     await forbidden

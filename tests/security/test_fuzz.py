@@ -286,6 +286,7 @@ def templates() -> dict[str, list[Any]]:
         "GetClusterInfo": [pb.ClusterInfoRequest()],
         "StepDownMetaLeader": [pb.MetaStepDownRequest()],
         "RemovePeer": [pb.RemovePeerRequest(peer="n9")],
+        "AddPeer": [pb.AddPeerRequest(peer="n9")],
     }
 
 

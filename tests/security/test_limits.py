@@ -178,6 +178,7 @@ def test_publish_fields(request_: pb.PublishRequest, field: str) -> None:
             "start.queue",
         ),
         ("ClusterService/RemovePeer", pb.RemovePeerRequest(peer=""), "peer"),
+        ("ClusterService/AddPeer", pb.AddPeerRequest(peer="a b"), "peer"),
     ],
 )
 def test_every_rpc_checks_its_fields(method: str, request_: Any, field: str) -> None:

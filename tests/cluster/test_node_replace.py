@@ -1,0 +1,101 @@
+"""Integration: a node that died for good is removed, then brought back (docs/operations.md).
+
+On a 3-node cluster an R3 stream's replica node is killed (kill -9) and removed with
+``remove_peer``: with no spare node the stream stays at 2 of 3 replicas. The node then comes
+back in one of two ways:
+
+- **its data lost** (the data directory wiped: a new disk, a new machine under its name): it
+  starts empty with ``--join``. Until an operator readmits it, the meta leader refuses its
+  repair and the node serves nothing, saying why in its log; after ``add_peer`` it rejoins as
+  a new member;
+- **its data kept**: it restarts as it was, and ``add_peer`` readmits it.
+
+Either way the meta leader then gives the stream its third replica back on that node, which
+ends up holding every message: shown by making it the stream's leader and reading every
+message from it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import raftstream
+from raftstream import StreamConfig
+
+from .node_harness import LocalCluster, retry_async, run
+from .test_node_repair import _lead_and_read_all, _publish, _removed_nodes, _wait_replicas
+
+pytestmark = pytest.mark.integration
+
+MSGS = 30
+REFUSAL_WAIT_S = 15.0
+
+
+@pytest.fixture
+def cluster3(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    c = LocalCluster(3)
+    try:
+        c.start_all()
+        yield c
+        rep = getattr(request.node, "rep_call", None)
+        if rep is not None and rep.failed:
+            print(c.tails(60))
+    except BaseException:
+        print(c.tails(60))
+        raise
+    finally:
+        c.close()
+
+
+def _wait_log(cluster: LocalCluster, name: str, text: str) -> None:
+    deadline = time.monotonic() + REFUSAL_WAIT_S
+    while text not in cluster.nodes.log_tail(name, 400):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} never logged {text!r}:\n{cluster.tails(40)}")
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("data", ["lost", "kept"])
+def test_a_removed_node_is_readmitted_and_gets_its_replica_back(
+    cluster3: LocalCluster, data: str
+) -> None:
+    async def body() -> None:
+        js = await raftstream.connect(servers=cluster3.servers, timeout=20)
+        try:
+            await js.add_stream(StreamConfig(name="RJ", subjects=("rj.>",), num_replicas=3))
+            await _publish(js, "RJ", 0, MSGS)
+            victim = next(n for n in sorted(cluster3.names) if n != cluster3.wait_meta_leader())
+            survivors = {n for n in cluster3.names if n != victim}
+            cluster3.kill(victim)
+            await retry_async(lambda: js.remove_peer(victim))
+            await _wait_replicas(js, "RJ", survivors)  # short: no spare node to take it
+            assert await _removed_nodes(js, victim) == {victim}
+            await _publish(js, "RJ", MSGS, 5)  # committed by the two survivors alone
+
+            if data == "lost":
+                shutil.rmtree(cluster3.root / victim)
+                cluster3.start(victim, "--join")
+                # Removed: the meta leader refuses its repair, and the node serves nothing.
+                _wait_log(cluster3, victim, "readmit it first")
+                assert not cluster3.nodes.health(victim)
+            else:
+                cluster3.start(victim)
+            assert await js.add_peer(victim) is True
+            cluster3.wait_serving(victim)
+            await _wait_replicas(js, "RJ", set(cluster3.names))
+
+            async def none_removed() -> None:
+                info = await js.cluster_info()
+                assert [n.name for n in info.nodes if n.removed] == []
+
+            await retry_async(none_removed)
+            await _publish(js, "RJ", MSGS + 5, 5)
+            await _lead_and_read_all(js, "RJ", victim, MSGS + 10)
+        finally:
+            await js.close()
+
+    run(body())
