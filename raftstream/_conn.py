@@ -93,19 +93,42 @@ def tls_credentials(
     ``ca``: the CA(s) that signed the servers' certificates (None: the system's roots).
     ``cert`` and ``key``: this client's certificate (chain) and key, both or neither (a
     cluster with TLS requires them). Raises ``InvalidArgumentError`` naming the argument
-    (``tls_ca``, ``tls_cert``, ``tls_key``) when a file cannot be read or the pair is
-    incomplete; the file's contents never appear in the error.
+    (``tls_ca``, ``tls_cert``, ``tls_key``) when a file cannot be read, the pair is
+    incomplete or the key is not the certificate's; the file's contents never appear in the
+    error.
     """
     if ca is None and cert is None and key is None:
         return None
     if (cert is None) != (key is None):
         missing = "tls_key" if key is None else "tls_cert"
         raise errors.InvalidArgumentError(missing, "tls_cert and tls_key go together")
+    cert_pem, key_pem = _pem("tls_cert", cert), _pem("tls_key", key)
+    if cert_pem is not None and key_pem is not None:
+        _check_pair(cert_pem, key_pem)
     return grpc.ssl_channel_credentials(
-        root_certificates=_pem("tls_ca", ca),
-        private_key=_pem("tls_key", key),
-        certificate_chain=_pem("tls_cert", cert),
+        root_certificates=_pem("tls_ca", ca), private_key=key_pem, certificate_chain=cert_pem
     )
+
+
+def _check_pair(cert_pem: bytes, key_pem: bytes) -> None:
+    """``InvalidArgumentError`` unless ``key_pem`` is the private key of ``cert_pem``'s first
+    certificate (gRPC would only log "Invalid private key" and fail every connection)."""
+    # Imported here: only clients that use TLS pay for it.
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        leaf = x509.load_pem_x509_certificates(cert_pem)[0]
+    except ValueError:
+        raise errors.InvalidArgumentError("tls_cert", "must hold a PEM certificate") from None
+    try:
+        private = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):  # TypeError: encrypted (no way to ask for a passphrase)
+        raise errors.InvalidArgumentError(
+            "tls_key", "must hold an unencrypted PEM private key"
+        ) from None
+    if private.public_key() != leaf.public_key():
+        raise errors.InvalidArgumentError("tls_key", "does not match the key of tls_cert")
 
 
 def _pem(field: str, source: TlsSource | None) -> bytes | None:

@@ -159,7 +159,7 @@ def test_tls_section_is_checked_at_start(tmp_path: Path, good: CertSet, rogue: C
     assert flags.tls is not None and flags.tls.key_file == key
 
 
-def test_sdk_tls_arguments_are_checked() -> None:
+def test_sdk_tls_arguments_are_checked(good: CertSet, rogue: CertSet) -> None:
     assert tls_credentials() is None
     with pytest.raises(errors.InvalidArgumentError) as info:
         tls_credentials(cert=b"-----BEGIN CERTIFICATE-----")
@@ -167,6 +167,21 @@ def test_sdk_tls_arguments_are_checked() -> None:
     with pytest.raises(errors.InvalidArgumentError) as info:
         tls_credentials(ca="/nonexistent/ca.pem")
     assert info.value.field == "tls_ca"
+    mine = good.clients["client"]
+    assert tls_credentials(ca=good.ca, cert=mine.cert, key=mine.key) is not None
+    # Another certificate's key: gRPC would only log "Invalid private key" and then fail
+    # every connection as if the node were unreachable.
+    cases = [
+        (rogue.clients["client"].key, "tls_key", "does not match the key of tls_cert"),
+        (good.ca, "tls_key", "must hold an unencrypted PEM private key"),
+    ]
+    for key, field, rule in cases:
+        with pytest.raises(errors.InvalidArgumentError) as info:
+            tls_credentials(ca=good.ca, cert=mine.cert, key=key)
+        assert (info.value.field, info.value.rule) == (field, rule)
+    with pytest.raises(errors.InvalidArgumentError) as info:
+        tls_credentials(ca=good.ca, cert=mine.key, key=mine.key)
+    assert (info.value.field, info.value.rule) == ("tls_cert", "must hold a PEM certificate")
 
 
 def test_cli_tls_options_reach_the_sdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
