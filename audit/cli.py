@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from raftstream.audit.layout import check_root, snapshot_root
+from raftstream.audit.layout import check_root, scrub_root, snapshot_root
 from raftstream.cli_common import describe_error, fail
 from raftstream.errors import DataLossError
 
@@ -35,12 +35,17 @@ __all__ = ["audit"]
 def _readable(data: str, copy: bool) -> Iterator[str]:
     """The directory to read: a consistent copy of ``data`` (removed afterwards) or, with
     ``copy`` off, ``data`` itself, which must then be quiescent (``layout``). A node's
-    environment that LMDB cannot map whole (a truncated data file) ends the command with
-    one line naming the file, before Spark starts."""
+    environment that LMDB cannot map whole (a truncated data file), or a Raft record that
+    fails its checksum (``scrub_root``), ends the command with one line naming the file or
+    the node and group, before Spark starts."""
+    snap = None
     try:
         check_root(data)
         snap = snapshot_root(data) if copy else None
+        scrub_root(snap if snap is not None else data)
     except DataLossError as exc:
+        if snap is not None:
+            shutil.rmtree(snap, ignore_errors=True)
         fail(
             f"{describe_error(exc)} (the audit needs every node's data readable: repair that"
             " node, or audit a copy of --data without its directory)"

@@ -24,6 +24,7 @@ from typing import Any
 
 import lmdb
 
+from raftstream.errors import DataLossError
 from raftstream.lmdbcheck import check_lmdb_env
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "check_root",
     "discover_nodes",
     "open_readonly",
+    "scrub_root",
     "snapshot_root",
 ]
 
@@ -98,6 +100,34 @@ def check_root(root: str | os.PathLike[str]) -> None:
         for env in (node.raft, node.store):
             if env is not None:
                 check_lmdb_env(env)
+
+
+def scrub_root(root: str | os.PathLike[str]) -> None:
+    """``DataLossError`` naming the node, and the group when known, whose Raft data has a
+    record that fails its checksum (hard state, snapshot, any entry): the check a node makes
+    at start (``cluster/repair.py``), read-only here. Run before Spark starts: a worker
+    that met it mid-query would end the audit with a JVM stack trace instead."""
+    # Imported here: the readers pull in the engine's record layouts.
+    from raftstream.audit.readers import iter_raft_entries, raft_groups, read_snapshot_data
+
+    for node in discover_nodes(root):
+        if node.raft is None:
+            continue
+        env = open_readonly(node.raft)
+        try:
+            for g in raft_groups(env):  # names the group of a bad hard state or last entry
+                try:
+                    read_snapshot_data(env, g.prefix)
+                    for _ in iter_raft_entries(env, g.prefix):
+                        pass
+                except DataLossError as exc:
+                    raise DataLossError(f"group {g.group}: {exc}", **exc.details) from None
+        except DataLossError as exc:
+            key = str(exc.details.get("key", ""))
+            at = f" (entry index {int(key[-16:], 16)})" if len(key) == 24 else ""
+            raise DataLossError(f"node {node.name} ({RAFT_DIR}/): {exc}{at}") from None
+        finally:
+            env.close()
 
 
 def snapshot_root(root: str | os.PathLike[str], dest: str | os.PathLike[str] | None = None) -> Path:

@@ -176,19 +176,24 @@ def raft_groups(env: Any) -> list[GroupInfo]:
     out: list[GroupInfo] = []
     with env.begin() as txn:
         for key, value in txn.cursor(db=groups_db):
-            prefix = bytes(value)
-            hs_raw = txn.get(prefix, db=hs_db)
-            hs = codec.decode_hard_state(hs_raw) if hs_raw is not None else HardState()
-            sm_raw = txn.get(prefix, db=meta_db)
-            snap = codec.decode_snapshot_meta(sm_raw)[0] if sm_raw is not None else SnapshotMeta()
-            last_index, last_term = snap.index, snap.term
-            cur = txn.cursor(db=entries_db)
-            end = (int.from_bytes(prefix, "big") + 1).to_bytes(4, "big")
-            found = cur.prev() if cur.set_range(end) else cur.last()
-            if found and bytes(cur.key())[:4] == prefix:
-                last = codec.decode_entry(bytes(cur.key()), cur.value())
-                last_index, last_term = last.index, last.term
-            out.append(GroupInfo(bytes(key).decode(), prefix, hs, snap, last_index, last_term))
+            prefix, name = bytes(value), bytes(key).decode()
+            try:
+                hs_raw = txn.get(prefix, db=hs_db)
+                hs = codec.decode_hard_state(hs_raw) if hs_raw is not None else HardState()
+                sm_raw = txn.get(prefix, db=meta_db)
+                snap = (
+                    codec.decode_snapshot_meta(sm_raw)[0] if sm_raw is not None else SnapshotMeta()
+                )
+                last_index, last_term = snap.index, snap.term
+                cur = txn.cursor(db=entries_db)
+                end = (int.from_bytes(prefix, "big") + 1).to_bytes(4, "big")
+                found = cur.prev() if cur.set_range(end) else cur.last()
+                if found and bytes(cur.key())[:4] == prefix:
+                    last = codec.decode_entry(bytes(cur.key()), cur.value())
+                    last_index, last_term = last.index, last.term
+            except DataLossError as exc:
+                raise DataLossError(f"group {name}: {exc}", **exc.details) from None
+            out.append(GroupInfo(name, prefix, hs, snap, last_index, last_term))
     return sorted(out, key=lambda g: g.group)
 
 
