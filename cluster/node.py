@@ -64,6 +64,7 @@ from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.descriptions import DescriptionBook, NodeDescription, describe_self
 from raftstream.cluster.forward import Forwarder
+from raftstream.cluster.known_peers import KnownPeers
 from raftstream.cluster.limits import LimitsInterceptor, server_options
 from raftstream.cluster.membership import MembershipDriver
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
@@ -79,12 +80,23 @@ from raftstream.cluster.repair import (
 from raftstream.cluster.services_cluster import ClusterServicer
 from raftstream.cluster.services_consume import ConsumeServicer
 from raftstream.cluster.services_consumers import ConsumerServicer
-from raftstream.cluster.services_node import NodeServicer, describe_peer, probe_metadata
+from raftstream.cluster.services_node import (
+    NodeServicer,
+    describe_peer,
+    knows_asker,
+    probe_metadata,
+)
 from raftstream.cluster.services_publish import PublishServicer
 from raftstream.cluster.services_streams import StreamServicer, cluster_nodes
 from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
 from raftstream.engine.lmdbstore import DEFAULT_MAP_SIZE_BYTES, open_node_env
-from raftstream.errors import InvalidArgumentError, InvariantError, NotFoundError, RaftStreamError
+from raftstream.errors import (
+    DataLossError,
+    InvalidArgumentError,
+    InvariantError,
+    NotFoundError,
+    RaftStreamError,
+)
 from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
@@ -154,6 +166,7 @@ class Node:
     def __init__(self, *, config: NodeConfig, join: bool = False) -> None:
         self.config = config
         self._join = join  # ``raftstream server --join`` (cluster/repair.py ``prepare``)
+        self._known_peers = KnownPeers(Path(config.data))  # loaded at start
         self.metrics = NodeMetrics(config.name)
         self.groups: dict[str, StreamGroup] = {}
         self._peer_seen: dict[str, int] = {}
@@ -199,26 +212,27 @@ class Node:
         store_dir = data / "store"
         # Damaged Raft data is found and quarantined before anything opens it; the node then
         # runs no group until its peers took it out of their membership (cluster/repair.py).
-        self._repair_id = prepare(
-            data, has_peers=len(set(cfg.peers) - {cfg.name}) > 0, join=self._join
+        peers = {n: str(a) for n, a in cfg.peers.items() if n != cfg.name}
+        self._known_peers.load()
+        self._repair_id = prepare(data, has_peers=bool(peers), join=self._join)
+        # Raft streams carry the node token: a peer without [tls] knows them for a node's.
+        tcfg = GrpcTransportConfig(call_metadata=cluster_metadata(cfg.auth))
+        self._tls = cfg.tls.load() if cfg.tls is not None else None
+        options = server_options(cfg.limits, raft_message_bytes_max=tcfg.message_bytes_max)
+        self._forwarder = Forwarder(
+            channel_options=options,
+            credentials=self._tls.channel_credentials() if self._tls is not None else None,
         )
+        if self._repair_id is None and not (data / "raft" / "data.mdb").exists() and peers:
+            await self._refuse_if_forgotten(peers)  # before anything creates Raft data
         # The engine stores are a cache of the Raft logs: rebuilt from them at every start.
         shutil.rmtree(store_dir, ignore_errors=True)
         # Address space, not disk: the file grows with the data (LMDB needs the bound).
         self._storage = LmdbLogStorage(data / "raft", map_size_bytes=DEFAULT_MAP_SIZE_BYTES)
         self._env = open_node_env(store_dir, sync=False)
-        # Raft streams carry the node token: a peer without [tls] knows them for a node's.
-        tcfg = GrpcTransportConfig(call_metadata=cluster_metadata(cfg.auth))
-        peers = {n: str(a) for n, a in cfg.peers.items() if n != cfg.name}
-        self._tls = cfg.tls.load() if cfg.tls is not None else None
         self._transport = GrpcTransport(cfg.name, peers=peers, config=tcfg, tls=self._tls)
         self.host = RaftHost(
             cfg.name, storage=self._storage, transport=self._transport, config=_host_config(cfg)
-        )
-        options = server_options(cfg.limits, raft_message_bytes_max=tcfg.message_bytes_max)
-        self._forwarder = Forwarder(
-            channel_options=options,
-            credentials=self._tls.channel_credentials() if self._tls is not None else None,
         )
         self.meta = MetaGroup(
             node_id=cfg.name,
@@ -280,6 +294,31 @@ class Node:
             )
         log.info("node started on %s (data %s)", cfg.listen, data)
 
+    async def _refuse_if_forgotten(self, peers: dict[str, str]) -> None:
+        """A node without Raft data whose peers have seen it running lost its data: it must
+        rejoin as a new member (``--join``), never start empty (``cluster/known_peers.py``).
+        Raises ``DataLossError`` naming the peers that know it."""
+        metadata = probe_metadata(self.config.auth)
+        names = list(peers)
+        answers = await asyncio.gather(
+            *(
+                knows_asker(
+                    npbg.NodeServiceStub(self._forwarder.channel(peers[n])),
+                    asker=self.config.name,
+                    metadata=metadata,
+                    timeout_s=PEER_PROBE_TIMEOUT_S,
+                )
+                for n in names
+            )
+        )
+        known = [n for n, yes in zip(names, answers, strict=True) if yes]
+        if known:
+            raise DataLossError(
+                f"{Path(self.config.data) / 'raft'} holds no Raft data, but {', '.join(known)}"
+                f" saw this node ({self.config.name}) running before: it lost its data. Start"
+                " it with --join to rejoin the cluster as a new member (docs/operations.md)"
+            )
+
     def _start_meta(self) -> None:
         cfg = self.config
         replay_to = self._storage.log(META_GROUP).hard_state().commit
@@ -333,7 +372,12 @@ class Node:
         pbg.add_ClusterServiceServicer_to_server(ClusterServicer(ctx), server)
         rpbg.add_RepairServiceServicer_to_server(RepairServicer(ctx), server)
         npbg.add_NodeServiceServicer_to_server(
-            NodeServicer(auth=self.config.auth, describe=self._describe_self), server
+            NodeServicer(
+                auth=self.config.auth,
+                describe=self._describe_self,
+                knows=self._known_peers.__contains__,
+            ),
+            server,
         )
         server.add_generic_rpc_handlers((self._transport.rpc_handler(),))
         self._health = health.aio.HealthServicer()
@@ -581,6 +625,7 @@ class Node:
                 stub, asker=self.config.name, metadata=metadata, timeout_s=PEER_PROBE_TIMEOUT_S
             )
             self._descriptions.record(name, desc)
+            self._known_peers.add(name)  # it ran with Raft data (cluster/known_peers.py)
         except grpc.RpcError as exc:
             log.debug("peer %s did not describe itself: %s", name, exc.code())
         except InvalidArgumentError as exc:

@@ -17,6 +17,8 @@ import hmac
 from collections.abc import Callable
 from typing import Any
 
+import grpc
+
 from raftstream.cluster.auth import AUTHORIZATION_KEY, AuthConfig, node_token
 from raftstream.cluster.descriptions import NodeDescription
 from raftstream.errors import UnauthenticatedError, UnavailableError
@@ -24,7 +26,7 @@ from raftstream.proto import node_pb2 as npb
 from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto.errors import map_errors
 
-__all__ = ["NodeServicer", "describe_peer", "probe_metadata"]
+__all__ = ["NodeServicer", "describe_peer", "knows_asker", "probe_metadata"]
 
 
 def probe_metadata(auth: AuthConfig | None) -> tuple[tuple[str, str], ...]:
@@ -39,9 +41,16 @@ def probe_metadata(auth: AuthConfig | None) -> tuple[tuple[str, str], ...]:
 
 class NodeServicer(npbg.NodeServiceServicer):
     """Answers ``Describe`` with ``describe()`` (called per request: free space is measured
-    then). Keyword-only: ``NodeServicer(auth=..., describe=...)``."""
+    then) and ``knows(asker)`` (``cluster/known_peers.py``). Keyword-only:
+    ``NodeServicer(auth=..., describe=..., knows=...)``."""
 
-    def __init__(self, *, auth: AuthConfig | None, describe: Callable[[], NodeDescription]) -> None:
+    def __init__(
+        self,
+        *,
+        auth: AuthConfig | None,
+        describe: Callable[[], NodeDescription],
+        knows: Callable[[str], bool] = lambda name: False,
+    ) -> None:
         # The authorization value of each account's node token (an HMAC: no bcrypt).
         self._accepted = (
             None
@@ -49,6 +58,7 @@ class NodeServicer(npbg.NodeServiceServicer):
             else tuple(f"Bearer {node_token(auth, a)}".encode() for a in sorted(auth.accounts))
         )
         self._describe = describe
+        self._knows = knows  # whether this node has seen the asker running before
 
     @map_errors
     async def Describe(self, request: npb.DescribeRequest, context: Any) -> npb.NodeDescription:
@@ -58,7 +68,9 @@ class NodeServicer(npbg.NodeServiceServicer):
             desc = self._describe()
         except OSError as exc:  # the data directory cannot be examined right now
             raise UnavailableError(f"cannot measure free space: {exc.strerror}") from None
-        return desc.to_pb()
+        out = desc.to_pb()
+        out.knows_asker = self._knows(request.asker)
+        return out
 
     @staticmethod
     def _check_node(metadata: Any, accepted: tuple[bytes, ...]) -> None:
@@ -83,3 +95,21 @@ async def describe_peer(
         npb.DescribeRequest(asker=asker), metadata=metadata, timeout=timeout_s
     )
     return NodeDescription.from_pb(resp)
+
+
+async def knows_asker(
+    stub: npbg.NodeServiceStub,
+    *,
+    asker: str,
+    metadata: tuple[tuple[str, str], ...],
+    timeout_s: float,
+) -> bool:
+    """Whether the peer has seen ``asker`` running before (``cluster/known_peers.py``);
+    False when it cannot be asked."""
+    try:
+        resp = await stub.Describe(
+            npb.DescribeRequest(asker=asker), metadata=metadata, timeout=timeout_s
+        )
+    except grpc.RpcError:
+        return False
+    return bool(resp.knows_asker)

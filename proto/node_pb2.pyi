@@ -28,7 +28,7 @@ class DescribeRequest(_message.Message):
 
     ASKER_FIELD_NUMBER: _builtins.int
     asker: _builtins.str
-    """The asking node's name (for the answering node's logs only)."""
+    """The asking node's name (for `knows_asker`)."""
     def __init__(
         self,
         *,
@@ -52,6 +52,7 @@ class NodeDescription(_message.Message):
     FREE_BYTES_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     DESCRIBED_NS_FIELD_NUMBER: _builtins.int
+    KNOWS_ASKER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """the node's name, as in every node's `peers`"""
     cluster: _builtins.str
@@ -64,6 +65,11 @@ class NodeDescription(_message.Message):
     """the raftstream version it runs"""
     described_ns: _builtins.int
     """its wall clock when it described itself (ns since the epoch)"""
+    knows_asker: _builtins.bool
+    """This node has described the asker before: the asker ran with Raft data. A node that
+    starts without Raft data asks its peers this first; if one knows it, it lost its data
+    and must rejoin as a new member (`raftstream server --join`), never start empty.
+    """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """its [cluster] tags, sorted"""
@@ -77,10 +83,11 @@ class NodeDescription(_message.Message):
         free_bytes: _builtins.int = ...,
         version: _builtins.str = ...,
         described_ns: _builtins.int = ...,
+        knows_asker: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "described_ns", b"described_ns", "free_bytes", b"free_bytes", "name", b"name", "tags", b"tags", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "described_ns", b"described_ns", "free_bytes", b"free_bytes", "knows_asker", b"knows_asker", "name", b"name", "tags", b"tags", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

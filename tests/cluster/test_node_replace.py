@@ -25,8 +25,9 @@ import pytest
 
 import raftstream
 from raftstream import StreamConfig
+from raftstream.cluster.known_peers import KNOWN_PEERS_FILE
 
-from .node_harness import LocalCluster, retry_async, run
+from .node_harness import LocalCluster, retry_async, run, wait_for
 from .test_node_repair import _lead_and_read_all, _publish, _removed_nodes, _wait_replicas
 
 pytestmark = pytest.mark.integration
@@ -95,6 +96,43 @@ def test_a_removed_node_is_readmitted_and_gets_its_replica_back(
             await retry_async(none_removed)
             await _publish(js, "RJ", MSGS + 5, 5)
             await _lead_and_read_all(js, "RJ", victim, MSGS + 10)
+        finally:
+            await js.close()
+
+    run(body())
+
+
+def test_a_node_that_lost_its_data_refuses_to_start_empty_and_rejoins_with_join(
+    cluster3: LocalCluster,
+) -> None:
+    """Its peers saw it running (``cluster/known_peers.py``): started empty without
+    ``--join`` it exits at once, creating nothing; with ``--join`` it is repaired (never
+    removed, so nothing else is needed) and holds every message again."""
+
+    async def body() -> None:
+        js = await raftstream.connect(servers=cluster3.servers, timeout=20)
+        try:
+            await js.add_stream(StreamConfig(name="RW", subjects=("rw.>",), num_replicas=3))
+            await _publish(js, "RW", 0, MSGS)
+            victim = next(n for n in sorted(cluster3.names) if n != cluster3.wait_meta_leader())
+            other = next(n for n in cluster3.names if n != victim)
+            seen = cluster3.root / other / KNOWN_PEERS_FILE
+            wait_for(
+                f"{other} to record {victim}",
+                lambda: True if seen.exists() and victim in seen.read_text() else None,
+            )
+            cluster3.kill(victim)
+            shutil.rmtree(cluster3.root / victim)
+            cluster3.start(victim)
+            proc = cluster3.procs[victim]
+            assert proc.wait(timeout=REFUSAL_WAIT_S) == 1
+            assert "it lost its data. Start it with --join" in cluster3.nodes.log_tail(victim)
+            assert not (cluster3.root / victim / "raft").exists()
+            await _publish(js, "RW", MSGS, 5)
+            cluster3.start(victim, "--join")
+            cluster3.wait_serving(victim)
+            await _wait_replicas(js, "RW", set(cluster3.names))
+            await _lead_and_read_all(js, "RW", victim, MSGS + 5)
         finally:
             await js.close()
 

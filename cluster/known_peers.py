@@ -1,0 +1,69 @@
+"""The peers this node has seen running: what tells a node that lost its data from a new one.
+
+A node that starts without Raft data cannot tell by itself whether it is a member of a new
+cluster or an old member whose disk was lost or wiped. Started empty in the second case, it
+would vote and acknowledge from an empty log that its peers count (Raft thesis §11.7), and
+it would answer clients from an empty meta state ("stream not found"). So every node records
+each peer it has described successfully (the peer was serving, so it had Raft data), and a
+node without Raft data asks its peers first (``NodeService.Describe``, ``knows_asker``): if
+one has seen it before, it refuses to start and says to rejoin with ``--join``
+(``cluster/repair.py``). Peers that cannot be reached answer nothing: a whole cluster
+restarted cold with one wiped node is not caught (docs/operations.md).
+
+The record is a JSON list in ``data/known-peers.json``, written atomically and fsynced when
+a peer is seen for the first time (a handful of writes in a node's life). Owned by the
+node's event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+__all__ = ["KNOWN_PEERS_FILE", "KnownPeers"]
+
+KNOWN_PEERS_FILE = "known-peers.json"
+log = logging.getLogger(__name__)
+
+
+class KnownPeers:
+    """The set of peers seen running, persisted under the data directory ``data``."""
+
+    def __init__(self, data: Path) -> None:
+        self._path = data / KNOWN_PEERS_FILE
+        self._names: set[str] = set()
+
+    def load(self) -> None:
+        """Read the record (once the node holds its data directory's lock)."""
+        try:
+            raw = json.loads(self._path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            # Unreadable: start over (the worst case is not recognising a peer that lost its
+            # data, the protection this file adds, never a wrong refusal).
+            log.warning("ignoring unreadable %s: %s", self._path, exc)
+            return
+        if isinstance(raw, list):
+            self._names = {n for n in raw if isinstance(n, str)}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def add(self, name: str) -> None:
+        """Record ``name`` as seen running (durably, the first time)."""
+        if name in self._names:
+            return
+        self._names.add(name)
+        tmp = self._path.with_suffix(".tmp")
+        try:
+            with tmp.open("w") as fh:
+                json.dump(sorted(self._names), fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            tmp.replace(self._path)
+        except OSError as exc:  # a full disk: retried when the peer is next described
+            self._names.discard(name)
+            log.warning("cannot record peer %s in %s: %s", name, self._path, exc)
