@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -34,16 +34,55 @@ from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.raft_extras import followers
 from raftstream.cluster.stream_leader import StreamGroup
-from raftstream.errors import NoLeaderError, NotFoundError, NotLeaderError, UnavailableError
+from raftstream.errors import (
+    NoLeaderError,
+    NotFoundError,
+    NotLeaderError,
+    RaftStreamError,
+    UnavailableError,
+)
 from raftstream.raft.host import RaftHost
 
-__all__ = ["ServiceContext", "account_of", "caller_of", "time_left"]
+__all__ = ["ServiceContext", "account_of", "caller_of", "from_leaders", "time_left"]
 
 R = TypeVar("R")
+T = TypeVar("T")
+LIST_INFO_TIMEOUT_S = 2.0  # a list waits at most this long for one item's leader
+LIST_FORWARDS_MAX = 32  # leaders one list call asks at once
 FORWARD_HOPS_MAX = 4  # NOT_LEADER hints followed by one forwarded request
 FORWARD_RETRY_WAIT_S = 0.05  # between hops when a group has no leader yet
 META_CATCHUP_WAIT_S = 0.5  # a lagging meta replica gets this long before NOT_FOUND stands
 META_CATCHUP_POLL_S = 0.02
+
+
+async def from_leaders(
+    items: Sequence[T],
+    *,
+    leads: Callable[[T], bool],
+    local: Callable[[T], R],
+    ask: Callable[[T, float], Awaitable[R]],
+    timeout_s: float | None,
+) -> list[R]:
+    """A list's items as their groups' leaders have them (a follower's state lags, and a
+    node that hosts no replica has none): ``local(item)`` where this node leads, else
+    ``ask(item, seconds)`` (forwarded to the leader), ``LIST_FORWARDS_MAX`` at once. An item
+    whose leader does not answer within ``LIST_INFO_TIMEOUT_S`` (or half the call's time)
+    gets ``local(item)``: what this node knows, rather than failing the whole list."""
+    cap = LIST_INFO_TIMEOUT_S
+    if timeout_s is not None:
+        cap = max(0.05, min(cap, timeout_s / 2))
+    room = asyncio.Semaphore(LIST_FORWARDS_MAX)
+
+    async def one(item: T) -> R:
+        if leads(item):
+            return local(item)
+        async with room:
+            try:
+                return await ask(item, cap)
+            except RaftStreamError:
+                return local(item)
+
+    return list(await asyncio.gather(*(one(item) for item in items)))
 
 
 def account_of(context: Any) -> str:

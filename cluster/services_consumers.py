@@ -4,7 +4,8 @@ Definitions go through the meta group (create, update, delete: the meta leader a
 other nodes forward). The stream leader then *sequences* each definition into its stream's
 log (``StreamGroup.reconcile``), so a created consumer is answered only once its stream
 group has it (bounded by the caller's deadline). Info, pause, resume, reset and step-down
-act on the stream leader's copy of the consumer (NOT_LEADER elsewhere).
+act on the stream leader's copy of the consumer (NOT_LEADER elsewhere). A list gives each
+consumer's info as its stream leader has it (``from_leaders``).
 
 Permissions (docs/security.md): reading a stream's consumers and running an ephemeral one
 (create, delete) takes ``read`` on the stream; a durable consumer's definition and every
@@ -21,7 +22,13 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from raftstream.cluster.assignments import ConsumerAssignment
-from raftstream.cluster.context import ServiceContext, account_of, caller_of, time_left
+from raftstream.cluster.context import (
+    ServiceContext,
+    account_of,
+    caller_of,
+    from_leaders,
+    time_left,
+)
 from raftstream.cluster.convert import consumer_info_pb, parse_json
 from raftstream.cluster.limits import bound_consumer, check_cluster_limits
 from raftstream.cluster.meta import ConsumerAdded, ConsumerUpdated, check_account_limits
@@ -203,8 +210,27 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         page = self._ctx.meta.state.list_consumers(
             account_of(context), request.stream, offset=request.offset
         )
+        ctx = self._ctx
+
+        def leads(ca: ConsumerAssignment) -> bool:
+            g = ctx.local_group(ctx.stream(ca.account, ca.stream))
+            return g is not None and g.ready
+
+        async def ask(ca: ConsumerAssignment, timeout_s: float) -> pb.ConsumerInfo:
+            req = pb.ConsumerInfoRequest(stream=ca.stream, consumer=ca.name)
+            return await ctx.to_stream_leader(
+                ctx.stream(ca.account, ca.stream),
+                _SVC + "GetConsumerInfo",
+                req,
+                pb.ConsumerInfo.FromString,
+                timeout_s,
+            )
+
+        consumers = await from_leaders(
+            page.items, leads=leads, local=self._listed, ask=ask, timeout_s=time_left(context)
+        )
         return pb.ListConsumersResponse(
-            consumers=[self._listed(ca) for ca in page.items],
+            consumers=consumers,
             page=pb.Page(total=page.total, offset=page.offset, limit=page.limit),
         )
 

@@ -4,8 +4,9 @@ Definitions (create, update, delete) are meta requests: answered by the meta lea
 validates, places (``cluster/placement.py``) and proposes; any other node forwards them to
 it. Stream info, purge, message reads and deletes need the stream's leader (its store is
 the one that has applied everything it acknowledged); elsewhere they fail NOT_LEADER with
-the leader's address. Lists come from this node's meta state (every node has it); the
-per-stream state in a list is the local replica's when this node hosts one, else empty.
+the leader's address. Lists come from this node's meta state (every node has it); each
+stream's state in a list is its leader's (``from_leaders``: asked in parallel, this node's
+own view for a leader that does not answer in time).
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from raftstream.cluster.assignments import StreamAssignment
-from raftstream.cluster.context import ServiceContext, account_of, caller_of, time_left
+from raftstream.cluster.context import (
+    ServiceContext,
+    account_of,
+    caller_of,
+    from_leaders,
+    time_left,
+)
 from raftstream.cluster.convert import (
     group_info_pb,
     parse_json,
@@ -255,9 +262,22 @@ class StreamServicer(pbg.StreamServiceServicer):
         page = self._ctx.meta.state.list_streams(
             account_of(context), offset=request.offset, subject=request.subject or None
         )
+
+        def leads(sa: StreamAssignment) -> bool:
+            g = self._ctx.local_group(sa)
+            return g is not None and g.ready
+
+        async def ask(sa: StreamAssignment, timeout_s: float) -> pb.StreamInfo:
+            req = pb.StreamInfoRequest(name=sa.name)
+            return await self._ctx.to_stream_leader(
+                sa, _SVC + "GetStreamInfo", req, pb.StreamInfo.FromString, timeout_s
+            )
+
+        streams = await from_leaders(
+            page.items, leads=leads, local=self._local_info, ask=ask, timeout_s=time_left(context)
+        )
         return pb.ListStreamsResponse(
-            streams=[self._local_info(sa) for sa in page.items],
-            page=pb.Page(total=page.total, offset=page.offset, limit=page.limit),
+            streams=streams, page=pb.Page(total=page.total, offset=page.offset, limit=page.limit)
         )
 
     @map_errors

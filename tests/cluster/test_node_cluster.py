@@ -115,6 +115,35 @@ def test_meta_requests_work_on_every_node(cluster3: LocalCluster) -> None:
     run(body())
 
 
+def test_lists_give_each_leaders_state_through_any_node(cluster3: LocalCluster) -> None:
+    """An R1 stream lives on one node; listed through the others (which host no replica
+    of it) its messages and its consumer's pending count are still its leader's, not
+    empty (found by an operator review: ``stream ls`` said 0 messages through them)."""
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(StreamConfig(name="ONE", subjects=("one.>",), num_replicas=1))
+            for i in range(7):
+                await js.publish("one.x", b"%d" % i)
+            await js.add_consumer("ONE", ConsumerConfig(durable_name="D"))
+            host = cluster3.stream_leader("ONE")
+            assert host is not None
+        finally:
+            await js.close()
+        for name in cluster3.names:
+            one = await raftstream.connect(servers=[cluster3.addr(name)], timeout=15)
+            try:
+                (info,) = await one.streams_info()
+                assert (name, info.state.messages, info.state.last_seq) == (name, 7, 7)
+                (ci,) = await one.consumers_info("ONE")
+                assert (name, ci.num_pending) == (name, 7)
+            finally:
+                await one.close()
+
+    run(body())
+
+
 def test_health_reflection_and_cluster_info(cluster3: LocalCluster) -> None:
     """Every node serves grpc health (SERVING) and cluster info naming the one meta leader
     and every node online."""
