@@ -210,7 +210,9 @@ _CLIENT_API = "/raftstream.v1."
 
 
 def _refusal() -> UnavailableError:
-    return UnavailableError("this node is being repaired after data loss; try another node")
+    return UnavailableError(
+        "this node is rejoining the cluster (repair after data loss, --join): try another node"
+    )
 
 
 class RepairGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]

@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from raftstream.cluster.context import ServiceContext, caller_of, time_left
-from raftstream.cluster.meta import PeerAdded
+from raftstream.cluster.meta import PeerAdded, PeerRemoved
 from raftstream.cluster.meta_entries import PeerAdd, PeerRemove
 from raftstream.cluster.meta_group import META_GROUP
 from raftstream.cluster.services_streams import group_info, step_down
@@ -134,11 +134,16 @@ class ClusterServicer(pbg.ClusterServiceServicer):
         if request.peer not in ctx.config.peers:
             raise InvalidArgumentError("peer", f"{request.peer!r} is not a node of this cluster")
         if request.peer == ctx.node_id:
-            raise InvalidArgumentError("peer", "the meta leader cannot remove itself")
-        await ctx.meta.propose(
+            raise InvalidArgumentError(
+                "peer",
+                "the meta leader cannot remove itself: move the leadership first"
+                " (raftstream cluster step-down)",
+            )
+        result = await ctx.meta.propose(
             PeerRemove(peer=request.peer, ts_ns=time.time_ns()), time_left(context)
         )
-        return pb.RemovePeerResponse()
+        again = isinstance(result, PeerRemoved) and not result.newly_removed
+        return pb.RemovePeerResponse(already_removed=again)
 
     @map_errors
     async def AddPeer(self, request: pb.AddPeerRequest, context: Any) -> pb.AddPeerResponse:
@@ -151,8 +156,8 @@ class ClusterServicer(pbg.ClusterServiceServicer):
         if request.peer not in ctx.config.peers:
             raise InvalidArgumentError(
                 "peer",
-                f"{request.peer!r} is not a node of this cluster (a node is added to every"
-                " node's peers first)",
+                f"{request.peer!r} is not a node of this cluster (the nodes are those in"
+                " every node's peers)",
             )
         result = await ctx.meta.propose(
             PeerAdd(peer=request.peer, ts_ns=time.time_ns()), time_left(context)

@@ -2213,12 +2213,17 @@ Global___RemovePeerRequest: _TypeAlias = RemovePeerRequest  # noqa: Y015
 class RemovePeerResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    ALREADY_REMOVED_FIELD_NUMBER: _builtins.int
+    already_removed: _builtins.bool
+    """it was removed before (nothing changed)"""
     def __init__(
         self,
+        *,
+        already_removed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["already_removed", b"already_removed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -163,18 +163,23 @@ def peer_remove_cmd(conn: Conn, name: str, force: bool, allow_online: bool) -> N
       raftstream cluster peer-remove n3 -f
     """
 
-    async def online(c: Client) -> bool:
-        info = await c.cluster_info()
-        return any(n.name == name and n.online for n in info.nodes)
+    # One connection, one event loop: grpc.aio cannot outlive a loop (a second
+    # ``asyncio.run`` in the process printed "Event loop is closed" from gRPC's poller).
+    async def remove(c: Client) -> bool:
+        if not allow_online:
+            info = await c.cluster_info()
+            if any(n.name == name and n.online for n in info.nodes):
+                fail(
+                    f"node {name} is online: peer-remove is for a dead node (stop it first, or"
+                    " pass --online to remove it anyway)"
+                )
+        confirm_or_refuse(f"remove node {name} from the cluster", force)
+        return await c.remove_peer(name)
 
-    if not allow_online and run(conn, online):
-        fail(
-            f"node {name} is online: peer-remove is for a dead node (stop it first, or pass"
-            " --online to remove it anyway)"
-        )
-    confirm_or_refuse(f"remove node {name} from the cluster", force)
-    run(conn, lambda c: c.remove_peer(name))
-    click.echo(f"Removed peer {name}")
+    if run(conn, remove):
+        click.echo(f"Removed peer {name}")
+    else:
+        click.echo(f"Peer {name} was removed already; nothing to do")
 
 
 @cluster.command("peer-add")

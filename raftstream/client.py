@@ -560,14 +560,16 @@ class Client:
 
         return await self._call(None, invoke, timeout=timeout, idempotent=False)
 
-    async def remove_peer(self, peer: str, *, timeout: float | None = None) -> None:
-        """Remove a (dead) node; the meta leader re-places its replicas."""
+    async def remove_peer(self, peer: str, *, timeout: float | None = None) -> bool:
+        """Remove a (dead) node; the meta leader re-places its replicas. Returns False when
+        the node was removed already (nothing changed)."""
         req = pb.RemovePeerRequest(peer=peer)
 
-        async def invoke(stubs: Stubs, left_s: float) -> None:
-            await stubs.cluster.RemovePeer(req, timeout=left_s)
+        async def invoke(stubs: Stubs, left_s: float) -> bool:
+            resp = await stubs.cluster.RemovePeer(req, timeout=left_s)
+            return not resp.already_removed
 
-        await self._call(None, invoke, timeout=timeout, idempotent=False)
+        return await self._call(None, invoke, timeout=timeout, idempotent=False)
 
     async def add_peer(self, peer: str, *, timeout: float | None = None) -> bool:
         """Readmit a node ``remove_peer`` took out: replicas may be placed on it again, and

@@ -75,6 +75,7 @@ def test_a_removed_node_is_readmitted_and_gets_its_replica_back(
             await retry_async(lambda: js.remove_peer(victim))
             await _wait_replicas(js, "RJ", survivors)  # short: no spare node to take it
             assert await _removed_nodes(js, victim) == {victim}
+            assert await js.remove_peer(victim) is False  # removed already: nothing changes
             await _publish(js, "RJ", MSGS, 5)  # committed by the two survivors alone
 
             if data == "lost":
