@@ -313,6 +313,7 @@ class Node:
         )
         known = [n for n, yes in zip(names, answers, strict=True) if yes]
         if known:
+            await self._forwarder.close()  # nothing else is open yet
             raise DataLossError(
                 f"{Path(self.config.data) / 'raft'} holds no Raft data, but {', '.join(known)}"
                 f" saw this node ({self.config.name}) running before: it lost its data. Start"

@@ -28,7 +28,12 @@ from raftstream.cluster.descriptions import (
     node_infos,
 )
 from raftstream.cluster.placement import NodeInfo
-from raftstream.cluster.services_node import NodeServicer, describe_peer, probe_metadata
+from raftstream.cluster.services_node import (
+    NodeServicer,
+    describe_peer,
+    knows_asker,
+    probe_metadata,
+)
 from raftstream.errors import InvalidArgumentError
 from raftstream.localnet import free_port
 from raftstream.proto import node_pb2 as npb
@@ -191,10 +196,13 @@ def auth_config() -> AuthConfig:
 
 
 @contextlib.asynccontextmanager
-async def serve(auth: AuthConfig | None) -> AsyncIterator[npbg.NodeServiceStub]:
+async def serve(
+    auth: AuthConfig | None, known: frozenset[str] = frozenset()
+) -> AsyncIterator[npbg.NodeServiceStub]:
     server = grpc.aio.server()
     d = desc("n1", tags=frozenset({"ssd"}))
-    npbg.add_NodeServiceServicer_to_server(NodeServicer(auth=auth, describe=lambda: d), server)
+    servicer = NodeServicer(auth=auth, describe=lambda: d, knows=known.__contains__)
+    npbg.add_NodeServiceServicer_to_server(servicer, server)
     port = server.add_insecure_port(f"127.0.0.1:{free_port()}")
     await server.start()
     try:
@@ -210,6 +218,22 @@ def test_describe_answers_without_auth() -> None:
             md = probe_metadata(None)
             got = await describe_peer(stub, asker="n2", metadata=md, timeout_s=5)
             assert got.name == "n1" and got.tags == {"ssd"}
+
+    asyncio.run(body())
+
+
+def test_describe_says_whether_it_saw_the_asker_running() -> None:
+    """What a node without Raft data asks before it starts (cluster/known_peers.py); a peer
+    that cannot be asked counts as not knowing."""
+
+    async def body() -> None:
+        md = probe_metadata(None)
+        async with serve(None, known=frozenset({"n2"})) as stub:
+            assert await knows_asker(stub, asker="n2", metadata=md, timeout_s=5)
+            assert not await knows_asker(stub, asker="n3", metadata=md, timeout_s=5)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{free_port()}") as ch:
+            gone = npbg.NodeServiceStub(ch)
+            assert not await knows_asker(gone, asker="n2", metadata=md, timeout_s=1)
 
     asyncio.run(body())
 
