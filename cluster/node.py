@@ -317,7 +317,8 @@ class Node:
             raise DataLossError(
                 f"{Path(self.config.data) / 'raft'} holds no Raft data, but {', '.join(known)}"
                 f" saw this node ({self.config.name}) running before: it lost its data. Start"
-                " it with --join to rejoin the cluster as a new member (docs/operations.md)"
+                " it with --join to rejoin the cluster as a new member (docs/operations.md),"
+                " or remove every node's data to start a new cluster"
             )
 
     def _start_meta(self) -> None:
