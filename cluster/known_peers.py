@@ -5,10 +5,10 @@ cluster or an old member whose disk was lost or wiped. Started empty in the seco
 would vote and acknowledge from an empty log that its peers count (Raft thesis §11.7), and
 it would answer clients from an empty meta state ("stream not found"). So every node records
 each peer it has described successfully (the peer was serving, so it had Raft data), and a
-node without Raft data asks its peers first (``NodeService.Describe``, ``knows_asker``): if
-one has seen it before, it refuses to start and says to rejoin with ``--join``
-(``cluster/repair.py``). Peers that cannot be reached answer nothing: a whole cluster
-restarted cold with one wiped node is not caught (docs/operations.md).
+node without Raft data asks its peers first (``NodeService.Describe``, ``knows_asker``),
+before any group runs and until enough have answered to make a majority with it: if one has
+seen it before, it refuses to start and says to rejoin with ``--join`` (``cluster/repair.py``).
+It asks with its server up, so nodes of a new cluster, all empty, answer each other.
 
 The record is a JSON list in ``data/known-peers.json``, written atomically and fsynced when
 a peer is seen for the first time (a handful of writes in a node's life). Owned by the

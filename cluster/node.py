@@ -111,6 +111,8 @@ log = logging.getLogger(__name__)
 
 PEER_PROBE_INTERVAL_S = 0.5
 PEER_PROBE_TIMEOUT_S = 1.0
+FRESH_ASK_EVERY_S = 0.1  # a node without Raft data asks its peers this often (known_peers)
+FRESH_WAIT_LOG_S = 10.0  # and says it is waiting this often
 PEER_DOWN_AFTER_S = 3.0  # a peer whose probes failed this long is down (placement, info)
 # A replica this node no longer hosts (per the meta state) is dropped once it has applied
 # its own removal, or once it has known no leader for this long (the leader stops talking
@@ -181,6 +183,7 @@ class Node:
         self._server: Any = None
         self._meta_started = False
         self._repair_id: str | None = None
+        self._checking = False  # started without Raft data, asking its peers (known_peers)
         self._health: health.aio.HealthServicer | None = None
         self._data_lock = -1  # the data directory's lock (``lock_data_dir``) while it runs
         self.bound_port = 0
@@ -223,8 +226,8 @@ class Node:
             channel_options=options,
             credentials=self._tls.channel_credentials() if self._tls is not None else None,
         )
-        if self._repair_id is None and not (data / "raft" / "data.mdb").exists() and peers:
-            await self._refuse_if_forgotten(peers)  # before anything creates Raft data
+        # No Raft data: a new node, or one that lost its data (cluster/known_peers.py).
+        fresh = self._repair_id is None and not (data / "raft" / "data.mdb").exists()
         # The engine stores are a cache of the Raft logs: rebuilt from them at every start.
         shutil.rmtree(store_dir, ignore_errors=True)
         # Address space, not disk: the file grows with the data (LMDB needs the bound).
@@ -262,6 +265,10 @@ class Node:
             peer_descriptions=self._descriptions.snapshot,
         )
         await self._start_server(options)
+        if fresh and peers:
+            # After the server started (peers starting empty too can answer each other),
+            # before any group runs: nothing has been written yet.
+            await self._refuse_if_forgotten(peers, data / "raft")
         self.host.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -294,32 +301,64 @@ class Node:
             )
         log.info("node started on %s (data %s)", cfg.listen, data)
 
-    async def _refuse_if_forgotten(self, peers: dict[str, str]) -> None:
-        """A node without Raft data whose peers have seen it running lost its data: it must
-        rejoin as a new member (``--join``), never start empty (``cluster/known_peers.py``).
-        Raises ``DataLossError`` naming the peers that know it."""
+    async def _refuse_if_forgotten(self, peers: dict[str, str], raft_dir: Path) -> None:
+        """A node that started without Raft data: ask the peers whether they saw it running
+        (``cluster/known_peers.py``) until one says so or enough have answered that, with
+        this node, they make a majority (a node that cannot reach that many could not take
+        part anyway). Meanwhile it is NOT_SERVING and answers no client. If a peer saw it,
+        it lost its data: the empty Raft environment this start created is removed and
+        ``DataLossError`` says to rejoin with ``--join``."""
+        self._checking = True
+        await self._health_servicer().set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        needed = (len(peers) + 1) // 2  # answers that make a majority with this node
+        creds = self._tls.channel_credentials() if self._tls is not None else None
         metadata = probe_metadata(self.config.auth)
-        names = list(peers)
-        answers = await asyncio.gather(
-            *(
-                knows_asker(
-                    npbg.NodeServiceStub(self._forwarder.channel(peers[n])),
+        waiting_since = time.monotonic()
+
+        async def ask(addr: str) -> bool | None:
+            # A channel per question: a shared one would back off for a second after a
+            # peer that is still starting refused the connection.
+            async with (
+                grpc.aio.insecure_channel(addr)
+                if creds is None
+                else grpc.aio.secure_channel(addr, creds)
+            ) as ch:
+                return await knows_asker(
+                    npbg.NodeServiceStub(ch),
                     asker=self.config.name,
                     metadata=metadata,
                     timeout_s=PEER_PROBE_TIMEOUT_S,
                 )
-                for n in names
-            )
+
+        names = list(peers)
+        while True:
+            answers = await asyncio.gather(*(ask(peers[n]) for n in names))
+            known = [n for n, yes in zip(names, answers, strict=True) if yes]
+            if known:
+                break
+            if sum(a is not None for a in answers) >= needed:
+                self._checking = False
+                return
+            if time.monotonic() - waiting_since > FRESH_WAIT_LOG_S:
+                waiting_since = time.monotonic()
+                log.warning(
+                    "no Raft data here: waiting for %d of the peers to say whether they saw"
+                    " this node before (a node that lost its data must rejoin with --join)",
+                    needed,
+                )
+            await asyncio.sleep(FRESH_ASK_EVERY_S)
+        await self.host.stop()  # never started: this shuts its writer thread down
+        await self._transport.close()
+        await self._forwarder.close()
+        self._storage.close()
+        self._env.close()
+        shutil.rmtree(raft_dir, ignore_errors=True)  # created empty by this start
+        raise DataLossError(
+            f"{raft_dir} holds no Raft data, but {', '.join(known)} saw this node"
+            f" ({self.config.name}) running before: it lost its data. Start it with --join to"
+            " rejoin the cluster as a new member (docs/operations.md), or remove every node's"
+            " data to start a new cluster"
         )
-        known = [n for n, yes in zip(names, answers, strict=True) if yes]
-        if known:
-            await self._forwarder.close()  # nothing else is open yet
-            raise DataLossError(
-                f"{Path(self.config.data) / 'raft'} holds no Raft data, but {', '.join(known)}"
-                f" saw this node ({self.config.name}) running before: it lost its data. Start"
-                " it with --join to rejoin the cluster as a new member (docs/operations.md),"
-                " or remove every node's data to start a new cluster"
-            )
 
     def _start_meta(self) -> None:
         cfg = self.config
@@ -351,7 +390,8 @@ class Node:
     async def _start_server(self, options: list[tuple[str, int]]) -> None:
         interceptors: tuple[Any, ...] = (
             LatencyInterceptor(self.metrics),
-            RepairGate(lambda: self._repair_id is not None),  # no answers while repaired
+            # No answers while repaired or checking whether it lost its data.
+            RepairGate(lambda: self._repair_id is not None or self._checking),
         )
         auth = None if self.config.auth is None else Authenticator(self.config.auth)
         tls = self._tls is not None
@@ -658,6 +698,7 @@ class Node:
         await self.host.stop()
         for g in list(self.groups.values()):
             await g.close(drop=False)
+        await self.host.stop()  # never started: this shuts its writer thread down
         await self._transport.close()
         await self._forwarder.close()
         self._storage.close()

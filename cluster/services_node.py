@@ -103,13 +103,13 @@ async def knows_asker(
     asker: str,
     metadata: tuple[tuple[str, str], ...],
     timeout_s: float,
-) -> bool:
+) -> bool | None:
     """Whether the peer has seen ``asker`` running before (``cluster/known_peers.py``);
-    False when it cannot be asked."""
+    None when it did not answer."""
     try:
         resp = await stub.Describe(
             npb.DescribeRequest(asker=asker), metadata=metadata, timeout=timeout_s
         )
     except grpc.RpcError:
-        return False
+        return None
     return bool(resp.knows_asker)

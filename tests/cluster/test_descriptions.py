@@ -224,16 +224,16 @@ def test_describe_answers_without_auth() -> None:
 
 def test_describe_says_whether_it_saw_the_asker_running() -> None:
     """What a node without Raft data asks before it starts (cluster/known_peers.py); a peer
-    that cannot be asked counts as not knowing."""
+    that cannot be asked gives no answer (None), which is not a "no"."""
 
     async def body() -> None:
         md = probe_metadata(None)
         async with serve(None, known=frozenset({"n2"})) as stub:
-            assert await knows_asker(stub, asker="n2", metadata=md, timeout_s=5)
-            assert not await knows_asker(stub, asker="n3", metadata=md, timeout_s=5)
+            assert await knows_asker(stub, asker="n2", metadata=md, timeout_s=5) is True
+            assert await knows_asker(stub, asker="n3", metadata=md, timeout_s=5) is False
         async with grpc.aio.insecure_channel(f"127.0.0.1:{free_port()}") as ch:
             gone = npbg.NodeServiceStub(ch)
-            assert not await knows_asker(gone, asker="n2", metadata=md, timeout_s=1)
+            assert await knows_asker(gone, asker="n2", metadata=md, timeout_s=1) is None
 
     asyncio.run(body())
 

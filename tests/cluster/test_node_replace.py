@@ -138,3 +138,25 @@ def test_a_node_that_lost_its_data_refuses_to_start_empty_and_rejoins_with_join(
             await js.close()
 
     run(body())
+
+
+def test_a_wiped_node_is_caught_when_the_whole_cluster_starts_at_once(
+    cluster3: LocalCluster,
+) -> None:
+    """Every node restarted together, one of them wiped: the others' servers answer while
+    it waits (NOT_SERVING) for a majority's answer, so it is refused all the same."""
+    victim = "n2"
+    other = cluster3.root / "n1" / KNOWN_PEERS_FILE
+    wait_for(
+        f"n1 to record {victim}",
+        lambda: True if other.exists() and victim in other.read_text() else None,
+    )
+    cluster3.nodes.stop_all()
+    shutil.rmtree(cluster3.root / victim)
+    for name in (victim, *(n for n in cluster3.names if n != victim)):  # the wiped one first
+        cluster3.start(name)
+    assert cluster3.procs[victim].wait(timeout=REFUSAL_WAIT_S) == 1
+    assert "it lost its data. Start it with --join" in cluster3.nodes.log_tail(victim)
+    assert not (cluster3.root / victim / "raft").exists()
+    cluster3.start(victim, "--join")
+    cluster3.wait_serving(victim)
