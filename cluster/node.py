@@ -180,6 +180,7 @@ class Node:
         self._reconcile_lock = asyncio.Lock()
         self._lingering: dict[str, float | None] = {}  # group -> since when leaderless
         self._live_peers: frozenset[str] = frozenset()  # as the meta leader last saw them
+        self._removed = False  # this node, in the applied meta state (``_note_removed``)
         self._server: Any = None
         self._meta_started = False
         self._repair_id: str | None = None
@@ -612,6 +613,7 @@ class Node:
                     # replicas of groups left short: the meta leader plans again.
                     self._live_peers = live
                     self.meta.poke()
+            self._note_removed()
             if st.leader != meta_leader:
                 meta_leader = st.leader
                 self.meta.poke()  # a new meta leader resumes any interrupted repair
@@ -622,6 +624,22 @@ class Node:
                     extra={"group": META_GROUP, "term": st.term},
                 )
             self._observe_stores()
+
+    def _note_removed(self) -> None:
+        """Say so when this node is taken out of the cluster or readmitted: a removed node
+        keeps running but hosts nothing (docs/operations.md)."""
+        removed = self.config.name in self.meta.state.removed_peers
+        if removed == self._removed:
+            return
+        self._removed = removed
+        if removed:
+            log.warning(
+                "this node was removed from the cluster (peer-remove): no replica is placed"
+                " on it until it is readmitted (raftstream cluster peer-add %s)",
+                self.config.name,
+            )
+        else:
+            log.info("this node was readmitted to the cluster (peer-add)")
 
     def _observe_stores(self) -> None:
         for group, g in self.groups.items():

@@ -86,6 +86,7 @@ def test_a_removed_node_is_readmitted_and_gets_its_replica_back(
                 assert not cluster3.nodes.health(victim)
             else:
                 cluster3.start(victim)
+                _wait_log(cluster3, victim, "this node was removed from the cluster")
             assert await js.add_peer(victim) is True
             cluster3.wait_serving(victim)
             await _wait_replicas(js, "RJ", set(cluster3.names))
