@@ -13,13 +13,16 @@ back in one of two ways:
 Either way the meta leader then gives the stream its third replica back on that node, which
 ends up holding every message: shown by making it the stream's leader and reading every
 message from it.
+
+A node that lost its data and was never removed is refused when started empty without
+``--join`` (its peers saw it running: ``cluster/known_peers.py``), also when the whole
+cluster starts at once, and rejoins with ``--join`` alone.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -36,20 +39,21 @@ MSGS = 30
 REFUSAL_WAIT_S = 15.0
 
 
-@pytest.fixture
-def cluster3(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    c = LocalCluster(3)
-    try:
-        c.start_all()
-        yield c
-        rep = getattr(request.node, "rep_call", None)
-        if rep is not None and rep.failed:
-            print(c.tails(60))
-    except BaseException:
-        print(c.tails(60))
-        raise
-    finally:
-        c.close()
+def _wait_recorded(cluster: LocalCluster, by: str, victim: str) -> None:
+    """Until ``by`` has recorded ``victim`` as seen running (``cluster/known_peers.py``)."""
+    seen = cluster.root / by / KNOWN_PEERS_FILE
+    wait_for(
+        f"{by} to record {victim}",
+        lambda: True if seen.exists() and victim in seen.read_text() else None,
+    )
+
+
+def _assert_refused(cluster: LocalCluster, victim: str) -> None:
+    """``victim``, started without Raft data and without ``--join``, exited 1 saying why,
+    and left no Raft environment behind."""
+    assert cluster.procs[victim].wait(timeout=REFUSAL_WAIT_S) == 1
+    assert "it lost its data. Start it with --join" in cluster.nodes.log_tail(victim)
+    assert not (cluster.root / victim / "raft").exists()
 
 
 def _wait_log(cluster: LocalCluster, name: str, text: str) -> None:
@@ -117,19 +121,11 @@ def test_a_node_that_lost_its_data_refuses_to_start_empty_and_rejoins_with_join(
             await js.add_stream(StreamConfig(name="RW", subjects=("rw.>",), num_replicas=3))
             await _publish(js, "RW", 0, MSGS)
             victim = next(n for n in sorted(cluster3.names) if n != cluster3.wait_meta_leader())
-            other = next(n for n in cluster3.names if n != victim)
-            seen = cluster3.root / other / KNOWN_PEERS_FILE
-            wait_for(
-                f"{other} to record {victim}",
-                lambda: True if seen.exists() and victim in seen.read_text() else None,
-            )
+            _wait_recorded(cluster3, next(n for n in cluster3.names if n != victim), victim)
             cluster3.kill(victim)
             shutil.rmtree(cluster3.root / victim)
             cluster3.start(victim)
-            proc = cluster3.procs[victim]
-            assert proc.wait(timeout=REFUSAL_WAIT_S) == 1
-            assert "it lost its data. Start it with --join" in cluster3.nodes.log_tail(victim)
-            assert not (cluster3.root / victim / "raft").exists()
+            _assert_refused(cluster3, victim)
             await _publish(js, "RW", MSGS, 5)
             cluster3.start(victim, "--join")
             cluster3.wait_serving(victim)
@@ -147,17 +143,11 @@ def test_a_wiped_node_is_caught_when_the_whole_cluster_starts_at_once(
     """Every node restarted together, one of them wiped: the others' servers answer while
     it waits (NOT_SERVING) for a majority's answer, so it is refused all the same."""
     victim = "n2"
-    other = cluster3.root / "n1" / KNOWN_PEERS_FILE
-    wait_for(
-        f"n1 to record {victim}",
-        lambda: True if other.exists() and victim in other.read_text() else None,
-    )
+    _wait_recorded(cluster3, "n1", victim)
     cluster3.nodes.stop_all()
     shutil.rmtree(cluster3.root / victim)
     for name in (victim, *(n for n in cluster3.names if n != victim)):  # the wiped one first
         cluster3.start(name)
-    assert cluster3.procs[victim].wait(timeout=REFUSAL_WAIT_S) == 1
-    assert "it lost its data. Start it with --join" in cluster3.nodes.log_tail(victim)
-    assert not (cluster3.root / victim / "raft").exists()
+    _assert_refused(cluster3, victim)
     cluster3.start(victim, "--join")
     cluster3.wait_serving(victim)
