@@ -13,6 +13,11 @@ It asks with its server up, so nodes of a new cluster, all empty, answer each ot
 The record is a JSON list in ``data/known-peers.json``, written atomically and fsynced when
 a peer is seen for the first time (a handful of writes in a node's life). Owned by the
 node's event loop.
+
+While a node asks, ``data/CHECKING`` exists (written durably before the empty Raft
+environment is created, removed once the answer allows the start). A start that found it
+was interrupted while asking (a crash, a kill -9): the Raft environment it left is empty and
+is removed, so the node asks again rather than take that environment for its data.
 """
 
 from __future__ import annotations
@@ -20,11 +25,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
-__all__ = ["KNOWN_PEERS_FILE", "KnownPeers"]
+__all__ = [
+    "CHECKING_MARKER",
+    "KNOWN_PEERS_FILE",
+    "KnownPeers",
+    "begin_check",
+    "clear_interrupted_check",
+    "end_check",
+]
 
 KNOWN_PEERS_FILE = "known-peers.json"
+CHECKING_MARKER = "CHECKING"
 log = logging.getLogger(__name__)
 
 
@@ -67,3 +81,34 @@ class KnownPeers:
         except OSError as exc:  # a full disk: retried when the peer is next described
             self._names.discard(name)
             log.warning("cannot record peer %s in %s: %s", name, self._path, exc)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def clear_interrupted_check(data: Path, raft_dir: Path) -> None:
+    """At start, before anything looks at ``raft_dir``: a marker left by a start interrupted
+    while it asked (module docstring) removes that start's empty environment."""
+    if (data / CHECKING_MARKER).exists():
+        log.warning("a start was interrupted while it asked its peers: removing %s", raft_dir)
+        end_check(data, raft_dir)
+
+
+def begin_check(data: Path) -> None:
+    """Before a node without Raft data creates its environment to ask its peers."""
+    (data / CHECKING_MARKER).touch()
+    _fsync_dir(data)
+
+
+def end_check(data: Path, raft_dir: Path | None) -> None:
+    """The asking is over: the marker goes, and with ``raft_dir`` (refused, or stopped while
+    asking) the empty environment this start created."""
+    if raft_dir is not None:
+        shutil.rmtree(raft_dir, ignore_errors=True)
+    (data / CHECKING_MARKER).unlink(missing_ok=True)
+    _fsync_dir(data)

@@ -64,7 +64,12 @@ from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.descriptions import DescriptionBook, NodeDescription, describe_self
 from raftstream.cluster.forward import Forwarder
-from raftstream.cluster.known_peers import KnownPeers
+from raftstream.cluster.known_peers import (
+    KnownPeers,
+    begin_check,
+    clear_interrupted_check,
+    end_check,
+)
 from raftstream.cluster.limits import LimitsInterceptor, server_options
 from raftstream.cluster.membership import MembershipDriver
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
@@ -218,6 +223,7 @@ class Node:
         # runs no group until its peers took it out of their membership (cluster/repair.py).
         peers = {n: str(a) for n, a in cfg.peers.items() if n != cfg.name}
         self._known_peers.load()
+        clear_interrupted_check(data, data / "raft")
         self._repair_id = prepare(data, has_peers=bool(peers), join=self._join)
         # Raft streams carry the node token: a peer without [tls] knows them for a node's.
         tcfg = GrpcTransportConfig(call_metadata=cluster_metadata(cfg.auth))
@@ -228,7 +234,11 @@ class Node:
             credentials=self._tls.channel_credentials() if self._tls is not None else None,
         )
         # No Raft data: a new node, or one that lost its data (cluster/known_peers.py).
-        fresh = self._repair_id is None and not (data / "raft" / "data.mdb").exists()
+        fresh = (
+            self._repair_id is None and not (data / "raft" / "data.mdb").exists() and bool(peers)
+        )
+        if fresh:
+            begin_check(data)
         # The engine stores are a cache of the Raft logs: rebuilt from them at every start.
         shutil.rmtree(store_dir, ignore_errors=True)
         # Address space, not disk: the file grows with the data (LMDB needs the bound).
@@ -266,10 +276,10 @@ class Node:
             peer_descriptions=self._descriptions.snapshot,
         )
         await self._start_server(options)
-        if fresh and peers:
+        if fresh:
             # After the server started (peers starting empty too can answer each other),
             # before any group runs: nothing has been written yet.
-            await self._refuse_if_forgotten(peers, data / "raft")
+            await self._refuse_if_forgotten(peers, data)
         self.host.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -302,7 +312,7 @@ class Node:
             )
         log.info("node started on %s (data %s)", cfg.listen, data)
 
-    async def _refuse_if_forgotten(self, peers: dict[str, str], raft_dir: Path) -> None:
+    async def _refuse_if_forgotten(self, peers: dict[str, str], data: Path) -> None:
         """A node that started without Raft data: ask the peers whether they saw it running
         (``cluster/known_peers.py``) until one says so or enough have answered that, with
         this node, they make a majority (a node that cannot reach that many could not take
@@ -332,28 +342,34 @@ class Node:
                 )
 
         names = list(peers)
-        while True:
-            answers = await asyncio.gather(*(ask(peers[n]) for n in names))
-            known = [n for n, yes in zip(names, answers, strict=True) if yes]
-            if known:
-                break
-            if sum(a is not None for a in answers) >= needed:
-                self._checking = False
-                return
-            if time.monotonic() - waiting_since > FRESH_WAIT_LOG_S:
-                waiting_since = time.monotonic()
-                log.warning(
-                    "no Raft data here: waiting for %d of the peers to say whether they saw"
-                    " this node before (a node that lost its data must rejoin with --join)",
-                    needed,
-                )
-            await asyncio.sleep(FRESH_ASK_EVERY_S)
-        await self.host.stop()  # never started: this shuts its writer thread down
-        await self._transport.close()
-        await self._forwarder.close()
-        self._storage.close()
-        self._env.close()
-        shutil.rmtree(raft_dir, ignore_errors=True)  # created empty by this start
+        raft_dir = data / "raft"
+        try:
+            while True:
+                answers = await asyncio.gather(*(ask(peers[n]) for n in names))
+                known = [n for n, yes in zip(names, answers, strict=True) if yes]
+                if known:
+                    break
+                if sum(a is not None for a in answers) >= needed:
+                    end_check(data, None)
+                    self._checking = False
+                    return
+                if time.monotonic() - waiting_since > FRESH_WAIT_LOG_S:
+                    waiting_since = time.monotonic()
+                    log.warning(
+                        "no Raft data here: waiting for %d of the peers to say whether they"
+                        " saw this node before (one that lost its data must rejoin with"
+                        " --join)",
+                        needed,
+                    )
+                await asyncio.sleep(FRESH_ASK_EVERY_S)
+        finally:
+            if self._checking:  # refused, or stopped while asking: nothing may stay
+                await self.host.stop()  # never started: this shuts its writer thread down
+                await self._transport.close()
+                await self._forwarder.close()
+                self._storage.close()
+                self._env.close()
+                end_check(data, raft_dir)  # the environment is this start's, and empty
         raise DataLossError(
             f"{raft_dir} holds no Raft data, but {', '.join(known)} saw this node"
             f" ({self.config.name}) running before: it lost its data. Start it with --join to"
@@ -780,7 +796,19 @@ async def run_node(config: NodeConfig, *, join: bool = False) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await node.start()
+    # Start may wait a long time (a node without Raft data waits for its peers' answers):
+    # a signal meanwhile abandons it (start cleans up after itself).
+    starting = loop.create_task(node.start())
+    stopping = loop.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not starting.done():
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        log.info("stopped while starting")
+        return
+    starting.result()  # its error, if it failed
     try:
         await stop.wait()
     finally:

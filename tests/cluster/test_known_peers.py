@@ -1,11 +1,19 @@
-"""``KnownPeers``: the peers a node has seen running, kept across restarts."""
+"""``KnownPeers``: the peers a node has seen running, kept across restarts; the marker of a
+start that is asking them."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from raftstream.cluster.known_peers import KNOWN_PEERS_FILE, KnownPeers
+from raftstream.cluster.known_peers import (
+    CHECKING_MARKER,
+    KNOWN_PEERS_FILE,
+    KnownPeers,
+    begin_check,
+    clear_interrupted_check,
+    end_check,
+)
 
 
 def test_peers_are_recorded_durably_and_read_back(tmp_path: Path) -> None:
@@ -29,3 +37,19 @@ def test_an_unreadable_record_is_ignored_not_fatal(tmp_path: Path) -> None:
     assert "n2" not in known
     known.add("n2")
     assert json.loads((tmp_path / KNOWN_PEERS_FILE).read_text()) == ["n2"]
+
+
+def test_a_start_interrupted_while_asking_leaves_nothing_taken_for_data(tmp_path: Path) -> None:
+    """A kill -9 between ``begin_check`` and ``end_check``: the next start removes the empty
+    environment, so it asks its peers again."""
+    raft = tmp_path / "raft"
+    clear_interrupted_check(tmp_path, raft)  # nothing to clear
+    begin_check(tmp_path)
+    raft.mkdir()
+    (raft / "data.mdb").write_bytes(b"")
+    clear_interrupted_check(tmp_path, raft)  # the next start
+    assert not raft.exists() and not (tmp_path / CHECKING_MARKER).exists()
+    begin_check(tmp_path)
+    raft.mkdir()
+    end_check(tmp_path, None)  # the peers allowed the start: the environment stays
+    assert raft.exists() and not (tmp_path / CHECKING_MARKER).exists()

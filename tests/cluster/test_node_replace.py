@@ -28,7 +28,7 @@ import pytest
 
 import raftstream
 from raftstream import StreamConfig
-from raftstream.cluster.known_peers import KNOWN_PEERS_FILE
+from raftstream.cluster.known_peers import CHECKING_MARKER, KNOWN_PEERS_FILE
 
 from .node_harness import LocalCluster, retry_async, run, wait_for
 from .test_node_repair import _lead_and_read_all, _publish, _removed_nodes, _wait_replicas
@@ -141,13 +141,27 @@ def test_a_wiped_node_is_caught_when_the_whole_cluster_starts_at_once(
     cluster3: LocalCluster,
 ) -> None:
     """Every node restarted together, one of them wiped: the others' servers answer while
-    it waits (NOT_SERVING) for a majority's answer, so it is refused all the same."""
+    it waits (NOT_SERVING) for a majority's answer, so it is refused all the same. Killed
+    while it waited, it does not take the empty Raft environment it left for its data."""
     victim = "n2"
     _wait_recorded(cluster3, "n1", victim)
     cluster3.nodes.stop_all()
     shutil.rmtree(cluster3.root / victim)
+    cluster3.start(victim)  # alone: its peers are down, so it waits for their answers
+    wait_for(
+        f"{victim} waiting for its peers",
+        lambda: (
+            True
+            if (cluster3.root / victim / CHECKING_MARKER).exists()
+            and (cluster3.root / victim / "raft" / "data.mdb").exists()
+            else None
+        ),
+    )
+    assert not cluster3.nodes.health(victim)
+    cluster3.kill(victim)  # kill -9 while it asks: its empty environment stays behind
     for name in (victim, *(n for n in cluster3.names if n != victim)):  # the wiped one first
         cluster3.start(name)
     _assert_refused(cluster3, victim)
+    assert not (cluster3.root / victim / CHECKING_MARKER).exists()
     cluster3.start(victim, "--join")
     cluster3.wait_serving(victim)
