@@ -250,10 +250,15 @@ class StreamReplica:
             )
             self._cset.add(c)
             self.consumers[img.name] = c
-        # At start the host restores the node's own snapshot; later, one the leader sent.
-        source = "its own snapshot" if self.starting else "a snapshot from the leader"
+        # At start the host restores the node's own snapshot, and the log after it replays
+        # next (said, or "last_seq 0" reads as an empty stream); later, one the leader sent.
+        source = (
+            "its own snapshot (the log after it replays next)"
+            if self.starting
+            else "a snapshot from the leader"
+        )
         log.info(
-            "restored from %s (last_seq %d, %d consumers)",
+            "restored from %s: last_seq %d, %d consumers",
             source,
             header.last_seq,
             len(header.consumers),
