@@ -10,9 +10,9 @@ before any group runs and until enough have answered to make a majority with it:
 seen it before, it refuses to start and says to rejoin with ``--join`` (``cluster/repair.py``).
 It asks with its server up, so nodes of a new cluster, all empty, answer each other.
 
-The record is a JSON list in ``data/known-peers.json``, written atomically and fsynced when
-a peer is seen for the first time (a handful of writes in a node's life). Owned by the
-node's event loop.
+The record is a JSON list in ``data/known-peers.json``, written durably
+(``cluster/durable.py``) when a peer is seen for the first time (a handful of writes in a
+node's life). Owned by the node's event loop.
 
 While a node asks, ``data/CHECKING`` exists (written durably before the empty Raft
 environment is created, removed once the answer allows the start). A start that found it
@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
+
+from raftstream.cluster.durable import fsync_dir, write_json
 
 __all__ = [
     "CHECKING_MARKER",
@@ -71,24 +72,11 @@ class KnownPeers:
         if name in self._names:
             return
         self._names.add(name)
-        tmp = self._path.with_suffix(".tmp")
         try:
-            with tmp.open("w") as fh:
-                json.dump(sorted(self._names), fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            tmp.replace(self._path)
+            write_json(self._path, sorted(self._names))
         except OSError as exc:  # a full disk: retried when the peer is next described
             self._names.discard(name)
             log.warning("cannot record peer %s in %s: %s", name, self._path, exc)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def clear_interrupted_check(data: Path, raft_dir: Path) -> None:
@@ -102,7 +90,7 @@ def clear_interrupted_check(data: Path, raft_dir: Path) -> None:
 def begin_check(data: Path) -> None:
     """Before a node without Raft data creates its environment to ask its peers."""
     (data / CHECKING_MARKER).touch()
-    _fsync_dir(data)
+    fsync_dir(data)
 
 
 def end_check(data: Path, raft_dir: Path | None) -> None:
@@ -111,4 +99,4 @@ def end_check(data: Path, raft_dir: Path | None) -> None:
     if raft_dir is not None:
         shutil.rmtree(raft_dir, ignore_errors=True)
     (data / CHECKING_MARKER).unlink(missing_ok=True)
-    _fsync_dir(data)
+    fsync_dir(data)

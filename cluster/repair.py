@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import secrets
 import shutil
 import time
@@ -51,6 +50,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
 from raftstream.cluster.auth import AuthConfig, acting_as, cluster_caller
 from raftstream.cluster.context import ServiceContext, time_left
+from raftstream.cluster.durable import fsync_dir, write_json
 from raftstream.cluster.forward import Forwarder
 from raftstream.cluster.membership import LEARNER_LAG_MAX_ENTRIES
 from raftstream.cluster.meta_entries import RepairCleared, RepairDone, RepairStart
@@ -118,22 +118,8 @@ def scrub_raft_env(path: Path) -> None:
         storage.close()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_marker(data: Path, repair_id: str, reason: str) -> None:
-    tmp = data / (MARKER + ".tmp")
-    with tmp.open("w") as fh:
-        json.dump({"repair_id": repair_id, "reason": reason}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(data / MARKER)
-    _fsync_dir(data)
+    write_json(data / MARKER, {"repair_id": repair_id, "reason": reason})
 
 
 def _read_marker(data: Path) -> str | None:
@@ -186,7 +172,7 @@ def prepare(data: Path, *, has_peers: bool, join: bool = False) -> str | None:
         target = data / QUARANTINE / f"{stamp}-raft"
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(raft, target)
-        _fsync_dir(data)
+        fsync_dir(data)
         log.error("damaged Raft data quarantined in %s; rejoining the cluster as new", target)
         return repair_id
     if pending == "":
@@ -201,7 +187,7 @@ def prepare(data: Path, *, has_peers: bool, join: bool = False) -> str | None:
 def finish(data: Path) -> None:
     """The repair is over: drop the marker (durably)."""
     (data / MARKER).unlink(missing_ok=True)
-    _fsync_dir(data)
+    fsync_dir(data)
 
 
 # -- the damaged node's side ------------------------------------------------------------------
