@@ -44,6 +44,15 @@ __all__ = ["ClusterServicer"]
 _SVC = "/raftstream.v1.ClusterService/"
 
 
+def _check_peer(ctx: ServiceContext, peer: str) -> None:
+    """``InvalidArgumentError`` unless ``peer`` is one of the configured nodes."""
+    if peer not in ctx.config.peers:
+        raise InvalidArgumentError(
+            "peer",
+            f"{peer!r} is not a node of this cluster (the nodes are those in every node's peers)",
+        )
+
+
 class ClusterServicer(pbg.ClusterServiceServicer):
     def __init__(self, ctx: ServiceContext) -> None:
         self._ctx = ctx
@@ -131,8 +140,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
             return await ctx.to_meta_leader(
                 _SVC + "RemovePeer", request, pb.RemovePeerResponse.FromString, time_left(context)
             )
-        if request.peer not in ctx.config.peers:
-            raise InvalidArgumentError("peer", f"{request.peer!r} is not a node of this cluster")
+        _check_peer(ctx, request.peer)
         if request.peer == ctx.node_id:
             raise InvalidArgumentError(
                 "peer",
@@ -153,12 +161,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
             return await ctx.to_meta_leader(
                 _SVC + "AddPeer", request, pb.AddPeerResponse.FromString, time_left(context)
             )
-        if request.peer not in ctx.config.peers:
-            raise InvalidArgumentError(
-                "peer",
-                f"{request.peer!r} is not a node of this cluster (the nodes are those in"
-                " every node's peers)",
-            )
+        _check_peer(ctx, request.peer)
         result = await ctx.meta.propose(
             PeerAdd(peer=request.peer, ts_ns=time.time_ns()), time_left(context)
         )
