@@ -41,6 +41,7 @@ from raftstream.errors import (
     RaftStreamError,
     UnavailableError,
 )
+from raftstream.proto import raftstream_pb2 as pb
 from raftstream.raft.host import RaftHost
 
 __all__ = ["ServiceContext", "account_of", "caller_of", "from_leaders", "time_left"]
@@ -114,6 +115,9 @@ class ServiceContext:
     peer_down: Callable[[str], bool]  # True once a peer failed its probes for a while
     describe_self: Callable[[], NodeDescription]  # this node now (OSError: data dir unreadable)
     peer_descriptions: Callable[[], Mapping[str, NodeDescription]]  # latest heard, per peer
+    # (peer, groups, seconds) -> the infos of those groups the peer leads (none if it does
+    # not answer in time): cluster info asks the leaders of the groups this node does not lead.
+    peer_led_groups: Callable[[str, Sequence[str], float], Awaitable[list[pb.GroupInfo]]]
     # Held by the meta leader from an account-limit check to the commit of what it admitted,
     # so two concurrent creates cannot both pass the same last free place.
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)

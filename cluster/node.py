@@ -43,6 +43,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +83,14 @@ from raftstream.cluster.repair import (
     prepare,
     report_cleared,
 )
-from raftstream.cluster.services_cluster import ClusterServicer
+from raftstream.cluster.services_cluster import ClusterServicer, led_group_infos
 from raftstream.cluster.services_consume import ConsumeServicer
 from raftstream.cluster.services_consumers import ConsumerServicer
 from raftstream.cluster.services_node import (
     NodeServicer,
     describe_peer,
     knows_asker,
+    led_groups,
     probe_metadata,
 )
 from raftstream.cluster.services_publish import PublishServicer
@@ -274,6 +276,7 @@ class Node:
             peer_down=self._peer_down,
             describe_self=self._describe_self,
             peer_descriptions=self._descriptions.snapshot,
+            peer_led_groups=self._peer_led_groups,
         )
         await self._start_server(options)
         if fresh:
@@ -435,6 +438,7 @@ class Node:
                 auth=self.config.auth,
                 describe=self._describe_self,
                 knows=self._known_peers.__contains__,
+                led=lambda groups: led_group_infos(ctx, groups),
             ),
             server,
         )
@@ -469,6 +473,16 @@ class Node:
         if h is None:
             raise InvariantError("the health service starts with the server")
         return h
+
+    async def _peer_led_groups(
+        self, peer: str, groups: Sequence[str], timeout_s: float
+    ) -> list[pb.GroupInfo]:
+        addr = self.config.peers.get(peer)
+        if addr is None:
+            return []
+        stub = npbg.NodeServiceStub(self._forwarder.channel(str(addr)))
+        metadata = probe_metadata(self.config.auth)
+        return await led_groups(stub, groups, metadata=metadata, timeout_s=timeout_s)
 
     def _describe_self(self) -> NodeDescription:
         """This node's description now; free space over both LMDB maps (see start())."""

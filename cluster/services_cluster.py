@@ -1,11 +1,15 @@
 """``raftstream.v1.ClusterService``: cluster info, meta leader step-down, peer removal and
 readmission.
 
-Cluster info is answered by any node from what it knows: every configured node (online when
-this node heard from it recently; its placement cluster, tags and free space as it last
-described itself, ``cluster/descriptions.py``), the meta leader, and every group: the meta
-group and each stream's (leader and followers' lag are known only where this node hosts the
-group, and lag only on that group's leader; elsewhere the group is listed with its peers).
+Cluster info is answered by any node: every configured node as this node knows it (online
+when this node heard from it recently; its placement cluster, tags and free space as it last
+described itself, ``cluster/descriptions.py``), the meta leader, and every group, the meta
+group and each stream's, as the group's leader sees it. Only a group's leader knows its
+followers' lag, and a node that hosts no replica does not even know the leader; so for
+each group this node does not lead, it asks the leader it knows, or else the group's peers
+(``NodeService.LedGroups``, one call per peer for all its groups, at most
+``LEADER_VIEW_TIMEOUT_S``). A group whose leader does not answer in time is listed as this
+node sees it: with the leader it knows when it hosts a replica, else with no leader.
 
 Peer removal is a meta request (forwarded to the meta leader): it records the removal, so
 no new replica is placed on the peer; the meta leader then re-places the peer's replicas
@@ -25,8 +29,11 @@ and alone may step the meta leader down or remove or readmit a peer.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from raftstream.cluster.context import ServiceContext, caller_of, time_left
@@ -39,9 +46,63 @@ from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import map_errors
 
-__all__ = ["ClusterServicer"]
+__all__ = ["ClusterServicer", "led_group_infos"]
 
 _SVC = "/raftstream.v1.ClusterService/"
+# How long cluster info waits for the leaders of the groups this node does not lead. A
+# peer on loopback or a LAN answers in milliseconds; one paused or partitioned away costs
+# the call this much, and its groups are listed as this node sees them.
+LEADER_VIEW_TIMEOUT_S = 0.5
+
+
+def led_group_infos(ctx: ServiceContext, names: Sequence[str]) -> list[pb.GroupInfo]:
+    """The infos of the groups among ``names`` that this node leads (``LedGroups``)."""
+    wanted = set(names)
+    peers: dict[str, tuple[str, ...]] = {}
+    if META_GROUP in wanted:
+        peers[META_GROUP] = tuple(ctx.config.peers)
+    for sa in ctx.meta.state.all_streams():
+        if sa.group in wanted:
+            peers[sa.group] = sa.peers
+    hosted = ctx.host.groups()
+    return [
+        group_info(ctx, name, members)
+        for name, members in peers.items()
+        if name in hosted and ctx.host.status(name).leader == ctx.node_id
+    ]
+
+
+async def _leaders_views(
+    ctx: ServiceContext, groups: list[tuple[pb.GroupInfo, tuple[str, ...]]], timeout_s: float | None
+) -> None:
+    """Replace, in place, the info of each group of ``groups`` (info, peers) that this node
+    does not lead with its leader's, where the leader answers in time (module docstring)."""
+    asks: dict[str, list[str]] = collections.defaultdict(list)
+    for info, peers in groups:
+        if info.leader == ctx.node_id:
+            continue
+        targets = [info.leader] if info.leader else [p for p in peers if p != ctx.node_id]
+        for peer in targets:
+            if peer in ctx.config.peers and not ctx.peer_down(peer):
+                asks[peer].append(info.name)
+    if not asks:
+        return
+    cap = LEADER_VIEW_TIMEOUT_S
+    if timeout_s is not None:
+        cap = max(0.05, min(cap, timeout_s / 2))
+    answers = await asyncio.gather(
+        *(ctx.peer_led_groups(peer, names, cap) for peer, names in asks.items())
+    )
+    best: dict[str, pb.GroupInfo] = {}
+    for views in answers:
+        for view in views:
+            known = best.get(view.name)
+            if known is None or view.term > known.term:  # a deposed leader's is older
+                best[view.name] = view
+    for info, _ in groups:
+        leaders = best.get(info.name)
+        if leaders is not None and info.leader != ctx.node_id:
+            info.CopyFrom(leaders)
 
 
 def _check_peer(ctx: ServiceContext, peer: str) -> None:
@@ -87,12 +148,11 @@ class ClusterServicer(pbg.ClusterServiceServicer):
                 node.free_bytes = desc.free_bytes
                 node.version = desc.version
             nodes.append(node)
+        meta_peers = tuple(ctx.config.peers)
         groups = [
-            pb.ClusterGroup(
-                kind=pb.GROUP_KIND_META,
-                group=group_info(ctx, META_GROUP, tuple(ctx.config.peers)),
-            )
+            pb.ClusterGroup(kind=pb.GROUP_KIND_META, group=group_info(ctx, META_GROUP, meta_peers))
         ]
+        peers_of = [meta_peers]
         who = caller_of(context)
         for sa in ctx.meta.state.all_streams():
             if not who.system and sa.account != who.account:
@@ -105,6 +165,10 @@ class ClusterServicer(pbg.ClusterServiceServicer):
                     group=group_info(ctx, sa.group, sa.peers),
                 )
             )
+            peers_of.append(sa.peers)
+        await _leaders_views(
+            ctx, [(g.group, p) for g, p in zip(groups, peers_of, strict=True)], time_left(context)
+        )
         return pb.ClusterInfo(
             name=ctx.config.cluster_name,
             meta_leader=ctx.meta.leader or "",

@@ -1,4 +1,5 @@
-"""``raftstream.node.v1.NodeService``: a node's description, asked for by its peers' probers.
+"""``raftstream.node.v1.NodeService``: a node's description, asked for by its peers' probers,
+and the groups it leads, asked for by a peer answering cluster info (``LedGroups``).
 
 Node to node only (``cluster/descriptions.py`` says what a description holds and why). The
 service lives outside ``/raftstream.v1.``, so the client API's interceptors (accounts,
@@ -14,7 +15,7 @@ node certificate.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -24,9 +25,10 @@ from raftstream.cluster.descriptions import NodeDescription
 from raftstream.errors import UnauthenticatedError, UnavailableError
 from raftstream.proto import node_pb2 as npb
 from raftstream.proto import node_pb2_grpc as npbg
+from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import map_errors
 
-__all__ = ["NodeServicer", "describe_peer", "knows_asker", "probe_metadata"]
+__all__ = ["NodeServicer", "describe_peer", "knows_asker", "led_groups", "probe_metadata"]
 
 
 def probe_metadata(auth: AuthConfig | None) -> tuple[tuple[str, str], ...]:
@@ -41,8 +43,9 @@ def probe_metadata(auth: AuthConfig | None) -> tuple[tuple[str, str], ...]:
 
 class NodeServicer(npbg.NodeServiceServicer):
     """Answers ``Describe`` with ``describe()`` (called per request: free space is measured
-    then) and ``knows(asker)`` (``cluster/known_peers.py``). Keyword-only:
-    ``NodeServicer(auth=..., describe=..., knows=...)``."""
+    then) and ``knows(asker)`` (``cluster/known_peers.py``), and ``LedGroups`` with
+    ``led(groups)``. Keyword-only: ``NodeServicer(auth=..., describe=..., knows=...,
+    led=...)``."""
 
     def __init__(
         self,
@@ -50,6 +53,7 @@ class NodeServicer(npbg.NodeServiceServicer):
         auth: AuthConfig | None,
         describe: Callable[[], NodeDescription],
         knows: Callable[[str], bool] = lambda name: False,
+        led: Callable[[Sequence[str]], list[pb.GroupInfo]] = lambda groups: [],
     ) -> None:
         # The authorization value of each account's node token (an HMAC: no bcrypt).
         self._accepted = (
@@ -59,6 +63,7 @@ class NodeServicer(npbg.NodeServiceServicer):
         )
         self._describe = describe
         self._knows = knows  # whether this node has seen the asker running before
+        self._led = led  # the infos of the groups asked for that this node leads
 
     @map_errors
     async def Describe(self, request: npb.DescribeRequest, context: Any) -> npb.NodeDescription:
@@ -72,6 +77,12 @@ class NodeServicer(npbg.NodeServiceServicer):
         out.knows_asker = self._knows(request.asker)
         return out
 
+    @map_errors
+    async def LedGroups(self, request: npb.LedGroupsRequest, context: Any) -> npb.LedGroupsResponse:
+        if self._accepted is not None:
+            self._check_node(context.invocation_metadata(), self._accepted)
+        return npb.LedGroupsResponse(groups=self._led(list(request.groups)))
+
     @staticmethod
     def _check_node(metadata: Any, accepted: tuple[bytes, ...]) -> None:
         values = [v for k, v in metadata or () if k == AUTHORIZATION_KEY]
@@ -79,7 +90,7 @@ class NodeServicer(npbg.NodeServiceServicer):
         # Every candidate is compared, in constant time each: no early exit to time.
         ok = [hmac.compare_digest(given, want) for want in accepted]
         if not any(ok):
-            raise UnauthenticatedError("node descriptions are for nodes (node token required)")
+            raise UnauthenticatedError("node calls are for nodes (node token required)")
 
 
 async def describe_peer(
@@ -113,3 +124,21 @@ async def knows_asker(
     except grpc.RpcError:
         return None
     return bool(resp.knows_asker)
+
+
+async def led_groups(
+    stub: npbg.NodeServiceStub,
+    groups: Sequence[str],
+    *,
+    metadata: tuple[tuple[str, str], ...],
+    timeout_s: float,
+) -> list[pb.GroupInfo]:
+    """The infos of the groups among ``groups`` that the peer leads, as it sees them; none
+    when it does not answer (an older node without ``LedGroups`` included)."""
+    try:
+        resp = await stub.LedGroups(
+            npb.LedGroupsRequest(groups=groups), metadata=metadata, timeout=timeout_s
+        )
+    except grpc.RpcError:
+        return []
+    return list(resp.groups)

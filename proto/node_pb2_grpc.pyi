@@ -37,12 +37,24 @@ class NodeServiceStub:
     def __new__(cls, channel: _aio.Channel) -> NodeServiceAsyncStub: ...
     Describe: _grpc.UnaryUnaryMultiCallable[_node_pb2.DescribeRequest, _node_pb2.NodeDescription]
     """This node's description as of now. Read-only and cheap (a statvfs and two stats)."""
+    LedGroups: _grpc.UnaryUnaryMultiCallable[_node_pb2.LedGroupsRequest, _node_pb2.LedGroupsResponse]
+    """The groups among those asked that this node leads, each as this node sees it: its
+    followers' lag is known only on the leader. Cluster info answered by a node that does
+    not lead a group asks the group's leader (or, when it does not know it, the group's
+    peers) for it (ClusterService.GetClusterInfo).
+    """
 
 @_typing.type_check_only
 class NodeServiceAsyncStub(NodeServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Describe: _aio.UnaryUnaryMultiCallable[_node_pb2.DescribeRequest, _node_pb2.NodeDescription]  # type: ignore[assignment]
     """This node's description as of now. Read-only and cheap (a statvfs and two stats)."""
+    LedGroups: _aio.UnaryUnaryMultiCallable[_node_pb2.LedGroupsRequest, _node_pb2.LedGroupsResponse]  # type: ignore[assignment]
+    """The groups among those asked that this node leads, each as this node sees it: its
+    followers' lag is known only on the leader. Cluster info answered by a node that does
+    not lead a group asks the group's leader (or, when it does not know it, the group's
+    peers) for it (ClusterService.GetClusterInfo).
+    """
 
 class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -52,5 +64,17 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_node_pb2.NodeDescription, _abc.Awaitable[_node_pb2.NodeDescription]]:
         """This node's description as of now. Read-only and cheap (a statvfs and two stats)."""
+
+    @_abc_1.abstractmethod
+    def LedGroups(
+        self,
+        request: _node_pb2.LedGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.LedGroupsResponse, _abc.Awaitable[_node_pb2.LedGroupsResponse]]:
+        """The groups among those asked that this node leads, each as this node sees it: its
+        followers' lag is known only on the leader. Cluster info answered by a node that does
+        not lead a group asks the group's leader (or, when it does not know it, the group's
+        peers) for it (ClusterService.GetClusterInfo).
+        """
 
 def add_NodeServiceServicer_to_server(servicer: NodeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -32,12 +32,14 @@ from raftstream.cluster.services_node import (
     NodeServicer,
     describe_peer,
     knows_asker,
+    led_groups,
     probe_metadata,
 )
 from raftstream.errors import InvalidArgumentError
 from raftstream.localnet import free_port
 from raftstream.proto import node_pb2 as npb
 from raftstream.proto import node_pb2_grpc as npbg
+from raftstream.proto import raftstream_pb2 as pb
 
 GIB = 1 << 30
 
@@ -201,7 +203,12 @@ async def serve(
 ) -> AsyncIterator[npbg.NodeServiceStub]:
     server = grpc.aio.server()
     d = desc("n1", tags=frozenset({"ssd"}))
-    servicer = NodeServicer(auth=auth, describe=lambda: d, knows=known.__contains__)
+    servicer = NodeServicer(
+        auth=auth,
+        describe=lambda: d,
+        knows=known.__contains__,
+        led=lambda groups: [pb.GroupInfo(name=g, leader="n1") for g in groups if g != "other"],
+    )
     npbg.add_NodeServiceServicer_to_server(servicer, server)
     port = server.add_insecure_port(f"127.0.0.1:{free_port()}")
     await server.start()
@@ -258,5 +265,25 @@ def test_with_auth_only_a_node_token_gets_a_description() -> None:
             md = probe_metadata(auth)
             got = await describe_peer(stub, asker="n2", metadata=md, timeout_s=5)
             assert got.name == "n1"
+
+    asyncio.run(body())
+
+
+def test_led_groups_answers_nodes_only_and_nothing_when_unreachable() -> None:
+    """LedGroups (cluster info's question to a group's leader) wants a node token with
+    [auth], like Describe; a peer that cannot be asked answers no group."""
+    auth = auth_config()
+
+    async def body() -> None:
+        async with serve(auth) as stub:
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await stub.LedGroups(npb.LedGroupsRequest(groups=["meta"]), timeout=5)
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            md = probe_metadata(auth)
+            got = await led_groups(stub, ["meta", "other"], metadata=md, timeout_s=5)
+            assert [(g.name, g.leader) for g in got] == [("meta", "n1")]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{free_port()}") as ch:
+            gone = npbg.NodeServiceStub(ch)
+            assert await led_groups(gone, ["meta"], metadata=md, timeout_s=1) == []
 
     asyncio.run(body())

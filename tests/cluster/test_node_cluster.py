@@ -145,6 +145,42 @@ def test_lists_give_each_leaders_state_through_any_node(cluster3: LocalCluster) 
     run(body())
 
 
+def test_cluster_info_gives_each_leaders_view_through_any_node(cluster3: LocalCluster) -> None:
+    """Cluster info through any node names every group's leader and its followers' lag, as
+    the leader sees them: before, a node that hosts no replica of an R1 stream listed it
+    without a leader, and a follower listed its fellow replicas as not current."""
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(StreamConfig(name="ONE", subjects=("one.>",), num_replicas=1))
+            await js.add_stream(StreamConfig(name="TRI", subjects=("tri.>",), num_replicas=3))
+            await js.publish("one.x", b"1")
+            await js.publish("tri.x", b"3")
+        finally:
+            await js.close()
+
+    run(body())
+
+    async def seen_alike() -> None:
+        leaders = set()
+        for name in cluster3.names:
+            info = cluster3.cluster_info(name)
+            assert info is not None and info.answered_by == name
+            by_stream = {g.stream: g.group for g in info.groups}
+            one, tri, meta = by_stream["ONE"], by_stream["TRI"], by_stream[""]
+            assert (name, list(one.replicas)) == (name, [])
+            leaders.add((one.leader, tri.leader, meta.leader, info.meta_leader))
+            for group in (tri, meta):  # lag is known on the leader only
+                current = sorted(r.name for r in group.replicas if r.current)
+                assert (name, current) == (name, sorted(set(cluster3.names) - {group.leader}))
+        (one_leader, tri_leader, meta_leader, named) = leaders.pop()
+        assert not leaders  # every node names the same leaders
+        assert one_leader and tri_leader and meta_leader == named
+
+    run(retry_async(seen_alike))
+
+
 def test_health_reflection_and_cluster_info(cluster3: LocalCluster) -> None:
     """Every node serves grpc health (SERVING) and cluster info naming the one meta leader
     and every node online."""

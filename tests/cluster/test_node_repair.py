@@ -82,15 +82,13 @@ async def _wait_replica_count(js: raftstream.Client, stream: str, count: int) ->
 
 
 def _dropped(cluster: LocalCluster, node: str, stream: str) -> bool | None:
-    """True once ``node`` no longer hosts the stream's group (it reports no leader for it:
-    a node answers cluster info for groups it does not host from the meta state only)."""
-    info = cluster.cluster_info(node)
-    if info is None:
+    """True once ``node`` no longer hosts the stream's group: its metrics no longer list the
+    group (a node stops observing a group when it stops it)."""
+    try:
+        text = cluster.metrics(node)
+    except OSError:
         return None
-    for g in info.groups:
-        if g.stream == stream:
-            return True if not g.group.leader else None
-    return None
+    return True if f'raftstream_raft_applied_index{{group="S:$G:{stream}"}}' not in text else None
 
 
 async def _lead_and_read_all(js: raftstream.Client, stream: str, node: str, total: int) -> None:
