@@ -40,8 +40,9 @@ from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_pee
 from raftstream.cluster.raft_extras import followers
 from raftstream.engine.entries import DeleteMsg, Purge
 from raftstream.engine.stream import Purged
-from raftstream.engine.stream_config import StreamConfig
+from raftstream.engine.stream_config import StreamConfig, check_create
 from raftstream.errors import (
+    AlreadyExistsError,
     InvalidArgumentError,
     InvariantError,
     NotFoundError,
@@ -163,6 +164,9 @@ class StreamServicer(pbg.StreamServiceServicer):
         cfg = StreamConfig.from_dict(parse_json(request.config_json))
         caller_of(context).check_manage(cfg.name)
         account = account_of(context)
+        existing = self._existing_stream(account, cfg)
+        if existing is not None:  # idempotent, and no placement: it needs no live nodes
+            return await self._info(existing, time_left(context))
         async with self._ctx.admission_lock:  # limits checked and used up atomically
             limits = self._ctx.account_limits(account)
             check_account_limits(meta.state, account, limits, stream=cfg)
@@ -174,6 +178,22 @@ class StreamServicer(pbg.StreamServiceServicer):
         if not isinstance(result, StreamAdded):
             raise InvariantError(f"AddStream answered {result!r}")
         return await self._info(result.assignment, time_left(context))
+
+    def _existing_stream(self, account: str, cfg: StreamConfig) -> StreamAssignment | None:
+        """The stream ``cfg`` names when it exists with that very config: a create of it
+        changes nothing and answers the stream, as in JetStream, even while too few nodes
+        are up to place it anew. ALREADY_EXISTS when it exists with another config (what
+        the entry would answer when it applies); None when it does not exist."""
+        try:
+            sa = self._ctx.meta.state.stream(account, cfg.name)
+        except NotFoundError:
+            return None
+        if sa.config != check_create(cfg):
+            raise AlreadyExistsError(
+                f"stream {cfg.name!r} already exists with a different configuration",
+                field="name",
+            )
+        return sa
 
     @map_errors
     async def UpdateStream(self, request: pb.UpdateStreamRequest, context: Any) -> pb.StreamInfo:

@@ -6,6 +6,8 @@ Each test starts its own cluster of node processes on loopback (``cluster3``); t
 
 from __future__ import annotations
 
+import itertools
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -401,6 +403,56 @@ def test_a_next_ack_answers_at_most_one_response_of_messages(cluster3: LocalClus
             assert [m.seq for m in by_count.messages] == list(range(3, 259))
             rest = [m.metadata.stream_seq for m in await sub.fetch(100, timeout=5)]
             assert rest == list(range(259, 304))
+        finally:
+            await js.close()
+
+    run(body())
+
+
+def test_creating_an_existing_stream_again_needs_no_live_nodes(cluster3: LocalCluster) -> None:
+    """Adding a stream (or a KV bucket) that exists with the same config answers it, as in
+    JetStream, even while too few nodes are up to place it anew: an app that creates its
+    streams at start must start while a node is down (found by a user review: it failed
+    LIMIT "3 replicas need 3 live nodes"). Another config is ALREADY_EXISTS, not LIMIT."""
+    cfg = StreamConfig(name="IDEM", subjects=("idem.>",), num_replicas=3)
+
+    async def setup() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(cfg)
+            await js.create_key_value("CFG", history=3, replicas=3)
+        finally:
+            await js.close()
+
+    run(setup())
+    meta_leader = cluster3.wait_meta_leader()
+    victim = next(n for n in cluster3.names if n != meta_leader)
+    cluster3.kill(victim)
+    live = [cluster3.addr(n) for n in cluster3.names if n != victim]
+
+    async def body() -> None:
+        js = await _connect(live)
+        try:
+            tries = itertools.count()
+
+            async def seen_down() -> None:  # a new R3 stream cannot be placed now
+                name = f"NEW{next(tries)}"  # (one placed before the node was seen down stays)
+                new = StreamConfig(name=name, subjects=(f"{name.lower()}.>",), num_replicas=3)
+                try:
+                    await js.add_stream(new)
+                except errors.LimitError:
+                    return
+                raise AssertionError(f"{name} was placed: {victim} not seen down yet")
+
+            await retry_async(seen_down)
+            info = await js.add_stream(cfg)
+            assert (info.config.name, info.config.num_replicas) == ("IDEM", 3)
+            kv = await js.create_key_value("CFG", history=3, replicas=3)
+            assert kv.bucket == "CFG"
+            with pytest.raises(errors.AlreadyExistsError):
+                await js.add_stream(
+                    StreamConfig(name="IDEM", subjects=("other.>",), num_replicas=3)
+                )
         finally:
             await js.close()
 
