@@ -133,8 +133,21 @@ ABORT_REASON: contextvars.ContextVar[str] = contextvars.ContextVar(
 )
 
 
+# Set once the running call began to abort: gRPC awaits the status's send inside
+# ``abort_with_status``, and a time cap that fires meanwhile (``cluster/limits.py``) must not
+# abort the call a second time (grpc raises UsageError "Abort was already called!", logged
+# with a traceback as an unexpected servicer error).
+_ABORTING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "raftstream_aborting", default=False
+)
+
+
 async def abort(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
-    """End the current aio RPC with ``exc``'s status. Never returns (grpc raises)."""
+    """End the current aio RPC with ``exc``'s status. Never returns (grpc raises). When the
+    call is already aborting, its first status stands: ``AbortError`` is raised at once."""
+    if _ABORTING.get():
+        raise grpc.aio.AbortError(f"already aborting; not sent: {exc}")
+    _ABORTING.set(True)
     ABORT_REASON.set(_parts(exc)[1])
     await context.abort_with_status(to_status(exc))
     raise AssertionError("unreachable: abort_with_status raises")  # pragma: no cover

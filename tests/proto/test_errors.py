@@ -280,3 +280,31 @@ def test_an_unknown_reason_falls_back_to_the_class_of_its_code():
     got = pe.from_error_message(wire)
     assert type(got) is e.PreconditionError
     assert got.message == "m"
+
+
+def test_a_second_abort_while_the_first_is_sent_keeps_the_first_status():
+    """gRPC awaits the status's send inside ``abort_with_status``; a node's time cap that
+    fires meanwhile aborted the call again, which grpc refuses with UsageError ("Abort
+    already called!", logged as a servicer bug; found by a user review during a failover).
+    The second ``abort`` now raises AbortError at once and sends nothing."""
+
+    class SlowContext:
+        def __init__(self) -> None:
+            self.sent: list[grpc.Status] = []
+
+        async def abort_with_status(self, status: grpc.Status) -> None:
+            self.sent.append(status)
+            await asyncio.sleep(1)  # the send, interrupted by the cap below
+            raise grpc.aio.AbortError("sent")
+
+    async def body() -> None:
+        ctx: Any = SlowContext()
+        try:
+            async with asyncio.timeout(0.01):
+                await pe.abort(ctx, e.NoLeaderError("no leader yet", group="S:$G:A"))
+        except TimeoutError:
+            with pytest.raises(grpc.aio.AbortError):
+                await pe.abort(ctx, e.DeadlineExceededError("past the cap"))
+        assert [s.code for s in ctx.sent] == [grpc.StatusCode.UNAVAILABLE]
+
+    asyncio.run(body())
