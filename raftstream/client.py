@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
@@ -65,8 +66,33 @@ ACK_PENDING_MSGS_MAX = 16384
 LIST_PAGES_MAX = 10_000
 
 
-def _log_error(exc: errors.RaftStreamError) -> None:
-    log.warning("raftstream: %s (%s)", exc, exc.reason)
+ERROR_LOG_REPEAT_S = 10.0  # the default error_cb logs one error repeated this long once
+
+
+class _ErrorLog:
+    """The default ``error_cb``: logs each error as a warning, but an error repeating the
+    last one within ``ERROR_LOG_REPEAT_S`` only once, then how many more came (hundreds
+    of fire-and-forget acks fail alike when a stream loses its leader)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, str] | None = None
+        self._since = 0.0
+        self._repeats = 0
+
+    def __call__(self, exc: errors.RaftStreamError) -> None:
+        key, now = (str(exc), exc.reason), time.monotonic()
+        if key == self._last and now - self._since < ERROR_LOG_REPEAT_S:
+            self._repeats += 1
+            return
+        self._flush()
+        self._last, self._since = key, now
+        log.warning("raftstream: %s (%s)", exc, exc.reason)
+
+    def _flush(self) -> None:
+        if self._repeats and self._last is not None:
+            text, reason = self._last
+            log.warning("raftstream: %s (%s): %d more times", text, reason, self._repeats)
+        self._repeats = 0
 
 
 async def connect(
@@ -165,7 +191,7 @@ class Client:
             pending_msgs_max=publish_async_pending_msgs_max,
             wait_stall_s=publish_async_wait_stall or timeout,
         )
-        self._error_cb = error_cb or _log_error
+        self._error_cb = error_cb or _ErrorLog()
         self._acker = Acker(
             self._router,
             timeout_s=timeout,

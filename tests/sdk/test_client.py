@@ -480,3 +480,30 @@ def test_bad_numbers_and_headers_are_refused_naming_the_argument_before_sending(
             assert node.calls == []
 
     run(main())
+
+
+def test_the_default_error_log_says_a_repeated_error_once_then_how_many_more(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hundreds of fire-and-forget acks fail alike when a stream loses its leader: the
+    default error_cb logged 512 identical lines in 10 ms (a user review). Now one line,
+    then the count once the repeats end (another error, or one after the window)."""
+    from raftstream import client as client_mod
+
+    clock = [100.0]
+    monkeypatch.setattr(client_mod.time, "monotonic", lambda: clock[0])
+    cb = client_mod._ErrorLog()
+    caplog.set_level("WARNING", logger="raftstream.client")
+    no_leader = errors.NoLeaderError("stream 'WQ' has no leader yet")
+    for _ in range(512):
+        cb(no_leader)
+    assert len(caplog.records) == 1
+    cb(errors.NotFoundError("stream 'X' not found"))  # another error: the count, then it
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[1:] == [
+        "raftstream: stream 'WQ' has no leader yet (NO_LEADER): 511 more times",
+        "raftstream: stream 'X' not found (NOT_FOUND)",
+    ]
+    clock[0] += client_mod.ERROR_LOG_REPEAT_S  # the same again after the window: said again
+    cb(errors.NotFoundError("stream 'X' not found"))
+    assert len(caplog.records) == 4
