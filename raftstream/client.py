@@ -119,7 +119,9 @@ async def connect(
     unanswered publish_async messages allowed at once; beyond it publish_async waits up to
     ``publish_async_wait_stall`` seconds (default: ``timeout``). ``ack_pending_msgs_max``:
     fire-and-forget acks queued at once. ``error_cb`` gets errors no call can raise (a
-    failed fire-and-forget ack); by default they are logged.
+    failed fire-and-forget ack); by default they are logged as warnings of the
+    ``raftstream.client`` logger, an error that repeats the last one within
+    ``ERROR_LOG_REPEAT_S`` once, then how many more came.
 
     TLS (docs/tls.md): ``tls_ca`` is the CA that signed the nodes' certificates (default: the
     system's roots), ``tls_cert`` and ``tls_key`` this client's certificate and key (a
