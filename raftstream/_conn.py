@@ -12,6 +12,10 @@ timeout as its gRPC deadline, and attempts stop when that time is spent. What is
 - NOT_LEADER and NO_LEADER: the server refused before applying anything, so a retry is
   safe for every call. A NOT_LEADER hint (``leader_addr``) sends the next attempt there.
 - a server we could not connect to (nothing was sent): the next attempt tries the next one.
+  A hinted leader, or a seed when there are others, is given up as soon as its connection
+  is refused (a leader just killed: the seeds know the new one); a lone seed is waited for
+  up to ``connect_timeout_s`` (it may be restarting). The wait to connect does not count in
+  what the next attempt needs left (below).
 - any other retriable error (UNAVAILABLE mid-call, a server-side timeout) only when the call
   is ``idempotent``: such a failure is ambiguous, the request may have been applied.
 
@@ -37,7 +41,7 @@ TLS: with ``credentials`` (``tls_credentials``) every channel is TLS, the server
 certificate checked against the given CA (else the system's roots) and the client's
 certificate presented when one is given. A server that refuses the handshake (a plaintext
 client, an untrusted CA, no or a foreign client certificate) is, to the client, a server it
-cannot connect to: ``NotConnectedError`` after ``connect_timeout_s``.
+cannot connect to: ``NotConnectedError`` (given up at once when there are other servers).
 """
 
 from __future__ import annotations
@@ -203,6 +207,27 @@ def _telling(last: errors.RaftStreamError, refusal: errors.RaftStreamError | Non
     return last
 
 
+async def _ready(ch: grpc.aio.Channel, wait_s: float, *, give_up_on_failure: bool) -> bool:
+    """Whether ``ch`` connects within ``wait_s``; with ``give_up_on_failure``, False as soon
+    as a connection attempt fails (TRANSIENT_FAILURE: refused, or the handshake failed)
+    rather than waiting through gRPC's reconnect backoff."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    state = ch.get_state(try_to_connect=True)
+    while state != grpc.ChannelConnectivity.READY:
+        if give_up_on_failure and state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            return False
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        try:
+            await asyncio.wait_for(ch.wait_for_state_change(state), timeout=left)
+        except TimeoutError:
+            return False
+        state = ch.get_state(try_to_connect=True)
+    return True
+
+
 class Router:
     """The channels, leader hints and retry policy of one client (see the module docstring).
 
@@ -313,14 +338,16 @@ class Router:
         if state == grpc.ChannelConnectivity.READY:
             return stubs
         wait_s = min(timeout_s, self._connect_timeout_s)
-        if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and len(self._servers) > 1:
+        # A hinted leader, or one seed among several, that refuses the connection is given
+        # up at once: another place can answer (a seed knows the new leader). A lone seed
+        # is waited for: it may be restarting.
+        elsewhere = target not in self._servers or len(self._servers) > 1
+        if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE and elsewhere:
             wait_s = 0.0  # known down: try another server now rather than wait for a retry
-        try:
-            await asyncio.wait_for(ch.channel_ready(), timeout=wait_s)
-        except TimeoutError:
+        if not await _ready(ch, wait_s, give_up_on_failure=elsewhere):
             exc = NotConnectedError(f"cannot connect to {target}", addr=target)
             self._learn(route, exc)
-            raise exc from None
+            raise exc
         return stubs
 
     async def call(
@@ -388,8 +415,17 @@ class Router:
                     if left_s <= 0:
                         raise errors.DeadlineExceededError(f"no answer within {timeout_s:.3f}s")
                     try:
-                        stubs = await self.connect(route, timeout_s=left_s, addr=next_addr[0])
+                        try:
+                            stubs = await self.connect(route, timeout_s=left_s, addr=next_addr[0])
+                        except NotConnectedError:
+                            # Not the hinted address again: connect learnt where to go next.
+                            # Nothing was sent: the wait to connect is not what the next
+                            # attempt needs left (``room``).
+                            next_addr[0] = None
+                            started = loop.time()
+                            raise
                         next_addr[0] = None
+                        started = loop.time()  # the attempt's room: the call, not the connect
                         try:
                             return await invoke(stubs, max(deadline - loop.time(), 0.001))
                         except grpc.RpcError as err:

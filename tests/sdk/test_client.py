@@ -87,6 +87,33 @@ def test_not_leader_hint_is_followed_and_remembered_per_stream():
     run(main())
 
 
+def test_a_hinted_leader_that_is_dead_is_left_for_the_seed_which_then_answers():
+    """The leader a NOT_LEADER names was just killed; the follower asked becomes leader a
+    moment later. The SDK tries the dead leader once, gives it up as soon as its connection
+    is refused, and asks the seed again, which answers (a user review: a CLI read through a
+    follower tried the dead leader again and again, 2 s each, and failed NOT_LEADER after
+    8.6 s while the node asked had led for 8 s)."""
+
+    async def main() -> None:
+        async with Nodes(1) as (seed,):
+            dead = free_dead_addr()
+            asked = 0
+
+            async def info(req: Any, ctx: Any) -> pb.StreamInfo:
+                nonlocal asked
+                asked += 1
+                if asked < 3:  # still following the old leader, then elected
+                    raise errors.NotLeaderError(leader="n2", leader_addr=dead)
+                return stream_info_pb(req.name)
+
+            seed.on("GetStreamInfo", info)
+            async with await raftstream.connect([seed.addr], timeout=3, connect_timeout=2) as rs:
+                got = await rs.stream_info("ORDERS")
+            assert (got.config.name, asked) == ("ORDERS", 3)
+
+    run(main())
+
+
 def test_retries_stop_at_the_callers_timeout_and_every_attempt_carries_a_deadline():
     """NO_LEADER is retried with backoff until the timeout is spent; then the last typed
     error is raised. Each attempt's deadline is what is left of the caller's timeout (not
