@@ -264,6 +264,9 @@ def _error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     return None
 
 
+_NOT_SENT = "failed to connect to all addresses"  # gRPC's words: the call was never sent
+
+
 def from_rpc_error(err: grpc.RpcError) -> e.RaftStreamError:
     """The typed exception for a failed call (``grpc.aio.AioRpcError`` or a sync one).
 
@@ -274,6 +277,10 @@ def from_rpc_error(err: grpc.RpcError) -> e.RaftStreamError:
     code = _code(int(status_code.value[0]))
     message = str(err.details() or status_code.name)
     info = _error_info(err)
+    if info is None and code is e.Code.UNAVAILABLE and _NOT_SENT not in message:
+        # gRPC's own words for a broken connection ("Stream removed", "Socket closed") read
+        # like a raftstream stream being deleted: say what happened, keep them after.
+        message = f"the connection to the server broke ({message})"
     if info is None:
         exc = _build(_BY_CODE.get(code, e.RaftStreamError), message, {})
     else:

@@ -210,7 +210,8 @@ def test_map_errors_sends_a_bug_as_internal_and_logs_it(caplog: pytest.LogCaptur
 
 
 def test_a_status_without_details_maps_by_code():
-    """A plain UNAVAILABLE (no ErrorInfo) is a retriable UnavailableError."""
+    """A plain UNAVAILABLE (no ErrorInfo) is a retriable UnavailableError, which says the
+    connection broke before gRPC's words ("Stream removed" read as a deleted stream)."""
 
     async def run() -> e.RaftStreamError:
         async with serve({}) as addr, grpc.aio.insecure_channel(addr) as ch:
@@ -225,7 +226,7 @@ def test_a_status_without_details_maps_by_code():
     got = asyncio.run(run())
     assert type(got) is e.UnavailableError
     assert got.retriable
-    assert got.message == "connection to peer lost"
+    assert got.message == "the connection to the server broke (connection to peer lost)"
 
 
 def test_a_streamed_response_that_fails_midway_carries_the_leader_hint():
