@@ -40,15 +40,18 @@ __all__ = [
     "SIZE",
     "Conn",
     "add_group_connection_options",
+    "arg_bytes",
     "confirm_or_refuse",
     "connection_options",
     "echo_json",
+    "echo_raw",
     "fail",
     "fmt_bytes",
     "fmt_duration_ns",
     "fmt_time_ns",
     "json_option",
     "jsonable",
+    "message_data",
     "parse_duration_ns",
     "parse_size",
     "parse_time_or_ago_ns",
@@ -56,6 +59,7 @@ __all__ = [
     "print_table",
     "run",
     "split_csv",
+    "text_arg",
 ]
 
 R = TypeVar("R")
@@ -383,6 +387,42 @@ def parse_time_or_ago_ns(text: str, *, future: bool) -> int:
     return time.time_ns() + (delta if future else -delta)
 
 
+def arg_bytes(text: str, param_hint: str) -> bytes:
+    """Message data given as a command-line argument, as bytes: text, in UTF-8. Argv bytes
+    the locale could not decode (a Latin-1 terminal under a UTF-8 locale; Python keeps
+    them surrogate-escaped, as ``os.fsdecode`` does) come back exactly as they were
+    given, as ``os.fsencode`` gives them.
+    A lone surrogate no decoding of argv makes (a caller passing a ``str`` of its own) is
+    a usage error naming ``param_hint``, not a traceback."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise click.BadParameter(f"not text: {exc.reason}", param_hint=param_hint) from None
+
+
+def text_arg(text: str, param_hint: str) -> str:
+    """``text`` when it is UTF-8 text. For what travels as a string (a header, a msg-id),
+    unlike message data: argv bytes that are not UTF-8 are a usage error naming
+    ``param_hint``, not a traceback when the request is encoded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        msg = "not UTF-8 text (only message data may be binary)"
+        raise click.BadParameter(msg, param_hint=param_hint) from None
+    return text
+
+
+def message_data(value: str | None, name: str) -> bytes:
+    """A message's payload: the argument ``value`` (``arg_bytes``), or, when it is None,
+    all of stdin byte for byte (never decoded: binary data is stored unchanged, as the
+    nats CLI stores it). Stdin on a terminal is a usage error asking for ``name``."""
+    if value is not None:
+        return arg_bytes(value, name)
+    if sys.stdin.isatty():
+        raise click.UsageError(f"give {name} or pipe it on stdin")
+    return sys.stdin.buffer.read()
+
+
 class _Duration(click.ParamType[int, Any]):
     name = "DURATION"
 
@@ -450,7 +490,9 @@ def fmt_time_ns(ns: int) -> str:
 
 def jsonable(value: Any) -> Any:
     """A value as plain JSON data: configs in their JetStream JSON (``to_dict``), other
-    dataclasses field by field, enums by value, bytes as text (or base64 when binary)."""
+    dataclasses field by field, enums by value, bytes as text when they are UTF-8, else
+    base64. The one convention for message data in JSON (``stream get``, ``sub``,
+    ``consumer next``, ``kv get``/``history``/``watch``; docs/cli.md)."""
     to_dict = getattr(value, "to_dict", None)
     if callable(to_dict):
         return to_dict()
@@ -473,6 +515,13 @@ def jsonable(value: Any) -> Any:
 def echo_json(value: Any) -> None:
     """Print ``value`` (see ``jsonable``) as indented JSON on stdout."""
     click.echo(json.dumps(jsonable(value), indent=2, sort_keys=False))
+
+
+def echo_raw(data: bytes, *, nl: bool = False) -> None:
+    """Write ``data`` (``--raw``) to stdout's binary buffer unchanged: never decoded, so
+    binary values come out byte for byte; a newline after it only when ``nl`` (to
+    separate messages of a stream of them)."""
+    click.echo(data + b"\n" if nl else data, nl=False)
 
 
 def _is_terminal() -> bool:

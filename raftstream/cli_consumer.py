@@ -28,6 +28,7 @@ from raftstream.cli_common import (
     fmt_duration_ns,
     fmt_time_ns,
     json_option,
+    jsonable,
     parse_duration_ns,
     parse_time_or_ago_ns,
     print_fields,
@@ -325,11 +326,10 @@ def rm_cmd(conn: Conn, stream: str, name: str, force: bool) -> None:
     click.echo(f"Deleted consumer {stream} > {name}")
 
 
-def format_msg(msg: Msg, *, raw: bool) -> str:
-    """A delivered message for humans: a header line, its headers, its payload."""
+def format_msg(msg: Msg) -> str:
+    """A delivered message for humans: a header line, its headers, its payload as text
+    (bytes that are not UTF-8 shown as U+FFFD; ``--raw`` and ``--json`` keep them)."""
     body = msg.data.decode("utf-8", errors="replace")
-    if raw:
-        return body
     try:
         md = msg.metadata
         where = f"[#{md.stream_seq}] {md.stream} > {md.consumer} (delivered {md.num_delivered})"
@@ -342,7 +342,8 @@ def format_msg(msg: Msg, *, raw: bool) -> str:
 
 
 def msg_json(msg: Msg) -> dict[str, Any]:
-    """A delivered message as JSON data, with its ack token's metadata."""
+    """A delivered message as JSON data, with its ack token's metadata; the payload as
+    ``stream get --json`` gives it (text when it is UTF-8, else base64: ``jsonable``)."""
     md = msg.metadata
     return {
         "subject": msg.subject,
@@ -351,7 +352,7 @@ def msg_json(msg: Msg) -> dict[str, Any]:
         "delivered": md.num_delivered,
         "pending": md.num_pending,
         "headers": dict(msg.headers),
-        "data": msg.data.decode("utf-8", errors="replace"),
+        "data": jsonable(msg.data),
     }
 
 
@@ -374,7 +375,7 @@ async def _next(
         for msg in msgs:
             received.append(msg_json(msg))
             if not as_json:
-                click.echo(format_msg(msg, raw=False))
+                click.echo(format_msg(msg))
             if ack:
                 await msg.ack_sync()
     if as_json:

@@ -8,7 +8,6 @@ key, then every change as it happens (Ctrl-C or ``--count`` stops).
 from __future__ import annotations
 
 import json
-import sys
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -21,10 +20,13 @@ from raftstream.cli_common import (
     confirm_or_refuse,
     connection_options,
     echo_json,
+    echo_raw,
     fmt_bytes,
     fmt_duration_ns,
     fmt_time_ns,
     json_option,
+    jsonable,
+    message_data,
     print_fields,
     print_table,
     run,
@@ -163,18 +165,16 @@ def info_cmd(conn: Conn, bucket: str, as_json: bool) -> None:
 def put_cmd(
     conn: Conn, bucket: str, key: str, value: str | None, last: int | None, as_json: bool
 ) -> None:
-    """Set KEY to VALUE (or stdin); prints the new revision.
+    """Set KEY to VALUE (text, stored in UTF-8) or to stdin's bytes, unchanged (binary
+    data too); prints the new revision.
 
     \b
     Examples:
       raftstream kv put CONFIG app.color blue
       raftstream kv put CONFIG app.color green --last 1
+      raftstream kv put CONFIG logo < logo.png
     """
-    if value is None:
-        if sys.stdin.isatty():
-            raise click.UsageError("give VALUE or pipe it on stdin")
-        value = sys.stdin.read()
-    data = value.encode()
+    data = message_data(value, "VALUE")
 
     async def body(c: Client) -> int:
         b = await c.key_value(bucket)
@@ -192,14 +192,15 @@ def put_cmd(
 
 
 def _entry_json(e: KeyValueEntry) -> dict[str, Any]:
-    """A key revision as JSON data (the value as text)."""
+    """A key revision as JSON data: the value as ``stream get --json`` gives message data
+    (text when it is UTF-8, else base64: ``jsonable``)."""
     return {
         "bucket": e.bucket,
         "key": e.key,
         "revision": e.revision,
         "operation": e.operation.value,
         "created": fmt_time_ns(e.created_ns),
-        "value": e.value.decode("utf-8", errors="replace"),
+        "value": jsonable(e.value),
     }
 
 
@@ -207,17 +208,20 @@ def _entry_json(e: KeyValueEntry) -> dict[str, Any]:
 @click.argument("bucket")
 @click.argument("key")
 @click.option("--revision", type=click.IntRange(min=1), help="This revision of the key.")
-@click.option("--raw", is_flag=True, help="Print the value only.")
+@click.option("--raw", is_flag=True,
+              help="Write the value only, its bytes unchanged (no newline added).")  # fmt: skip
 @json_option
 @connection_options
 def get_cmd(
     conn: Conn, bucket: str, key: str, revision: int | None, raw: bool, as_json: bool
 ) -> None:
-    """Read a key's value (the latest, or --revision N).
+    """Read a key's value (the latest, or --revision N). --raw writes the stored bytes
+    unchanged; --json gives the value as text when it is UTF-8, else base64.
 
     \b
-    Example:
+    Examples:
       raftstream kv get CONFIG app.color
+      raftstream kv get CONFIG logo --raw > logo.png
     """
 
     async def body(c: Client) -> KeyValueEntry:
@@ -227,7 +231,7 @@ def get_cmd(
     if as_json:
         echo_json(_entry_json(entry))
     elif raw:
-        click.echo(entry.value.decode("utf-8", errors="replace"))
+        echo_raw(entry.value)
     else:
         click.echo(f"{bucket} > {key} revision {entry.revision} created "
                    f"{fmt_time_ns(entry.created_ns)}\n")  # fmt: skip

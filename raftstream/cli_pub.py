@@ -4,6 +4,9 @@
 in ``--msg-id`` becomes the message's number (1..N), ``{{ID}}`` a random id, ``{{Unix}}``
 the time in seconds and ``{{Time}}`` the time in RFC 3339. The messages go out pipelined
 (in order) and each is reported with its stream sequence once a quorum stored it.
+
+DATA is text, published in UTF-8; data piped on stdin is published byte for byte (binary
+too: placeholders are filled in without decoding anything else).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import asyncio
 import json
 import re
 import secrets
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,8 +27,11 @@ from raftstream.cli_common import (
     Conn,
     connection_options,
     echo_json,
+    echo_raw,
     json_option,
+    message_data,
     run,
+    text_arg,
 )
 from raftstream.cli_consumer import format_msg, msg_json
 from raftstream.config import ConsumerConfig, DeliverPolicy, format_rfc3339_ns
@@ -64,6 +69,16 @@ def render(template: str, count: int) -> str:
     return _PLACEHOLDER.sub(value, template)
 
 
+def render_data(data: bytes, count: int) -> bytes:
+    """``render`` over a payload of any bytes: the placeholders filled in, every other byte
+    unchanged (UTF-8 with surrogateescape decodes and encodes any bytes back exactly, so
+    binary data is never altered or refused)."""
+    if b"{{" not in data:
+        return data
+    text = data.decode("utf-8", "surrogateescape")
+    return render(text, count).encode("utf-8", "surrogateescape")
+
+
 def _headers(items: tuple[str, ...], count: int) -> dict[str, str]:
     """``-H KEY:VALUE`` options as headers, placeholders filled in for message ``count``."""
     out = {}
@@ -78,7 +93,7 @@ def _headers(items: tuple[str, ...], count: int) -> dict[str, str]:
 async def _publish_all(
     c: Client,
     subject: str,
-    data: str,
+    data: bytes,
     *,
     count: int,
     headers: tuple[str, ...],
@@ -90,7 +105,7 @@ async def _publish_all(
     futures: list[tuple[int, asyncio.Future[PubAck]]] = []
     try:
         for i in range(1, count + 1):
-            payload = render(data, i).encode()
+            payload = render_data(data, i)
             fut = await c.publish_async(
                 subject,
                 payload,
@@ -134,23 +149,26 @@ def pub(
     quiet: bool,
     as_json: bool,
 ) -> None:
-    """Publish DATA (or stdin) to SUBJECT and wait for the stream's acknowledgement.
+    """Publish DATA (text, sent in UTF-8) or stdin's bytes, unchanged (binary data too), to
+    SUBJECT and wait for the stream's acknowledgement.
 
     \b
     Examples:
       raftstream pub orders.eu 'order {{Count}}' --count 10 --msg-id 'o-{{Count}}'
       echo '{"id": 1}' | raftstream pub orders.eu -H Content-Type:application/json
+      raftstream pub images.logo < logo.png
     """
-    if data is None:
-        if sys.stdin.isatty():
-            raise click.UsageError("give DATA or pipe it on stdin")
-        data = sys.stdin.read()
+    payload = message_data(data, "DATA")
+    for item in headers:
+        text_arg(item, "--header")
+    if msg_id is not None:
+        text_arg(msg_id, "--msg-id")
     acks = run(
         conn,
         lambda c: _publish_all(
             c,
             subject,
-            data,
+            payload,
             count=count,
             headers=headers,
             msg_id=msg_id,
@@ -302,7 +320,8 @@ async def _sub(
 @click.option("--deliver", help="Start: all (default), last, new, last_per_subject or a sequence.")
 @click.option("--count", type=click.IntRange(min=1), help="Stop after N messages.")
 @click.option("--ack/--no-ack", default=True, show_default=True, help="Acknowledge messages.")
-@click.option("--raw", is_flag=True, help="Print payloads only.")
+@click.option("--raw", is_flag=True,
+              help="Write payloads only, bytes unchanged, each followed by a newline.")  # fmt: skip
 @json_option
 @connection_options
 def sub(
@@ -334,8 +353,10 @@ def sub(
     def show(msg: Msg) -> None:
         if as_json:
             click.echo(json.dumps(msg_json(msg)))
+        elif raw:
+            echo_raw(msg.data, nl=True)
         else:
-            click.echo(format_msg(msg, raw=raw))
+            click.echo(format_msg(msg))
 
     run(
         conn,
