@@ -199,6 +199,9 @@ class Publisher:
         self._pipe: Pipeline | None = None
         self._opening = asyncio.Lock()
         self._retries: set[asyncio.Task[None]] = set()
+        # The last refusal or broken call whose messages are being sent again, until an ack
+        # comes: why the window may stay full (named when publish_async stalls).
+        self._retrying_after: errors.RaftStreamError | None = None
         self._closing = False
         self._lane = SyncLane(result_timeout_s=timeout_s)
 
@@ -289,10 +292,14 @@ class Publisher:
 
     async def _reserve(self, wait_stall_s: float) -> None:
         if not self._room.take_now() and not await self._room.take(wait_stall_s):
-            raise errors.LimitError(
-                f"{self._pending_msgs_max} publishes pending for {wait_stall_s:.3f}s",
-                pending_msgs=self._pending,
-            )
+            message = f"{self._pending_msgs_max} publishes pending for {wait_stall_s:.3f}s"
+            cause = self._retrying_after
+            details: dict[str, object] = {"pending_msgs": self._pending}
+            if cause is not None:
+                # An outage, not a slow consumer of acks: say so (a user review read LIMIT).
+                message += f", being sent again after {cause.reason}: {cause.message}"
+                details["cause"] = cause.reason
+            raise errors.LimitError(message, **details)
         self._pending += 1
         self._idle.clear()
 
@@ -336,6 +343,7 @@ class Publisher:
 
     def _on_result(self, entry: Entry, result: pb.PublishResult) -> None:
         if result.HasField("ack"):
+            self._retrying_after = None
             self._resolve(entry, PubAck.from_pb(result.ack))
             return
         exc = from_error_message(result.error)
@@ -359,6 +367,7 @@ class Publisher:
         if self._closing or not (unsent or (queued.options.msg_id and exc.retriable)):
             self._resolve(entry, exc)
             return
+        self._retrying_after = exc
         task = asyncio.get_running_loop().create_task(self._resend(entry, exc))
         self._retries.add(task)
         task.add_done_callback(self._retries.discard)

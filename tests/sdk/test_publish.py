@@ -184,6 +184,35 @@ def test_publish_async_pipelines_and_correlates_acks_by_id():
     run(main())
 
 
+def test_a_stalled_publish_async_names_the_outage_it_waits_out():
+    """The window stays full while the stream has no leader (its messages are sent again
+    after each NO_LEADER): the stall's LimitError says so, not only "4 publishes pending"
+    (a user review read an outage as a limit)."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            server = PipelineServer()
+            for seq in range(4):
+                server.answer_error[seq] = errors.NoLeaderError("stream 'S' has no leader yet")
+                server.refusals_left[seq] = 10_000
+            server.release()
+            node.on("PublishStream", server.handler)
+            rs = await raftstream.connect([node.addr], timeout=5, publish_async_pending_msgs_max=4)
+            async with rs:
+                for i in range(4):
+                    await rs.publish_async("s", str(i).encode())
+                await wait_until(lambda: len(server.batches) > 4, what="refused and sent again")
+                with pytest.raises(errors.LimitError) as err:
+                    await rs.publish_async("s", b"99", wait_stall=0.05)
+                assert "NO_LEADER: stream 'S' has no leader yet" in str(err.value)
+                assert err.value.details["cause"] == "NO_LEADER"
+                for seq in range(4):
+                    server.refusals_left[seq] = 0  # a leader again: the next resend is acked
+                await rs.publish_async_completed()
+
+    run(main())
+
+
 def test_publish_async_pending_is_bounded():
     """With publish_async_pending_msgs_max unanswered, the next publish_async waits for room
     and, after wait_stall, raises LimitError without sending anything."""
