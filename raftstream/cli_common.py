@@ -469,11 +469,15 @@ def fmt_bytes(n: int) -> str:
 
 
 def fmt_duration_ns(ns: int) -> str:
-    """ns as ``1h2m3s`` / ``250ms``; 0 -> ``0s``."""
+    """ns as ``1h2m3s`` / ``250ms`` / ``13.6ms`` (three significant digits below a second;
+    the JSON output has the exact ns); 0 -> ``0s``."""
     if ns <= 0:
         return "0s"
-    if ns < NS_PER_S:
-        return f"{ns / 1_000_000:g}ms"
+    if ns < 1000:
+        return f"{ns}ns"
+    if ns < NS_PER_S - 500_000:  # below what rounds to 1000ms
+        return f"{ns / 1_000_000:.3g}ms"
+    ns = max(ns, NS_PER_S)
     seconds = ns // NS_PER_S
     parts = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):

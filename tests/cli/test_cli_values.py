@@ -75,6 +75,14 @@ def test_time_or_duration_from_now() -> None:
 
 def test_formatting() -> None:
     assert fmt_duration_ns(90 * S) == "1m30s" and fmt_duration_ns(0) == "0s"
+    # Below a second, three significant digits ("active 13.5977ms ago" read as noise).
+    assert [fmt_duration_ns(v) for v in (13_597_700, 250_000_000, 50_000, 7)] == [
+        "13.6ms",
+        "250ms",
+        "0.05ms",
+        "7ns",
+    ]
+    assert fmt_duration_ns(999_999_999) == "1s"
     assert fmt_bytes(1536) == "1.5 KiB" and fmt_bytes(-1) == "unlimited" and fmt_bytes(5) == "5 B"
 
 
