@@ -9,11 +9,13 @@ One session of a link:
 2. subscribe from right after that position. A limits origin (acks do not matter to it)
    is read with the SDK's ordered consumer: a push consumer with flow control and idle
    heartbeats that resets itself after a gap or missed heartbeats, never handing a message
-   over twice or out of order. An interest or work-queue origin (acks remove messages) is
-   read with a pull consumer of a fixed name per link (a new leader's replaces the old
-   leader's) with explicit acks, fetched with idle heartbeats (a stalled link raises); its
-   consumer sequence numbers every delivery, and a jump (a delivery lost in flight, which
-   would come back only as a late redelivery) ends the session after what came before;
+   over twice or out of order (a reset ends the session after the batch in hand: the origin
+   may have been deleted and created again, which a session start checks). An interest or
+   work-queue origin (acks remove messages) is read with a pull consumer of a fixed name
+   per link (a new leader's replaces the old leader's) with explicit acks, fetched with
+   idle heartbeats (a stalled link raises); its consumer sequence numbers every delivery,
+   and a jump (a delivery lost in flight, which would come back only as a late
+   redelivery) ends the session after what came before;
 3. loop: take a batch, propose it as ``Copy`` entries (each naming the origin sequence it
    copies and the one it believes was stored before it); once the entry committed, ack the
    batch on the origin (pull consumer). Receiving overlaps committing: a few batches may
@@ -32,7 +34,18 @@ but not acked when a session ended is deleted from a work-queue origin by the ne
 Origin sequences that the origin removed before they could be copied (limits, purge) are
 reported as ``skipped`` ranges in the replicated state: a gap in the delivered sequences is
 checked against the origin's first sequence (links with a subject filter see gaps for every
-other subject, so they report none).
+other subject, so they report none); sequences below the origin's configured ``first_seq``
+never existed and are not skipped.
+
+Link state (leader-local, ``LinkInfo``): ``lag`` is the number of origin messages not copied
+yet. A session sets it from its consumer's ``num_pending`` when the consumer is made (an
+estimate from the origin's state before that, if nothing was known), then only from what
+committed (the ``num_pending`` of the last message stored); an idle origin with nothing in
+flight makes it 0. It is kept across sessions; None until the link learnt anything (stream
+info then shows 0 with an error saying why). ``error`` is a plain sentence (no private
+class name), kept from the session that failed until a batch commits or a session caught
+up. An origin whose last sequence is below the copied position (deleted and created again,
+or reset) is not copied: the session ends at once with an error saying so.
 
 Ownership: the node's event loop. ``StreamGroup`` starts links when its leader barrier
 applies and stops them when leadership is lost or the config drops the origin.
@@ -57,7 +70,6 @@ from tenacity import (
 )
 
 from raftstream import errors as sdk_errors
-from raftstream._push import PushSubscription
 from raftstream.client import Client, connect
 from raftstream.config import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy
 from raftstream.engine.entries import Copy
@@ -65,10 +77,11 @@ from raftstream.engine.origins import HDR_STREAM_SOURCE, OriginState
 from raftstream.engine.stream_source import StreamSource, source_key
 from raftstream.engine.subjects import subject_matches
 from raftstream.msg import Msg
+from raftstream.ordered import OrderedSubscription
 from raftstream.pull import PullSubscription
 from raftstream.raft.transport.tls import PeerTls
 
-__all__ = ["LinkHost", "LinkInfo", "MirrorLink", "link_consumer_name"]
+__all__ = ["LinkHost", "LinkInfo", "MirrorLink", "describe_error", "link_consumer_name"]
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +117,10 @@ class LinkHost(Protocol):
 @dataclass(frozen=True, slots=True)
 class LinkInfo:
     """A link as its leader sees it (``lag``: origin messages not copied yet, as last
-    seen; ``active_ns``: since the origin was last heard from, -1 never)."""
+    learnt, None while the link has learnt nothing; ``active_ns``: since the origin was
+    last heard from, -1 never; ``error``: a plain sentence, None once healthy)."""
 
-    lag: int
+    lag: int | None
     active_ns: int
     error: str | None
     running: bool
@@ -120,7 +134,39 @@ def link_consumer_name(account: str, stream: str, src: StreamSource, *, mirror: 
 
 
 class _SessionEnd(Exception):
-    """A session ended for a reason worth a retry (reported as the link's error)."""
+    """A session ended for a reason worth a retry (its message, a plain sentence, is the
+    link's error)."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """``exc`` as the link's error: the message of a session end; a public error class
+    name (``NotConnectedError: ...``) before the message of any other, never a private
+    one (a leading underscore)."""
+    text = str(exc)
+    name = type(exc).__name__
+    if isinstance(exc, _SessionEnd) or name.startswith("_"):
+        return text or "the link's session ended"
+    return f"{name}: {text}" if text else name
+
+
+def _refusal(exc: BaseException) -> str:
+    """A copy refused by this stream, as a sentence naming the setting that refused it."""
+    text = f"copy refused: {exc}"
+    limit = exc.details.get("limit") if isinstance(exc, sdk_errors.RaftStreamError) else None
+    if limit in ("max_msgs", "max_bytes", "max_msgs_per_subject"):
+        text += f" (the stream's {limit} with discard new)"
+    elif limit == "max_msg_size":
+        text += " (the stream's max_msg_size)"
+    return text
+
+
+def _origin_went_back(name: str, last: int, pos: int) -> str:
+    return (
+        f"origin {name} went back: its last sequence is {last}, below the {pos} copied from "
+        f"it (deleted and created again, or reset); its messages up to sequence {pos} are "
+        "not copied, later ones will be; to copy all of it, copy it into a new stream "
+        "(docs/mirrors.md, Left out)"
+    )
 
 
 class MirrorLink:
@@ -148,7 +194,8 @@ class MirrorLink:
         self._servers = servers
         self._extra = log_extra
         self._task: asyncio.Task[None] | None = None
-        self._lag = 0
+        self._lag: int | None = None  # None: not learnt yet (kept across sessions)
+        self._lag_seq = 0  # the origin sequence the lag was learnt after (this session)
         self._active_mono: float | None = None
         self._error: str | None = None
 
@@ -188,7 +235,8 @@ class MirrorLink:
 
     def _report(self, state: Any) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
-        self._error = f"{type(exc).__name__}: {exc}" if exc is not None else None
+        if exc is not None:  # kept until a batch commits (``_commit``) or the link caught up
+            self._error = describe_error(exc)
         log.info("link to %s interrupted: %s", self.key, self._error, extra=self._extra)
 
     # -- one session -------------------------------------------------------------------------
@@ -222,13 +270,24 @@ class MirrorLink:
 
     async def _copy_with(self, client: Client) -> None:
         info = await client.stream_info(self.source.name)
+        self._active_mono = time.monotonic()
         pos = self._host.origin_position(self.key).last_seq
+        self._lag_seq = pos
+        state = info.state
+        if pos and state.last_seq < pos:
+            # Not copied (docs/mirrors.md, Left out); ending here also keeps a work-queue
+            # link from deleting or acking the new origin's messages as copied ones.
+            self._lag = state.messages  # none of them is copied (all of them, if filtered)
+            raise _SessionEnd(_origin_went_back(self.source.name, state.last_seq, pos))
+        if self._lag is None and not self.source.filters:
+            # An estimate until the consumer's num_pending replaces it (interior deletes
+            # of the origin count as messages here).
+            self._lag = state.messages if pos < state.first_seq else state.last_seq - pos
         retention = info.config.retention
         if retention is RetentionPolicy.LIMITS:
             batches = await self._ordered(client, pos)
         else:
-            batches = await self._pulled(client, pos, info.state.first_seq, retention)
-        self._error = None
+            batches = await self._pulled(client, pos, state.first_seq, retention)
         try:
             await self._pump(client, pos, batches)
         finally:
@@ -246,6 +305,10 @@ class MirrorLink:
             error_cb=self._on_sub_error,
             pending_msgs_max=ORDERED_PENDING_MSGS_MAX,
         )
+        if not isinstance(sub, OrderedSubscription):
+            await sub.unsubscribe()
+            raise sdk_errors.InvariantError("subscribe(ordered_consumer=True): not ordered")
+        self._lag = sub.initial_info.num_pending  # from right after the position
         return _OrderedBatches(sub)
 
     async def _pulled(
@@ -259,14 +322,15 @@ class MirrorLink:
             await self._clean_workqueue(client, first, pos)
         with contextlib.suppress(sdk_errors.NotFoundError):
             await client.delete_consumer(src.name, self._consumer)
-        await client.add_consumer(src.name, self._consumer_config(pos, workqueue=workqueue))
+        made = await client.add_consumer(src.name, self._consumer_config(pos, workqueue=workqueue))
+        self._lag = made.num_pending  # what the work queue holds, or after the position
         return _PullBatches(await client.pull_subscribe_bind(src.name, self._consumer))
 
     def _on_sub_error(self, exc: sdk_errors.RaftStreamError) -> None:
-        self._error = f"{type(exc).__name__}: {exc}"
+        self._error = describe_error(exc)
 
     async def _pump(self, client: Client, pos: int, batches: _Batches) -> None:
-        """Copy batch after batch; returns when ``batches`` reports a lost delivery.
+        """Copy batch after batch; returns when ``batches`` says to start over (``lost``).
 
         Up to ``COMMITS_INFLIGHT_MAX`` batches are proposed before the first committed:
         safe, since each batch's first copy names the last origin sequence of the batch
@@ -282,6 +346,7 @@ class MirrorLink:
                 msgs = await batches.next()
                 self._active_mono = time.monotonic()
                 copies: list[Copy] = []
+                pending: list[int] = []  # the origin's num_pending after each copy
                 for m in msgs:
                     seq = m.metadata.stream_seq
                     if seq <= prev:
@@ -291,16 +356,19 @@ class MirrorLink:
                         skipped = await self._skipped(client, expect, seq - 1)
                     first_gap_checked = True
                     copies.append(self._copy(m, prev, skipped))
+                    pending.append(m.metadata.num_pending)
                     prev, expect = seq, seq + 1
                 while inflight and (inflight[0].done() or len(inflight) >= COMMITS_INFLIGHT_MAX):
                     await inflight.popleft()  # committed (or this raises: the session ends)
                 if msgs:
-                    self._lag = msgs[-1].metadata.num_pending
-                    inflight.append(
-                        asyncio.get_running_loop().create_task(self._commit(copies, msgs))
-                    )
+                    commit = self._commit(copies, pending, msgs)
+                    inflight.append(asyncio.get_running_loop().create_task(commit))
                 elif batches.lost is None:
-                    self._lag = 0
+                    # Nothing new from the origin: once what is in flight committed, all
+                    # it delivered is copied (the link caught up).
+                    while inflight:
+                        await inflight.popleft()
+                    self._lag, self._error = 0, None
                 if batches.lost is not None:
                     break
             while inflight:
@@ -353,22 +421,38 @@ class MirrorLink:
             skipped=skipped,
         )
 
-    async def _commit(self, copies: list[Copy], acks: list[Msg]) -> None:
+    async def _commit(self, copies: list[Copy], pending: list[int], acks: list[Msg]) -> None:
         """Propose the copies; ack ``acks`` on the origin only once they committed (a
-        no-op for the ordered consumer's unacked messages)."""
+        no-op for the ordered consumer's unacked messages). The lag follows what
+        committed (``pending[i]``: the origin's num_pending after ``copies[i]``); a refused
+        copy ends the session after acking the copies stored before it."""
+        refused: BaseException | None = None
         if copies:
             results = await self._host.propose_copies(copies)
-            for r in results:
-                if isinstance(r, BaseException):
-                    raise _SessionEnd(f"copy refused: {r}")
+            stored = next(
+                (i for i, r in enumerate(results) if isinstance(r, BaseException)), len(results)
+            )
+            last = copies[stored - 1].origin_seq if stored else 0
+            if last > self._lag_seq:  # batches may finish committing out of order
+                self._lag, self._lag_seq = pending[stored - 1], last
+            if stored < len(results):
+                refused = results[stored]
+                top = copies[stored - 1].origin_seq if stored else copies[0].prev_origin_seq
+                acks = [m for m in acks if m.metadata.stream_seq <= top]
+            else:
+                self._error = None  # a batch committed: the link works again
         for m in acks:
             await m.ack()
+        if refused is not None:
+            raise _SessionEnd(_refusal(refused))
 
     async def _skipped(self, client: Client, lo: int, hi: int) -> tuple[int, int] | None:
         """The part of the undelivered origin range ``lo..hi`` that lies below the origin's
         first sequence now (removed by limits or a purge before it could be copied); the
-        rest are messages deleted inside the origin, which a copy keeps as gaps."""
+        rest are messages deleted inside the origin, which a copy keeps as gaps. Sequences
+        below the origin's configured ``first_seq`` never existed: not skipped."""
         info = await client.stream_info(self.source.name)
+        lo = max(lo, info.config.first_seq)
         top = min(hi, info.state.first_seq - 1)
         return (lo, top) if top >= lo else None
 
@@ -387,7 +471,8 @@ class MirrorLink:
 
 class _Batches(Protocol):
     """Where a session's messages come from; ``lost`` is set (and the batch before it is
-    the last one) when a delivery went missing and the session must start over."""
+    the last one) when the session must start over: a delivery went missing, or the
+    origin's consumer was made again."""
 
     lost: str | None
 
@@ -398,19 +483,26 @@ class _Batches(Protocol):
 
 class _OrderedBatches:
     """Batches from an ordered push subscription: wait for one message, then take what is
-    buffered. Gaps and stalls are the subscription's own business (it resets itself)."""
+    buffered. Gaps and stalls are the subscription's own business (it resets itself), but
+    a reset ends the session after the batch: the origin may be another stream by then
+    (deleted and created again, its consumers with it), which only a session start checks.
+    """
 
-    def __init__(self, sub: PushSubscription) -> None:
+    def __init__(self, sub: OrderedSubscription) -> None:
         self._sub = sub
+        self._resets = sub.resets
         self.lost: str | None = None
 
     async def next(self) -> list[Msg]:
         try:
             out = [await self._sub.next_msg(FETCH_WAIT_S)]
         except sdk_errors.DeadlineExceededError:
-            return []  # the origin is idle (its heartbeats keep the subscription alive)
-        while self._sub.pending and len(out) < FETCH_MSGS_MAX:
+            out = []  # the origin is idle (its heartbeats keep the subscription alive)
+        while out and self._sub.pending and len(out) < FETCH_MSGS_MAX:
             out.append(await self._sub.next_msg(None))
+        if self._sub.resets != self._resets:
+            self.lost = "the origin's ordered consumer was made again (a stall, or the origin "
+            self.lost += "changed): the next session checks the origin"
         return out
 
     async def close(self) -> None:

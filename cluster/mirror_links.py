@@ -5,7 +5,9 @@ after every apply while it leads; cheap when the config did not change) starts a
 ``MirrorLink`` per origin of the current config and stops those the config dropped;
 ``stop_all`` runs when leadership is lost or the group closes. ``source_infos`` builds the
 ``StreamSourceInfo`` of ``GetStreamInfo`` from the replicated positions plus, where a link
-runs here, its leader-local lag, activity and error. Owned by the node's event loop.
+runs here, its leader-local lag, activity and error. The proto's ``lag`` has no "unknown":
+while a link has learnt nothing of its origin (or none runs here yet) it is sent as 0 with
+an ``error`` saying the lag is not known, never as a plain 0. Owned by the node's event loop.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from raftstream.proto import raftstream_pb2 as pb
 from raftstream.raft.transport.tls import PeerTls
 
 __all__ = ["LinkSet", "links_of"]
+
+# The error shown with lag 0 while the lag is not known (and the link has no error of its own).
+LAG_UNKNOWN_STARTING = "the link has not reached its origin yet: lag not known"
+LAG_UNKNOWN_NOT_RUNNING = "no link runs on this leader yet: lag not known"
 
 
 def links_of(config: StreamConfig) -> tuple[StreamSource, ...]:
@@ -102,15 +108,18 @@ class LinkSet:
         for src in links_of(config):
             key = source_key(src)
             link = self._links.get(key)
-            live = link.info() if link is not None else LinkInfo(0, -1, None, running=False)
+            live = link.info() if link is not None else LinkInfo(None, -1, None, running=False)
             pos = origins.get(key, OriginState())
+            error = live.error
+            if live.lag is None and error is None:
+                error = LAG_UNKNOWN_STARTING if live.running else LAG_UNKNOWN_NOT_RUNNING
             out.append(
                 pb.StreamSourceInfo(
                     name=src.name,
                     external_api=list(src.external.api) if src.external is not None else [],
-                    lag=live.lag,
+                    lag=live.lag or 0,  # None: not known, and ``error`` says so
                     active_ns=live.active_ns,
-                    error=live.error or "",
+                    error=error or "",
                     last_origin_seq=pos.last_seq,
                     skipped=[pb.SkippedRange(first_seq=lo, last_seq=hi) for lo, hi in pos.skipped],
                     skipped_msgs=pos.skipped_msgs,
