@@ -40,7 +40,7 @@ from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_pee
 from raftstream.cluster.raft_extras import followers
 from raftstream.engine.entries import DeleteMsg, Purge
 from raftstream.engine.stream import Purged
-from raftstream.engine.stream_config import StreamConfig, check_create
+from raftstream.engine.stream_config import StreamConfig, check_create, check_update
 from raftstream.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -208,6 +208,9 @@ class StreamServicer(pbg.StreamServiceServicer):
         caller_of(context).check_manage(cfg.name)
         account = account_of(context)
         old = meta.state.stream(account, cfg.name)
+        # The update's own rules (immutable fields, mirror) before the new config's shape,
+        # which planning checks: adding a mirror names ``mirror``, not ``subjects``.
+        check_update(old.config, cfg)
         peers = plan_stream_peers(
             config=cfg,
             current=old.peers,

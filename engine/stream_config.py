@@ -682,9 +682,21 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
     (a work queue's one-consumer-per-subject guarantee cannot be retrofitted). One-way
     switches: ``sealed``, ``deny_delete``, ``deny_purge`` and ``allow_msg_ttl`` can be turned
     on but never off. Everything else may change (subjects, limits, replicas, windows...).
+
+    The rules about the change are checked before ``new``'s own rules (``validate``), so a
+    refused change is reported as such even when it also leaves ``new`` malformed: adding a
+    mirror to a stream with subjects names ``mirror`` ("cannot be added to an existing
+    stream"), not ``subjects`` ("a mirror has no subjects of its own").
     """
     before = old.validate()
-    after = new.validate()
+    # Normalised (defaults, what sealing implies) but not validated: the change rules
+    # compare values only, and must speak first.
+    _check_change(before, new.normalized())
+    return new.validate()
+
+
+def _check_change(before: StreamConfig, after: StreamConfig) -> None:
+    """``check_update``'s rules about what changed, ``before`` valid, ``after`` normalised."""
     for name in ("name", "storage", "max_consumers", "first_seq"):
         if getattr(before, name) != getattr(after, name):
             raise InvalidArgumentError(name, "cannot be changed by an update")
@@ -709,7 +721,6 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
             else "cannot be changed (remove it to promote the mirror)"
         )
         raise InvalidArgumentError("mirror", rule)
-    return after
 
 
 def check_no_overlap(config: StreamConfig, others: Iterable[StreamConfig]) -> None:

@@ -56,6 +56,10 @@ __all__ = [
 
 R = TypeVar("R")
 APPLY_POLL_S = 0.05
+# JetStream's StreamMaxReplicas, which the server enforces; the flag refuses what its help
+# says is out of range rather than sending it (the API's num_replicas 0 means 1: not a flag
+# value).
+REPLICAS_MAX = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +89,7 @@ class Flag:
 STREAM_FLAGS: tuple[Flag, ...] = (
     Flag("--subjects", "subjects", "Subjects captured (repeatable or comma-separated).",
          multiple=True),
-    Flag("--replicas", "num_replicas", "Number of replicas (1-5).", click.IntRange(min=0)),
+    Flag("--replicas", "num_replicas", "Number of replicas.", click.IntRange(1, REPLICAS_MAX)),
     Flag("--description", "description", "Free text description."),
     Flag("--retention", "retention", "Retention policy.",
          click.Choice(["limits", "interest", "workqueue"])),
@@ -117,7 +121,8 @@ STREAM_FLAGS: tuple[Flag, ...] = (
     Flag("--placement-cluster", "placement_cluster", "Place the stream in this cluster."),
     Flag("--placement-tags", "placement_tags", "Place on nodes with these tags (comma-separated).",
          multiple=True),
-    Flag("--mirror", "mirror", "Mirror this origin stream (read-only copy, same sequences)."),
+    Flag("--mirror", "mirror", "Mirror this origin stream (read-only copy, same sequences; "
+         "only when the stream is created)."),
     Flag("--mirror-external", "mirror_external",
          "The mirror's origin is in another cluster at host:port (repeatable or comma-separated).",
          multiple=True),
@@ -169,6 +174,13 @@ def stream_params(values: dict[str, Any]) -> dict[str, Any]:
     mirror, external = given.pop("mirror", None), given.pop("mirror_external", None)
     if external is not None and mirror is None:
         raise click.UsageError("--mirror-external needs --mirror")
+    if mirror == "":
+        # Not a removal: promoting a mirror cannot be undone, so it takes its own flag
+        # rather than an empty (maybe unset) shell variable.
+        raise click.BadParameter(
+            "the origin stream name is empty (to remove a mirror: stream edit NAME --no-mirror)",
+            param_hint="--mirror",
+        )
     if mirror is not None:
         given["mirror"] = {"name": mirror}
         if external is not None:
@@ -321,18 +333,35 @@ def add_cmd(
 @stream.command("edit")
 @click.argument("name")
 @config_flags(STREAM_FLAGS)
+@click.option(
+    "--no-mirror",
+    "no_mirror",
+    is_flag=True,
+    help="Remove the mirror: promote it to an ordinary stream that keeps its messages and "
+    "accepts publishes on --subjects (without them: its own name). Cannot be undone.",
+)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="JSON config.")
 @json_option
 @connection_options
-def edit_cmd(conn: Conn, name: str, config_file: str | None, as_json: bool, **flags: Any) -> None:
+def edit_cmd(
+    conn: Conn, name: str, no_mirror: bool, config_file: str | None, as_json: bool, **flags: Any
+) -> None:
     """Change a stream: the named flags (and the file's fields) over its current config.
 
+    A mirror cannot be added to an existing stream nor pointed at another origin; it can be
+    removed with --no-mirror, which promotes the stream (docs/mirrors.md).
+
     \b
-    Example:
+    Examples:
       raftstream stream edit ORDERS --max-msgs 100000 --description "orders, capped"
+      raftstream stream edit ORDERS_COPY --no-mirror --subjects 'orders.>'
     """
     raw = load_config_file(config_file)
     params = stream_params(flags)
+    if no_mirror:
+        if "mirror" in params:
+            raise click.UsageError("--no-mirror and --mirror cannot be combined")
+        params["mirror"] = None  # sent as no mirror: JetStream's {"mirror": null}
 
     async def body(c: Client) -> StreamInfo:
         current = (await c.stream_info(name)).config.to_dict()
@@ -349,11 +378,17 @@ async def _applied(
     """The stream's info once it shows the ``changed`` fields of ``cfg`` (the server's
     UpdateStream answer may still carry the previous config: the stream group applies the
     change just after), or the latest info when ``timeout_s`` runs out."""
-    wanted = {k: v for k, v in cfg.to_dict().items() if k in changed}
+    sent = cfg.to_dict()
+    # A field changed to nothing (a removed mirror, ``null`` in the file) is absent in JSON.
+    wanted = {k: sent.get(k) for k in changed}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         got = info.config.to_dict()
-        if all(got.get(k) == v for k, v in wanted.items() if k in got):
+        if all(
+            k not in got if v is None else got.get(k) == v
+            for k, v in wanted.items()
+            if v is None or k in got
+        ):
             break
         await asyncio.sleep(APPLY_POLL_S)
         info = await c.stream_info(cfg.name)
