@@ -1,8 +1,9 @@
 """``raftstream kv ...``: key-value buckets (the SDK's ``raftstream.kv``).
 
-A bucket ``B`` is the stream ``KV_B``; ``kv ls`` lists buckets (or, given one, its keys);
-``kv put --last REV`` is a compare-and-set; ``kv watch`` prints the latest value of each
-key, then every change as it happens (Ctrl-C or ``--count`` stops).
+A bucket ``B`` is the stream ``KV_B``; ``kv ls`` lists buckets (streams made as buckets
+only; or, given one, its keys); ``kv put --last REV`` is a compare-and-set; ``kv watch``
+prints the latest value of each key, then every change as it happens (Ctrl-C or ``--count``
+stops). ``--json`` gives durations in nanoseconds, as the rest of the command line does.
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ from raftstream.cli_common import (
     print_table,
     run,
 )
+from raftstream.kv import HISTORY_MAX, REPLICAS_MAX, bucket_statuses, create_bucket
 
 if TYPE_CHECKING:
     from raftstream.client import Client
     from raftstream.kv import KeyValueEntry, KeyValueStatus
+    from raftstream.models import GroupInfo
 
 __all__ = ["kv"]
-
-KV_STREAM_PREFIX = "KV_"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -53,16 +54,35 @@ def kv() -> None:
 
 
 def _status_fields(s: KeyValueStatus) -> list[tuple[str, Any]]:
-    """A bucket's state as (name, value) pairs for humans."""
-    return [
+    """A bucket's settings, state and replicas' health as (name, value) pairs for humans."""
+    pairs: list[tuple[str, Any]] = [
         ("Bucket", s.bucket),
+        ("Description", s.description or "-"),
         ("Stream", s.stream_info.config.name),
         ("Values stored", s.values),
         ("History per key", s.history),
-        ("TTL", fmt_duration_ns(int(s.ttl_s * NS_PER_S)) if s.ttl_s else "forever"),
+        ("TTL", fmt_duration_ns(s.ttl_ns) if s.ttl_ns else "forever"),
+        ("Max value size", fmt_bytes(s.max_value_size)),
+        ("Max bytes", fmt_bytes(s.max_bytes)),
+        ("Storage", s.storage.value),
         ("Bytes", fmt_bytes(s.bytes)),
         ("Replicas", s.replicas),
     ]
+    return pairs + _health_fields(s.stream_info.cluster, s.replicas)
+
+
+def _health_fields(cluster: GroupInfo | None, replicas: int) -> list[tuple[str, Any]]:
+    """The leader and each other replica's state, as ``stream info`` shows them."""
+    if cluster is None:
+        return []
+    pairs: list[tuple[str, Any]] = [("Leader", cluster.leader or "none")]
+    for r in cluster.replicas:
+        state = "offline" if r.offline else ("current" if r.current else "catching up")
+        pairs.append((f"Replica {r.name}", f"{state}, lag {r.lag}"))
+    placed = len(cluster.replicas) + (1 if cluster.leader else 0)
+    if cluster.leader and placed < replicas:
+        pairs.append(("Under-replicated", f"{placed} of {replicas} replicas placed"))
+    return pairs
 
 
 def _show_status(s: KeyValueStatus, as_json: bool) -> None:
@@ -74,28 +94,37 @@ def _show_status(s: KeyValueStatus, as_json: bool) -> None:
 
 
 def _status_json(s: KeyValueStatus) -> dict[str, Any]:
-    """A bucket's state as JSON data."""
+    """A bucket's state as JSON data: ``ttl`` in nanoseconds (0: forever) and sizes in
+    bytes (-1: unlimited), as in the stream's JSON; ``cluster`` as ``stream info --json``
+    gives it (leader, replicas with current/offline/lag), null on a single node."""
     return {
         "bucket": s.bucket,
+        "description": s.description,
         "values": s.values,
         "history": s.history,
-        "ttl_s": s.ttl_s,
+        "ttl": s.ttl_ns,
+        "max_value_size": s.max_value_size,
+        "max_bytes": s.max_bytes,
+        "storage": s.storage.value,
         "bytes": s.bytes,
         "replicas": s.replicas,
         "stream": s.stream_info.config.name,
+        "cluster": jsonable(s.stream_info.cluster),
     }
 
 
 @kv.command("add")
 @click.argument("bucket")
-@click.option("--history", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Revisions kept per key.")  # fmt: skip
+@click.option("--history", type=click.IntRange(1, HISTORY_MAX), default=1, show_default=True,
+              help=f"Revisions kept per key (1-{HISTORY_MAX}).")  # fmt: skip
 @click.option("--ttl", type=DURATION, help="How long a value lives (1h; default forever).")
 @click.option("--max-value-size", type=SIZE, default="-1", help="Largest value (1K; -1 any).")
 @click.option("--max-bytes", type=SIZE, default="-1", help="Bucket size limit (-1 none).")
-@click.option("--storage", type=click.Choice(["file", "memory"]), default="file")
-@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--description", default="")
+@click.option("--storage", type=click.Choice(["file", "memory"]), default="file",
+              show_default=True, help="Keep values on disk (file) or in memory.")  # fmt: skip
+@click.option("--replicas", type=click.IntRange(1, REPLICAS_MAX), default=1, show_default=True,
+              help=f"Copies of the bucket on different nodes (1-{REPLICAS_MAX}).")  # fmt: skip
+@click.option("--description", default="", help="Free text describing the bucket.")
 @json_option
 @connection_options
 def add_cmd(
@@ -118,7 +147,8 @@ def add_cmd(
     """
 
     async def body(c: Client) -> KeyValueStatus:
-        bucket_kv = await c.create_key_value(
+        bucket_kv = await create_bucket(
+            c,
             bucket,
             description=description,
             history=history,
@@ -277,19 +307,12 @@ def rm_cmd(conn: Conn, bucket: str, force: bool) -> None:
     click.echo(f"Deleted bucket {bucket}")
 
 
-async def _buckets(c: Client) -> list[KeyValueStatus]:
-    """Every bucket (a stream named KV_*) with its state."""
-    names = await c.stream_names()
-    buckets = sorted(n[len(KV_STREAM_PREFIX) :] for n in names if n.startswith(KV_STREAM_PREFIX))
-    return [await (await c.key_value(b)).status() for b in buckets]
-
-
 @kv.command("ls")
 @click.argument("bucket", required=False)
 @json_option
 @connection_options
 def ls_cmd(conn: Conn, bucket: str | None, as_json: bool) -> None:
-    """List buckets, or the keys of BUCKET.
+    """List buckets (streams made as buckets), or the keys of BUCKET.
 
     \b
     Examples:
@@ -307,7 +330,7 @@ def ls_cmd(conn: Conn, bucket: str | None, as_json: bool) -> None:
         for name in [] if as_json else names:
             click.echo(name)
         return
-    statuses = run(conn, _buckets)
+    statuses = run(conn, lambda c: bucket_statuses(c, timeout=conn.timeout_s))
     if as_json:
         echo_json([_status_json(s) for s in statuses])
         return

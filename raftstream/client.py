@@ -39,7 +39,7 @@ from raftstream.config import (
     StorageType,
     StreamConfig,
 )
-from raftstream.kv import KeyValue, bucket_stream_config, delete_bucket, open_bucket
+from raftstream.kv import KeyValue, create_bucket, delete_bucket, open_bucket
 from raftstream.models import (
     ClusterInfo,
     ConsumerInfo,
@@ -865,8 +865,9 @@ class Client:
         """Create a bucket (its stream ``KV_<bucket>``; see ``raftstream.kv``): ``history``
         revisions per key (1-64), ``ttl`` seconds per value (None: forever), values up to
         ``max_value_size`` bytes. Idempotent for an identical bucket; ``AlreadyExistsError``
-        when one with another config exists."""
-        cfg = bucket_stream_config(
+        when one with another config exists (naming the bucket and what differs)."""
+        return await create_bucket(
+            self,
             bucket,
             description=description,
             history=history,
@@ -875,9 +876,8 @@ class Client:
             max_bytes=max_bytes,
             storage=storage,
             replicas=replicas,
+            timeout=timeout,
         )
-        await self.add_stream(cfg, timeout=timeout)
-        return KeyValue(self, bucket)
 
     async def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
         """An existing bucket; ``BucketNotFoundError`` when there is none."""

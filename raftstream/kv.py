@@ -17,17 +17,25 @@ one wins; the others get ``KeyWrongLastSequenceError``.
 Watches (``watch``, ``watchall``, and ``keys``/``history`` built on them) are ordered
 consumers: the latest entry per key (or the whole history) first, then ``None`` once (the end
 of the initial data), then updates as they happen.
+
+Errors speak of buckets, not of their streams: a bucket that is missing (never made, or
+deleted under a ``KeyValue`` or a running watch) is ``BucketNotFoundError`` naming the
+bucket, a bucket that exists with other settings ``AlreadyExistsError`` naming it, and a
+bad ``create_key_value`` argument ``InvalidArgumentError`` naming the argument (nothing is
+sent). A stream named ``KV_B`` that was not made as a bucket (``bucket_of``) is no bucket.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 from raftstream import errors
+from raftstream._args import INT64_MAX
 from raftstream.config import (
     UNLIMITED,
     ConsumerConfig,
@@ -46,12 +54,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HISTORY_MAX",
+    "REPLICAS_MAX",
     "KeyValue",
     "KeyValueEntry",
     "KeyValueOp",
     "KeyValueStatus",
     "KeyWatcher",
+    "bucket_of",
+    "bucket_statuses",
     "bucket_stream_config",
+    "create_bucket",
     "delete_bucket",
     "open_bucket",
     "validate_bucket",
@@ -69,6 +81,16 @@ _BUCKET_RE = re.compile(r"[a-zA-Z0-9_-]+")
 _KEY_RE = re.compile(r"[-/_=.a-zA-Z0-9]+")
 _RESERVED_KEY_PREFIX = "_kv"
 WATCH_HEARTBEAT_S = 5.0
+# Limits the node holds a bucket's stream to, checked here so that a bad argument is refused
+# naming the bucket's argument (``replicas``), not the stream field (``num_replicas``).
+REPLICAS_MAX = 5
+MAX_VALUE_SIZE_MAX = 2**31 - 1  # JetStream keeps max_msg_size in an int32
+TTL_MIN_S = 0.1  # the node's shortest max_age (100ms)
+TTL_MAX_S = INT64_MAX // NS_PER_S  # max_age travels as int64 nanoseconds
+STORAGE_TYPES = tuple(t.value for t in StorageType)
+# A NOT_FOUND naming one of these fields is about the bucket's stream itself ("stream ... not
+# found", "no stream captures subject ..."), not about a message in it.
+_STREAM_MISSING_FIELDS = frozenset({"stream", "subject"})
 
 
 class KeyValueOp(enum.StrEnum):
@@ -94,7 +116,9 @@ class KeyValueEntry:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KeyValueStatus:
     """A bucket's state: ``values`` stored (every revision and marker kept), ``history``
-    per key, ``ttl_s`` (0: none), ``bytes``, and the backing stream's info."""
+    per key, ``ttl_s`` (0: none), ``bytes``, its limits (``max_value_size``, ``max_bytes``:
+    -1 unlimited), ``storage``, ``replicas``, and the backing stream's info (its
+    ``cluster`` holds the replicas' health: leader, lag, offline)."""
 
     bucket: str
     values: int
@@ -103,6 +127,32 @@ class KeyValueStatus:
     bytes: int
     replicas: int
     stream_info: StreamInfo
+    description: str = ""
+    max_value_size: int = UNLIMITED
+    max_bytes: int = UNLIMITED
+    storage: StorageType = StorageType.FILE
+
+    @property
+    def ttl_ns(self) -> int:
+        """How long a value lives, in nanoseconds (0: forever)."""
+        return self.stream_info.config.max_age
+
+    @classmethod
+    def from_stream_info(cls, bucket: str, info: StreamInfo) -> KeyValueStatus:
+        c = info.config
+        return cls(
+            bucket=bucket,
+            values=info.state.messages,
+            history=c.max_msgs_per_subject,
+            ttl_s=c.max_age / NS_PER_S,
+            bytes=info.state.bytes,
+            replicas=c.num_replicas,
+            stream_info=info,
+            description=c.description,
+            max_value_size=c.max_msg_size,
+            max_bytes=c.max_bytes,
+            storage=c.storage,
+        )
 
 
 def validate_bucket(bucket: str) -> str:
@@ -131,6 +181,36 @@ def validate_key(key: str, *, wildcards: bool = False) -> str:
     return key
 
 
+def _int_in(field: str, value: object, lo: int, hi: int, rule: str) -> int:
+    """``value`` when it is an int (not a bool) from ``lo`` to ``hi``; else
+    ``InvalidArgumentError`` naming ``field`` and ``rule``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise errors.InvalidArgumentError(field, f"{rule}, not {value!r}")
+    return value
+
+
+def _ttl_ns(ttl: object) -> int:
+    """``ttl`` seconds (None or 0: forever) as nanoseconds, checked as the node checks
+    ``max_age`` but naming ``ttl``."""
+    rule = f"must be None or 0 (forever), or {TTL_MIN_S:g} to {TTL_MAX_S} seconds"
+    if ttl is None:
+        return 0
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
+        raise errors.InvalidArgumentError("ttl", f"{rule}, not {ttl!r}")
+    if not math.isfinite(ttl) or ttl < 0 or 0 < ttl < TTL_MIN_S or ttl > TTL_MAX_S:
+        raise errors.InvalidArgumentError("ttl", f"{rule}, not {ttl!r}")
+    return int(ttl * NS_PER_S)
+
+
+def _storage(storage: object) -> StorageType:
+    if isinstance(storage, StorageType):
+        return storage
+    if isinstance(storage, str) and storage in STORAGE_TYPES:
+        return StorageType(storage)
+    allowed = ", ".join(repr(t) for t in STORAGE_TYPES)
+    raise errors.InvalidArgumentError("storage", f"must be one of {allowed}, not {storage!r}")
+
+
 def bucket_stream_config(
     bucket: str,
     *,
@@ -142,27 +222,74 @@ def bucket_stream_config(
     storage: StorageType | str = StorageType.FILE,
     replicas: int = 1,
 ) -> StreamConfig:
-    """The backing stream of a bucket (module docstring); ``ttl`` in seconds."""
+    """The backing stream of a bucket (module docstring); ``ttl`` in seconds. Every argument
+    is checked here: a bad one is ``InvalidArgumentError`` naming it (its ``field``) and the
+    rule, before anything is sent."""
     validate_bucket(bucket)
-    if not 1 <= history <= HISTORY_MAX:
-        raise errors.InvalidArgumentError("history", f"must be 1 to {HISTORY_MAX}")
-    if ttl is not None and ttl < 0:
-        raise errors.InvalidArgumentError("ttl", "must not be negative (seconds)")
+    if not isinstance(description, str):
+        raise errors.InvalidArgumentError(
+            "description", f"must be a string, not {type(description).__name__}"
+        )
+    _int_in("history", history, 1, HISTORY_MAX, f"must be an integer from 1 to {HISTORY_MAX}")
+    max_age = _ttl_ns(ttl)
+    _int_in(
+        "max_value_size",
+        max_value_size,
+        UNLIMITED,
+        MAX_VALUE_SIZE_MAX,
+        f"must be -1 or 0 (unlimited) or bytes up to {MAX_VALUE_SIZE_MAX}",
+    )
+    _int_in("max_bytes", max_bytes, UNLIMITED, INT64_MAX, "must be -1 or 0 (unlimited) or bytes")
+    _int_in("replicas", replicas, 1, REPLICAS_MAX, f"must be an integer from 1 to {REPLICAS_MAX}")
     return StreamConfig(
         name=STREAM_PREFIX + bucket,
         description=description,
         subjects=(f"{SUBJECT_PREFIX}.{bucket}.>",),
         max_msgs_per_subject=history,
         max_bytes=max_bytes,
-        max_age=int((ttl or 0) * NS_PER_S),
+        max_age=max_age,
         max_msg_size=max_value_size,
-        storage=StorageType(str(storage)),
+        storage=_storage(storage),
         num_replicas=replicas,
         allow_rollup_hdrs=True,
         deny_delete=True,
         discard=DiscardPolicy.NEW,
         allow_direct=True,
     )
+
+
+def bucket_of(cfg: StreamConfig) -> str | None:
+    """The bucket whose stream ``cfg`` configures, or None when the stream is no bucket's: a
+    bucket's stream is named ``KV_<bucket>``, captures exactly ``$KV.<bucket>.>``, keeps 1
+    to ``HISTORY_MAX`` messages per subject and allows rollup headers (a purge is one)."""
+    if not cfg.name.startswith(STREAM_PREFIX):
+        return None
+    bucket = cfg.name[len(STREAM_PREFIX) :]
+    if not _BUCKET_RE.fullmatch(bucket):
+        return None
+    if tuple(cfg.subjects) != (f"{SUBJECT_PREFIX}.{bucket}.>",):
+        return None
+    if not 1 <= cfg.max_msgs_per_subject <= HISTORY_MAX or not cfg.allow_rollup_hdrs:
+        return None
+    return bucket
+
+
+def _stream_missing(exc: errors.RaftStreamError) -> bool:
+    """Whether a NOT_FOUND is about the stream itself (gone, or never made)."""
+    if isinstance(exc, errors.NoStreamMatchError):
+        return True
+    field = exc.details.get("field")
+    return isinstance(exc, errors.NotFoundError) and field in _STREAM_MISSING_FIELDS
+
+
+def _bucket_not_found(bucket: str, why: str = "") -> errors.BucketNotFoundError:
+    return errors.BucketNotFoundError(f"bucket {bucket!r} not found{why}", bucket=bucket)
+
+
+def _as_bucket_error(bucket: str, exc: errors.RaftStreamError) -> errors.RaftStreamError:
+    """``exc``, or ``BucketNotFoundError`` naming the bucket when it says its stream is
+    missing."""
+    return _bucket_not_found(bucket) if _stream_missing(exc) else exc
 
 
 def _operation(headers: Mapping[str, str]) -> KeyValueOp:
@@ -184,23 +311,130 @@ def _wrong_last(
     )
 
 
-async def open_bucket(client: Client, bucket: str, *, timeout: float | None) -> KeyValue:
-    """``Client.key_value``: the bucket if its stream exists."""
+async def _bucket_info(client: Client, bucket: str, *, timeout: float | None) -> StreamInfo:
+    """The info of the bucket's stream; ``BucketNotFoundError`` when there is none or it is
+    not a bucket's (``bucket_of``)."""
     validate_bucket(bucket)
+    stream = STREAM_PREFIX + bucket
     try:
-        await client.stream_info(STREAM_PREFIX + bucket, timeout=timeout)
+        info = await client.stream_info(stream, timeout=timeout)
     except errors.NotFoundError:
-        raise errors.BucketNotFoundError(f"bucket {bucket!r} not found", bucket=bucket) from None
+        raise _bucket_not_found(bucket) from None
+    if bucket_of(info.config) != bucket:
+        raise _bucket_not_found(bucket, f": the stream {stream!r} was not made as a bucket")
+    return info
+
+
+async def open_bucket(client: Client, bucket: str, *, timeout: float | None) -> KeyValue:
+    """``Client.key_value``: the bucket if its stream exists and is a bucket's."""
+    await _bucket_info(client, bucket, timeout=timeout)
     return KeyValue(client, bucket)
 
 
 async def delete_bucket(client: Client, bucket: str, *, timeout: float | None) -> bool:
-    """``Client.delete_key_value``: delete the bucket's stream."""
-    validate_bucket(bucket)
+    """``Client.delete_key_value``: delete the bucket's stream (never a stream of that name
+    that is not a bucket's: ``BucketNotFoundError``)."""
+    await _bucket_info(client, bucket, timeout=timeout)
     try:
         return await client.delete_stream(STREAM_PREFIX + bucket, timeout=timeout)
     except errors.NotFoundError:
-        raise errors.BucketNotFoundError(f"bucket {bucket!r} not found", bucket=bucket) from None
+        raise _bucket_not_found(bucket) from None
+
+
+async def create_bucket(
+    client: Client,
+    bucket: str,
+    *,
+    description: str = "",
+    history: int = 1,
+    ttl: float | None = None,
+    max_value_size: int = UNLIMITED,
+    max_bytes: int = UNLIMITED,
+    storage: StorageType | str = StorageType.FILE,
+    replicas: int = 1,
+    timeout: float | None = None,
+) -> KeyValue:
+    """``Client.create_key_value``: make the bucket's stream (``bucket_stream_config``; a bad
+    argument is ``InvalidArgumentError`` naming it, nothing sent). Idempotent for an
+    identical bucket; ``AlreadyExistsError`` naming the bucket (and the settings that
+    differ) when one with other settings exists, or naming the stream when a stream of the
+    bucket's stream name exists that is not a bucket."""
+    cfg = bucket_stream_config(
+        bucket,
+        description=description,
+        history=history,
+        ttl=ttl,
+        max_value_size=max_value_size,
+        max_bytes=max_bytes,
+        storage=storage,
+        replicas=replicas,
+    )
+    try:
+        await client.add_stream(cfg, timeout=timeout)
+    except errors.AlreadyExistsError:
+        raise await _bucket_exists(client, bucket, cfg, timeout=timeout) from None
+    return KeyValue(client, bucket)
+
+
+# The settings a bucket is made with: its argument name -> the stream config field.
+_SETTINGS = (
+    ("history", "max_msgs_per_subject"),
+    ("ttl", "max_age"),
+    ("max_value_size", "max_msg_size"),
+    ("max_bytes", "max_bytes"),
+    ("storage", "storage"),
+    ("replicas", "num_replicas"),
+    ("description", "description"),
+)
+
+
+def _setting(name: str, value: object) -> str:
+    if name == "ttl" and isinstance(value, int):
+        return f"{value / NS_PER_S:g}s" if value else "forever"
+    if name in ("max_value_size", "max_bytes") and isinstance(value, int) and value <= 0:
+        return "unlimited"
+    return repr(value) if name == "description" else str(value)
+
+
+async def _bucket_exists(
+    client: Client, bucket: str, wanted: StreamConfig, *, timeout: float | None
+) -> errors.AlreadyExistsError:
+    """The error for a create refused because the bucket's stream name is taken: what is
+    there is looked up (best effort) to say what differs."""
+    try:
+        have: StreamConfig | None = (await client.stream_info(wanted.name, timeout=timeout)).config
+    except errors.RaftStreamError:
+        have = None  # deleted meanwhile, or unreachable: say what is known
+    if have is not None and bucket_of(have) != bucket:
+        return errors.AlreadyExistsError(
+            f"bucket {bucket!r} cannot be created: a stream named {wanted.name!r} exists "
+            "that is not a bucket",
+            bucket=bucket,
+        )
+    diffs = []
+    for name, field in _SETTINGS if have is not None else ():
+        there, asked = getattr(have, field), getattr(wanted, field)
+        if field in ("max_msg_size", "max_bytes") and asked == 0:
+            asked = UNLIMITED  # the node stores 0 as unlimited
+        if there != asked:
+            diffs.append(f"{name} {_setting(name, there)} (asked {_setting(name, asked)})")
+    differs = f": {', '.join(diffs)}" if diffs else ""
+    return errors.AlreadyExistsError(
+        f"bucket {bucket!r} already exists with a different configuration{differs}",
+        bucket=bucket,
+    )
+
+
+async def bucket_statuses(client: Client, *, timeout: float | None = None) -> list[KeyValueStatus]:
+    """Every bucket's state, by name: the streams that are buckets (``bucket_of``); other
+    streams, ``KV_``-named or not, are left out. One listing call, so a bucket deleted
+    meanwhile is simply absent."""
+    out = []
+    for info in await client.streams_info(timeout=timeout):
+        bucket = bucket_of(info.config)
+        if bucket is not None:
+            out.append(KeyValueStatus.from_stream_info(bucket, info))
+    return sorted(out, key=lambda s: s.bucket)
 
 
 class KeyValue:
@@ -229,19 +463,29 @@ class KeyValue:
 
     async def get(self, key: str, revision: int | None = None) -> KeyValueEntry:
         """The key's latest value, or the entry at ``revision``. ``KeyNotFoundError`` when
-        there is none; ``KeyDeletedError`` (``details["revision"]``) when it is a delete or
-        purge marker."""
+        there is none (for a revision: saying it is not kept, or is another key's, with
+        ``details["revision"]``); ``KeyDeletedError`` (``details["revision"]``) when it is a
+        delete or purge marker; ``BucketNotFoundError`` when the bucket is gone."""
         subject = self._subject(key)
+        if revision is not None:
+            _int_in("revision", revision, 1, INT64_MAX, "must be a positive integer")
         try:
             if revision is None:
                 raw = await self._client.get_last_msg(self.stream, subject)
             else:
                 raw = await self._client.get_msg(self.stream, revision)
-        except errors.NotFoundError:
-            raise errors.KeyNotFoundError(f"key {key!r} not found", key=key) from None
+        except errors.NotFoundError as exc:
+            if _stream_missing(exc):
+                raise _bucket_not_found(self.bucket) from None
+            if revision is None:
+                raise errors.KeyNotFoundError(f"key {key!r} not found", key=key) from None
+            raise await self._revision_not_found(key, revision) from None
         if raw.subject != subject:
             raise errors.KeyNotFoundError(
-                f"revision {revision} is not of key {key!r}", key=key, revision=revision
+                f"revision {revision} of key {key!r} not found: revision {revision} is "
+                "another key's",
+                key=key,
+                revision=revision,
             )
         entry = self._entry(raw)
         if entry.operation is not KeyValueOp.PUT:
@@ -252,35 +496,65 @@ class KeyValue:
             )
         return entry
 
-    async def status(self) -> KeyValueStatus:
-        info = await self._client.stream_info(self.stream)
-        return KeyValueStatus(
-            bucket=self.bucket,
-            values=info.state.messages,
-            history=info.config.max_msgs_per_subject,
-            ttl_s=info.config.max_age / NS_PER_S,
-            bytes=info.state.bytes,
-            replicas=info.config.num_replicas,
-            stream_info=info,
+    async def _revision_not_found(self, key: str, revision: int) -> errors.KeyNotFoundError:
+        """Why ``revision`` is not there, from the bucket's state (best effort: a second
+        lookup that may fail, then the reasons are given without numbers)."""
+        try:
+            info: StreamInfo | None = await self._client.stream_info(self.stream)
+        except errors.RaftStreamError:
+            info = None
+        if info is not None and revision > info.state.last_seq:
+            why = f"the bucket's latest revision is {info.state.last_seq}"
+        else:
+            n = info.config.max_msgs_per_subject if info is not None else None
+            keeps = f"{n} revision{'s' if n != 1 else ''}" if n else "`history` revisions"
+            why = (
+                f"it is no longer kept (the bucket keeps {keeps} per key; purged and expired "
+                "ones are dropped too) or it is not a revision of that key"
+            )
+        return errors.KeyNotFoundError(
+            f"revision {revision} of key {key!r} not found: {why}", key=key, revision=revision
         )
+
+    async def status(self) -> KeyValueStatus:
+        """The bucket's state; ``BucketNotFoundError`` when it is gone."""
+        try:
+            info = await self._client.stream_info(self.stream)
+        except errors.NotFoundError as exc:
+            raise _as_bucket_error(self.bucket, exc) from None
+        return KeyValueStatus.from_stream_info(self.bucket, info)
 
     # -- writes -----------------------------------------------------------------------------
 
+    async def _publish(
+        self,
+        key: str,
+        value: bytes,
+        *,
+        headers: Mapping[str, str] | None = None,
+        last: int | None = None,
+    ) -> int:
+        """Publish to the key's subject; the revision. ``KeyWrongLastSequenceError`` when
+        ``last`` is not the key's last revision, ``BucketNotFoundError`` when the bucket is
+        gone (no stream captures the key's subject)."""
+        try:
+            ack = await self._client.publish(
+                self._subject(key), value, headers=headers, expected_last_subject_seq=last
+            )
+        except errors.ExpectedLastSubjectSeqError as exc:
+            raise _wrong_last(key, last, exc) from None
+        except errors.NotFoundError as exc:
+            raise _as_bucket_error(self.bucket, exc) from None
+        return ack.seq
+
     async def put(self, key: str, value: bytes) -> int:
         """Store a new revision; returns it."""
-        ack = await self._client.publish(self._subject(key), value)
-        return ack.seq
+        return await self._publish(key, value)
 
     async def update(self, key: str, value: bytes, last: int) -> int:
         """Store ``value`` only if the key's last revision is ``last`` (0: the key has never
         been written, or its history is gone). ``KeyWrongLastSequenceError`` otherwise."""
-        try:
-            ack = await self._client.publish(
-                self._subject(key), value, expected_last_subject_seq=last
-            )
-        except errors.ExpectedLastSubjectSeqError as exc:
-            raise _wrong_last(key, last, exc) from None
-        return ack.seq
+        return await self._publish(key, value, last=last)
 
     async def create(self, key: str, value: bytes) -> int:
         """Store ``value`` only if the key has no value: never written, or its latest entry
@@ -318,13 +592,7 @@ class KeyValue:
         headers = {HDR_OPERATION: op.value}
         if op is KeyValueOp.PURGE:
             headers[HDR_ROLLUP] = ROLLUP_SUBJECT
-        try:
-            ack = await self._client.publish(
-                self._subject(key), b"", headers=headers, expected_last_subject_seq=last
-            )
-        except errors.ExpectedLastSubjectSeqError as exc:
-            raise _wrong_last(key, last, exc) from None
-        return ack.seq
+        return await self._publish(key, b"", headers=headers, last=last)
 
     # -- watches ----------------------------------------------------------------------------
 
@@ -341,7 +609,11 @@ class KeyValue:
         each (``include_history``: every kept revision), then ``None`` once, then updates.
         ``ignore_deletes`` skips delete/purge markers; ``meta_only`` leaves values empty.
         ``heartbeat``: the ordered consumer's idle heartbeat, seconds. Stop it with
-        ``stop()`` (or ``async with``)."""
+        ``stop()`` (or ``async with``).
+
+        An error that ends the watch (the bucket deleted meanwhile: ``BucketNotFoundError``)
+        is raised by ``updates`` only, not also given to the client's error callback, which
+        gets the transient ones the watch recovers from (missed heartbeats)."""
         subject = self._subject(keys, wildcards=True)
         policy = DeliverPolicy.ALL if include_history else DeliverPolicy.LAST_PER_SUBJECT
         cfg = ConsumerConfig(
@@ -349,9 +621,13 @@ class KeyValue:
             headers_only=meta_only,
             idle_heartbeat=int(heartbeat * NS_PER_S),
         )
-        sub = await subscribe_ordered(
-            self._client, subject, stream=self.stream, cfg=cfg, options=PushOptions()
-        )
+        options = PushOptions(error_cb=_transient_only(self._client._error_cb))
+        try:
+            sub = await subscribe_ordered(
+                self._client, subject, stream=self.stream, cfg=cfg, options=options
+            )
+        except errors.NotFoundError as exc:
+            raise _as_bucket_error(self.bucket, exc) from None
         return KeyWatcher(self, sub, ignore_deletes=ignore_deletes)
 
     async def watchall(self, **options: bool | float) -> KeyWatcher:
@@ -391,6 +667,21 @@ class KeyValue:
         )
 
 
+def _transient_only(
+    forward: Callable[[errors.RaftStreamError], None],
+) -> Callable[[errors.RaftStreamError], None]:
+    """A watch's error callback: passes on the errors its ordered consumer recovers from
+    (retriable ones); an error that ends it is left to ``KeyWatcher.updates`` to raise, so
+    it is reported once (an ordered consumer retries every retriable error itself, so the
+    others are exactly the ones that end it)."""
+
+    def report(exc: errors.RaftStreamError) -> None:
+        if exc.retriable:
+            forward(exc)
+
+    return report
+
+
 class KeyWatcher:
     """A running watch (see ``KeyValue.watch``); owns its ordered subscription."""
 
@@ -408,12 +699,17 @@ class KeyWatcher:
 
     async def updates(self, timeout: float | None = None) -> KeyValueEntry | None:
         """The next entry, or ``None`` once at the end of the initial data. Raises
-        ``DeadlineExceededError`` when nothing came within ``timeout`` seconds (None: wait)."""
+        ``DeadlineExceededError`` when nothing came within ``timeout`` seconds (None: wait),
+        ``BucketNotFoundError`` once the bucket is deleted (the watch has ended),
+        ``SubscriptionClosedError`` once stopped."""
         while True:
             if self._marker_due:
                 self._marker_due = False
                 return None
-            msg = await self._sub.next_msg(timeout)
+            try:
+                msg = await self._sub.next_msg(timeout)
+            except errors.NotFoundError as exc:
+                raise _as_bucket_error(self._kv.bucket, exc) from None
             entry = self._kv.entry_of(msg)
             if not self._initial_done and entry.delta == 0:
                 self._initial_done = True

@@ -237,3 +237,30 @@ def test_compare_and_set_races_between_two_clients(cluster: LocalCluster) -> Non
                 assert sum(isinstance(o, errors.KeyExistsError) for o in outcomes) == 1
 
     run(body())
+
+
+def test_a_watch_of_a_bucket_deleted_meanwhile_ends_once_naming_the_bucket(
+    cluster: LocalCluster,
+) -> None:
+    """The watch's end is raised by ``updates`` as ``BucketNotFoundError`` naming the
+    bucket, and not also given to the error callback (the CLI printed it twice, naming the
+    stream ``KV_TMPB``)."""
+
+    async def body() -> None:
+        errs: list[errors.RaftStreamError] = []
+        async with connected(cluster, errs) as rs:
+            kv = await rs.create_key_value("TMPB", replicas=3)
+            await kv.put("k", b"v")
+            async with await kv.watch() as w:
+                first = await w.updates(10)
+                assert first is not None and first.value == b"v"
+                assert await w.updates(10) is None
+                await rs.delete_key_value("TMPB")
+                with pytest.raises(errors.BucketNotFoundError) as e:
+                    await w.updates(60)
+            assert str(e.value) == "bucket 'TMPB' not found"
+            assert [x for x in errs if not x.retriable] == []
+            with pytest.raises(errors.BucketNotFoundError):
+                await kv.put("k", b"again")  # no stream captures its subject any more
+
+    run(body())

@@ -1,0 +1,219 @@
+"""``raftstream kv`` as a NATS JetStream KV user meets it (docs/cli.md, "kv"), against the
+shared real 3-node cluster; the user review's findings, one test each.
+
+Pins: ``kv ls`` says ``No buckets defined`` when there are none (``--json``: ``[]``), as
+``stream ls`` says ``No streams defined``, and lists only streams made as buckets;
+``kv get --revision`` of a revision the history dropped names the revision and the history;
+errors name buckets, never their ``KV_`` streams, and are printed once (``kv add`` over a
+bucket with other settings, ``kv watch`` of a bucket deleted meanwhile); every option of
+every kv command has a help text; ``kv info`` shows the limits, storage and the replicas'
+health, and its JSON gives the TTL in nanoseconds like the rest of the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from raftstream.cli_kv import kv
+
+pytestmark = pytest.mark.integration
+
+RAFTSTREAM = Path(sys.executable).parent / "raftstream"
+RUN_TIMEOUT_S = 60
+WATCH_END_LIMIT_S = 45  # a safety net against hangs, not a timed assertion
+
+
+def _env(cluster: Any) -> dict[str, str]:
+    return {**os.environ, "RAFTSTREAM_SERVERS": ",".join(cluster.servers)}
+
+
+def rs(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``raftstream ARGS`` with the cluster in $RAFTSTREAM_SERVERS, stdin not a TTY."""
+    return subprocess.run(
+        [str(RAFTSTREAM), *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=_env(cluster),
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+
+
+def ok(cluster: Any, *args: str) -> str:
+    res = rs(cluster, *args)
+    assert res.returncode == 0, f"{args}: rc={res.returncode}\n{res.stdout}\n{res.stderr}"
+    return res.stdout
+
+
+def error_line(res: subprocess.CompletedProcess[str]) -> str:
+    """The one stderr line of a failed run (exit 1)."""
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1, (res.returncode, res.stderr)
+    return lines[0]
+
+
+# -- 5. kv ls ----------------------------------------------------------------------------------
+
+
+def test_kv_ls_says_none_and_lists_only_streams_made_as_buckets(cluster: Any) -> None:
+    """First in the module: the module's cluster has no bucket yet. A plain stream named
+    KV_FAKE is no bucket: not listed, not opened."""
+    ok(cluster, "stream", "add", "KV_FAKE", "--subjects", "fake.x")
+    assert ok(cluster, "kv", "ls").strip() == "No buckets defined"
+    assert "KV_FAKE" in ok(cluster, "stream", "ls")  # a stream all the same
+    assert json.loads(ok(cluster, "kv", "ls", "--json")) == []
+    ok(cluster, "kv", "add", "REAL", "--history", "3")
+    listed = ok(cluster, "kv", "ls")
+    assert "REAL" in listed and "FAKE" not in listed
+    assert [b["bucket"] for b in json.loads(ok(cluster, "kv", "ls", "--json"))] == ["REAL"]
+    info = rs(cluster, "kv", "info", "FAKE")
+    assert "BUCKET_NOT_FOUND: bucket 'FAKE' not found" in error_line(info)
+    ok(cluster, "kv", "rm", "REAL", "-f")
+    ok(cluster, "stream", "rm", "KV_FAKE", "-f")
+
+
+# -- 4. help texts -----------------------------------------------------------------------------
+
+
+def test_every_option_of_every_kv_command_has_a_help_text() -> None:
+    missing = [
+        f"kv {name} {'/'.join(p.opts)}"
+        for name, cmd in kv.commands.items()
+        for p in cmd.params
+        if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()
+    ]
+    assert missing == []
+    assert {"--storage", "--replicas", "--description"} <= {
+        opt for p in kv.commands["add"].params for opt in p.opts
+    }
+
+
+# -- 1. a revision the history dropped ---------------------------------------------------------
+
+
+def test_kv_get_of_a_dropped_revision_names_the_revision(cluster: Any) -> None:
+    ok(cluster, "kv", "add", "REVS", "--history", "2")
+    for value in ("1", "2", "3"):
+        ok(cluster, "kv", "put", "REVS", "a.b", value)
+    ok(cluster, "kv", "put", "REVS", "other", "x")
+    dropped = error_line(rs(cluster, "kv", "get", "REVS", "a.b", "--revision", "1"))
+    assert dropped.startswith("raftstream: error: KEY_NOT_FOUND: revision 1 of key 'a.b'")
+    assert "keeps 2 revisions per key" in dropped
+    other = error_line(rs(cluster, "kv", "get", "REVS", "a.b", "--revision", "4"))
+    assert "KEY_NOT_FOUND: revision 4 of key 'a.b' not found" in other
+    assert ok(cluster, "kv", "get", "REVS", "a.b", "--revision", "3", "--raw") == "3"
+    ok(cluster, "kv", "rm", "REVS", "-f")
+
+
+# -- 2. bucket names, once ---------------------------------------------------------------------
+
+
+def test_kv_add_over_a_bucket_with_other_settings_names_the_bucket(cluster: Any) -> None:
+    ok(cluster, "kv", "add", "TTL")
+    ok(cluster, "kv", "add", "TTL")  # the same settings: idempotent
+    line = error_line(rs(cluster, "kv", "add", "TTL", "--ttl", "5s"))
+    assert line.startswith(
+        "raftstream: error: ALREADY_EXISTS: bucket 'TTL' already exists with a different "
+        "configuration"
+    )
+    assert "ttl forever (asked 5s)" in line and "KV_TTL" not in line
+    ok(cluster, "kv", "rm", "TTL", "-f")
+
+
+def test_kv_watch_of_a_bucket_deleted_meanwhile_ends_with_one_line_naming_it(
+    cluster: Any,
+) -> None:
+    ok(cluster, "kv", "add", "TMPB", "--replicas", "3")
+    ok(cluster, "kv", "put", "TMPB", "k", "v")
+    watch = subprocess.Popen(
+        [str(RAFTSTREAM), "kv", "watch", "TMPB"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(cluster),
+    )
+    try:
+        assert watch.stdout is not None
+        assert "PUT TMPB > k revision 1: v" in watch.stdout.readline()  # the watch is on
+        ok(cluster, "kv", "rm", "TMPB", "-f")
+        out, err = watch.communicate(timeout=WATCH_END_LIMIT_S)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+    lines = [line for line in err.splitlines() if not line.startswith("(end of current")]
+    assert watch.returncode == 1, (out, err)
+    assert lines == ["raftstream: error: BUCKET_NOT_FOUND: bucket 'TMPB' not found"], err
+
+
+def test_kv_commands_on_a_missing_bucket_name_the_bucket(cluster: Any) -> None:
+    for args in (
+        ("get", "NOPE", "k"),
+        ("put", "NOPE", "k", "v"),
+        ("info", "NOPE"),
+        ("ls", "NOPE"),
+        ("history", "NOPE", "k"),
+        ("watch", "NOPE"),
+        ("rm", "NOPE", "-f"),
+    ):
+        line = error_line(rs(cluster, "kv", *args))
+        assert line == "raftstream: error: BUCKET_NOT_FOUND: bucket 'NOPE' not found", args
+
+
+# -- 6. kv info --------------------------------------------------------------------------------
+
+
+def test_kv_info_shows_limits_storage_and_replica_health_ttl_in_ns_in_json(cluster: Any) -> None:
+    ok(
+        cluster,
+        "kv", "add", "INFO", "--replicas", "3", "--ttl", "5s", "--max-value-size", "1K",
+        "--max-bytes", "1M", "--storage", "memory", "--description", "settings",
+    )  # fmt: skip
+    fields = dict(
+        line.strip().split(": ", 1) for line in ok(cluster, "kv", "info", "INFO").splitlines()[1:]
+    )
+    assert fields["TTL"] == "5s"
+    assert (fields["Max value size"], fields["Max bytes"]) == ("1.0 KiB", "1.0 MiB")
+    assert (fields["Storage"], fields["Replicas"], fields["Description"]) == (
+        "memory",
+        "3",
+        "settings",
+    )
+    assert fields["Leader"] in ("n1", "n2", "n3")
+    replicas = {k: v for k, v in fields.items() if k.startswith("Replica ")}
+    assert len(replicas) == 2 and all("lag" in v for v in replicas.values())
+
+    data = json.loads(ok(cluster, "kv", "info", "INFO", "--json"))
+    assert "ttl_s" not in data
+    assert data["ttl"] == 5 * 1_000_000_000  # nanoseconds, as docs/cli.md "Output" says
+    stream_cfg = json.loads(ok(cluster, "stream", "info", "KV_INFO", "--json"))["config"]
+    assert data["ttl"] == stream_cfg["max_age"]  # the same units as the stream's JSON
+    assert (data["max_value_size"], data["max_bytes"], data["storage"]) == (
+        1024,
+        1 << 20,
+        "memory",
+    )
+    assert (data["replicas"], data["description"]) == (3, "settings")
+    assert data["cluster"]["leader"] == fields["Leader"]
+    assert len(data["cluster"]["replicas"]) == 2
+    listed = json.loads(ok(cluster, "kv", "ls", "--json"))
+    assert [b["ttl"] for b in listed if b["bucket"] == "INFO"] == [5 * 1_000_000_000]
+    ok(cluster, "kv", "rm", "INFO", "-f")
+
+
+def test_kv_add_with_a_ttl_below_the_minimum_names_ttl(cluster: Any) -> None:
+    line = error_line(rs(cluster, "kv", "add", "SHORT", "--ttl", "50ms"))
+    assert line.startswith("raftstream: error: INVALID_ARGUMENT: ttl: ")
+    assert "max_age" not in line
+    gone = error_line(rs(cluster, "kv", "info", "SHORT"))
+    assert "BUCKET_NOT_FOUND" in gone  # nothing was created
