@@ -9,9 +9,7 @@ naming the problem (NOT_FOUND, a validation error's field) and the exit codes 0 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,33 +19,9 @@ from click.testing import CliRunner
 
 from raftstream.cli import cli
 
+from .runner import ok, rs
+
 pytestmark = pytest.mark.integration
-
-RAFTSTREAM = Path(sys.executable).parent / "raftstream"
-RUN_TIMEOUT_S = 60
-
-
-def rs(
-    cluster: Any, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run ``raftstream ARGS`` with the cluster in $RAFTSTREAM_SERVERS, stdin not a TTY."""
-    environ = {**os.environ, "RAFTSTREAM_SERVERS": ",".join(cluster.servers), **(env or {})}
-    return subprocess.run(
-        [str(RAFTSTREAM), *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=environ,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-
-
-def ok(cluster: Any, *args: str) -> str:
-    """stdout of a run that must succeed."""
-    res = rs(cluster, *args)
-    assert res.returncode == 0, f"{args}: rc={res.returncode}\n{res.stdout}\n{res.stderr}"
-    return res.stdout
 
 
 def invoke(cluster: Any, *args: str) -> Any:

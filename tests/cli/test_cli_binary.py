@@ -15,8 +15,6 @@ import base64
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -28,8 +26,8 @@ from raftstream.cli_common import arg_bytes
 from raftstream.cli_pub import render_data
 from raftstream.client import connect
 
-RAFTSTREAM = Path(sys.executable).parent / "raftstream"
-RUN_TIMEOUT_S = 60
+from .runner import RAFTSTREAM, RUN_TIMEOUT_S, cli_env
+
 BINARY = b"\xff\xfe\x00bin"  # not UTF-8, with a NUL: the user review's value
 BINARY_B64 = base64.b64encode(BINARY).decode("ascii")  # "//4AYmlu"
 REPLACEMENT = "\ufffd".encode()
@@ -37,12 +35,11 @@ REPLACEMENT = "\ufffd".encode()
 
 def rsb(cluster: Any, *args: str | bytes, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     """Run ``raftstream ARGS`` with ``stdin`` piped in (not a TTY); output as bytes."""
-    environ = {**os.environ, "RAFTSTREAM_SERVERS": ",".join(cluster.servers)}
     return subprocess.run(
         [str(RAFTSTREAM), *args],
         input=stdin,
         capture_output=True,
-        env=environ,
+        env=cli_env(cluster),
         timeout=RUN_TIMEOUT_S,
         check=False,
     )

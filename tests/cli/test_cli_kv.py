@@ -13,10 +13,7 @@ health, and its JSON gives the TTL in nanoseconds like the rest of the command l
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -24,34 +21,11 @@ import pytest
 
 from raftstream.cli_kv import kv
 
+from .runner import RAFTSTREAM, cli_env, ok, rs
+
 pytestmark = pytest.mark.integration
 
-RAFTSTREAM = Path(sys.executable).parent / "raftstream"
-RUN_TIMEOUT_S = 60
 WATCH_END_LIMIT_S = 45  # a safety net against hangs, not a timed assertion
-
-
-def _env(cluster: Any) -> dict[str, str]:
-    return {**os.environ, "RAFTSTREAM_SERVERS": ",".join(cluster.servers)}
-
-
-def rs(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``raftstream ARGS`` with the cluster in $RAFTSTREAM_SERVERS, stdin not a TTY."""
-    return subprocess.run(
-        [str(RAFTSTREAM), *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=_env(cluster),
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-
-
-def ok(cluster: Any, *args: str) -> str:
-    res = rs(cluster, *args)
-    assert res.returncode == 0, f"{args}: rc={res.returncode}\n{res.stdout}\n{res.stderr}"
-    return res.stdout
 
 
 def error_line(res: subprocess.CompletedProcess[str]) -> str:
@@ -140,7 +114,7 @@ def test_kv_watch_of_a_bucket_deleted_meanwhile_ends_with_one_line_naming_it(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(cluster),
+        env=cli_env(cluster),
     )
     try:
         assert watch.stdout is not None

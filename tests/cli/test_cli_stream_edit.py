@@ -11,11 +11,7 @@ naming ``mirror`` and that rule, not the subjects the stream has.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,29 +19,9 @@ from click.testing import CliRunner
 
 from raftstream.cli import cli
 
-RAFTSTREAM = Path(sys.executable).parent / "raftstream"
-RUN_TIMEOUT_S = 60
+from .runner import ok, rs
+
 MIRROR_CATCH_UP_S = 20
-
-
-def rs(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``raftstream ARGS`` with the cluster in $RAFTSTREAM_SERVERS, stdin not a TTY."""
-    env = {**os.environ, "RAFTSTREAM_SERVERS": ",".join(cluster.servers)}
-    return subprocess.run(
-        [str(RAFTSTREAM), *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-
-
-def ok(cluster: Any, *args: str) -> str:
-    res = rs(cluster, *args)
-    assert res.returncode == 0, f"{args}: rc={res.returncode}\n{res.stdout}\n{res.stderr}"
-    return res.stdout
 
 
 def info(cluster: Any, name: str) -> dict[str, Any]:
