@@ -44,7 +44,8 @@ __all__ = ["kv"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def kv() -> None:
-    """Key-value buckets: add, put, get, del, ls, watch, history, info, rm.
+    """Key-value buckets: add, put, create, update, get, del, purge, ls, watch, history,
+    info, rm.
 
     \b
     Example:
@@ -204,6 +205,13 @@ def put_cmd(
       raftstream kv put CONFIG app.color green --last 1
       raftstream kv put CONFIG logo < logo.png
     """
+    _put(conn, bucket, key, value, last, as_json)
+
+
+def _put(
+    conn: Conn, bucket: str, key: str, value: str | None, last: int | None, as_json: bool
+) -> None:
+    """``put`` (``last`` None), ``create`` (0) or ``update`` (the revision it must be at)."""
     data = message_data(value, "VALUE")
 
     async def body(c: Client) -> int:
@@ -219,6 +227,42 @@ def put_cmd(
         echo_json({"bucket": bucket, "key": key, "revision": revision})
     else:
         click.echo(f"{bucket} > {key} revision {revision}")
+
+
+@kv.command("create")
+@click.argument("bucket")
+@click.argument("key")
+@click.argument("value", required=False)
+@json_option
+@connection_options
+def create_cmd(conn: Conn, bucket: str, key: str, value: str | None, as_json: bool) -> None:
+    """Set KEY to VALUE (or stdin's bytes) only if the key has no value (never set, or
+    deleted). Refused with KEY_EXISTS when it has one.
+
+    \b
+    Example:
+      raftstream kv create CONFIG app.owner alice
+    """
+    _put(conn, bucket, key, value, 0, as_json)
+
+
+@kv.command("update")
+@click.argument("bucket")
+@click.argument("key")
+@click.argument("value")
+@click.argument("revision", type=click.IntRange(min=1))
+@json_option
+@connection_options
+def update_cmd(conn: Conn, bucket: str, key: str, value: str, revision: int, as_json: bool) -> None:
+    """Set KEY to VALUE only if its latest revision is REVISION (compare-and-set, as
+    put --last REVISION). Refused with KEY_WRONG_LAST_SEQUENCE when another write came
+    first.
+
+    \b
+    Example:
+      raftstream kv update CONFIG app.color red 4
+    """
+    _put(conn, bucket, key, value, revision, as_json)
 
 
 def _entry_json(e: KeyValueEntry) -> dict[str, Any]:
@@ -281,6 +325,10 @@ def del_cmd(conn: Conn, bucket: str, key: str, purge: bool, force: bool) -> None
     Example:
       raftstream kv del CONFIG app.color -f
     """
+    _delete(conn, bucket, key, purge, force)
+
+
+def _delete(conn: Conn, bucket: str, key: str, purge: bool, force: bool) -> None:
     confirm_or_refuse(f"{'purge' if purge else 'delete'} key {key} of bucket {bucket}", force)
 
     async def body(c: Client) -> int:
@@ -289,6 +337,21 @@ def del_cmd(conn: Conn, bucket: str, key: str, purge: bool, force: bool) -> None
 
     run(conn, body)
     click.echo(f"{'Purged' if purge else 'Deleted'} {bucket} > {key}")
+
+
+@kv.command("purge")
+@click.argument("bucket")
+@click.argument("key")
+@click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
+@connection_options
+def purge_cmd(conn: Conn, bucket: str, key: str, force: bool) -> None:
+    """Remove a key's value and its whole history (as del --purge).
+
+    \b
+    Example:
+      raftstream kv purge CONFIG app.color -f
+    """
+    _delete(conn, bucket, key, True, force)
 
 
 @kv.command("rm")

@@ -191,3 +191,21 @@ def test_kv_add_with_a_ttl_below_the_minimum_names_ttl(cluster: Any) -> None:
     assert "max_age" not in line
     gone = error_line(rs(cluster, "kv", "info", "SHORT"))
     assert "BUCKET_NOT_FOUND" in gone  # nothing was created
+
+
+def test_kv_create_update_and_purge_as_the_nats_cli_names_them(cluster: Any) -> None:
+    """``kv create`` (only when the key has no value), ``kv update ... REV``
+    (compare-and-set) and ``kv purge`` (the key's history gone), as nats has them."""
+    ok(cluster, "kv", "add", "CUP", "--history", "5")
+    assert "revision 1" in ok(cluster, "kv", "create", "CUP", "k", "one")
+    taken = error_line(rs(cluster, "kv", "create", "CUP", "k", "again"))
+    assert "KEY_EXISTS: key 'k' exists (revision 1)" in taken
+    assert "revision 2" in ok(cluster, "kv", "update", "CUP", "k", "two", "1")
+    stale = error_line(rs(cluster, "kv", "update", "CUP", "k", "three", "1"))
+    assert "KEY_WRONG_LAST_SEQUENCE" in stale
+    assert ok(cluster, "kv", "get", "CUP", "k", "--raw") == "two"
+    ok(cluster, "kv", "purge", "CUP", "k", "-f")
+    history = json.loads(ok(cluster, "kv", "history", "CUP", "k", "--json"))
+    assert [h["operation"] for h in history] == ["PURGE"]
+    assert "revision 4" in ok(cluster, "kv", "create", "CUP", "k", "anew")  # purged: no value
+    ok(cluster, "kv", "rm", "CUP", "-f")
