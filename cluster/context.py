@@ -171,7 +171,16 @@ class ServiceContext:
         g = self.groups.get(sa.group)
         if g is not None:
             return g.not_leader()
-        peer = sa.peers[0]
+        live = [p for p in sa.peers if not self.peer_down(p)]
+        if not live:  # pointing at a node known down would only send the client there
+            nodes = ", ".join(sa.peers)
+            return NoLeaderError(
+                f"stream {sa.name!r} has no replica online: "
+                f"{'its node' if len(sa.peers) == 1 else 'its nodes'} {nodes} "
+                f"{'is' if len(sa.peers) == 1 else 'are'} offline",
+                group=sa.group,
+            )
+        peer = live[0]
         return NotLeaderError(
             f"stream {sa.name!r} is not hosted here",
             leader=peer,

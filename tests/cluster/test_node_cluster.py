@@ -457,3 +457,36 @@ def test_creating_an_existing_stream_again_needs_no_live_nodes(cluster3: LocalCl
             await js.close()
 
     run(body())
+
+
+def test_a_stream_whose_only_replica_is_down_says_so(cluster3: LocalCluster) -> None:
+    """An R1 stream on a node that is down: a node that does not host it answered NOT_LEADER
+    "not hosted here" pointing at the dead node, and the client went there and back until
+    its time ran out (a user review). Now it answers NO_LEADER naming the offline node."""
+
+    async def setup() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(StreamConfig(name="LONE", subjects=("lone.>",), num_replicas=1))
+            await js.publish("lone.x", b"1")
+        finally:
+            await js.close()
+
+    run(setup())
+    host = cluster3.stream_leader("LONE")
+    assert host is not None
+    cluster3.kill(host)
+    asker = next(n for n in cluster3.names if n != host)
+
+    async def offline() -> None:  # once the asker has seen the host down
+        js = await raftstream.connect(servers=[cluster3.addr(asker)], timeout=1)
+        try:
+            await js.stream_info("LONE")
+        except errors.NoLeaderError as err:
+            assert f"has no replica online: its node {host} is offline" in str(err), err
+            return
+        finally:
+            await js.close()
+        raise AssertionError("stream info answered with its only replica down")
+
+    run(retry_async(offline))
