@@ -12,6 +12,7 @@ own view for a leader that does not answer in time).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
@@ -188,10 +189,19 @@ class StreamServicer(pbg.StreamServiceServicer):
             sa = self._ctx.meta.state.stream(account, cfg.name)
         except NotFoundError:
             return None
-        if sa.config != check_create(cfg):
+        asked = check_create(cfg)
+        if sa.config != asked:
+            differs = [
+                f.name
+                for f in dataclasses.fields(asked)
+                if getattr(asked, f.name) != getattr(sa.config, f.name)
+            ]
             raise AlreadyExistsError(
-                f"stream {cfg.name!r} already exists with a different configuration",
+                f"stream {cfg.name!r} already exists with a different configuration "
+                f"({', '.join(differs)} differ{'s' if len(differs) == 1 else ''}: "
+                "update_stream changes a stream)",
                 field="name",
+                differs=",".join(differs),
             )
         return sa
 

@@ -449,10 +449,11 @@ def test_creating_an_existing_stream_again_needs_no_live_nodes(cluster3: LocalCl
             assert (info.config.name, info.config.num_replicas) == ("IDEM", 3)
             kv = await js.create_key_value("CFG", history=3, replicas=3)
             assert kv.bucket == "CFG"
-            with pytest.raises(errors.AlreadyExistsError):
+            with pytest.raises(errors.AlreadyExistsError) as err:
                 await js.add_stream(
                     StreamConfig(name="IDEM", subjects=("other.>",), num_replicas=3)
                 )
+            assert "(subjects differs: update_stream changes a stream)" in str(err.value)
         finally:
             await js.close()
 
