@@ -256,7 +256,7 @@ def create_cmd(conn: Conn, bucket: str, key: str, value: str | None, as_json: bo
 def update_cmd(conn: Conn, bucket: str, key: str, value: str, revision: int, as_json: bool) -> None:
     """Set KEY to VALUE only if its latest revision is REVISION (compare-and-set, as
     put --last REVISION). Refused with KEY_WRONG_LAST_SEQUENCE when another write came
-    first.
+    first. VALUE is text; for stdin's bytes: kv put BUCKET KEY --last REVISION.
 
     \b
     Example:

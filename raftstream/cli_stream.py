@@ -364,7 +364,10 @@ def edit_cmd(
         params["mirror"] = None  # sent as no mirror: JetStream's {"mirror": null}
 
     async def body(c: Client) -> StreamInfo:
-        current = (await c.stream_info(name)).config.to_dict()
+        have = (await c.stream_info(name)).config
+        if no_mirror and have.mirror is None:
+            raise errors.InvalidArgumentError("mirror", f"{name} is not a mirror (--no-mirror)")
+        current = have.to_dict()
         cfg = replace(StreamConfig.from_dict({**current, **raw, "name": name}), **params)
         info = await c.update_stream(cfg)
         return await _applied(c, info, cfg, {*params, *raw}, conn.timeout_s)

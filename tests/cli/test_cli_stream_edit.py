@@ -110,6 +110,9 @@ def test_no_mirror_promotes_a_mirror_keeping_its_messages(cluster: Any) -> None:
         promoted = info(cluster, "PRM")
         assert "mirror" not in promoted["config"]
         assert promoted["state"]["messages"] == 4  # the 3 copies kept, then its own
+        again = rs(cluster, "stream", "edit", "PRM", "--no-mirror")  # not a mirror any more
+        assert again.returncode == 1
+        assert "INVALID_ARGUMENT: mirror: PRM is not a mirror (--no-mirror)" in again.stderr
     finally:
         ok(cluster, "stream", "rm", "PRM", "-f")
         ok(cluster, "stream", "rm", "PRM_O", "-f")
