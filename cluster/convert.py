@@ -82,14 +82,14 @@ def stream_info_pb(
     cluster: pb.GroupInfo,
     links: tuple[pb.StreamSourceInfo | None, list[pb.StreamSourceInfo]] | None = None,
 ) -> pb.StreamInfo:
-    """``links``: the mirror's and sources' state (``StreamGroup.source_infos``), known
-    only where the stream's leader answers."""
+    """``state`` None: no replica answered with it (left unset: the SDK's ``state_known``
+    is False). ``links``: the mirror's and sources' state (``StreamGroup.source_infos``),
+    known only where the stream's leader answers."""
     out = pb.StreamInfo(
-        config_json=json.dumps(sa.config.to_dict()),
-        state=state or pb.StreamState(),
-        cluster=cluster,
-        created_ns=sa.created_ns,
+        config_json=json.dumps(sa.config.to_dict()), cluster=cluster, created_ns=sa.created_ns
     )
+    if state is not None:
+        out.state.CopyFrom(state)
     if links is not None:
         mirror, sources = links
         if mirror is not None:

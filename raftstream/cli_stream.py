@@ -237,15 +237,20 @@ def _info_fields(info: StreamInfo) -> list[tuple[str, Any]]:
         ("Max message size", fmt_bytes(c.max_msg_size)),
         ("Duplicate window", fmt_duration_ns(c.duplicate_window)),
         ("Created", fmt_time_ns(info.created_ns)),
-        ("Messages", s.messages),
-        ("Bytes", fmt_bytes(s.bytes)),
-        ("First sequence", s.first_seq),
-        ("Last sequence", s.last_seq),
-        ("Last message", fmt_time_ns(s.last_ts_ns)),
-        ("Deleted", s.num_deleted),
-        ("Subjects stored", s.num_subjects),
-        ("Consumers", s.consumer_count),
     ]
+    if not info.state_known:
+        pairs.append(("State", "unknown: no replica answered (its nodes offline, or electing)"))
+    else:
+        pairs += [
+            ("Messages", s.messages),
+            ("Bytes", fmt_bytes(s.bytes)),
+            ("First sequence", s.first_seq),
+            ("Last sequence", s.last_seq),
+            ("Last message", fmt_time_ns(s.last_ts_ns)),
+            ("Deleted", s.num_deleted),
+            ("Subjects stored", s.num_subjects),
+            ("Consumers", s.consumer_count),
+        ]
     links = [("Mirror", info.mirror)] if info.mirror is not None else []
     links += [("Source", s) for s in info.sources]
     for label, link in links:
@@ -445,10 +450,16 @@ def ls_cmd(conn: Conn, subject: str | None, names_only: bool, as_json: bool) -> 
             i.config.name,
             ",".join(i.config.subjects),
             i.config.num_replicas,
-            i.state.messages,
-            fmt_bytes(i.state.bytes),
-            i.state.consumer_count,
-            fmt_time_ns(i.state.last_ts_ns),
+            *(
+                (
+                    i.state.messages,
+                    fmt_bytes(i.state.bytes),
+                    i.state.consumer_count,
+                    fmt_time_ns(i.state.last_ts_ns),
+                )
+                if i.state_known
+                else ("?", "?", "?", "offline: no replica answered")
+            ),
         )
         for i in sorted(infos, key=lambda i: i.config.name)
     ]

@@ -129,12 +129,17 @@ class StreamState:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamInfo:
+    """A stream's config, state and group. ``state_known`` is False when no replica could
+    answer with the state (every node hosting it down, or a leader still being elected):
+    ``state`` is then all zeros, not an empty stream."""
+
     config: StreamConfig
     state: StreamState
     cluster: GroupInfo | None
     created_ns: int
     mirror: StreamSourceInfo | None = None
     sources: tuple[StreamSourceInfo, ...] = ()
+    state_known: bool = True
 
     @classmethod
     def from_pb(cls, m: pb.StreamInfo) -> StreamInfo:
@@ -145,6 +150,7 @@ class StreamInfo:
             created_ns=m.created_ns,
             mirror=StreamSourceInfo.from_pb(m.mirror) if m.HasField("mirror") else None,
             sources=tuple(StreamSourceInfo.from_pb(s) for s in m.sources),
+            state_known=m.HasField("state"),
         )
 
 

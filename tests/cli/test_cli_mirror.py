@@ -41,3 +41,23 @@ def test_a_link_line_shows_position_lag_skips_and_error() -> None:
     for part in ("external h:1", "last origin seq 40, lag 7", "skipped 9 (1-9)", "error: Unav"):
         assert part in line
     assert "not running" in _link_state(StreamSourceInfo(name="O"))
+
+
+def test_a_stream_no_replica_answered_for_shows_its_state_unknown() -> None:
+    """Listed through a node while every node hosting it is down, a stream came back with
+    zeros and showed as empty (a user review); its info now says the state is unknown."""
+    from raftstream.cli_stream import _info_fields
+    from raftstream.models import StreamInfo, StreamState
+
+    info = StreamInfo(
+        config=StreamConfig(name="LONE", subjects=("lone.>",)),
+        state=StreamState(
+            messages=0, bytes=0, first_seq=0, first_ts_ns=0, last_seq=0, last_ts_ns=0
+        ),
+        cluster=None,
+        created_ns=0,
+        state_known=False,
+    )
+    fields = dict(_info_fields(info))
+    assert fields["State"].startswith("unknown: no replica answered")
+    assert "Messages" not in fields

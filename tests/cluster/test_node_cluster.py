@@ -491,3 +491,13 @@ def test_a_stream_whose_only_replica_is_down_says_so(cluster3: LocalCluster) -> 
         raise AssertionError("stream info answered with its only replica down")
 
     run(retry_async(offline))
+
+    async def listed() -> None:  # listed, its state unknown rather than an empty stream
+        js = await raftstream.connect(servers=[cluster3.addr(asker)], timeout=5)
+        try:
+            (info,) = await js.streams_info()
+        finally:
+            await js.close()
+        assert (info.config.name, info.state_known) == ("LONE", False)
+
+    run(listed())
