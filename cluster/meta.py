@@ -35,6 +35,7 @@ queries return immutable values that callers may keep.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
@@ -105,6 +106,7 @@ __all__ = [
     "StreamDeleted",
     "StreamUpdated",
     "check_account_limits",
+    "stream_exists_error",
 ]
 
 # JetStream's API list limit (JSApiListLimit): one page of a list or names call.
@@ -307,10 +309,7 @@ class MetaState:
         if existing is not None:
             if existing.config == cfg:
                 return StreamAdded(existing, created=False)
-            raise AlreadyExistsError(
-                f"stream {cfg.name!r} already exists with a different configuration",
-                field="name",
-            )
+            raise stream_exists_error(existing.config, cfg)
         if acct is not None:
             check_no_overlap(cfg, acct.configs_except(cfg.name))
             check_no_cycle(cfg, acct.configs_except(cfg.name))
@@ -691,6 +690,21 @@ def _page(items: list[_T], offset: int, limit: int) -> Page[_T]:
 
 
 # -- account limits (issue 10) -------------------------------------------------------------------
+
+
+def stream_exists_error(have: StreamConfig, asked: StreamConfig) -> AlreadyExistsError:
+    """A create of stream ``asked`` refused because it exists as ``have``: names the fields
+    that differ (both configs normalised by ``check_create``)."""
+    differs = [
+        f.name for f in dataclasses.fields(asked) if getattr(asked, f.name) != getattr(have, f.name)
+    ]
+    return AlreadyExistsError(
+        f"stream {asked.name!r} already exists with a different configuration "
+        f"({', '.join(differs)} differ{'s' if len(differs) == 1 else ''}: "
+        "update_stream changes a stream)",
+        field="name",
+        differs=",".join(differs),
+    )
 
 
 def check_account_limits(

@@ -12,7 +12,6 @@ own view for a leader that does not answer in time).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from typing import Any
 
@@ -35,7 +34,12 @@ from raftstream.cluster.convert import (
 )
 from raftstream.cluster.descriptions import NodeDescription, node_infos
 from raftstream.cluster.limits import check_cluster_limits, check_subjects_detail
-from raftstream.cluster.meta import StreamAdded, StreamUpdated, check_account_limits
+from raftstream.cluster.meta import (
+    StreamAdded,
+    StreamUpdated,
+    check_account_limits,
+    stream_exists_error,
+)
 from raftstream.cluster.meta_entries import AddStream, DeleteStream, UpdateStream
 from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_peers
 from raftstream.cluster.raft_extras import followers
@@ -43,7 +47,6 @@ from raftstream.engine.entries import DeleteMsg, Purge
 from raftstream.engine.stream import Purged
 from raftstream.engine.stream_config import StreamConfig, check_create, check_update
 from raftstream.errors import (
-    AlreadyExistsError,
     InvalidArgumentError,
     InvariantError,
     NotFoundError,
@@ -191,18 +194,7 @@ class StreamServicer(pbg.StreamServiceServicer):
             return None
         asked = check_create(cfg)
         if sa.config != asked:
-            differs = [
-                f.name
-                for f in dataclasses.fields(asked)
-                if getattr(asked, f.name) != getattr(sa.config, f.name)
-            ]
-            raise AlreadyExistsError(
-                f"stream {cfg.name!r} already exists with a different configuration "
-                f"({', '.join(differs)} differ{'s' if len(differs) == 1 else ''}: "
-                "update_stream changes a stream)",
-                field="name",
-                differs=",".join(differs),
-            )
+            raise stream_exists_error(sa.config, asked)
         return sa
 
     @map_errors
