@@ -32,7 +32,7 @@ from raftstream.cli_common import (
     print_table,
     run,
 )
-from raftstream.kv import HISTORY_MAX, REPLICAS_MAX, bucket_statuses, create_bucket
+from raftstream.kv import HISTORY_MAX, REPLICAS_MAX, bucket_statuses
 
 if TYPE_CHECKING:
     from raftstream.client import Client
@@ -148,8 +148,7 @@ def add_cmd(
     """
 
     async def body(c: Client) -> KeyValueStatus:
-        bucket_kv = await create_bucket(
-            c,
+        bucket_kv = await c.create_key_value(
             bucket,
             description=description,
             history=history,

@@ -39,7 +39,13 @@ from raftstream.config import (
     StorageType,
     StreamConfig,
 )
-from raftstream.kv import KeyValue, create_bucket, delete_bucket, open_bucket
+from raftstream.kv import (
+    KeyValue,
+    bucket_stream_config,
+    create_bucket,
+    delete_bucket,
+    open_bucket,
+)
 from raftstream.models import (
     ClusterInfo,
     ConsumerInfo,
@@ -866,8 +872,7 @@ class Client:
         revisions per key (1-64), ``ttl`` seconds per value (None: forever), values up to
         ``max_value_size`` bytes. Idempotent for an identical bucket; ``AlreadyExistsError``
         when one with another config exists (naming the bucket and what differs)."""
-        return await create_bucket(
-            self,
+        cfg = bucket_stream_config(
             bucket,
             description=description,
             history=history,
@@ -876,8 +881,8 @@ class Client:
             max_bytes=max_bytes,
             storage=storage,
             replicas=replicas,
-            timeout=timeout,
         )
+        return await create_bucket(self, bucket, cfg, timeout=timeout)
 
     async def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
         """An existing bucket; ``BucketNotFoundError`` when there is none."""

@@ -342,33 +342,13 @@ async def delete_bucket(client: Client, bucket: str, *, timeout: float | None) -
 
 
 async def create_bucket(
-    client: Client,
-    bucket: str,
-    *,
-    description: str = "",
-    history: int = 1,
-    ttl: float | None = None,
-    max_value_size: int = UNLIMITED,
-    max_bytes: int = UNLIMITED,
-    storage: StorageType | str = StorageType.FILE,
-    replicas: int = 1,
-    timeout: float | None = None,
+    client: Client, bucket: str, cfg: StreamConfig, *, timeout: float | None
 ) -> KeyValue:
-    """``Client.create_key_value``: make the bucket's stream (``bucket_stream_config``; a bad
-    argument is ``InvalidArgumentError`` naming it, nothing sent). Idempotent for an
-    identical bucket; ``AlreadyExistsError`` naming the bucket (and the settings that
-    differ) when one with other settings exists, or naming the stream when a stream of the
-    bucket's stream name exists that is not a bucket."""
-    cfg = bucket_stream_config(
-        bucket,
-        description=description,
-        history=history,
-        ttl=ttl,
-        max_value_size=max_value_size,
-        max_bytes=max_bytes,
-        storage=storage,
-        replicas=replicas,
-    )
+    """``Client.create_key_value``: make the bucket's stream ``cfg`` (from
+    ``bucket_stream_config``). Idempotent for an identical bucket; ``AlreadyExistsError``
+    naming the bucket (and the settings that differ) when one with other settings exists,
+    or naming the stream when a stream of the bucket's stream name exists that is not a
+    bucket."""
     try:
         await client.add_stream(cfg, timeout=timeout)
     except errors.AlreadyExistsError:

@@ -25,7 +25,7 @@ import raftstream
 from raftstream import errors
 from raftstream.client import Client
 from raftstream.config import StreamConfig
-from raftstream.kv import bucket_of, bucket_statuses, bucket_stream_config, create_bucket
+from raftstream.kv import bucket_of, bucket_statuses, bucket_stream_config
 from raftstream.proto import raftstream_pb2 as pb
 
 from .fakes import FakeNode, Nodes
@@ -204,7 +204,7 @@ def test_create_over_a_bucket_with_other_settings_names_the_bucket_and_what_diff
             _taken(node, bucket_stream_config("TTL"))
             async with await connected(node) as rs:
                 with pytest.raises(errors.AlreadyExistsError) as e:
-                    await create_bucket(rs, "TTL", ttl=5, history=3)
+                    await rs.create_key_value("TTL", ttl=5, history=3)
         text = str(e.value)
         assert text.startswith("bucket 'TTL' already exists with a different configuration")
         assert "ttl forever (asked 5s)" in text and "history 1 (asked 3)" in text
@@ -220,21 +220,9 @@ def test_create_over_a_stream_that_is_not_a_bucket_says_so():
             _taken(node, StreamConfig(name="KV_FAKE", subjects=("fake.x",)))
             async with await connected(node) as rs:
                 with pytest.raises(errors.AlreadyExistsError) as e:
-                    await create_bucket(rs, "FAKE")
+                    await rs.create_key_value("FAKE")
         assert "bucket 'FAKE' cannot be created" in str(e.value)
         assert "not a bucket" in str(e.value)
-
-    run(main())
-
-
-def test_client_create_key_value_names_the_bucket_when_it_exists_with_other_settings():
-    async def main() -> None:
-        async with Nodes(1) as (node,):
-            _taken(node, bucket_stream_config("TTL"))
-            async with await connected(node) as rs:
-                with pytest.raises(errors.AlreadyExistsError) as e:
-                    await rs.create_key_value("TTL", ttl=5)
-        assert "bucket 'TTL' already exists" in str(e.value)
 
     run(main())
 
