@@ -38,6 +38,7 @@ __all__ = [
     "CLI_EPILOG",
     "DURATION",
     "SIZE",
+    "UNKNOWN_STATE",
     "Conn",
     "add_group_connection_options",
     "arg_bytes",
@@ -66,6 +67,8 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 DEFAULT_SERVERS = "127.0.0.1:7101"
+# A stream or bucket no replica answered for (``StreamInfo.state_known`` False).
+UNKNOWN_STATE = "unknown: no replica answered (its nodes offline, or electing)"
 DEFAULT_TIMEOUT_S = 5.0
 SERVERS_ENV = "RAFTSTREAM_SERVERS"
 # --user, --password, --token (docs/security.md): option name -> env variable.

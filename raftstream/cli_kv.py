@@ -17,6 +17,7 @@ from raftstream.cli_common import (
     DURATION,
     NS_PER_S,
     SIZE,
+    UNKNOWN_STATE,
     Conn,
     confirm_or_refuse,
     connection_options,
@@ -69,6 +70,9 @@ def _status_fields(s: KeyValueStatus) -> list[tuple[str, Any]]:
         ("Bytes", fmt_bytes(s.bytes)),
         ("Replicas", s.replicas),
     ]
+    if not s.state_known:
+        pairs = [p for p in pairs if p[0] not in ("Values stored", "Bytes")]
+        pairs.append(("State", UNKNOWN_STATE))
     return pairs + _health_fields(s.stream_info.cluster, s.replicas)
 
 
@@ -97,17 +101,19 @@ def _show_status(s: KeyValueStatus, as_json: bool) -> None:
 def _status_json(s: KeyValueStatus) -> dict[str, Any]:
     """A bucket's state as JSON data: ``ttl`` in nanoseconds (0: forever) and sizes in
     bytes (-1: unlimited), as in the stream's JSON; ``cluster`` as ``stream info --json``
-    gives it (leader, replicas with current/offline/lag), null on a single node."""
+    gives it (leader, replicas with current/offline/lag), null on a single node; ``values``
+    and ``bytes`` null, ``state_known`` false, when no replica answered."""
     return {
         "bucket": s.bucket,
         "description": s.description,
-        "values": s.values,
+        "values": s.values if s.state_known else None,
         "history": s.history,
         "ttl": s.ttl_ns,
         "max_value_size": s.max_value_size,
         "max_bytes": s.max_bytes,
         "storage": s.storage.value,
-        "bytes": s.bytes,
+        "bytes": s.bytes if s.state_known else None,
+        "state_known": s.state_known,
         "replicas": s.replicas,
         "stream": s.stream_info.config.name,
         "cluster": jsonable(s.stream_info.cluster),
@@ -399,8 +405,16 @@ def ls_cmd(conn: Conn, bucket: str | None, as_json: bool) -> None:
     if not statuses:
         click.echo("No buckets defined")
         return
-    rows = [(s.bucket, s.values, s.history, fmt_bytes(s.bytes), s.replicas) for s in statuses]
-    print_table("Buckets", ["Bucket", "Values", "History", "Bytes", "Replicas"], rows)
+    rows: list[tuple[Any, ...]] = [
+        (s.bucket, s.values, s.history, fmt_bytes(s.bytes), s.replicas, "")
+        if s.state_known
+        else (s.bucket, "?", s.history, "?", s.replicas, "offline: no replica answered")
+        for s in statuses
+    ]
+    headers = ["Bucket", "Values", "History", "Bytes", "Replicas", "State"]
+    if all(s.state_known for s in statuses):  # the column only when it says something
+        headers, rows = headers[:-1], [r[:-1] for r in rows]
+    print_table("Buckets", headers, rows)
 
 
 def _entry_line(e: KeyValueEntry) -> str:

@@ -23,6 +23,7 @@ from raftstream import errors
 from raftstream.cli_common import (
     DURATION,
     SIZE,
+    UNKNOWN_STATE,
     Conn,
     confirm_or_refuse,
     connection_options,
@@ -239,7 +240,7 @@ def _info_fields(info: StreamInfo) -> list[tuple[str, Any]]:
         ("Created", fmt_time_ns(info.created_ns)),
     ]
     if not info.state_known:
-        pairs.append(("State", "unknown: no replica answered (its nodes offline, or electing)"))
+        pairs.append(("State", UNKNOWN_STATE))
     else:
         pairs += [
             ("Messages", s.messages),

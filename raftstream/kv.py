@@ -137,6 +137,12 @@ class KeyValueStatus:
         """How long a value lives, in nanoseconds (0: forever)."""
         return self.stream_info.config.max_age
 
+    @property
+    def state_known(self) -> bool:
+        """False when no replica of the bucket answered (its nodes offline, or electing):
+        ``values`` and ``bytes`` are then 0 without meaning ``StreamInfo.state_known``."""
+        return self.stream_info.state_known
+
     @classmethod
     def from_stream_info(cls, bucket: str, info: StreamInfo) -> KeyValueStatus:
         c = info.config

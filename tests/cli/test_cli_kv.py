@@ -17,6 +17,7 @@ import subprocess
 from typing import Any
 
 import click
+import click.testing
 import pytest
 
 from raftstream.cli_kv import kv
@@ -209,3 +210,42 @@ def test_kv_create_update_and_purge_as_the_nats_cli_names_them(cluster: Any) -> 
     assert [h["operation"] for h in history] == ["PURGE"]
     assert "revision 4" in ok(cluster, "kv", "create", "CUP", "k", "anew")  # purged: no value
     ok(cluster, "kv", "rm", "CUP", "-f")
+
+
+# -- a bucket no replica answered for ----------------------------------------------------------
+
+
+def _offline_status() -> Any:
+    from raftstream.kv import KeyValueStatus
+    from raftstream.models import StreamConfig, StreamInfo, StreamState
+
+    info = StreamInfo(
+        config=StreamConfig(name="KV_LONE", subjects=("$KV.LONE.>",), max_msgs_per_subject=5),
+        state=StreamState(
+            messages=0, bytes=0, first_seq=0, first_ts_ns=0, last_seq=0, last_ts_ns=0
+        ),
+        cluster=None,
+        created_ns=0,
+        state_known=False,
+    )
+    return KeyValueStatus.from_stream_info("LONE", info)
+
+
+def test_a_bucket_no_replica_answered_for_is_not_shown_empty(monkeypatch: Any) -> None:
+    """Listed while every node hosting it was down, a bucket showed 0 values and 0 bytes,
+    as an empty bucket (a user review; ``stream ls`` already said so): ``kv ls`` and
+    ``kv info`` now say its state is unknown, and the JSON gives null counts."""
+    import raftstream.cli_kv as cli_kv
+
+    status = _offline_status()
+    fields = dict(cli_kv._status_fields(status))
+    assert fields["State"].startswith("unknown: no replica answered")
+    assert "Values stored" not in fields and "Bytes" not in fields
+    as_json = cli_kv._status_json(status)
+    assert (as_json["values"], as_json["bytes"], as_json["state_known"]) == (None, None, False)
+
+    monkeypatch.setattr(cli_kv, "run", lambda conn, fn: [status])
+    listed = click.testing.CliRunner().invoke(kv, ["ls"])
+    assert listed.exit_code == 0, listed.output
+    (row,) = [line for line in listed.output.splitlines() if "LONE" in line]
+    assert row.split()[1:2] == ["?"] and "offline: no replica answered" in row, row
