@@ -10,6 +10,7 @@ duration ago: ``1h``).
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -235,10 +236,17 @@ def edit_cmd(conn: Conn, stream: str, name: str, as_json: bool, **flags: Any) ->
     Example:
       raftstream consumer edit ORDERS worker --max-deliver 10 --ack-wait 1m
     """
+    pull = flags.get("pull")
     params = consumer_params(name, flags)
 
     async def body(c: Client) -> ConsumerInfo:
         current = (await c.consumer_info(stream, name)).config
+        if pull is not None or "deliver_subject" in params:
+            wants_pull = pull if pull is not None else not params["deliver_subject"]
+            if wants_pull != current.is_pull:  # before the fields of one kind on the other
+                raise errors.InvalidArgumentError(
+                    "deliver_subject", "can not switch a consumer between pull and push"
+                )
         return await c.update_consumer(stream, replace(current, **params))
 
     show_info(run(conn, body), as_json)
@@ -425,11 +433,18 @@ def pause_cmd(conn: Conn, stream: str, name: str, until: str, as_json: bool) -> 
         until_ns = parse_time_or_ago_ns(until, future=True)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--until") from None
+    if until_ns <= time.time_ns():  # the server would take it as "not paused" (a resume)
+        raise click.BadParameter(
+            f"{until} is in the past (to resume: raftstream consumer resume)",
+            param_hint="--until",
+        )
     info = run(conn, lambda c: c.pause_consumer(stream, name, until_ns))
     if as_json:
         echo_json(info)
-    else:
+    elif info.paused:
         click.echo(f"Paused {stream} > {name} until {fmt_time_ns(info.pause_until_ns)}")
+    else:  # the time passed on the way
+        click.echo(f"{stream} > {name} is not paused: {until} has passed")
 
 
 @consumer.command("resume")

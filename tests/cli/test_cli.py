@@ -164,6 +164,18 @@ def test_consumer_push_config_file_pause_resume(cluster: Any, tmp_path: Path) ->
     assert res.exit_code == 0 and json.loads(res.stdout)["paused"] is True
     res = invoke(cluster, "consumer", "resume", "PUSH", "audit")
     assert res.exit_code == 0 and "Resumed PUSH > audit" in res.stdout
+    # A time in the past printed "Paused ... until 2020" and paused nothing (a user review).
+    res = rs(cluster, "consumer", "pause", "PUSH", "audit", "--until", "2020-01-01T00:00:00Z")
+    assert res.returncode == 2 and "--until" in res.stderr and "in the past" in res.stderr
+    assert json.loads(ok(cluster, "consumer", "info", "PUSH", "audit", "--json"))["paused"] is False
+    # Switching kinds named a pull-only field of the edited config (max_waiting).
+    for name, kind in (("audit", "--pull"), ("audit", "--deliver-subject="), ("work", "--push")):
+        if name == "work" and "work" not in ok(cluster, "consumer", "ls", "PUSH", "-n"):
+            ok(cluster, "consumer", "add", "PUSH", "work")
+        res = rs(cluster, "consumer", "edit", "PUSH", name, kind)
+        line = one_error_line(res)
+        assert res.returncode == 1, (kind, line)
+        assert "deliver_subject: can not switch a consumer between pull and push" in line, line
     assert invoke(cluster, "stream", "rm", "PUSH", "-f").exit_code == 0
 
 
