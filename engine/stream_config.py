@@ -681,7 +681,10 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
     ``retention`` may switch between limits and interest but never to or from workqueue
     (a work queue's one-consumer-per-subject guarantee cannot be retrofitted). One-way
     switches: ``sealed``, ``deny_delete``, ``deny_purge`` and ``allow_msg_ttl`` can be turned
-    on but never off. Everything else may change (subjects, limits, replicas, windows...).
+    on but never off. A sealed stream's ``max_msgs``, ``max_bytes`` and
+    ``max_msgs_per_subject`` are fixed, from the update that seals it on: a lower one would
+    trim what sealing keeps. Everything else may change (subjects, limits, replicas,
+    windows...).
 
     The rules about the change are checked before ``new``'s own rules (``validate``), so a
     refused change is reported as such even when it also leaves ``new`` malformed: adding a
@@ -693,6 +696,11 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
     # compare values only, and must speak first.
     _check_change(before, new.normalized())
     return new.validate()
+
+
+# Limits whose change may remove messages: fixed on a sealed stream (``_check_change``).
+# Not ``max_age``: sealing sets it to 0 (forever), which removes nothing.
+_SEALED_LIMITS = ("max_msgs", "max_bytes", "max_msgs_per_subject")
 
 
 def _check_change(before: StreamConfig, after: StreamConfig) -> None:
@@ -714,6 +722,15 @@ def _check_change(before: StreamConfig, after: StreamConfig) -> None:
     for name, rule in one_way.items():
         if getattr(before, name) and not getattr(after, name):
             raise InvalidArgumentError(name, rule)
+    if after.sealed:
+        # What sealing promises (JetStream: no message is removed, by limits or the API): a
+        # lower limit would trim the stream on every replica, so none changes once sealed,
+        # nor in the update that seals (seal in an update of its own).
+        for name in _SEALED_LIMITS:
+            if getattr(before, name) != getattr(after, name):
+                raise InvalidArgumentError(
+                    name, "cannot change on a sealed stream (it keeps every message it has)"
+                )
     if after.mirror is not None and before.mirror != after.mirror:
         rule = (
             "cannot be added to an existing stream"

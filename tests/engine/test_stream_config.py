@@ -7,6 +7,7 @@ Each test names the JetStream behaviour it pins (nats-server ``stream.go``:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -228,6 +229,23 @@ def test_sealing_implies_jetstream_sealed_settings() -> None:
     cfg = StreamConfig(name="S", sealed=True, max_age=MINUTE, allow_rollup_hdrs=True).validate()
     assert cfg.max_age == 0 and cfg.discard is DiscardPolicy.NEW
     assert cfg.deny_delete and cfg.deny_purge and not cfg.allow_rollup_hdrs
+
+
+def test_a_sealed_streams_limits_cannot_change() -> None:
+    """A user review: editing a sealed stream's max_msgs to 1 left 1 of its 5 messages (the
+    limit trimmed what sealing keeps and delete refuses). The limits that could remove
+    messages are fixed from the update that seals on; the rest may still change, and
+    sealing a stream with an age limit (which sealing drops) is no change of them."""
+    base = StreamConfig(name="S", subjects=("s.>",), max_msgs=100, max_age=MINUTE)
+    sealed = check_update(base, replace(base, sealed=True))
+    for name, value in (("max_msgs", 1), ("max_bytes", 1), ("max_msgs_per_subject", 1)):
+        for before in (base, sealed):  # sealing and lowering at once, or after
+            with pytest.raises(InvalidArgumentError) as info:
+                check_update(before, replace(sealed, **{name: value}))
+            assert info.value.field == name and "sealed" in info.value.rule
+        assert check_update(base, replace(base, **{name: value})).sealed is False
+    assert check_update(sealed, replace(sealed, description="kept")).description == "kept"
+    assert check_update(sealed, replace(sealed, num_replicas=3)).num_replicas == 3
 
 
 def test_a_stream_cannot_be_created_sealed() -> None:
