@@ -207,7 +207,7 @@ def add_cmd(
       raftstream consumer add ORDERS audit --push --deliver-subject audit --heartbeat 5s
       raftstream consumer add ORDERS --config worker.json
     """
-    raw = load_config_file(config_file)
+    raw = load_config_file(config_file, ConsumerConfig)
     if name:
         raw["durable_name"] = name
     if not (raw.get("durable_name") or raw.get("name")):

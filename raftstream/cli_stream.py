@@ -13,7 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -202,8 +202,11 @@ def key_values(items: tuple[str, ...], option: str) -> dict[str, str]:
     return out
 
 
-def load_config_file(path: str | None) -> dict[str, Any]:
-    """The JSON object in ``path`` (JetStream's config JSON), or {} without one."""
+def load_config_file(path: str | None, of: type[Any] | None = None) -> dict[str, Any]:
+    """The JSON object in ``path`` (JetStream's config JSON), or {} without one. With
+    ``of`` (a config dataclass), a key that is none of its fields is an error naming it:
+    the SDK's ``from_dict`` skips unknown keys (a newer server's answers), which would drop
+    a misspelt limit, or a JetStream field raftstream lacks (``no_ack``), without a word."""
     if path is None:
         return {}
     try:
@@ -212,6 +215,14 @@ def load_config_file(path: str | None) -> dict[str, Any]:
         fail(f"--config {path}: {exc}")
     if not isinstance(raw, dict):
         fail(f"--config {path}: expected a JSON object")
+    if of is not None:
+        unknown = sorted(set(raw) - {f.name for f in fields(of)})
+        if unknown:
+            fail(
+                f"--config {path}: {', '.join(map(repr, unknown))}: not "
+                f"{'a field' if len(unknown) == 1 else 'fields'} of raftstream's "
+                f"{of.__name__} (docs/cli.md)"
+            )
     return raw
 
 
@@ -320,7 +331,7 @@ def add_cmd(
       raftstream stream add ORDERS --subjects 'orders.>' --replicas 3 --max-age 1h
       raftstream stream add --config orders.json
     """
-    raw = load_config_file(config_file)
+    raw = load_config_file(config_file, StreamConfig)
     if name:
         raw["name"] = name
     if not raw.get("name"):
@@ -362,7 +373,9 @@ def edit_cmd(
       raftstream stream edit ORDERS --max-msgs 100000 --description "orders, capped"
       raftstream stream edit ORDERS_COPY --no-mirror --subjects 'orders.>'
     """
-    raw = load_config_file(config_file)
+    raw = load_config_file(config_file, StreamConfig)
+    if raw.get("name", name) != name:  # JetStream: "stream name in subject does not match"
+        fail(f"--config {config_file}: it names stream {raw['name']!r}, not {name!r}")
     params = stream_params(flags)
     if no_mirror:
         if "mirror" in params:

@@ -104,6 +104,22 @@ def test_stream_edit_and_config_file(cluster: Any, tmp_path: Path) -> None:
     config = json.loads(res.stdout)["config"]
     assert (config["max_msgs"], config["max_bytes"], config["deny_purge"]) == (10, 1024, True)
     assert config["subjects"] == ["cfg.>"]  # untouched fields kept
+    # A user review: a key the config has no field for was dropped without a word (a
+    # misspelt limit, JetStream's no_ack), and a file naming another stream edited this one.
+    for body, field in (({"max_msg": 5}, "'max_msg'"), ({"no_ack": True}, "'no_ack'")):
+        cfg.write_text(json.dumps({"name": "CFG", **body}))
+        for args in (("add", "--config"), ("edit", "CFG", "--config")):
+            res = rs(cluster, "stream", *args, str(cfg))
+            line = one_error_line(res)
+            assert res.returncode == 1 and f"{field}: not a field of" in line, (args, line)
+    cfg.write_text(json.dumps({"name": "OTHER", "max_msgs": 5}))
+    res = rs(cluster, "stream", "edit", "CFG", "--config", str(cfg))
+    assert res.returncode == 1 and "names stream 'OTHER', not 'CFG'" in one_error_line(res)
+    assert json.loads(ok(cluster, "stream", "info", "CFG", "--json"))["config"]["max_msgs"] == 10
+    ccfg = tmp_path / "c.json"
+    ccfg.write_text(json.dumps({"durable_name": "w", "max_ack_pendng": 5}))
+    res = rs(cluster, "consumer", "add", "CFG", "--config", str(ccfg))
+    assert res.returncode == 1 and "'max_ack_pendng': not a field of" in one_error_line(res)
     ok(cluster, "stream", "rm", "CFG", "-f")
 
 
