@@ -128,11 +128,7 @@ def place(
         )
     live = sorted((n for n in qualifying if n.live), key=lambda n: _rank_key(n, assets))
     if len(live) < replicas:
-        raise LimitError(
-            f"{replicas} replicas need {replicas} live nodes; {len(live)} are up",
-            field="num_replicas",
-            rule="not enough live nodes",
-        )
+        raise _too_few_live(replicas, len(live))
     chosen = tuple(n.name for n in live[:replicas])
     invariant(len(set(chosen)) == replicas, "placement chose a node twice")
     return chosen
@@ -182,14 +178,30 @@ def plan_stream_peers(
     missing = cfg.num_replicas - len(kept)
     if missing == 0:
         return tuple(kept)
-    added = place(
-        replicas=missing,
-        nodes=nodes,
-        assets=assets,
-        placement=cfg.placement,
-        exclude=set(removed) | set(kept),
-    )
+    try:
+        added = place(
+            replicas=missing,
+            nodes=nodes,
+            assets=assets,
+            placement=cfg.placement,
+            exclude=set(removed) | set(kept),
+        )
+    except LimitError:
+        # Counted over the whole group, not the replicas still to place: growing R1 to R3
+        # with one other node up said "2 replicas need 2 live nodes; 1 are up" (a review).
+        kept_live = sum(1 for p in kept if by_name[p].live)
+        others = [n for n in nodes if n.name not in removed and n.name not in kept]
+        up = kept_live + sum(1 for n in others if n.live and _qualifies(n, cfg.placement))
+        raise _too_few_live(cfg.num_replicas, up) from None
     return (*kept, *added)
+
+
+def _too_few_live(replicas: int, up: int) -> LimitError:
+    return LimitError(
+        f"{replicas} replicas need {replicas} live nodes; {up} {'is' if up == 1 else 'are'} up",
+        field="num_replicas",
+        rule="not enough live nodes",
+    )
 
 
 @dataclass(frozen=True, slots=True)

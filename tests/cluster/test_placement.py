@@ -274,6 +274,20 @@ def test_update_grow_adds_the_least_loaded_nodes() -> None:
     assert peers == ("n2", "n4", "n3")
 
 
+def test_growing_with_too_few_live_nodes_counts_the_whole_group() -> None:
+    """R1 -> R3 with one of the two other nodes down said "2 replicas need 2 live nodes;
+    1 are up" while two nodes were up (a user review): the group's count, and its grammar."""
+    ns = [*nodes(2), NodeInfo(name="n3", cluster="c1", live=False)]
+    with pytest.raises(LimitError) as info:
+        plan_stream_peers(
+            config=StreamConfig(name="S", num_replicas=3), current=("n1",), nodes=ns, assets={}
+        )
+    assert "3 replicas need 3 live nodes; 2 are up" in str(info.value)
+    with pytest.raises(LimitError) as info:
+        place(replicas=2, nodes=[ns[0], ns[2]], assets={})
+    assert "2 replicas need 2 live nodes; 1 is up" in str(info.value)
+
+
 def test_update_replaces_peers_that_no_longer_qualify() -> None:
     """A placement change keeps the peers that still qualify and moves the others."""
     ns = [
