@@ -170,7 +170,12 @@ class ServiceContext:
         """NOT_LEADER (or NO_LEADER) for a request about ``sa`` that needs its leader."""
         g = self.groups.get(sa.group)
         if g is not None:
-            return g.not_leader()
+            err = g.not_leader()
+            # A replica the group removed lingers here a while (node.py ``_may_drop``) and
+            # soon knows no leader: its NO_LEADER kept a client asking here, after a
+            # shrink, until its timeout (a user review). Then a peer is the better hint.
+            if isinstance(err, NotLeaderError) or self.node_id in sa.peers:
+                return err
         live = [p for p in sa.peers if not self.peer_down(p)]
         if not live:  # pointing at a node known down would only send the client there
             nodes = ", ".join(sa.peers)

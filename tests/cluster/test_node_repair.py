@@ -18,16 +18,21 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 
 import raftstream
-from raftstream import StreamConfig
+from raftstream import StreamConfig, errors
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.proto.errors import from_rpc_error
 
 from .node_harness import LocalCluster, retry_async, run, wait_for
 
 pytestmark = pytest.mark.integration
 
 MSGS = 40
+LINGER_WATCH_S = 30  # a bound for a removed replica to be dropped (5 s without a leader)
 
 
 @pytest.fixture
@@ -89,6 +94,28 @@ def _dropped(cluster: LocalCluster, node: str, stream: str) -> bool | None:
     except OSError:
         return None
     return True if f'raftstream_raft_applied_index{{group="S:$G:{stream}"}}' not in text else None
+
+
+async def _ask_through_each(cluster: LocalCluster, nodes: list[str], stream: str) -> None:
+    """Ask each of ``nodes`` for ``stream``'s info with a bare stub (no SDK retries), over
+    and over until each dropped the group: every answer is the info or NOT_LEADER naming
+    a node to ask, never NO_LEADER (which kept the SDK asking there)."""
+    deadline = time.monotonic() + LINGER_WATCH_S
+    while time.monotonic() < deadline:
+        left = [n for n in nodes if not _dropped(cluster, n, stream)]
+        if not left:
+            return
+        for node in left:
+            with cluster.channel(node) as ch:
+                try:
+                    pbg.StreamServiceStub(ch).GetStreamInfo(
+                        pb.StreamInfoRequest(name=stream), timeout=10
+                    )
+                except grpc.RpcError as exc:
+                    err = from_rpc_error(exc)
+                    assert isinstance(err, errors.NotLeaderError) and err.leader_addr, (node, err)
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{nodes} kept their {stream} replicas {LINGER_WATCH_S}s")
 
 
 async def _lead_and_read_all(js: raftstream.Client, stream: str, node: str, total: int) -> None:
@@ -182,6 +209,11 @@ def test_update_stream_grows_r1_to_r3_and_shrinks_back_data_intact(
 
             await js.update_stream(StreamConfig(name="GR", subjects=("gr.>",), num_replicas=1))
             await _wait_replicas(js, "GR", {first.leader})
+            # A removed replica lingers on its node a while and soon knows no leader: asked
+            # there, it answered NO_LEADER until the client's timeout (a user review, when
+            # `stream edit --replicas 3` read the config right after a shrink). Each ask
+            # through a removed node, until both dropped their replicas, must be answered.
+            await _ask_through_each(cluster4, sorted(peers - {first.leader}), "GR")
             for node in peers - {first.leader}:  # the others dropped their replicas
                 wait_for(f"{node} to drop GR", lambda node=node: _dropped(cluster4, node, "GR"))
             info = await retry_async(lambda: js.stream_info("GR"))
