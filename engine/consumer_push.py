@@ -7,6 +7,13 @@ messages or bytes has gone out the plan asks the client to answer a flow-control
 stalls until it does; heartbeats go out after ``idle_heartbeat`` of silence and carry the last
 consumer and stream sequences, plus the outstanding flow-control request when stalled so a
 client that missed it can answer. Nothing reads the clock: ``now_ns`` comes from the caller.
+
+Flow-control tokens are unique across plans (JetStream's reply subjects are, too): a new
+leader, a rebuilt leader copy or a config update starts a fresh plan whose count starts
+again at 1, so a token is ``<prefix>.<epoch>.<count>``, the epoch being the leader's time
+(hex ns) of the plan's first request. Clients answer each token once (the SDK once per call,
+older SDKs once per subscription); a plan that asked with a token a client had answered
+already, before a failover (``$JS.FC.S.c.1`` again), was never answered and stalled for good.
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ class PushPlanner:
         self._window_bytes = flow_window_bytes
         self.stalled: str | None = None
         self._fc_count = 0
+        self._fc_epoch: int | None = None  # the leader's time of this plan's first request
         self._since_fc_msgs = 0
         self._since_fc_bytes = 0
         self._last_sent_ns: int | None = None
@@ -109,8 +117,14 @@ class PushPlanner:
             return None
         if self._since_fc_msgs < self._window_msgs and self._since_fc_bytes < self._window_bytes:
             return None
+        if self._fc_epoch is None:
+            invariant(self._last_sent_ns is not None, "a window fills only by sending")
+            self._fc_epoch = self._last_sent_ns
         self._fc_count += 1
-        self.stalled = f"{self._fc_prefix}.{self._fc_count}"
+        # Unique across plans, not only within one (module docstring): another plan of
+        # this consumer (another leader, or this one's after a rebuild) asks from its own
+        # first request's time on.
+        self.stalled = f"{self._fc_prefix}.{self._fc_epoch:x}.{self._fc_count}"
         self._since_fc_msgs = 0
         self._since_fc_bytes = 0
         return self.stalled

@@ -10,13 +10,21 @@ Automatic status management (ADR-15, "Automatic Status Management"):
 
 - idle heartbeats: when the consumer has ``idle_heartbeat``, a read that sees nothing (no
   message, no heartbeat) for ``HEARTBEAT_MISSES_MAX`` (3) intervals reports
-  ``MissedHeartbeatError`` to the error callback (and the reader keeps waiting);
+  ``MissedHeartbeatError`` to the error callback and gives up the call: the leader may hang
+  (paused, cut off with its connection open) while another node leads the stream. The next
+  calls avoid that node when the router would send them there again, trying each other
+  seed server once (a NOT_LEADER hint naming it is still followed); if it hangs again,
+  that is reported again, every 3 intervals;
 - gaps: a consumer sequence that jumps (in a message's ack token, or a heartbeat's
   ``last_consumer_seq`` ahead of what arrived) reports ``SequenceGapError``; never for queue
   subscriptions, whose members each see part of the sequence;
 - flow control: a request is queued in order with the messages and answered when the
   application reaches it (``next_msg``, iteration or the callback); a heartbeat's
-  ``stalled`` token is answered at once; each token is answered once;
+  ``stalled`` token is answered at once; each token is answered once per call. A new call
+  (a new leader, whose plan may ask with a token an older leader used: servers before
+  unique tokens did) answers whatever it is asked; a request that came on an earlier call
+  is still answered on the current one when reached (its leader, if it still leads, may
+  still wait for it), but does not count as answered for this call;
 - ``409 Leadership Change`` (and a broken call, NOT_LEADER...) reattaches to the new leader,
   with backoff (tenacity); unacked deliveries come again after their ack wait. Any other
   status (``409 Consumer Deleted``, an unknown code) ends the subscription: the error goes to
@@ -66,7 +74,7 @@ PENDING_MSGS_MAX = 8192
 PENDING_BYTES_MAX = 64 * 1024 * 1024
 PUSH_RESPONSE_MSGS_MAX = 256  # the server's deliveries per response (cluster/services_push.py)
 REQUESTS_QUEUED_MAX = 64  # flow-control replies waiting to be sent on the call
-FC_ANSWERED_REMEMBERED_MAX = 16
+FC_ANSWERED_REMEMBERED_MAX = 16  # per call
 HEARTBEAT_MISSES_MAX = 3
 REATTACH_WAIT_INITIAL_S = 0.05
 REATTACH_WAIT_MAX_S = 1.0
@@ -117,6 +125,7 @@ class Reattach(Exception):
 @dataclass(frozen=True, slots=True)
 class _FlowControl:
     token: str
+    call_no: int  # the call it came on (``PushSubscription._call_no``)
 
 
 def msg_size_bytes(m: pb.Msg) -> int:
@@ -206,8 +215,13 @@ class PushSubscription:
         self._on_close = on_close
         self._consumer_info = consumer_info
         self._requests: asyncio.Queue[pb.ConsumeRequest | None] | None = None
-        # Flow-control tokens answered lately (a request may come again in heartbeats).
+        self._call_no = 0  # counts the Consume calls opened
+        # Flow-control tokens answered lately on the current call (a request may come again
+        # in heartbeats). Per call: another leader may ask with a token answered before.
         self._answered: deque[str] = deque(maxlen=FC_ANSWERED_REMEMBERED_MAX)
+        # A node that missed heartbeats: the next call goes elsewhere if routed to it again.
+        self._unanswered_addr: str | None = None
+        self._elsewhere_turn = 0
         self._last_cseq = 0
         self._last_sseq = 0
         self._quick_failures = 0
@@ -393,7 +407,7 @@ class PushSubscription:
             item = self._buffer.pop()
             if not isinstance(item, _FlowControl):
                 return item
-            self._answer(item.token)
+            self._answer(item.token, remember=item.call_no == self._call_no)
 
     async def _next(self) -> Msg:
         while True:
@@ -472,7 +486,7 @@ class PushSubscription:
         await self._before_attach()
         try:
             stubs = await self._router.connect(
-                self.stream, timeout_s=self._connect_timeout_s, addr=addr
+                self.stream, timeout_s=self._connect_timeout_s, addr=addr or self._elsewhere()
             )
         except errors.UnavailableError as exc:
             raise Reattach(exc) from None
@@ -482,14 +496,38 @@ class PushSubscription:
         )
         requests.put_nowait(pb.ConsumeRequest(start=start))
         self._requests = requests
+        self._call_no += 1
+        self._answered.clear()  # answers are per call (module docstring)
         call = stubs.consume.Consume(_request_iter(requests))
         try:
             await self._read(call)
         except grpc.RpcError as err:
             raise self._classify(from_rpc_error(err)) from None
+        except Reattach as r:
+            if isinstance(r.cause, errors.MissedHeartbeatError):
+                self._unanswered_addr = stubs.addr
+                self._elsewhere_turn = 0
+            raise
         finally:
             call.cancel()
             self._end_call()
+
+    def _elsewhere(self) -> str | None:
+        """Where the next call goes after a node missed heartbeats (None: the router's
+        choice). The router would send it back to that node while its leader hint or its
+        current server names it (a hung node refuses no connection): then each other seed
+        server once, in turn, before the router's choice is taken again (the other seeds may
+        be down while that node is back). Only this choice avoids the node: a NOT_LEADER
+        hint naming it is followed (the servers know best; it may lead again)."""
+        avoid = self._unanswered_addr
+        if avoid is None or self._router.target(self.stream) != avoid:
+            return None
+        others = [s for s in self._router.servers if s != avoid]
+        self._elsewhere_turn += 1
+        if self._elsewhere_turn > len(others):
+            self._unanswered_addr = None  # every other one tried: the router's choice
+            return None
+        return others[self._elsewhere_turn - 1]
 
     def _end_call(self) -> None:
         requests, self._requests = self._requests, None
@@ -519,12 +557,15 @@ class PushSubscription:
                 reading = reading or asyncio.ensure_future(call.read())
                 done, _ = await asyncio.wait({reading}, timeout=idle_s)
                 if not done:
+                    # The node may hang with its connection open while another leads the
+                    # stream: report it, then try a new call (module docstring).
                     await self._missed_heartbeat(idle_s or 0.0)
-                    continue
+                    raise Reattach(self._missed_error(idle_s or 0.0))
                 resp, reading = reading.result(), None
                 if resp is grpc.aio.EOF:
                     raise Reattach(errors.UnavailableError("the server ended the push call"))
                 self._quick_failures = 0
+                self._unanswered_addr = None
                 await self._handle(resp)
         finally:
             if reading is not None:
@@ -536,7 +577,7 @@ class PushSubscription:
         for m in resp.messages:
             await self._on_msg(m)
         if resp.HasField("flow_control"):
-            self._buffer.put(_FlowControl(resp.flow_control.token), 0)
+            self._buffer.put(_FlowControl(resp.flow_control.token, self._call_no), 0)
         if resp.HasField("heartbeat"):
             await self._on_heartbeat(resp.heartbeat)
         for r in resp.ack_results:
@@ -588,12 +629,15 @@ class PushSubscription:
         )
 
     async def _missed_heartbeat(self, idle_s: float) -> None:
-        self._error_cb(
-            errors.MissedHeartbeatError(
-                f"push {self.stream}/{self.consumer}: no heartbeat for {idle_s:.3f}s",
-                stream=self.stream,
-                consumer=self.consumer,
-            )
+        """Report missed heartbeats to the error callback; the reader then gives up the
+        call (``Reattach``)."""
+        self._error_cb(self._missed_error(idle_s))
+
+    def _missed_error(self, idle_s: float) -> errors.MissedHeartbeatError:
+        return errors.MissedHeartbeatError(
+            f"push {self.stream}/{self.consumer}: no heartbeat for {idle_s:.3f}s",
+            stream=self.stream,
+            consumer=self.consumer,
         )
 
     # -- helpers ----------------------------------------------------------------------------
@@ -609,10 +653,12 @@ class PushSubscription:
             stream=self._target.stream,
         )
 
-    def _answer(self, token: str) -> None:
-        """Answer a flow-control request once (on the current call; the server ignores an
-        answer to a request it no longer waits for). A full request queue drops the answer:
-        the server asks again in its next heartbeat's ``stalled``."""
+    def _answer(self, token: str, *, remember: bool = True) -> None:
+        """Answer a flow-control request once per call (on the current call; the server
+        ignores an answer to a request it no longer waits for). ``remember=False``: a
+        request that came on an earlier call, answered without counting as answered on
+        this one (this call's leader may ask with the same token). A full request queue
+        drops the answer: the server asks again in its next heartbeat's ``stalled``."""
         if not token or token in self._answered or self._requests is None:
             return
         reply = pb.ConsumeRequest(flow_control_replies=[pb.FlowControlReply(token=token)])
@@ -620,7 +666,8 @@ class PushSubscription:
             self._requests.put_nowait(reply)
         except asyncio.QueueFull:
             return
-        self._answered.append(token)
+        if remember:
+            self._answered.append(token)
 
 
 async def _request_iter(
