@@ -104,7 +104,7 @@ class GroupDeps:
     client_addr: Callable[[str], str | None]  # node name -> its client API address
     consumers_of: Callable[[str, str], tuple[ConsumerAssignment, ...]]  # from the meta state
     stream_of: Callable[[str, str], StreamAssignment | None]
-    # Ask the meta leader to delete a consumer (an ephemeral one gone inactive).
+    # Ask the meta leader to delete a consumer gone inactive (``inactive_threshold``).
     delete_consumer: Callable[[str, str, str], Awaitable[None]]
     # This cluster's client API addresses: where a mirror/source link finds a local origin.
     cluster_addrs: Callable[[], tuple[str, ...]] = tuple
@@ -152,6 +152,8 @@ class PullHandle:
         return out
 
     def close(self) -> None:
+        """The pull's call ended (completed, failed, cancelled): stop taking events and
+        drop its request if it still waits. Idempotent."""
         self._close(self.reply)
 
 
@@ -245,7 +247,7 @@ class StreamGroup:
         self._push_wakers: list[asyncio.Event] = []
         self._attached: dict[str, int] = {}  # consumer -> attached Consume calls
         self._active_ns: dict[str, int] = {}  # consumer -> last request, ack or push step
-        self._reaping: set[str] = set()  # inactive ephemerals whose deletion is in flight
+        self._reaping: set[str] = set()  # inactive consumers whose deletion is in flight
         self._links = LinkSet(
             host=self,
             account=self.account,
@@ -676,7 +678,7 @@ class StreamGroup:
             self._attached[consumer] = left
         else:
             self._attached.pop(consumer, None)
-        self._active_ns[consumer] = _now_ns()  # an ephemeral's inactivity starts now
+        self._active_ns[consumer] = _now_ns()  # its inactivity starts now
 
     def push_bound(self, consumer: str) -> bool:
         return self._attached.get(consumer, 0) > 0
@@ -706,10 +708,12 @@ class StreamGroup:
     async def open_pull(
         self, consumer: str, request: dict[str, Any], timeout_s: float | None
     ) -> PullHandle:
-        """Queue a pull request on the leader copy; its events arrive on the handle."""
+        """Queue a pull request on the leader copy; its events arrive on the handle. The
+        caller closes the handle when its call ends, however it ends: that also takes the
+        request out of the consumer if it is still waiting (``_close_pull``)."""
         c = self.leader_consumer(consumer)
         reply = f"pull.{next(self._reply_ids)}"
-        handle = PullHandle(reply, int(request.get("batch", 1)), self._close_waiter)
+        handle = PullHandle(reply, int(request.get("batch", 1)), lambda r: self._close_pull(c, r))
         self._waiters[reply] = handle
         req = PullRequest(reply=reply, **request)
         try:
@@ -720,8 +724,19 @@ class StreamGroup:
         self._wake.set()
         return handle
 
-    def _close_waiter(self, reply: str) -> None:
+    def _close_pull(self, c: Consumer, reply: str) -> None:
+        """The call of pull ``reply`` on the leader copy ``c`` ended. A request still
+        waiting (the client cancelled or went away, or its deadline cut the call) is
+        dropped from ``c`` at once, as JetStream drops a request whose requester is gone:
+        else it would hold a ``max_waiting`` place and take messages no one receives until
+        it expired. Waiting requests are leader-local (engine/consumer_pull.py), so this
+        proposes nothing. Deliveries decided for it before this point (their Deliver op
+        proposed) are not undone: they stay pending and are redelivered after ack_wait.
+        A copy dropped since (stale, deleted) had its requests drained with a 409."""
         self._waiters.pop(reply, None)
+        if c.deleted or self._stale(c) or not c.cancel_pull(reply):
+            return
+        self._active_ns[c.name] = _now_ns()  # inactivity starts when the last pull ends
 
     def _dispatch(self, events: list[PullEvent]) -> None:
         """Hand ``events`` to their pull handles, one batch per handle."""
@@ -771,13 +786,14 @@ class StreamGroup:
         self._reap_inactive()
 
     def _reap_inactive(self) -> None:
-        """Ephemeral consumers idle past ``inactive_threshold`` (no waiting pull, no push
-        call attached, no request or ack) are deleted through the meta leader, as in
-        JetStream; the deletion then comes back to this group as a CONSUMER_DELETE."""
+        """Consumers idle past their ``inactive_threshold`` (no waiting pull, no push call
+        attached, no request or ack) are deleted through the meta leader, as in JetStream
+        2.9+: every ephemeral (5 s unless set) and a durable that sets one (0, a durable's
+        default: never). The deletion then comes back to this group as a CONSUMER_DELETE."""
         now = _now_ns()
         for name, c in self._leaders.items():
             threshold = c.config.inactive_threshold
-            if not threshold or c.config.is_durable or name in self._reaping:
+            if not threshold or name in self._reaping:
                 continue
             if c.num_waiting or self.push_bound(name):
                 continue

@@ -666,6 +666,17 @@ class Consumer:
             )
         return len(events) > events_before
 
+    def cancel_pull(self, reply: str) -> bool:
+        """The requester of ``reply`` went away (a cancelled call, a client gone): drop its
+        request, unanswered, so it neither counts toward ``max_waiting`` nor takes more
+        messages (JetStream drops a request whose requester left). True when one was
+        waiting; False when it had finished already.
+
+        Waiting requests are leader-local, so this records no op: the replicated state is
+        unchanged. Messages already handed to the request stay delivered and unacked, and
+        are redelivered after ``ack_wait`` like any delivery the client never got."""
+        return self._waiting.remove(reply) is not None
+
     def fetch(self, batch: int, now_ns: int, *, max_bytes: int = 0) -> list[Delivery]:
         """A no_wait pull of up to ``batch`` messages; just the deliveries."""
         req = PullRequest(batch=batch, no_wait=True, max_bytes=max_bytes, reply="fetch")
@@ -829,6 +840,8 @@ class Consumer:
         """Adopt an allowed update (validated by the caller with ``check_update``)."""
         self._check_live()
         self._config = config
+        # The filters may have changed: num_pending's cache is keyed on the stream only.
+        self._pending_cache = None
         self._push = self._new_planner()
         self._config_dirty = True
         self.flush()
@@ -855,7 +868,8 @@ class Consumer:
         return self._deleted
 
     def is_inactive(self, now_ns: int) -> bool:
-        """True when an ephemeral's ``inactive_threshold`` passed with no request or ack."""
+        """True when ``inactive_threshold`` (an ephemeral's default, or one a durable set)
+        passed with no request or ack."""
         threshold = self._config.inactive_threshold
         if not threshold or len(self._waiting):
             return False

@@ -310,6 +310,15 @@ class WaitingQueue:
         """Move the head to the tail: the next message goes to the next request."""
         self._q.rotate(-1)
 
+    def remove(self, reply: str) -> WaitingRequest | None:
+        """Take out the request of ``reply`` without answering it (its requester is gone);
+        the request removed, or None when none is waiting (it finished already)."""
+        for i, w in enumerate(self._q):
+            if w.request.reply == reply:
+                del self._q[i]
+                return w
+        return None
+
     def expire(self, now_ns: int) -> list[PullEvent]:
         """Finish requests whose ``expires`` passed with 408 Request Timeout."""
         events: list[PullEvent] = []

@@ -456,7 +456,7 @@ class ConsumeServiceStub:
     naming a push consumer (one with a deliver_subject); then it may send flow-control
     replies and acks. An attached Consume call is the consumer's "interest" (JetStream: a
     subscription on its deliver subject): a push consumer delivers only while one is
-    attached, and an ephemeral one's inactive_threshold runs from when the last one ended. The server streams messages, idle heartbeats and flow-control requests
+    attached, and its inactive_threshold (an ephemeral's, or one a durable sets) runs from when the last one ended. The server streams messages, idle heartbeats and flow-control requests
     as the consumer's config asks, and a terminal status (409 Consumer Deleted, ...) before it
     ends the call. Within one ConsumeResponse handle, in order: messages, flow_control,
     heartbeat, ack_results, status.
@@ -489,7 +489,7 @@ class ConsumeServiceAsyncStub(ConsumeServiceStub):
     naming a push consumer (one with a deliver_subject); then it may send flow-control
     replies and acks. An attached Consume call is the consumer's "interest" (JetStream: a
     subscription on its deliver subject): a push consumer delivers only while one is
-    attached, and an ephemeral one's inactive_threshold runs from when the last one ended. The server streams messages, idle heartbeats and flow-control requests
+    attached, and its inactive_threshold (an ephemeral's, or one a durable sets) runs from when the last one ended. The server streams messages, idle heartbeats and flow-control requests
     as the consumer's config asks, and a terminal status (409 Consumer Deleted, ...) before it
     ends the call. Within one ConsumeResponse handle, in order: messages, flow_control,
     heartbeat, ack_results, status.
@@ -531,7 +531,7 @@ class ConsumeServiceServicer(metaclass=_abc_1.ABCMeta):
         naming a push consumer (one with a deliver_subject); then it may send flow-control
         replies and acks. An attached Consume call is the consumer's "interest" (JetStream: a
         subscription on its deliver subject): a push consumer delivers only while one is
-        attached, and an ephemeral one's inactive_threshold runs from when the last one ended. The server streams messages, idle heartbeats and flow-control requests
+        attached, and its inactive_threshold (an ephemeral's, or one a durable sets) runs from when the last one ended. The server streams messages, idle heartbeats and flow-control requests
         as the consumer's config asks, and a terminal status (409 Consumer Deleted, ...) before it
         ends the call. Within one ConsumeResponse handle, in order: messages, flow_control,
         heartbeat, ack_results, status.

@@ -252,16 +252,15 @@ def test_max_age_expiry_is_replicated_and_metrics_served(cluster3: LocalCluster)
 
 def test_inactive_ephemeral_consumer_is_deleted(cluster3: LocalCluster) -> None:
     """An ephemeral consumer (server-named) idle past inactive_threshold is deleted by its
-    stream leader through the meta group; a durable one stays."""
+    stream leader through the meta group; a durable one without inactive_threshold stays
+    (one with it goes too: tests/cluster/test_pull_abandoned.py)."""
 
     async def body() -> None:
         js = await _connect(cluster3.servers)
         try:
             await js.add_stream(StreamConfig(name="EPH", subjects=("eph.>",), num_replicas=3))
             eph = await js.add_consumer("EPH", ConsumerConfig(inactive_threshold=10**9))
-            await js.add_consumer(
-                "EPH", ConsumerConfig(durable_name="KEEP", inactive_threshold=10**9)
-            )
+            await js.add_consumer("EPH", ConsumerConfig(durable_name="KEEP"))
             assert eph.name and eph.name != "KEEP"
 
             async def gone() -> None:

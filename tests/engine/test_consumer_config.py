@@ -61,7 +61,7 @@ def test_pull_defaults_are_jetstreams() -> None:
     assert c.max_waiting == MAX_WAITING_DEFAULT == 512
     assert c.replay_policy is ReplayPolicy.INSTANT
     assert c.filters == (">",)
-    assert c.inactive_threshold == 0  # durables are never reaped for inactivity
+    assert c.inactive_threshold == 0  # a durable is reaped only if it sets one
 
 
 def test_ephemeral_gets_inactive_threshold_of_5s() -> None:
