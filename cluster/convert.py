@@ -8,7 +8,7 @@ are parsed here too (``parse_json``): a malformed document is INVALID_ARGUMENT n
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -58,8 +58,13 @@ def group_info_pb(
 
 
 def stream_state_pb(
-    st: StreamState, *, consumers: int, subjects: Mapping[str, int] | None = None
+    st: StreamState,
+    *,
+    consumers: int,
+    subjects: Mapping[str, int] | None = None,
+    deleted: Sequence[int] = (),
 ) -> pb.StreamState:
+    """``subjects`` and ``deleted`` only when the request asked for them."""
     out = pb.StreamState(
         messages=st.msgs,
         bytes=st.bytes,
@@ -73,6 +78,8 @@ def stream_state_pb(
     )
     if subjects:
         out.subjects.update(subjects)
+    if deleted:
+        out.deleted.extend(deleted)
     return out
 
 

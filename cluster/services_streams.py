@@ -56,13 +56,28 @@ from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import map_errors
 
-__all__ = ["StreamServicer", "cluster_nodes", "group_info"]
+__all__ = [
+    "DELETED_DETAILS_MAX",
+    "DELETED_SCAN_MSGS_MAX",
+    "StreamServicer",
+    "cluster_nodes",
+    "group_info",
+]
 
 _SVC = "/raftstream.v1.StreamService/"
 NEW_LEADER_WAIT_S = 3.0  # a create or update waits this long for the group's leader
 NEW_LEADER_POLL_S = 0.05
 STEP_DOWN_WAIT_S = 3.0  # how long a step-down waits to learn the new leader
 STEP_DOWN_POLL_S = 0.05
+# Deleted sequences one stream info carries (``deleted_details``), the lowest ones; the
+# state's ``num_deleted`` says how many there are. JetStream sends them all; here a stream
+# with millions of gaps would pass the gRPC message cap (``limits.grpc_message_bytes_max``,
+# 4 MiB at least): at most 10 bytes each (a packed varint), this many take 1 MB or less.
+DELETED_DETAILS_MAX = 100_000
+# Stored messages walked (keys only) to find them: the walk runs on the node's event loop,
+# and a million keys take about 0.3 s of it (LMDB); past this the sequences found so far
+# (the lowest) are the answer, and ``num_deleted`` still counts them all.
+DELETED_SCAN_MSGS_MAX = 1_000_000
 
 
 def cluster_nodes(ctx: ServiceContext) -> list[NodeInfo]:
@@ -269,8 +284,13 @@ class StreamServicer(pbg.StreamServiceServicer):
             store.subjects_state(request.subjects_filter) if request.subjects_filter else None
         )
         check_subjects_detail(subjects)  # a clear error, not one gRPC cannot send
+        deleted = (
+            store.deleted(DELETED_DETAILS_MAX, scan_msgs_max=DELETED_SCAN_MSGS_MAX)
+            if request.deleted_details
+            else ()
+        )
         consumers = len(self._ctx.meta.state.consumers_of(account, sa.name))
-        state = stream_state_pb(st, consumers=consumers, subjects=subjects)
+        state = stream_state_pb(st, consumers=consumers, subjects=subjects, deleted=deleted)
         cluster = group_info(self._ctx, sa.group, sa.peers)
         return stream_info_pb(sa, state, cluster, g.source_infos())
 

@@ -34,7 +34,13 @@ from raftstream.engine.lmdbrecords import (
     verify_dedup_index,
 )
 from raftstream.engine.memstore import valid_filter
-from raftstream.engine.store import DedupRecord, StoredMsg, StreamState, dedup_key
+from raftstream.engine.store import (
+    DedupRecord,
+    StoredMsg,
+    StreamState,
+    dedup_key,
+    missing_seqs,
+)
 from raftstream.engine.subjects import FWC, has_wildcards, subject_matches
 from raftstream.errors import DataLossError, InvariantError, NotFoundError, invariant
 
@@ -218,6 +224,24 @@ class LmdbStreamReads:
         return {raw.decode(): count for count, raw in counts.values()}
 
     # -- Protocol: deduplication records ------------------------------------------------------
+
+    def deleted(self, limit: int, *, scan_msgs_max: int) -> list[int]:
+        """The sequences missing between first and last, the lowest ``limit`` (Protocol):
+        one read transaction walking the message keys from ``first_seq`` (no values read)."""
+        self._check_open()
+        m = self._meta
+        missing = (m.last_seq - m.first_seq + 1 - m.msgs) if m.msgs else 0
+        if missing <= 0 or limit <= 0:
+            return []
+        with self._reading(index=False) as txn:
+            return missing_seqs(
+                self._stored_seqs(txn, m.first_seq),
+                first_seq=m.first_seq,
+                last_seq=m.last_seq,
+                missing=missing,
+                limit=limit,
+                scan_max=scan_msgs_max,
+            )
 
     def dedup_get(self, msg_id: str) -> DedupRecord | None:
         """The record of ``msg_id``, or None; ``DataLossError`` when it fails its checksum."""
@@ -450,6 +474,17 @@ class LmdbStreamReads:
         pend = self._pend_msgs
         i = bisect_left(pend, (seq,))
         return pend[i][0] if i < len(pend) else self._meta.last_seq + 1
+
+    def _stored_seqs(self, txn: Any, start: int) -> Iterator[int]:
+        """The stored sequences at or after ``start``, ascending (keys only)."""
+        cur = txn.cursor(db=self._dbs.msgs)
+        if not cur.set_range(self._prefix + SEQ.pack(start)):
+            return
+        prefix, unpack, at = self._prefix, SEQ.unpack_from, ID.size
+        for key in cur.iternext(keys=True, values=False):
+            if not key.startswith(prefix):
+                return
+            yield int(unpack(key, at)[0])
 
     def _last_stored(self, txn: Any) -> int:
         """The newest stored sequence, or 0."""

@@ -27,6 +27,7 @@ from raftstream.engine.store import (
     dedup_key,
     headers_size,
     limit_set,
+    missing_seqs,
     msg_size,
     normalize_purge,
 )
@@ -371,6 +372,23 @@ class MemoryStreamStore:
         self._open()
         valid_filter(subject_filter, "subject_filter")
         return {s: len(self._subjects[s]) for s in self._matching_subjects(subject_filter)}
+
+    def deleted(self, limit: int, *, scan_msgs_max: int) -> list[int]:
+        """The sequences missing between first and last, the lowest ``limit`` (Protocol)."""
+        self._open()
+        c, msgs = self._c, len(self._msgs)
+        missing = (c.last_seq - c.first_seq + 1 - msgs) if msgs else 0
+        if missing <= 0 or limit <= 0:
+            return []
+        # Insertion order is sequence order: the keys are the stored sequences, ascending.
+        return missing_seqs(
+            self._msgs,
+            first_seq=c.first_seq,
+            last_seq=c.last_seq,
+            missing=missing,
+            limit=limit,
+            scan_max=scan_msgs_max,
+        )
 
     def close(self) -> None:
         """Drop everything; any later call raises ``InvariantError``."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -42,6 +42,7 @@ __all__ = [
     "dedup_key",
     "headers_size",
     "limit_set",
+    "missing_seqs",
     "msg_size",
     "normalize_purge",
 ]
@@ -187,6 +188,35 @@ class PurgeRequest:
         return self.subject is None and self.before_seq is None and self.keep is None
 
 
+def missing_seqs(
+    stored: Iterable[int],
+    *,
+    first_seq: int,
+    last_seq: int,
+    missing: int,
+    limit: int,
+    scan_max: int,
+) -> list[int]:
+    """The sequences of ``first_seq..last_seq`` not in ``stored`` (ascending stored
+    sequences from ``first_seq`` on), in order: the lowest ones, at most ``limit``. Stops
+    reading ``stored`` once it has them, or all ``missing`` (the state's ``num_deleted``),
+    so a stream whose gaps are all near its start is not walked to its end; and after
+    ``scan_max`` stored sequences (what is found below them is returned: still the lowest)."""
+    want = min(missing, limit)
+    out: list[int] = []
+    expected = first_seq
+    for scanned, seq in enumerate(stored):
+        if len(out) >= want or scanned >= scan_max:
+            return out
+        if seq > expected:
+            out.extend(range(expected, min(seq, expected + want - len(out))))
+        expected = seq + 1
+    # After the last stored message: sequences removed from the end (last_seq stays).
+    if len(out) < want and expected <= last_seq:
+        out.extend(range(expected, min(last_seq + 1, expected + want - len(out))))
+    return out
+
+
 def normalize_purge(subject: str | None, seq: int | None, keep: int | None) -> PurgeRequest:
     """Validate purge arguments the way JetStream's purge request does.
 
@@ -306,6 +336,13 @@ class StreamStore(Protocol):
 
     def subjects_state(self, subject_filter: str = ">") -> dict[str, int]:
         """Message count per subject matching the filter."""
+
+    def deleted(self, limit: int, *, scan_msgs_max: int) -> list[int]:
+        """The sequences between ``first_seq`` and ``last_seq`` that hold no message (the
+        state's ``num_deleted`` of them: deleted, or removed by a limit, an ack, a TTL or a
+        purge of some subjects), ascending (JetStream's ``deleted_details``). Cut short, to
+        the lowest ones, at ``limit`` sequences or once ``scan_msgs_max`` stored messages
+        were walked (keys only) looking for them; nothing is walked when none is deleted."""
 
     def dedup_put(self, msg_id: str, seq: int, ts_ns: int) -> None:
         """Record ``msg_id`` as published at ``seq`` at ``ts_ns``, replacing its record if it

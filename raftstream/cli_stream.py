@@ -420,20 +420,49 @@ async def _applied(
 @stream.command("info")
 @click.argument("name")
 @click.option("--subjects", "subjects_filter", help="Also count messages per subject (> all).")
+@click.option("--deleted", "deleted_details", is_flag=True, help="Also list the deleted sequences.")
 @json_option
 @connection_options
-def info_cmd(conn: Conn, name: str, subjects_filter: str | None, as_json: bool) -> None:
+def info_cmd(
+    conn: Conn, name: str, subjects_filter: str | None, deleted_details: bool, as_json: bool
+) -> None:
     """Show a stream's config, state and replicas.
 
     \b
     Example:
       raftstream stream info ORDERS --json
     """
-    info = run(conn, lambda c: c.stream_info(name, subjects_filter=subjects_filter))
+    info = run(
+        conn,
+        lambda c: c.stream_info(
+            name, subjects_filter=subjects_filter, deleted_details=deleted_details
+        ),
+    )
     show_info(info, as_json)
     if subjects_filter and not as_json:
         rows = sorted(info.state.subjects.items())
         print_table("Subjects", ["Subject", "Messages"], rows)
+    if deleted_details and not as_json and info.state_known:
+        _show_deleted(info.state.deleted, info.state.num_deleted)
+
+
+def _seq_runs(seqs: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Ascending sequences as (first, last) runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for seq in seqs:
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], seq)
+        else:
+            runs.append((seq, seq))
+    return runs
+
+
+def _show_deleted(deleted: tuple[int, ...], num_deleted: int) -> None:
+    """The deleted sequences as runs; says so when the node sent only the lowest ones."""
+    rows = [(lo, hi, hi - lo + 1) for lo, hi in _seq_runs(deleted)]
+    print_table("Deleted sequences", ["First", "Last", "Count"], rows)
+    if len(deleted) < num_deleted:
+        click.echo(f"(the lowest {len(deleted)} of {num_deleted} deleted sequences)")
 
 
 @stream.command("ls")

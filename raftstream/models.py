@@ -98,6 +98,13 @@ class GroupInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamState:
+    """A stream's counters. ``subjects`` only with ``stream_info(subjects_filter=...)``;
+    ``deleted`` only with ``stream_info(deleted_details=True)``: the sequences between
+    ``first_seq`` and ``last_seq`` that hold no message, ascending. A node cuts the list
+    short, to the lowest ones, at 100,000 sequences or after walking a million stored
+    messages looking for them (``DELETED_DETAILS_MAX``, ``DELETED_SCAN_MSGS_MAX`` in
+    ``cluster/services_streams.py``): fewer than ``num_deleted`` means cut short."""
+
     messages: int
     bytes: int
     first_seq: int
