@@ -19,7 +19,9 @@ the message text), with its attributes (``field``, ``rule``, ``leader``, ``leade
 restored. A status without raftstream details (a transport failure, the client's own
 deadline) maps by code: UNAVAILABLE is ``UnavailableError`` (retriable), DEADLINE_EXCEEDED is
 ``DeadlineExceededError``, CANCELLED is ``CallCancelledError`` (an ``UnavailableError``), and
-so on;
+so on; INTERNAL "Internal error from Core", which the client's own gRPC core makes when a
+call's connection breaks under a send or receive (never a status a server sent), is an
+``UnavailableError`` too: the call broke, its outcome is unknown.
 ``details["grpc_code"]`` keeps the gRPC code's name.
 """
 
@@ -265,18 +267,45 @@ def _error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
 
 
 _NOT_SENT = "failed to connect to all addresses"  # gRPC's words: the call was never sent
+# gRPC's words when the client's own core failed an operation of a call (grpc.aio's
+# ``set_internal_error``: a send or receive on a call whose connection just died, e.g. a
+# node killed under a PublishStream write). The status was never received from the server.
+_BROKEN_IN_CORE = "Internal error from Core"
+
+
+def _broken_in_core(err: grpc.RpcError, code: e.Code, message: str) -> bool:
+    """Whether ``err`` is INTERNAL made by the client's gRPC core for a call that broke
+    mid-way, not a status a server sent: gRPC formats a received status's debug string as
+    ``CODE:message`` (older versions name the peer it came from), while the core's own one
+    is the failed batch (``Failed "execute_batch": ...``). Called only without raftstream
+    details (a raftstream server always sends them)."""
+    if code is not e.Code.INTERNAL or message != _BROKEN_IN_CORE:
+        return False
+    debug_of = getattr(err, "debug_error_string", None)
+    debug = str(debug_of() or "") if callable(debug_of) else ""
+    received = debug.startswith(f"{code.name}:") or "received from peer" in debug
+    return not received
 
 
 def from_rpc_error(err: grpc.RpcError) -> e.RaftStreamError:
     """The typed exception for a failed call (``grpc.aio.AioRpcError`` or a sync one).
 
     Chosen by the ErrorInfo ``reason`` when the server sent raftstream details, else by the
-    status code. ``details["grpc_code"]`` names the gRPC code either way.
+    status code. ``details["grpc_code"]`` names the gRPC code either way. One exception to
+    "by the code": INTERNAL "Internal error from Core" that the client's core made for a
+    call whose connection broke mid-way (``_broken_in_core``) is an ``UnavailableError``
+    like any other broken connection: retriable, outcome unknown.
     """
     status_code = cast(grpc.StatusCode, err.code())
     code = _code(int(status_code.value[0]))
     message = str(err.details() or status_code.name)
     info = _error_info(err)
+    if info is None and _broken_in_core(err, code, message):
+        exc: e.RaftStreamError = e.UnavailableError(
+            f"the connection to the server broke ({message})"
+        )
+        exc.details["grpc_code"] = code.name
+        return exc
     if info is None and code is e.Code.UNAVAILABLE and _NOT_SENT not in message:
         # gRPC's own words for a broken connection ("Stream removed", "Socket closed") read
         # like a raftstream stream being deleted: say what happened, keep them after.

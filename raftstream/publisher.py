@@ -22,7 +22,10 @@ next server if its server is gone), when that is safe: it was refused with
 NOT_LEADER/NO_LEADER (nothing applied; the node relays it to the leader it learns in the
 meantime), it cannot have reached the server (still queued when the call broke, or the call
 never connected), or it has a ``msg_id`` and failed ambiguously (the duplicate window turns a
-second copy into ``duplicate=True``). Each resend waits first, 10 ms doubling to 100 ms, and
+second copy into ``duplicate=True``). A broken call is ambiguous however gRPC reports it:
+UNAVAILABLE, CANCELLED by the transport, or INTERNAL "Internal error from Core" (its core
+failing a write when the node died under it; ``raftstream.proto.errors.from_rpc_error``
+maps all three to ``UnavailableError``). Each resend waits first, 10 ms doubling to 100 ms, and
 they stop at the client's timeout from when the message was queued, failing it with its last
 error. So a leader failover under ``publish_async`` costs time, not errors, for messages with
 a ``msg_id``; without one, a message in flight when its call broke fails with the
