@@ -3,7 +3,10 @@
 ``pub SUBJECT DATA --count N`` publishes N messages; ``{{Count}}`` in DATA, in headers and
 in ``--msg-id`` becomes the message's number (1..N), ``{{ID}}`` a random id, ``{{Unix}}``
 the time in seconds and ``{{Time}}`` the time in RFC 3339. The messages go out pipelined
-(in order) and each is reported with its stream sequence once a quorum stored it.
+(in order) and each is reported with its stream sequence as soon as a quorum stored it (in
+order), as the nats CLI does: when one is refused (a ``--discard new`` limit, say), what was
+stored is on screen before the one error line, which names the first failure and counts
+what was published (``--json``: one entry per message, an ``error`` object for a failed one).
 
 DATA is text, published in UTF-8; data piped on stdin is published byte for byte (binary
 too: placeholders are filled in without decoding anything else).
@@ -26,8 +29,10 @@ from raftstream import errors
 from raftstream.cli_common import (
     Conn,
     connection_options,
+    describe_error,
     echo_json,
     echo_raw,
+    fail,
     json_option,
     message_data,
     run,
@@ -47,6 +52,7 @@ _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 EPHEMERAL_INACTIVE_S = 60
 PULL_BATCH_MSGS_MAX = 256
 PULL_WAIT_S = 1.0
+SEQ_RUNS_SHOWN_MAX = 8  # runs of published sequences a failed pub's error line names
 Shower = Callable[["Msg"], None]
 
 
@@ -90,6 +96,9 @@ def _headers(items: tuple[str, ...], count: int) -> dict[str, str]:
     return out
 
 
+Reporter = Callable[[int, "PubAck | errors.RaftStreamError"], None]
+
+
 async def _publish_all(
     c: Client,
     subject: str,
@@ -99,10 +108,15 @@ async def _publish_all(
     headers: tuple[str, ...],
     msg_id: str | None,
     expected_stream: str | None,
-) -> list[tuple[int, PubAck]]:
-    """Publish ``count`` rendered messages pipelined; their (size, ack) in order. The first
-    failure raises (earlier messages are stored; later ones may be)."""
+    report: Reporter,
+) -> list[PubAck | errors.RaftStreamError]:
+    """Publish ``count`` rendered messages pipelined; ``report(size, outcome)`` for each, in
+    order, as its outcome comes (its ack, or its typed error). Every message is waited for,
+    also after one fails: a refusal of one (a limit, say) says nothing of the others, which
+    may be stored. Returns the outcomes in order. A failure before a message could be
+    queued (a bad argument, the client closing) raises, after reporting those queued."""
     futures: list[tuple[int, asyncio.Future[PubAck]]] = []
+    outcomes: list[PubAck | errors.RaftStreamError] = []
     try:
         for i in range(1, count + 1):
             payload = render_data(data, i)
@@ -114,17 +128,72 @@ async def _publish_all(
                 expected_stream=expected_stream,
             )
             futures.append((len(payload), fut))
-        return [(size, await fut) for size, fut in futures]
+            # Report whatever is already answered, in order, while the rest is queued.
+            while len(outcomes) < len(futures) and futures[len(outcomes)][1].done():
+                outcomes.append(_settled(futures[len(outcomes)], report))
+        for queued in futures[len(outcomes) :]:
+            await asyncio.wait([queued[1]])
+            outcomes.append(_settled(queued, report))
+        return outcomes
     except BaseException:
         for _, fut in futures:  # one error line, not one per queued message
             fut.add_done_callback(_retrieve)
         raise
 
 
+def _settled(
+    queued: tuple[int, asyncio.Future[PubAck]], report: Reporter
+) -> PubAck | errors.RaftStreamError:
+    """The outcome of a settled publish, reported; an error that is not a raftstream one
+    (a bug) is raised."""
+    size, fut = queued
+    exc = fut.exception()
+    if exc is not None and not isinstance(exc, errors.RaftStreamError):
+        raise exc
+    outcome: PubAck | errors.RaftStreamError = exc if exc is not None else fut.result()
+    report(size, outcome)
+    return outcome
+
+
 def _retrieve(fut: asyncio.Future[PubAck]) -> None:
     """Mark a failed future's error as seen (asyncio would log it at exit otherwise)."""
     if not fut.cancelled():
         fut.exception()
+
+
+def seq_runs(seqs: list[int]) -> str:
+    """Sequences as ``1-3, 7, 9-10`` (sorted; at most ``SEQ_RUNS_SHOWN_MAX`` runs, then
+    ``...``)."""
+    runs: list[tuple[int, int]] = []
+    for seq in sorted(set(seqs)):
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], seq)
+        else:
+            runs.append((seq, seq))
+    shown = [f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in runs[:SEQ_RUNS_SHOWN_MAX]]
+    return ", ".join(shown) + (", ..." if len(runs) > SEQ_RUNS_SHOWN_MAX else "")
+
+
+def _failure_line(outcomes: list[PubAck | errors.RaftStreamError]) -> str | None:
+    """The error line of a ``pub`` with failed messages (None: none failed): the first
+    failure, and with ``--count`` what was published around it."""
+    failed = [(i, o) for i, o in enumerate(outcomes, 1) if isinstance(o, errors.RaftStreamError)]
+    if not failed:
+        return None
+    first_at, first = failed[0]
+    line = describe_error(first)
+    if len(outcomes) == 1:
+        return line
+    seqs = [o.seq for o in outcomes if not isinstance(o, errors.RaftStreamError)]
+    which = f"message {first_at}" if len(failed) == 1 else f"first at message {first_at}"
+    published = f"{len(seqs)} published: seq {seq_runs(seqs)}" if seqs else "none published"
+    return f"{line} ({len(failed)} of {len(outcomes)} failed, {which}; {published})"
+
+
+def _outcome_json(outcome: PubAck | errors.RaftStreamError) -> object:
+    if isinstance(outcome, errors.RaftStreamError):
+        return {"error": {"reason": outcome.reason, "message": outcome.message}}
+    return outcome
 
 
 @click.command("pub")
@@ -163,7 +232,18 @@ def pub(
         text_arg(item, "--header")
     if msg_id is not None:
         text_arg(msg_id, "--msg-id")
-    acks = run(
+
+    def report(size: int, outcome: PubAck | errors.RaftStreamError) -> None:
+        # Each ack as it comes (the nats CLI's way): what was stored is on screen before
+        # a refusal's error line. Errors go in that one line at the end.
+        if quiet or as_json or isinstance(outcome, errors.RaftStreamError):
+            return
+        dup = " (duplicate)" if outcome.duplicate else ""
+        click.echo(
+            f"Published {size} bytes to {subject}: stream {outcome.stream} seq {outcome.seq}{dup}"
+        )
+
+    outcomes = run(
         conn,
         lambda c: _publish_all(
             c,
@@ -173,14 +253,14 @@ def pub(
             headers=headers,
             msg_id=msg_id,
             expected_stream=expect_stream,
+            report=report,
         ),
     )
-    if as_json:
-        echo_json([ack for _, ack in acks])
-        return
-    for size, ack in [] if quiet else acks:
-        dup = " (duplicate)" if ack.duplicate else ""
-        click.echo(f"Published {size} bytes to {subject}: stream {ack.stream} seq {ack.seq}{dup}")
+    failure = _failure_line(outcomes)
+    if as_json and (failure is None or len(outcomes) > 1):
+        echo_json([_outcome_json(o) for o in outcomes])  # one entry per message, in order
+    if failure is not None:
+        fail(failure)
 
 
 def _sub_config(deliver: str | None) -> ConsumerConfig | None:

@@ -259,7 +259,8 @@ class SubscriptionClosedError(RaftStreamError):
 
 class MissedHeartbeatError(UnavailableError):
     """No message or heartbeat arrived for 3x the consumer's idle heartbeat interval
-    (reported to the error callback; the subscription goes on)."""
+    (reported to the error callback; the subscription goes on, on a new call that avoids
+    the silent node: it may hang while another node leads the stream)."""
 
     reason = "MISSED_HEARTBEAT"
 
