@@ -118,12 +118,16 @@ def consumer_info_pb(
     if info is not None:
         out.delivered.CopyFrom(
             pb.SequenceInfo(
-                consumer_seq=info.delivered.consumer_seq, stream_seq=info.delivered.stream_seq
+                consumer_seq=info.delivered.consumer_seq,
+                stream_seq=info.delivered.stream_seq,
+                last_active_ns=info.delivered.last_active_ns,
             )
         )
         out.ack_floor.CopyFrom(
             pb.SequenceInfo(
-                consumer_seq=info.ack_floor.consumer_seq, stream_seq=info.ack_floor.stream_seq
+                consumer_seq=info.ack_floor.consumer_seq,
+                stream_seq=info.ack_floor.stream_seq,
+                last_active_ns=info.ack_floor.last_active_ns,
             )
         )
         out.num_ack_pending = info.num_ack_pending

@@ -82,8 +82,13 @@ class RetentionListener(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SequenceInfo:
+    """A consumer and stream sequence pair; ``last_active_ns``: when the last delivery (for
+    ``delivered``) or ack (for ``ack_floor``) was applied here, by the op's own time, 0 when
+    none was since this replica started (not persisted: a restart forgets it)."""
+
     consumer_seq: int
     stream_seq: int
+    last_active_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +158,11 @@ class Consumer:
         self._waiting = WaitingQueue(max_waiting=config.max_waiting)
         self._push = self._new_planner()
         self._last_active_ns = 0
+        # JetStream's delivered.last_active and ack_floor.last_active: the times of the last
+        # Deliver and Ack ops applied (each op carries the leader's time, so every replica
+        # agrees); kept in memory only.
+        self._last_delivered_ns = 0
+        self._last_acked_ns = 0
         self._deleted = False
         # A scan of the stream for new messages, live only inside one serving call (see
         # ``_scanning``): one read transaction per chunk instead of one per message.
@@ -273,6 +283,10 @@ class Consumer:
         changes = Changes()
         fresh = self._fresh_count(op)
         apply_op(self._state, self._config, op, changes)
+        if isinstance(op, Deliver):
+            self._last_delivered_ns = max(self._last_delivered_ns, op.now_ns)
+        elif isinstance(op, Ack):
+            self._last_acked_ns = max(self._last_acked_ns, op.now_ns)
         if fresh is None:
             self._pending_cache = None
         elif fresh and self._pending_cache is not None:
@@ -892,10 +906,14 @@ class Consumer:
             name=self.name,
             config=self._config,
             delivered=SequenceInfo(
-                consumer_seq=s.delivered_consumer_seq, stream_seq=s.delivered_stream_seq
+                consumer_seq=s.delivered_consumer_seq,
+                stream_seq=s.delivered_stream_seq,
+                last_active_ns=self._last_delivered_ns,
             ),
             ack_floor=SequenceInfo(
-                consumer_seq=s.ack_floor_consumer_seq, stream_seq=s.ack_floor_stream_seq
+                consumer_seq=s.ack_floor_consumer_seq,
+                stream_seq=s.ack_floor_stream_seq,
+                last_active_ns=self._last_acked_ns,
             ),
             num_ack_pending=len(s.pending),
             num_redelivered=s.num_redelivered(),

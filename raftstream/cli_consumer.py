@@ -42,7 +42,7 @@ from raftstream.config import ConsumerConfig
 
 if TYPE_CHECKING:
     from raftstream.client import Client
-    from raftstream.models import ConsumerInfo
+    from raftstream.models import ConsumerInfo, SequenceInfo
     from raftstream.msg import Msg
 
 __all__ = ["consumer", "format_msg", "msg_json"]
@@ -131,6 +131,13 @@ def consumer_params(name: str | None, values: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
+def _ago(seqs: SequenceInfo, what: str) -> str:
+    """``, last delivery 1.2s ago`` when the server knows when (JetStream's last_active)."""
+    if not seqs.last_active_ns:
+        return ""
+    return f", last {what} {fmt_duration_ns(max(0, time.time_ns() - seqs.last_active_ns))} ago"
+
+
 def _info_fields(info: ConsumerInfo) -> list[tuple[str, Any]]:
     """A consumer's config and state as (name, value) pairs for humans."""
     c = info.config
@@ -149,9 +156,9 @@ def _info_fields(info: ConsumerInfo) -> list[tuple[str, Any]]:
         ("Replay policy", c.replay_policy.value),
         ("Created", fmt_time_ns(info.created_ns)),
         ("Delivered", f"consumer seq {info.delivered.consumer_seq}, "
-                      f"stream seq {info.delivered.stream_seq}"),
+                      f"stream seq {info.delivered.stream_seq}{_ago(info.delivered, 'delivery')}"),
         ("Ack floor", f"consumer seq {info.ack_floor.consumer_seq}, "
-                      f"stream seq {info.ack_floor.stream_seq}"),
+                      f"stream seq {info.ack_floor.stream_seq}{_ago(info.ack_floor, 'ack')}"),
         ("Ack pending", info.num_ack_pending),
         ("Redelivered", info.num_redelivered),
         ("Waiting pulls", info.num_waiting),
