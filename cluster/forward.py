@@ -42,12 +42,17 @@ from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_error_message, from_rpc_error
 
-__all__ = ["FORWARDED_KEY", "Forwarder", "PublishRelay", "was_forwarded"]
+__all__ = ["FORWARDED_KEY", "Forwarder", "PublishRelay", "take_batch", "was_forwarded"]
 
 log = logging.getLogger(__name__)
 
 RELAY_PENDING_MSGS_MAX = 65_536  # publishes relayed to one node and not answered yet
 RELAY_BATCH_MSGS_MAX = 1024  # requests per PublishBatch written to the leader's node
+# Bytes per PublishBatch (one request more only when alone): below every node's gRPC message
+# cap (``limits.grpc_message_bytes_max``, 4 MiB at least; one request is at most a payload of
+# ``payload_bytes_max`` plus its headers). 1,024 publishes of 1 MiB made a 132 MB message that
+# gRPC refused, breaking the relay and every publish in it (a user review).
+RELAY_BATCH_BYTES_MAX = 2 * 1024 * 1024
 
 FORWARDED_KEY = "raftstream-forwarded"
 
@@ -147,6 +152,23 @@ class Forwarder:
             await ch.close()
 
 
+def take_batch(
+    queue: collections.deque[tuple[pb.PublishRequest, int]],
+) -> list[pb.PublishRequest]:
+    """The next requests of ``queue`` (request, its size) for one PublishBatch: up to
+    ``RELAY_BATCH_MSGS_MAX`` of them and ``RELAY_BATCH_BYTES_MAX`` bytes (at least one)."""
+    out: list[pb.PublishRequest] = []
+    size = 0
+    while queue and len(out) < RELAY_BATCH_MSGS_MAX:
+        req, n = queue[0]
+        if out and size + n > RELAY_BATCH_BYTES_MAX:
+            break
+        queue.popleft()
+        out.append(req)
+        size += n
+    return out
+
+
 class PublishRelay:
     """One ``PublishStream`` call to another node (marked forwarded), shared by every
     publish this node relays there: the pipelined path for ``PublishStream`` clients whose
@@ -163,7 +185,7 @@ class PublishRelay:
         self._addr = addr
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[pb.PubAck]] = {}
-        self._queue: collections.deque[pb.PublishRequest] = collections.deque()
+        self._queue: collections.deque[tuple[pb.PublishRequest, int]] = collections.deque()
         self._wake = asyncio.Event()
         self.broken = False
         stub = pbg.PublishServiceStub(channel)
@@ -182,7 +204,7 @@ class PublishRelay:
         relayed.id = rid
         fut: asyncio.Future[pb.PubAck] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
-        self._queue.append(relayed)
+        self._queue.append((relayed, relayed.ByteSize()))
         self._wake.set()
         return fut
 
@@ -191,8 +213,7 @@ class PublishRelay:
             await self._wake.wait()
             self._wake.clear()
             while self._queue:
-                n = min(len(self._queue), RELAY_BATCH_MSGS_MAX)
-                yield pb.PublishBatch(requests=[self._queue.popleft() for _ in range(n)])
+                yield pb.PublishBatch(requests=take_batch(self._queue))
 
     async def _read(self) -> None:
         unsent: RaftStreamError | None = None

@@ -5,10 +5,16 @@ UNAVAILABLE of a hop that failed mid-way (cluster/forward.py)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 
 import pytest
 
-from raftstream.cluster.forward import Forwarder
+from raftstream.cluster.forward import (
+    RELAY_BATCH_BYTES_MAX,
+    RELAY_BATCH_MSGS_MAX,
+    Forwarder,
+    take_batch,
+)
 from raftstream.errors import NoLeaderError
 from raftstream.localnet import free_port
 from raftstream.proto import raftstream_pb2 as pb
@@ -50,3 +56,24 @@ def test_relayed_publishes_that_never_connected_are_no_leader() -> None:
             await fwd.close()
 
     asyncio.run(main())
+
+
+def test_relay_batches_stay_below_the_grpc_message_cap() -> None:
+    """1,024 relayed publishes of 1 MiB went out as one 132 MB PublishBatch, which gRPC
+    refused ("Sent message larger than max"), breaking the relay and failing every publish
+    in it (a user review). Batches are cut at RELAY_BATCH_BYTES_MAX; a request larger than
+    that alone still goes, alone; small ones still batch by count."""
+    big = pb.PublishRequest(subject="s.x", data=b"x" * (1024 * 1024))
+    queue = collections.deque((big, big.ByteSize()) for _ in range(10))
+    sizes = []
+    while queue:
+        batch = take_batch(queue)
+        assert batch and pb.PublishBatch(requests=batch).ByteSize() <= RELAY_BATCH_BYTES_MAX + 64
+        sizes.append(len(batch))
+    assert sum(sizes) == 10 and max(sizes) < 10
+    huge = pb.PublishRequest(subject="s.x", data=b"x" * (RELAY_BATCH_BYTES_MAX + 1))
+    queue = collections.deque([(huge, huge.ByteSize()), (big, big.ByteSize())])
+    assert take_batch(queue) == [huge] and take_batch(queue) == [big]
+    small = pb.PublishRequest(subject="s.x", data=b"x")
+    queue = collections.deque((small, small.ByteSize()) for _ in range(RELAY_BATCH_MSGS_MAX + 5))
+    assert len(take_batch(queue)) == RELAY_BATCH_MSGS_MAX and len(take_batch(queue)) == 5
