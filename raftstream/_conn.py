@@ -170,10 +170,7 @@ class Stubs:
         self.cluster = pbg.ClusterServiceStub(channel)
 
 
-class NotConnectedError(errors.UnavailableError):
-    """No connection to a server could be made in time; nothing was sent to it."""
-
-    reason = "NOT_CONNECTED"
+NotConnectedError = errors.NotConnectedError  # public in raftstream.errors
 
 
 def _is_transport_failure(exc: errors.RaftStreamError) -> bool:
@@ -260,6 +257,22 @@ class Router:
         self._hints: OrderedDict[str, str] = OrderedDict()
         self._closed = False
         self._closing: set[asyncio.Task[None]] = set()  # channel closes in progress
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of the first call
+
+    def _check_usable(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Fail at once, not after a timeout: a closed client (``ClientClosedError``, which
+        is not retried), or a call from another event loop than the client's (gRPC's aio
+        channels belong to one loop: the call would hang until its deadline, or fail with
+        a bare RuntimeError)."""
+        if self._closed:
+            raise errors.ClientClosedError("the client is closed")
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise errors.PreconditionError(
+                "the client belongs to another event loop: use it from the loop it was "
+                "connected in (or connect a client per loop)"
+            )
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -279,7 +292,7 @@ class Router:
         stubs = self._channels.get(addr)
         if stubs is None:
             if self._closed:
-                raise errors.UnavailableError("the client is closed")
+                raise errors.ClientClosedError("the client is closed")
             self._evict_channel()
             stubs = Stubs(addr, self._channel(addr))
             self._channels[addr] = stubs
@@ -331,6 +344,7 @@ class Router:
         """A connected channel: to ``addr``, else the hinted leader of ``route``, else the
         current server. Raises ``NotConnectedError`` (nothing sent) when it cannot connect
         within ``min(timeout_s, connect_timeout_s)``, and moves on to the next server."""
+        self._check_usable(asyncio.get_running_loop())
         target = addr or self.target(route)
         stubs = self._stubs(target)
         ch = stubs.channel
@@ -368,6 +382,7 @@ class Router:
         if not timeout_s > 0:  # NaN too
             raise errors.InvalidArgumentError("timeout", "must be a positive number of seconds")
         loop = asyncio.get_running_loop()
+        self._check_usable(loop)
         deadline = loop.time() + timeout_s
         next_addr: list[str | None] = [None]
 

@@ -235,7 +235,11 @@ class Client:
         sent by then fails to ``error_cb`` and its message is redelivered after its ack wait);
         pending publish_async futures fail (await ``publish_async_completed`` first to keep
         them); push subscriptions end: ephemeral consumers they made are deleted (best effort, a
-        few seconds at most), durable ones are kept."""
+        few seconds at most), durable ones are kept. Afterwards every call, ack and fetch
+        (of messages and subscriptions made before) raises ``ClientClosedError`` at once.
+
+        A client belongs to the event loop it was first used in: a call from another loop
+        raises ``PreconditionError`` at once."""
         if self._closed:
             return
         await self._registry.shutdown()
@@ -253,7 +257,7 @@ class Client:
         idempotent: bool,
     ) -> T:
         if self._closed:
-            raise errors.UnavailableError("the client is closed")
+            raise errors.ClientClosedError("the client is closed")
         timeout_s = timeout if timeout is not None else self._timeout_s
         return await self._router.call(route, invoke, timeout_s=timeout_s, idempotent=idempotent)
 
@@ -663,7 +667,7 @@ class Client:
             ttl_ns=ttl_ns,
         )
         if self._closed:
-            raise errors.UnavailableError("the client is closed")
+            raise errors.ClientClosedError("the client is closed")
         return await self._publisher.publish(subject, payload, options, timeout_s=timeout)
 
     async def publish_async(
@@ -698,7 +702,7 @@ class Client:
             ttl_ns=ttl_ns,
         )
         if self._closed:
-            raise errors.UnavailableError("the client is closed")
+            raise errors.ClientClosedError("the client is closed")
         return await self._publisher.publish_async(
             subject, payload, options, wait_stall_s=wait_stall
         )
@@ -851,7 +855,7 @@ class Client:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise errors.UnavailableError("the client is closed")
+            raise errors.ClientClosedError("the client is closed")
 
     # -- key-value ----------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ __all__ = [
     "AlreadyExistsError",
     "BucketNotFoundError",
     "CallCancelledError",
+    "ClientClosedError",
     "Code",
     "ConflictError",
     "ConsumerMismatchError",
@@ -37,6 +38,7 @@ __all__ = [
     "MissedHeartbeatError",
     "NoLeaderError",
     "NoStreamMatchError",
+    "NotConnectedError",
     "NotFoundError",
     "NotLeaderError",
     "PermissionDeniedError",
@@ -179,6 +181,20 @@ class UnavailableError(RaftStreamError):
     code = Code.UNAVAILABLE
     retriable = True
     reason = "UNAVAILABLE"
+
+
+class ClientClosedError(UnavailableError):
+    """The client was closed (``close()``): nothing is sent any more, and nothing waits for
+    a server (nats.py's ``ConnectionClosedError``). Not retriable."""
+
+    retriable = False
+    reason = "CLIENT_CLOSED"
+
+
+class NotConnectedError(UnavailableError):
+    """No connection to a server could be made in time; nothing was sent to it."""
+
+    reason = "NOT_CONNECTED"
 
 
 class NotLeaderError(UnavailableError):

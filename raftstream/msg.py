@@ -214,6 +214,9 @@ class Acker:
             if pipe is None or pipe.dead:  # else the open one, without a coroutine per ack
                 pipe = await self._pipeline(stream)
             pipe.submit(entry)
+        except errors.ClientClosedError:
+            self._settle(entry, None)
+            raise  # the caller's mistake, told at once (nats.py raises too), not logged later
         except errors.RaftStreamError as exc:
             self._settle(entry, None)
             self._error_cb(exc)
@@ -226,7 +229,10 @@ class Acker:
             await stubs.consume.Ack(pb.AckRequest(ack=item), timeout=left_s)
 
         await self._router.call(
-            stream, invoke, timeout_s=timeout_s or self._timeout_s, idempotent=True
+            stream,
+            invoke,
+            timeout_s=self._timeout_s if timeout_s is None else timeout_s,
+            idempotent=True,
         )
 
     def _settle(self, entry: Entry, result: object) -> None:

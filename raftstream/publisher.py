@@ -238,7 +238,7 @@ class Publisher:
             return await self._router.call(
                 None,
                 invoke,
-                timeout_s=timeout_s or self._timeout_s,
+                timeout_s=self._timeout_s if timeout_s is None else timeout_s,
                 idempotent=bool(options.msg_id),
             )
         except errors.LimitError as exc:

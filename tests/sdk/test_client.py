@@ -19,9 +19,10 @@ import pytest
 import raftstream
 from raftstream import errors
 from raftstream._conn import ATTEMPT_TIME_MIN_S, NotConnectedError, _telling, not_sent
+from raftstream.msg import Msg
 from raftstream.proto import raftstream_pb2 as pb
 
-from .fakes import Nodes, RpcError, consumer_info_pb, stream_info_pb
+from .fakes import Nodes, RpcError, ack_token, consumer_info_pb, stream_info_pb
 
 
 def free_dead_addr() -> str:
@@ -407,13 +408,82 @@ def _answer(response: Any) -> Any:
     return handler
 
 
-def test_calls_after_close_fail_typed():
+def test_calls_after_close_fail_typed_at_once():
+    """After close, every call fails with ClientClosedError (an UnavailableError, not
+    retried) at once: acks and fetches of objects made before it waited out the whole
+    timeout, and an ack returned as if sent, only a warning logged (a user review)."""
+
     async def main() -> None:
         async with Nodes(1) as (node,):
-            rs = await raftstream.connect([node.addr], timeout=5)
+            node.on("GetStreamInfo", _answer(stream_info_pb("ORDERS")))
+            rs = await raftstream.connect([node.addr], timeout=30)
+            sub = rs._pull_subscription("ORDERS", "C")
+            msg = Msg(
+                subject="s",
+                data=b"",
+                headers=None,
+                reply=ack_token(1),
+                sender=rs._acker,
+                stream="ORDERS",
+            )
             await rs.close()
-            with pytest.raises(errors.UnavailableError):
-                await rs.stream_info("ORDERS")
+            calls = {
+                "stream_info": rs.stream_info("ORDERS"),
+                "publish": rs.publish("s", b"x"),
+                "fetch": sub.fetch(1, timeout=30),
+                "ack": msg.ack(),
+                "ack_sync": msg.ack_sync(),
+            }
+            for name, call in calls.items():
+                with pytest.raises(errors.ClientClosedError):
+                    # Bounded well below the calls' 30 s: "at once", with room for a slow box.
+                    await asyncio.wait_for(call, 10)
+                assert name  # (which call failed shows in the traceback's locals)
+
+    run(main())
+
+
+def test_a_call_from_another_event_loop_is_refused_at_once():
+    """gRPC's aio channels belong to one loop: a call from another one hung until its
+    timeout and then said the outcome was unknown (a user review)."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            node.on("GetStreamInfo", _answer(stream_info_pb("ORDERS")))
+            rs = await raftstream.connect([node.addr], timeout=30)
+            try:
+                await rs.stream_info("ORDERS")  # binds the client to this loop
+
+                def elsewhere() -> BaseException | None:
+                    try:
+                        asyncio.run(asyncio.wait_for(rs.stream_info("ORDERS"), 10))
+                    except BaseException as exc:
+                        return exc
+                    return None
+
+                exc = await asyncio.to_thread(elsewhere)
+                assert isinstance(exc, errors.PreconditionError), exc
+                assert "another event loop" in str(exc)
+                assert (await rs.stream_info("ORDERS")).config.name == "ORDERS"
+            finally:
+                await rs.close()
+
+    run(main())
+
+
+def test_a_zero_timeout_is_refused_not_the_default():
+    """publish(timeout=0) meant the client's default timeout (``or``), a negative one was
+    refused: 0 is refused alike."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            rs = await raftstream.connect([node.addr], timeout=30)
+            try:
+                with pytest.raises(errors.InvalidArgumentError) as info:
+                    await asyncio.wait_for(rs.publish("s", b"x", timeout=0), 10)
+                assert info.value.field == "timeout"
+            finally:
+                await rs.close()
 
     run(main())
 
