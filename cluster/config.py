@@ -45,6 +45,8 @@ __all__ = [
 
 KIB = 1024
 MIB = 1024 * KIB
+GIB = 1024 * MIB
+STORAGE_BYTES_MIN = 1 * MIB
 # Issue 10: the payload limit is configurable but never above 64 MiB.
 PAYLOAD_BYTES_CEILING = 64 * MIB
 HEADERS_BYTES_CEILING = 1 * MIB
@@ -138,10 +140,16 @@ class Limits:
     # Client API calls with a stream open on this node at once (Fetch, PublishStream,
     # AckStream, Consume): each holds memory until it ends, and bidi sessions have no deadline.
     streaming_calls_max: int = 4_096
+    # The most each of the node's two LMDB environments (data/raft, data/store) may hold: its
+    # map size (address space; the files grow as data does). Past it writes fail: a publish
+    # is refused, and a Raft log that cannot be written stops the node (docs/limits.md).
+    storage_bytes_max: int = 64 * GIB
 
     def __post_init__(self) -> None:
         for f in fields(self):
             _positive(f"limits.{f.name}", getattr(self, f.name))
+        if self.storage_bytes_max < STORAGE_BYTES_MIN:
+            raise InvalidArgumentError("limits.storage_bytes_max", "must be at least 1 MiB")
         if self.payload_bytes_max > PAYLOAD_BYTES_CEILING:
             raise InvalidArgumentError(
                 "limits.payload_bytes_max", f"must be at most {PAYLOAD_BYTES_CEILING} (64 MiB)"

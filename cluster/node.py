@@ -96,7 +96,7 @@ from raftstream.cluster.services_node import (
 from raftstream.cluster.services_publish import PublishServicer
 from raftstream.cluster.services_streams import StreamServicer, cluster_nodes
 from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
-from raftstream.engine.lmdbstore import DEFAULT_MAP_SIZE_BYTES, open_node_env
+from raftstream.engine.lmdbstore import open_node_env
 from raftstream.errors import (
     DataLossError,
     InvalidArgumentError,
@@ -112,7 +112,7 @@ from raftstream.raft.host import HostConfig, RaftHost
 from raftstream.raft.storage import LmdbLogStorage
 from raftstream.raft.transport import GrpcTransport, GrpcTransportConfig
 
-__all__ = ["Node", "configure_logging", "run_node"]
+__all__ = ["Node", "NodeFailedError", "configure_logging", "run_node"]
 
 
 # Reconnect backoff of the channels to peers (forwarding, probes, cluster info's questions):
@@ -198,6 +198,9 @@ class Node:
         self._lingering: dict[str, float | None] = {}  # group -> since when leaderless
         self._live_peers: frozenset[str] = frozenset()  # as the meta leader last saw them
         self._removed = False  # this node, in the applied meta state (``_note_removed``)
+        # Set when the Raft host stopped on its own (its log write failed: a full disk, an
+        # I/O error): the node cannot go on, and ``run_node`` stops it (``_check_host``).
+        self.failed = asyncio.Event()
         self._server: Any = None
         self._meta_started = False
         self._repair_id: str | None = None
@@ -254,8 +257,9 @@ class Node:
         # The engine stores are a cache of the Raft logs: rebuilt from them at every start.
         shutil.rmtree(store_dir, ignore_errors=True)
         # Address space, not disk: the file grows with the data (LMDB needs the bound).
-        self._storage = LmdbLogStorage(data / "raft", map_size_bytes=DEFAULT_MAP_SIZE_BYTES)
-        self._env = open_node_env(store_dir, sync=False)
+        map_size = cfg.limits.storage_bytes_max
+        self._storage = LmdbLogStorage(data / "raft", map_size_bytes=map_size)
+        self._env = open_node_env(store_dir, sync=False, map_size_bytes=map_size)
         self._transport = GrpcTransport(cfg.name, peers=peers, config=tcfg, tls=self._tls)
         self.host = RaftHost(
             cfg.name, storage=self._storage, transport=self._transport, config=_host_config(cfg)
@@ -497,7 +501,8 @@ class Node:
     def _describe_self(self) -> NodeDescription:
         """This node's description now; free space over both LMDB maps (see start())."""
         data = Path(self.config.data)
-        maps = ((data / "raft", DEFAULT_MAP_SIZE_BYTES), (data / "store", DEFAULT_MAP_SIZE_BYTES))
+        size = self.config.limits.storage_bytes_max
+        maps = ((data / "raft", size), (data / "store", size))
         return describe_self(self.config, maps)
 
     def _client_addr(self, node: str) -> str | None:
@@ -630,6 +635,8 @@ class Node:
         meta_leader: str | None = None
         while True:
             await asyncio.sleep(tick_s / 2)
+            if await self._check_host():
+                return
             for g in list(self.groups.values()):
                 try:
                     g.check_leadership()
@@ -664,6 +671,26 @@ class Node:
                     extra={"group": META_GROUP, "term": st.term},
                 )
             self._observe_stores()
+
+    async def _check_host(self) -> bool:
+        """True once the Raft host stopped on its own: then this node stops serving (health
+        NOT_SERVING, so clients and peers go elsewhere and its leaderships move) and
+        ``failed`` is set. Kept running, it looked healthy (Online, SERVING, its last
+        leaderships in the metrics) while every write it took failed (a user review: a full
+        disk); stopped, it is plainly down, as Kafka stops a broker whose log dir failed."""
+        exc = self.host.failure
+        if exc is None or self.failed.is_set():
+            return exc is not None
+        log.critical(
+            "this node stops: its Raft log can no longer be written (%r). Free disk space "
+            "or fix the disk under %s, then start it again: it catches up from its peers",
+            exc,
+            self.config.data,
+        )
+        with contextlib.suppress(InvariantError):
+            await self._health_servicer().set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.failed.set()
+        return True
 
     def _note_removed(self) -> None:
         """Say so when this node is taken out of the cluster or readmitted: a removed node
@@ -834,6 +861,17 @@ async def run_node(config: NodeConfig, *, join: bool = False) -> None:
         return
     starting.result()  # its error, if it failed
     try:
-        await stop.wait()
+        waits = [loop.create_task(stop.wait()), loop.create_task(node.failed.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
     finally:
         await node.stop()
+    if node.failed.is_set():
+        raise NodeFailedError(f"its Raft log can no longer be written: {node.host.failure!r}")
+
+
+class NodeFailedError(Exception):
+    """The node stopped on its own: its Raft host failed (``Node._check_host``)."""

@@ -148,7 +148,7 @@ def server(
     import logging
 
     from raftstream.cluster.config import load_config
-    from raftstream.cluster.node import configure_logging, run_node
+    from raftstream.cluster.node import NodeFailedError, configure_logging, run_node
 
     try:
         config = load_config(
@@ -173,6 +173,9 @@ def server(
     except InvalidArgumentError as exc:
         click.echo(f"raftstream server: {exc}", err=True)
         sys.exit(2)
+    except NodeFailedError as exc:  # logged at CRITICAL with what to do
+        click.echo(f"raftstream server: stopped: {exc}", err=True)
+        sys.exit(1)
     except DataLossError as exc:
         # Damaged stored data (e.g. a truncated LMDB file): refuse to serve, in one line.
         click.echo(f"raftstream server: refusing to start: DataLossError: {exc}", err=True)

@@ -258,6 +258,16 @@ def test_payload_limit_never_above_64_mib() -> None:
     assert top.grpc_message_bytes_max > 64 * MIB  # derived: a message and its envelope
 
 
+def test_storage_limit_is_at_least_one_mib() -> None:
+    """storage_bytes_max (each LMDB map, a user review: 64 GiB was fixed) is configurable,
+    never below 1 MiB."""
+    with pytest.raises(InvalidArgumentError) as info:
+        Limits(storage_bytes_max=MIB - 1)
+    assert info.value.field == "limits.storage_bytes_max"
+    assert Limits(storage_bytes_max=MIB).storage_bytes_max == MIB
+    assert Limits().storage_bytes_max == 64 * 1024 * MIB
+
+
 def test_publish_batches_must_hold_the_largest_message(tmp_path: Path) -> None:
     """A payload limit a publish batch cannot carry is refused at start, not on first use;
     the message says the batch limit is a default when the file did not set it."""

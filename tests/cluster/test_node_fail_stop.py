@@ -1,0 +1,65 @@
+"""A node whose Raft log can no longer be written stops (fail-stop), in process.
+
+A user review filled a node's disk: its Raft host stopped (``DiskError: No space left on
+device``) but the node kept running, health SERVING, ``Online`` in cluster info and still
+leader in its metrics, while every write it took failed. Now the node sees the host's
+failure, says what to do (CRITICAL), goes NOT_SERVING and sets ``failed``, which makes
+``run_node`` stop it (``raftstream server`` then exits 1), as Kafka stops a broker whose
+log directory failed. The write failure is injected where a full disk makes it: the Raft
+storage's write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import lmdb
+import pytest
+from grpc_health.v1 import health_pb2
+
+import raftstream
+from raftstream.cluster.config import Address, NodeConfig
+from raftstream.cluster.node import Node
+from raftstream.localnet import free_port
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 60.0  # a hang guard, not a timed assertion
+
+
+def test_a_node_whose_raft_log_cannot_be_written_stops_serving(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    addr = Address("127.0.0.1", free_port())
+    node = Node(config=NodeConfig(name="n1", listen=addr, data=tmp_path, peers={"n1": addr}))
+
+    async def body() -> None:
+        await node.start()
+        try:
+            js = await raftstream.connect([str(addr)], timeout=10)
+            try:
+                await js.add_stream(name="FULL", subjects=["full.>"])
+                await js.publish("full.x", b"stored")
+
+                def full(writes: object) -> None:
+                    raise lmdb.DiskError("mdb_txn_commit: No space left on device")
+
+                node._storage.write_batch = full  # type: ignore[method-assign]
+                with pytest.raises(raftstream.errors.RaftStreamError):
+                    await js.publish("full.x", b"refused", timeout=5)
+            finally:
+                await js.close()
+            await asyncio.wait_for(node.failed.wait(), WAIT_S)
+            health = node._health
+            assert health is not None
+            resp = await health.Check(health_pb2.HealthCheckRequest(service=""), None)
+            assert resp.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        finally:
+            await node.stop()
+
+    with caplog.at_level(logging.CRITICAL, logger="raftstream.cluster.node"):
+        asyncio.run(body())
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.CRITICAL]
+    assert any("this node stops: its Raft log can no longer be written" in m for m in said), said
