@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from raftstream import errors
 
-__all__ = ["INT64_MAX", "check_headers", "check_int"]
+__all__ = ["INT64_MAX", "check_durations_ns", "check_headers", "check_int"]
 
 INT64_MAX = 2**63 - 1  # sequences, counts and times travel as int64/uint64 within int64
 
@@ -23,6 +23,38 @@ def check_int(field: str, value: object, *, minimum: int) -> int:
     if not minimum <= value <= INT64_MAX:
         raise errors.InvalidArgumentError(field, f"must be {minimum} to {INT64_MAX}")
     return value
+
+
+# Below this, a config duration (nanoseconds) was surely meant in seconds or milliseconds:
+# nats.py takes ack_wait=30 as 30 s; here it was 30 ns, and the message came back at once,
+# over and over (a user review).
+DURATION_NS_MIN = 1_000_000  # 1 ms
+_DURATION_FIELDS = (
+    "ack_wait",
+    "inactive_threshold",
+    "max_expires",
+    "idle_heartbeat",
+    "duplicate_window",
+    "max_age",
+)
+
+
+def check_durations_ns(config: object) -> None:
+    """Refuse a set duration field of a stream or consumer config (nanoseconds) below 1 ms,
+    backoff steps included: ``InvalidArgumentError`` naming the field and the unit."""
+    for name in _DURATION_FIELDS:
+        _check_duration(name, getattr(config, name, 0))
+    for step in getattr(config, "backoff", ()) or ():
+        _check_duration("backoff", step)
+
+
+def _check_duration(name: str, value: object) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < DURATION_NS_MIN:
+        raise errors.InvalidArgumentError(
+            name,
+            f"{value} ns is below 1 ms: durations in configs are nanoseconds "
+            "(30 s is 30_000_000_000)",
+        )
 
 
 def check_headers(headers: Mapping[str, str]) -> Mapping[str, str]:

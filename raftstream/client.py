@@ -27,7 +27,7 @@ import grpc
 
 from raftstream import errors
 from raftstream import subscribe as _workflow
-from raftstream._args import check_int
+from raftstream._args import check_durations_ns, check_int
 from raftstream._auth import credential_interceptors
 from raftstream._conn import Router, Stubs, TlsSource, tls_credentials
 from raftstream._push import PENDING_BYTES_MAX, PENDING_MSGS_MAX, MsgCallback, PushSubscription
@@ -270,6 +270,7 @@ class Client:
         override ``config``). Idempotent for an identical config; ``AlreadyExistsError`` for a
         different one; ``InvalidArgumentError`` names a refused field."""
         cfg = _stream_config(config, params)
+        check_durations_ns(cfg)
         req = pb.CreateStreamRequest(config_json=json.dumps(cfg.to_dict()))
 
         async def invoke(stubs: Stubs, left_s: float) -> StreamInfo:
@@ -282,6 +283,7 @@ class Client:
     ) -> StreamInfo:
         """Replace a stream's config (the complete new config, as ``add_stream`` takes it)."""
         cfg = _stream_config(config, params)
+        check_durations_ns(cfg)
         req = pb.UpdateStreamRequest(config_json=json.dumps(cfg.to_dict()))
 
         async def invoke(stubs: Stubs, left_s: float) -> StreamInfo:
@@ -450,6 +452,7 @@ class Client:
         an identical config; ``AlreadyExistsError`` for a different one. Without a name or
         durable name the consumer is ephemeral and the server names it."""
         cfg = replace(config, **params) if config is not None else ConsumerConfig(**params)
+        check_durations_ns(cfg)
         req = pb.CreateConsumerRequest(stream=stream, config_json=json.dumps(cfg.to_dict()))
 
         async def invoke(stubs: Stubs, left_s: float) -> ConsumerInfo:
@@ -521,6 +524,7 @@ class Client:
     ) -> ConsumerInfo:
         """Change an existing consumer (named in ``config``); immutable fields are refused
         by name, a missing consumer is ``NotFoundError``."""
+        check_durations_ns(config)
         req = pb.UpdateConsumerRequest(stream=stream, config_json=json.dumps(config.to_dict()))
 
         async def invoke(stubs: Stubs, left_s: float) -> ConsumerInfo:

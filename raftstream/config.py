@@ -9,7 +9,9 @@ refuses. So these classes check nothing beyond types: the server is the one judg
 Units, as in JetStream's JSON and the engine: durations (``max_age``, ``duplicate_window``,
 ``ack_wait``, ``backoff``, ``inactive_threshold``, ``max_expires``, ``idle_heartbeat``) are
 integers of NANOSECONDS; the points in time ``opt_start_time`` and ``pause_until`` are
-integer ns since the Unix epoch here and RFC 3339 strings in the JSON. Stream count and size
+integer ns since the Unix epoch here and RFC 3339 strings in the JSON. The client's create
+and update calls refuse a set duration below 1 ms (``ack_wait=30`` meant in seconds would
+be 30 ns), naming the field. Stream count and size
 limits use -1 for unlimited. Defaults are the engine's pre-normalisation defaults; the
 normalised config (defaults filled in) comes back in ``StreamInfo.config`` /
 ``ConsumerInfo.config``.

@@ -604,3 +604,28 @@ def test_the_default_error_log_says_a_repeated_error_once_then_how_many_more(
     clock[0] += client_mod.ERROR_LOG_REPEAT_S  # the same again after the window: said again
     cb(errors.NotFoundError("stream 'X' not found"))
     assert len(caplog.records) == 4
+
+
+def test_config_durations_below_a_millisecond_are_refused_naming_the_unit():
+    """Config durations are nanoseconds; nats.py's ack_wait=30 is 30 s. ack_wait=30 made a
+    30 ns ack wait and a redelivery storm (a user review): a set duration below 1 ms is
+    refused before anything is sent, naming the field and the unit."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                cases = [
+                    ("ack_wait", rs.add_consumer("S", durable_name="d", ack_wait=30)),
+                    ("backoff", rs.add_consumer("S", durable_name="d", backoff=(5,))),
+                    ("duplicate_window", rs.add_stream(name="S", duplicate_window=120)),
+                    ("inactive_threshold", rs.update_consumer(
+                        "S", raftstream.ConsumerConfig(durable_name="d", inactive_threshold=9)
+                    )),
+                ]  # fmt: skip
+                for field, call in cases:
+                    with pytest.raises(errors.InvalidArgumentError) as info:
+                        await call
+                    assert info.value.field == field and "nanoseconds" in str(info.value)
+            assert not node.calls_to("CreateConsumer") and not node.calls_to("CreateStream")
+
+    run(main())
