@@ -422,8 +422,9 @@ class PushSubscription:
 
     async def _dispatch(self) -> None:
         """The callback loop: one message at a time, in order; auto-ack after the callback
-        returns unless ``manual_ack`` (or ack policy none). A callback that raises is logged
-        and its message not acked (it comes again after the ack wait)."""
+        returns unless ``manual_ack`` (or ack policy none). A callback that raises goes to the
+        error callback as ``CallbackError`` (its exception the cause) and its message is not
+        acked (it comes again after the ack wait)."""
         cb = self._cb
         if cb is None:
             return
@@ -440,8 +441,15 @@ class PushSubscription:
                     await msg.ack()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("raftstream: subscription callback failed")
+            except Exception as exc:
+                err = errors.CallbackError(
+                    f"push {self.stream}/{self.consumer}: the callback raised {exc!r}; the "
+                    "message is not acked (it comes again after its ack wait)",
+                    stream=self.stream,
+                    consumer=self.consumer,
+                )
+                err.__cause__ = exc
+                self._error_cb(err)
             finally:
                 _CALLBACK_OF.reset(token)
                 self._in_cb = False

@@ -92,7 +92,9 @@ class _ErrorLog:
             return
         self._flush()
         self._last, self._since = key, now
-        log.warning("raftstream: %s (%s)", exc, exc.reason)
+        # A callback's own exception keeps its traceback in the log.
+        cause = exc.__cause__ if isinstance(exc, errors.CallbackError) else None
+        log.warning("raftstream: %s (%s)", exc, exc.reason, exc_info=cause)
 
     def _flush(self) -> None:
         if self._repeats and self._last is not None:
@@ -125,7 +127,8 @@ async def connect(
     unanswered publish_async messages allowed at once; beyond it publish_async waits up to
     ``publish_async_wait_stall`` seconds (default: ``timeout``). ``ack_pending_msgs_max``:
     fire-and-forget acks queued at once. ``error_cb`` gets errors no call can raise (a
-    failed fire-and-forget ack); by default they are logged as warnings of the
+    failed fire-and-forget ack, missed heartbeats, a subscription callback's exception as
+    ``CallbackError``); by default they are logged as warnings of the
     ``raftstream.client`` logger, an error that repeats the last one within
     ``ERROR_LOG_REPEAT_S`` once, then how many more came.
 

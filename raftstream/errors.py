@@ -15,6 +15,7 @@ __all__ = [
     "AlreadyExistsError",
     "BucketNotFoundError",
     "CallCancelledError",
+    "CallbackError",
     "ClientClosedError",
     "Code",
     "ConflictError",
@@ -181,6 +182,15 @@ class UnavailableError(RaftStreamError):
     code = Code.UNAVAILABLE
     retriable = True
     reason = "UNAVAILABLE"
+
+
+class CallbackError(RaftStreamError):
+    """A subscription's callback raised (the exception is ``__cause__``): given to the
+    client's ``error_cb``, as nats.py does; the message is not acked and comes again after
+    its ack wait. The subscription goes on."""
+
+    code = Code.UNKNOWN
+    reason = "CALLBACK_FAILED"
 
 
 class ClientClosedError(UnavailableError):

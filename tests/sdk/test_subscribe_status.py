@@ -501,3 +501,38 @@ def test_a_call_ended_by_the_server_reattaches_unless_the_error_is_final(code):
             await rs.close()
 
     run(main())
+
+
+def test_a_callback_that_raises_goes_to_error_cb_and_the_subscription_goes_on():
+    """nats.py gives a subscription callback's exception to error_cb; here it was only
+    logged, so an app alerting through error_cb never saw it (a user review). Now it is a
+    CallbackError whose cause is the exception; that message is not acked, the next one is."""
+
+    async def main() -> None:
+        errs: list[errors.RaftStreamError] = []
+        seen: list[int] = []
+
+        async def cb(m: Msg) -> None:
+            seen.append(m.metadata.stream_seq)
+            if m.metadata.stream_seq == 1:
+                raise ValueError("bad order")
+
+        script = Script(pb.ConsumeResponse(messages=[msg(1), msg(2)]))
+        async with Nodes(1) as (node,):
+            node.on("Consume", script)
+            rs = await raftstream.connect([node.addr], timeout=5, error_cb=errs.append)
+            attach(
+                rs,
+                info(),
+                subject="orders.x",
+                queue=None,
+                created=False,
+                options=PushOptions(cb=cb),
+            )
+            await wait_until(lambda: seen == [1, 2], what="both messages handed to the callback")
+            (err,) = errs
+            assert isinstance(err, errors.CallbackError) and isinstance(err.__cause__, ValueError)
+            assert "bad order" in str(err) and err.details["consumer"] == "C"
+            await rs.close()
+
+    run(main())
