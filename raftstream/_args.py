@@ -11,7 +11,14 @@ from collections.abc import Mapping
 
 from raftstream import errors
 
-__all__ = ["INT64_MAX", "check_durations_ns", "check_headers", "check_int"]
+__all__ = [
+    "INT64_MAX",
+    "check_durations_ns",
+    "check_headers",
+    "check_int",
+    "check_payload",
+    "check_subject",
+]
 
 INT64_MAX = 2**63 - 1  # sequences, counts and times travel as int64/uint64 within int64
 
@@ -55,6 +62,29 @@ def _check_duration(name: str, value: object) -> None:
             f"{value} ns is below 1 ms: durations in configs are nanoseconds "
             "(30 s is 30_000_000_000)",
         )
+
+
+def check_subject(subject: object) -> str:
+    """``subject`` when it is a string (the node checks its tokens)."""
+    if not isinstance(subject, str):
+        raise errors.InvalidArgumentError(
+            "subject", f"must be a string, not {type(subject).__name__}"
+        )
+    return subject
+
+
+def check_payload(payload: object) -> bytes:
+    """``payload`` as bytes: bytes as is, a bytearray or memoryview copied; anything else
+    (a str, a number) is ``InvalidArgumentError`` naming ``payload``, where protobuf and
+    ``len()`` raised bare TypeErrors."""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, bytearray | memoryview):
+        return bytes(payload)
+    hint = " (encode it: text.encode())" if isinstance(payload, str) else ""
+    raise errors.InvalidArgumentError(
+        "payload", f"must be bytes, not {type(payload).__name__}{hint}"
+    )
 
 
 def check_headers(headers: Mapping[str, str]) -> Mapping[str, str]:

@@ -27,7 +27,12 @@ import grpc
 
 from raftstream import errors
 from raftstream import subscribe as _workflow
-from raftstream._args import check_durations_ns, check_int
+from raftstream._args import (
+    check_durations_ns,
+    check_int,
+    check_payload,
+    check_subject,
+)
 from raftstream._auth import credential_interceptors
 from raftstream._conn import Router, Stubs, TlsSource, tls_credentials
 from raftstream._push import PENDING_BYTES_MAX, PENDING_MSGS_MAX, MsgCallback, PushSubscription
@@ -645,7 +650,7 @@ class Client:
     async def publish(
         self,
         subject: str,
-        payload: bytes = b"",
+        payload: bytes | bytearray | memoryview = b"",
         *,
         timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
@@ -673,6 +678,7 @@ class Client:
             expected_last_msg_id=expected_last_msg_id,
             ttl_ns=ttl_ns,
         )
+        subject, payload = check_subject(subject), check_payload(payload)
         if self._closed:
             raise errors.ClientClosedError("the client is closed")
         return await self._publisher.publish(subject, payload, options, timeout_s=timeout)
@@ -680,7 +686,7 @@ class Client:
     async def publish_async(
         self,
         subject: str,
-        payload: bytes = b"",
+        payload: bytes | bytearray | memoryview = b"",
         *,
         wait_stall: float | None = None,
         headers: Mapping[str, str] | None = None,
@@ -708,6 +714,7 @@ class Client:
             expected_last_msg_id=expected_last_msg_id,
             ttl_ns=ttl_ns,
         )
+        subject, payload = check_subject(subject), check_payload(payload)
         if self._closed:
             raise errors.ClientClosedError("the client is closed")
         return await self._publisher.publish_async(

@@ -569,6 +569,10 @@ def test_bad_numbers_and_headers_are_refused_naming_the_argument_before_sending(
                     ("seq", rs.get_msg("S", 2**63)),
                     ("timeout", rs.stream_info("S", timeout=-1)),
                     ("timeout", rs.publish("s", b"x", timeout=-1)),
+                    # A user review: bare TypeErrors from len() and protobuf before.
+                    ("payload", rs.publish("s", 5)),  # type: ignore[arg-type]
+                    ("payload", rs.publish_async("s", "text")),  # type: ignore[arg-type]
+                    ("subject", rs.publish(5, b"x")),  # type: ignore[arg-type]
                 ]
                 for field, call in cases:
                     with pytest.raises(errors.InvalidArgumentError) as err:
@@ -627,5 +631,20 @@ def test_config_durations_below_a_millisecond_are_refused_naming_the_unit():
                         await call
                     assert info.value.field == field and "nanoseconds" in str(info.value)
             assert not node.calls_to("CreateConsumer") and not node.calls_to("CreateStream")
+
+    run(main())
+
+
+def test_a_bytearray_or_memoryview_payload_is_published_as_its_bytes():
+    """nats.py takes any bytes-like payload; a bytearray was refused by protobuf."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            node.on("Publish", _answer(pb.PubAck(stream="S", seq=1)))
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                for payload in (bytearray(b"ab"), memoryview(b"ab")):
+                    assert (await rs.publish("s", payload)).seq == 1
+            sent = [c.request.data for c in node.calls_to("Publish")]
+            assert sent and all(d == b"ab" for d in sent), sent
 
     run(main())
