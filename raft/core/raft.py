@@ -413,7 +413,14 @@ class Raft:
             self.uncommitted_bytes
             and self.uncommitted_bytes + size > self.cfg.uncommitted_bytes_max
         ):
-            raise LimitError("uncommitted_bytes_max reached", limit=self.cfg.uncommitted_bytes_max)
+            raise LimitError(
+                f"{self.uncommitted_bytes} bytes are proposed and not committed yet, up to "
+                f"uncommitted_bytes_max {self.cfg.uncommitted_bytes_max}: the group's followers "
+                "are behind; retry once they caught up",
+                limit="uncommitted_bytes_max",
+                field="uncommitted_bytes_max",
+                rule="bytes proposed and not committed yet",
+            )
 
     def maybe_commit(self) -> bool:
         """Leader: advance the commit index to what a quorum holds, if of our term."""

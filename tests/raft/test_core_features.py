@@ -624,11 +624,14 @@ def test_uncommitted_bytes_are_bounded() -> None:
     net.elect("a")
     net.isolate("a")
     accepted = 0
-    with pytest.raises(LimitError):
+    with pytest.raises(LimitError) as info:
         for _ in range(10):
             net["a"].propose(b"x" * 30)
             accepted += 1
     assert accepted == 3
+    # The limit by name and what it bounds (a user review: "uncommitted_bytes_max reached").
+    assert info.value.details["limit"] == "uncommitted_bytes_max"
+    assert "not committed yet" in str(info.value)
     net.heal()
     net.tick("a")
     net.stabilize()
