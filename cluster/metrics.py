@@ -63,6 +63,13 @@ class NodeMetrics:
         self.is_leader = Gauge(
             "raftstream_raft_is_leader", "1 when this node leads the group", ["group"], registry=r
         )
+        self.halted = Gauge(
+            "raftstream_raft_group_halted",
+            "1 when the group stopped on this node (a failed apply: a full store, a bug); "
+            "restart the node once the cause is gone",
+            ["group"],
+            registry=r,
+        )
         self.leader_changes = Counter(
             "raftstream_raft_leader_changes",
             "Leadership changes seen by this node",
@@ -83,10 +90,14 @@ class NodeMetrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
         )
 
-    def observe_group(self, group: str, *, applied: int, term: int, leader: bool) -> None:
+    def observe_group(
+        self, group: str, *, applied: int, term: int, leader: bool, halted: bool = False
+    ) -> None:
+        """A halted group leads nothing, whatever its last role (it showed as leader)."""
         self.applied_index.labels(group).set(applied)
         self.term.labels(group).set(term)
-        self.is_leader.labels(group).set(1 if leader else 0)
+        self.is_leader.labels(group).set(1 if leader and not halted else 0)
+        self.halted.labels(group).set(1 if halted else 0)
 
     def forget_group(self, group: str) -> None:
         """Drop a removed group's series (their label values would otherwise stay forever)."""
@@ -94,6 +105,7 @@ class NodeMetrics:
             self.applied_index,
             self.term,
             self.is_leader,
+            self.halted,
             self.store_msgs,
             self.store_bytes,
         ):

@@ -274,13 +274,15 @@ class StreamGroup:
         st = self._d.host.status(self.group)
         leading = st.role == Role.LEADER
         if st.term != self._term or (not leading and self._lead_term):
-            if st.term != self._term:
+            if st.term != self._term and self._term:  # not the term found at start
                 self._d.metrics.leader_changes.labels(self.group).inc()
             self._term = st.term
             self._drop_leader_state("leadership changed")
         if leading and self._barrier_term != st.term:
             self._propose_barrier(st.term)
-        self._d.metrics.observe_group(self.group, applied=st.applied, term=st.term, leader=leading)
+        self._d.metrics.observe_group(
+            self.group, applied=st.applied, term=st.term, leader=leading, halted=st.halted
+        )
 
     def _propose_barrier(self, term: int) -> None:
         self._barrier_term = term

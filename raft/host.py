@@ -440,7 +440,9 @@ class RaftHost:
         g = self._group(group)
         n = g.node
         snap_index = self._storage.log(group).snapshot_meta().index
-        return GroupStatus(group, n.leader, n.role, n.term, g.applied, snap_index, g.quiet)
+        return GroupStatus(
+            group, n.leader, n.role, n.term, g.applied, snap_index, g.quiet, g.halted
+        )
 
     def _group(self, group: str) -> _Group:
         g = self._groups.get(group)

@@ -84,6 +84,7 @@ class GroupStatus:
     applied: int
     snapshot_index: int
     quiet: bool
+    halted: bool = False  # stopped on this node after a failed apply or step (host log)
 
 
 @dataclass(frozen=True, slots=True)

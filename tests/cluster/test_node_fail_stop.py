@@ -63,3 +63,44 @@ def test_a_node_whose_raft_log_cannot_be_written_stops_serving(
         asyncio.run(body())
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.CRITICAL]
     assert any("this node stops: its Raft log can no longer be written" in m for m in said), said
+
+
+def test_a_halted_group_shows_in_the_metrics_and_no_longer_as_leader(tmp_path: Path) -> None:
+    """A group whose apply failed (a full store, in a user review) halts on its node; its
+    metrics kept is_leader 1, so two nodes claimed the group. Now is_leader is 0 and
+    raftstream_raft_group_halted 1."""
+    addr = Address("127.0.0.1", free_port())
+    node = Node(config=NodeConfig(name="n1", listen=addr, data=tmp_path, peers={"n1": addr}))
+
+    def sample(name: str, group: str) -> float | None:
+        return node.metrics.registry.get_sample_value(name, {"group": group})
+
+    async def body() -> None:
+        await node.start()
+        try:
+            js = await raftstream.connect([str(addr)], timeout=10)
+            try:
+                await js.add_stream(name="HALT", subjects=["halt.>"])
+                await js.publish("halt.x", b"stored")
+                (group,) = [g for g in node.groups if g.endswith(":HALT")]
+                assert sample("raftstream_raft_is_leader", group) == 1.0
+
+                def full(*args: object) -> object:
+                    raise lmdb.MapFullError("mdb_put: MDB_MAP_FULL")
+
+                node.groups[group].replica.apply = full  # type: ignore[method-assign]
+                with pytest.raises(raftstream.errors.RaftStreamError):
+                    await js.publish("halt.x", b"refused", timeout=5)
+            finally:
+                await js.close()
+
+            async def halted() -> None:
+                while sample("raftstream_raft_group_halted", group) != 1.0:
+                    await asyncio.sleep(0.05)
+
+            await asyncio.wait_for(halted(), WAIT_S)
+            assert sample("raftstream_raft_is_leader", group) == 0.0
+        finally:
+            await node.stop()
+
+    asyncio.run(body())
