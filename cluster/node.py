@@ -44,6 +44,7 @@ import shutil
 import signal
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,7 @@ from raftstream.cluster.services_node import (
 )
 from raftstream.cluster.services_publish import PublishServicer
 from raftstream.cluster.services_streams import StreamServicer, cluster_nodes
+from raftstream.cluster.storage_room import StorageRoom
 from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
 from raftstream.engine.lmdbstore import open_node_env
 from raftstream.errors import (
@@ -201,6 +203,7 @@ class Node:
         # Set when the Raft host stopped on its own (its log write failed: a full disk, an
         # I/O error): the node cannot go on, and ``run_node`` stops it (``_check_host``).
         self.failed = asyncio.Event()
+        self._room: StorageRoom | None = None  # once the environments are open (start)
         self._server: Any = None
         self._meta_started = False
         self._repair_id: str | None = None
@@ -260,6 +263,7 @@ class Node:
         map_size = cfg.limits.storage_bytes_max
         self._storage = LmdbLogStorage(data / "raft", map_size_bytes=map_size)
         self._env = open_node_env(store_dir, sync=False, map_size_bytes=map_size)
+        self._room = StorageRoom(data, [self._storage.env, self._env], map_size)
         self._transport = GrpcTransport(cfg.name, peers=peers, config=tcfg, tls=self._tls)
         self.host = RaftHost(
             cfg.name, storage=self._storage, transport=self._transport, config=_host_config(cfg)
@@ -499,11 +503,15 @@ class Node:
         return await led_groups(stub, groups, metadata=metadata, timeout_s=timeout_s)
 
     def _describe_self(self) -> NodeDescription:
-        """This node's description now; free space over both LMDB maps (see start())."""
+        """This node's description now; free space over both LMDB maps, as their databases
+        use them (``StorageRoom``: room a purge freed counts again), once they are open."""
         data = Path(self.config.data)
         size = self.config.limits.storage_bytes_max
         maps = ((data / "raft", size), (data / "store", size))
-        return describe_self(self.config, maps)
+        desc = describe_self(self.config, maps)
+        if self._room is None:
+            return desc
+        return replace(desc, free_bytes=self._room.measure())
 
     def _client_addr(self, node: str) -> str | None:
         addr = self.config.peers.get(node)
@@ -526,7 +534,29 @@ class Node:
             cluster_addrs=self._cluster_addrs,
             client_tls=self._tls,
             link_token=lambda account: node_token(self.config.auth, account),
+            storage_room=self._storage_room,
+            storage_admitted=self._storage_admitted,
         )
+
+    def _storage_admitted(self, size: int) -> None:
+        if self._room is not None:
+            self._room.admitted(size)
+
+    def _storage_room(self, peers: Sequence[str]) -> tuple[str, int, int] | None:
+        """The replica among ``peers`` with the least storage room: this node as measured
+        (``StorageRoom``), the others as they last described themselves (not yet
+        described: not counted); with the reserve. None when nothing is known."""
+        room = self._room
+        if room is None:
+            return None
+        tightest: tuple[str, int] | None = None
+        with contextlib.suppress(OSError):  # the data directory unreadable right now
+            tightest = (self.config.name, room.room_bytes())
+        for peer in peers:
+            desc = self._descriptions.get(peer) if peer != self.config.name else None
+            if desc is not None and (tightest is None or desc.free_bytes < tightest[1]):
+                tightest = (peer, desc.free_bytes)
+        return None if tightest is None else (*tightest, room.reserve_bytes)
 
     def _cluster_addrs(self) -> tuple[str, ...]:
         """This cluster's client API addresses (a mirror/source link to a local origin)."""

@@ -50,6 +50,7 @@ from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_config import RetentionKind
 from raftstream.engine.consumer_pull import PullEvent
 from raftstream.engine.consumer_state import decode_state, encode_state
+from raftstream.engine.entries import Purge
 from raftstream.engine.lmdbstore import LmdbStreamStore
 from raftstream.engine.retention import ConsumerSet
 from raftstream.engine.stream import Stream
@@ -108,6 +109,7 @@ class StreamReplica:
         self._cset = self._new_cset(assignment.config)
         # The leader's own proposals, decoded already, by their bytes (see ``remember``).
         self._decoded: dict[bytes, GroupEntry] = {}
+        self._compact_wanted = False  # a purge applied since the last snapshot
 
     # -- construction ------------------------------------------------------------------------
 
@@ -181,6 +183,10 @@ class StreamReplica:
         # One store transaction for the whole batch: no fsync of its own (module doc). A
         # refused entry is its result; plain publishes take the engine's fast path.
         out: list[Any] = self.stream.apply_batch(batch.entries)
+        if not self._compact_wanted and any(isinstance(e, Purge) for e in batch.entries):
+            # What the purge removed is still in the Raft log (and its last snapshot): a
+            # snapshot now, small after the purge, frees that storage (compaction_wanted).
+            self._compact_wanted = True
         if self.stream.config.retention != old_config.retention:
             self._cset = self._rebuild_cset()
         return out
@@ -223,7 +229,12 @@ class StreamReplica:
         if b.node == self.node_id:
             self._on_barrier(b.term)
 
+    def compaction_wanted(self, group: str) -> bool:
+        """The Raft host's optional hook: compact the log now (after a purge)."""
+        return self._compact_wanted
+
     def snapshot(self, group: str) -> bytes:
+        self._compact_wanted = False
         images = [
             ConsumerImage(n, self.consumers[n].config, self.consumers[n].state)
             for n in sorted(self.consumers)

@@ -113,6 +113,10 @@ class GroupDeps:
     # The credentials a link to a same-cluster origin sends for an account (with [auth], the
     # node token of that account; None: none).
     link_token: Callable[[str], str | None] = lambda account: None
+    # (peers) -> the replica with the least storage room left and that room in bytes, with
+    # the reserve a publish must leave (``cluster/storage_room.py``); None: not known.
+    storage_room: Callable[[Sequence[str]], tuple[str, int, int] | None] = lambda peers: None
+    storage_admitted: Callable[[int], None] = lambda size: None  # a publish of size admitted
 
 
 @dataclass(slots=True)
@@ -399,20 +403,41 @@ class StreamGroup:
         self._check_room()
         entry = Publish(ts_ns=_now_ns(), **entry_args)
         size = len(entry.data) + len(entry.subject) + sum(map(len, entry.headers)) + 64
+        self._check_storage(size)
         return self._enqueue(entry, size)
 
     def submit_plain(self, subject: str, data: bytes) -> asyncio.Future[PubAck]:
         """``submit`` of a message with a subject and data only (no headers, no options):
         the common publish, without building and unpacking its arguments."""
         self._check_room()
-        entry = plain_publish(_now_ns(), subject, data)
-        return self._enqueue(entry, len(data) + len(subject) + 64)
+        size = len(data) + len(subject) + 64
+        self._check_storage(size)
+        return self._enqueue(plain_publish(_now_ns(), subject, data), size)
 
     def _check_room(self) -> None:
         if not self.is_leader:
             raise self.not_leader()
         if len(self._pubs) >= PUBLISH_QUEUE_MSGS_MAX:
             raise LimitError("too many publishes waiting", limit="publish_queue_msgs_max")
+
+    def _check_storage(self, size: int) -> None:
+        """Refuse a publish that would leave a replica with less than the reserve of storage
+        room: ``LimitError`` naming the node, nothing proposed (``cluster/storage_room.py``;
+        a store that fills halts the group on that node)."""
+        sa = self._d.stream_of(self.account, self.name)
+        tightest = self._d.storage_room(sa.peers if sa is not None else (self._d.node_id,))
+        if tightest is None:
+            return
+        node, room, reserve = tightest
+        if room - size < reserve:
+            raise LimitError(
+                f"insufficient storage: node {node} has {room} bytes of room left, and keeps "
+                f"{reserve} free (limits.storage_bytes_max, or its disk): delete or purge "
+                "messages, or give it more room",
+                limit="storage_bytes_max",
+                node=node,
+            )
+        self._d.storage_admitted(size)
 
     def _enqueue(self, entry: Publish, size: int) -> asyncio.Future[PubAck]:
         loop = asyncio.get_running_loop()

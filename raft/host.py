@@ -1010,7 +1010,9 @@ class RaftHost:
             return
         snap_index = self._storage.log(g.name).snapshot_meta().index
         if g.applied - snap_index < self.config.snapshot_entries:
-            return
+            wanted = getattr(g.sm, "compaction_wanted", None)  # optional (StateMachine)
+            if g.applied == snap_index or wanted is None or not wanted(g.name):
+                return
         try:
             g.compaction = g.node.make_snapshot(g.applied, g.sm.snapshot(g.name))
         except InvalidArgumentError:

@@ -28,6 +28,10 @@ class StateMachine(Protocol):
     the proposer's awaitable. An exception halts the group (its replica would diverge).
     ``snapshot`` returns the state after everything applied so far; ``restore`` replaces
     the state by a snapshot's (on start, and when the leader sends one).
+
+    Optional: ``compaction_wanted(group) -> bool``. True asks the host to snapshot and compact
+    the log now rather than at ``snapshot_entries`` (after a purge emptied most of the state,
+    the log's older entries only hold storage, which can be short: docs/limits.md).
     """
 
     def apply(self, group: str, entries: Sequence[Entry]) -> Sequence[Any]: ...

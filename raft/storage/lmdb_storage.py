@@ -118,6 +118,11 @@ class LmdbLogStorage(LogStorageBase):
             data = txn.get(prefix, default=b"", db=self._data_db)
             return codec.verify_snapshot_data(bytes(data), data_crc)
 
+    @property
+    def env(self) -> Any:
+        """The LMDB environment (for measuring its use: ``cluster/storage_room.py``)."""
+        return self._env
+
     def write_batch(self, writes: Sequence[GroupWrite]) -> None:
         check_unique_groups(writes)
         plans: list[tuple[str, WritePlan]] = []

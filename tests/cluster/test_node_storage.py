@@ -1,4 +1,6 @@
-"""A node whose Raft log can no longer be written stops (fail-stop), in process.
+"""A node's storage running out, in process (docs/limits.md, "When storage runs out").
+
+A node whose Raft log can no longer be written stops (fail-stop).
 
 A user review filled a node's disk: its Raft host stopped (``DiskError: No space left on
 device``) but the node kept running, health SERVING, ``Online`` in cluster info and still
@@ -20,7 +22,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 import raftstream
-from raftstream.cluster.config import Address, NodeConfig
+from raftstream.cluster.config import MIB, Address, Limits, NodeConfig
 from raftstream.cluster.node import Node
 from raftstream.localnet import free_port
 
@@ -100,6 +102,60 @@ def test_a_halted_group_shows_in_the_metrics_and_no_longer_as_leader(tmp_path: P
 
             await asyncio.wait_for(halted(), WAIT_S)
             assert sample("raftstream_raft_is_leader", group) == 0.0
+        finally:
+            await node.stop()
+
+    asyncio.run(body())
+
+
+def test_publishes_are_refused_before_the_store_fills_and_resume_after_a_purge(
+    tmp_path: Path,
+) -> None:
+    """A store that filled halted its stream's group (a user review: the stream stayed dead
+    until every node restarted, and purge could not help). Now the leader refuses a publish
+    that would leave less than the reserve (LimitError naming storage_bytes_max and the
+    node), nothing halts, and after a purge (which also compacts the Raft log) publishes go
+    through again."""
+    addr = Address("127.0.0.1", free_port())
+    cfg = NodeConfig(
+        name="n1",
+        listen=addr,
+        data=tmp_path,
+        peers={"n1": addr},
+        limits=Limits(storage_bytes_max=4 * MIB),
+    )
+    node = Node(config=cfg)
+
+    async def body() -> None:
+        await node.start()
+        try:
+            async with await raftstream.connect([str(addr)], timeout=10) as js:
+                await js.add_stream(name="ROOM", subjects=["room.>"])
+                acked = 0
+                with pytest.raises(raftstream.errors.LimitError) as info:
+                    for _ in range(1000):  # 20 MB: far past the 4 MiB store
+                        await js.publish("room.x", b"x" * 20_000)
+                        acked += 1
+                assert info.value.details["limit"] == "storage_bytes_max", info.value
+                assert "insufficient storage: node n1" in str(info.value)
+                assert acked > 0 and (await js.stream_info("ROOM")).state.messages == acked
+                (group,) = [g for g in node.groups if g.endswith(":ROOM")]
+                halted = node.metrics.registry.get_sample_value(
+                    "raftstream_raft_group_halted", {"group": group}
+                )
+                assert not halted
+                assert await js.purge_stream("ROOM") == acked
+
+                async def accepted() -> None:  # once the compaction after the purge landed
+                    while True:
+                        try:
+                            await js.publish("room.x", b"y" * 20_000)
+                            return
+                        except raftstream.errors.LimitError:
+                            await asyncio.sleep(0.1)
+
+                await asyncio.wait_for(accepted(), WAIT_S)
+                assert (await js.stream_info("ROOM")).state.messages == 1
         finally:
             await node.stop()
 
