@@ -86,6 +86,7 @@ __all__ = ["GroupDeps", "PullHandle", "StreamGroup"]
 log = logging.getLogger(__name__)
 
 PUBLISH_QUEUE_MSGS_MAX = 65_536  # publishes waiting for a Raft entry, per group
+STORAGE_CHECK_S = 0.05  # how long a storage room lookup stands for (``_check_storage``)
 PULL_QUEUE_EVENTS_SLACK = 64  # room in a pull's queue beyond its batch (statuses)
 POLL_INTERVAL_MAX_S = 1.0  # the leader's timer looks at expiry at least this often
 ANSWER_MARGIN_S = 0.05  # answer this long before the client's deadline (at most 10% of it)
@@ -240,6 +241,10 @@ class StreamGroup:
         self._leaders: dict[str, Consumer] = {}
         self._waiters: dict[str, PullHandle] = {}
         self._reply_ids = itertools.count(1)
+        # Storage room this group may still take before looking again (``_check_storage``).
+        self._room_left = 0
+        self._room_until = 0.0
+        self._room_taken = 0  # admitted since the last look, told to the node at the next
         self._pubs: collections.deque[_PendingPublish] = collections.deque()
         self._flush_scheduled = False
         self._wake = asyncio.Event()
@@ -423,13 +428,25 @@ class StreamGroup:
     def _check_storage(self, size: int) -> None:
         """Refuse a publish that would leave a replica with less than the reserve of storage
         room: ``LimitError`` naming the node, nothing proposed (``cluster/storage_room.py``;
-        a store that fills halts the group on that node)."""
+        a store that fills halts the group on that node). The room is looked up at most
+        every ``STORAGE_CHECK_S`` (a publish on the hot path costs a subtraction), and what
+        this group admitted in between counts against it."""
+        left = self._room_left - size
+        if left >= 0 and time.monotonic() < self._room_until:
+            self._room_left = left
+            self._room_taken += size
+            return
+        self._d.storage_admitted(self._room_taken)
+        self._room_taken = 0
         sa = self._d.stream_of(self.account, self.name)
         tightest = self._d.storage_room(sa.peers if sa is not None else (self._d.node_id,))
         if tightest is None:
             return
         node, room, reserve = tightest
-        if room - size < reserve:
+        self._room_left = room - reserve - size
+        self._room_until = time.monotonic() + STORAGE_CHECK_S
+        if self._room_left < 0:
+            self._room_left = 0
             raise LimitError(
                 f"insufficient storage: node {node} has {room} bytes of room left, and keeps "
                 f"{reserve} free (limits.storage_bytes_max, or its disk): delete or purge "
@@ -437,7 +454,7 @@ class StreamGroup:
                 limit="storage_bytes_max",
                 node=node,
             )
-        self._d.storage_admitted(size)
+        self._room_taken = size
 
     def _enqueue(self, entry: Publish, size: int) -> asyncio.Future[PubAck]:
         loop = asyncio.get_running_loop()
