@@ -59,6 +59,7 @@ __all__ = [
     "print_fields",
     "print_table",
     "run",
+    "seq_runs",
     "split_csv",
     "text_arg",
 ]
@@ -590,3 +591,15 @@ $RAFTSTREAM_SERVERS, else 127.0.0.1:7101), --timeout SECONDS, for a TLS cluster
 command or before it; read commands take --json. Every command's --help shows an example.
 Exit codes: 0 success, 1 error (refused, not found, unreachable), 2 usage error.
 """
+
+
+def seq_runs(seqs: Iterable[int]) -> list[tuple[int, int]]:
+    """Sequences (any order, repeats ignored) as ascending (first, last) runs of
+    consecutive ones: ``[3, 1, 2, 7]`` is ``[(1, 3), (7, 7)]``."""
+    runs: list[tuple[int, int]] = []
+    for seq in sorted(set(seqs)):
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], seq)
+        else:
+            runs.append((seq, seq))
+    return runs

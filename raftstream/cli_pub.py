@@ -36,6 +36,7 @@ from raftstream.cli_common import (
     json_option,
     message_data,
     run,
+    seq_runs,
     text_arg,
 )
 from raftstream.cli_consumer import format_msg, msg_json
@@ -161,15 +162,10 @@ def _retrieve(fut: asyncio.Future[PubAck]) -> None:
         fut.exception()
 
 
-def seq_runs(seqs: list[int]) -> str:
+def seq_ranges(seqs: list[int]) -> str:
     """Sequences as ``1-3, 7, 9-10`` (sorted; at most ``SEQ_RUNS_SHOWN_MAX`` runs, then
     ``...``)."""
-    runs: list[tuple[int, int]] = []
-    for seq in sorted(set(seqs)):
-        if runs and seq == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], seq)
-        else:
-            runs.append((seq, seq))
+    runs = seq_runs(seqs)
     shown = [f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in runs[:SEQ_RUNS_SHOWN_MAX]]
     return ", ".join(shown) + (", ..." if len(runs) > SEQ_RUNS_SHOWN_MAX else "")
 
@@ -186,7 +182,7 @@ def _failure_line(outcomes: list[PubAck | errors.RaftStreamError]) -> str | None
         return line
     seqs = [o.seq for o in outcomes if not isinstance(o, errors.RaftStreamError)]
     which = f"message {first_at}" if len(failed) == 1 else f"first at message {first_at}"
-    published = f"{len(seqs)} published: seq {seq_runs(seqs)}" if seqs else "none published"
+    published = f"{len(seqs)} published: seq {seq_ranges(seqs)}" if seqs else "none published"
     return f"{line} ({len(failed)} of {len(outcomes)} failed, {which}; {published})"
 
 

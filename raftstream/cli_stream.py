@@ -37,6 +37,7 @@ from raftstream.cli_common import (
     print_fields,
     print_table,
     run,
+    seq_runs,
     split_csv,
 )
 from raftstream.config import StreamConfig
@@ -446,20 +447,9 @@ def info_cmd(
         _show_deleted(info.state.deleted, info.state.num_deleted)
 
 
-def _seq_runs(seqs: tuple[int, ...]) -> list[tuple[int, int]]:
-    """Ascending sequences as (first, last) runs of consecutive ones."""
-    runs: list[tuple[int, int]] = []
-    for seq in seqs:
-        if runs and seq == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], seq)
-        else:
-            runs.append((seq, seq))
-    return runs
-
-
 def _show_deleted(deleted: tuple[int, ...], num_deleted: int) -> None:
     """The deleted sequences as runs; says so when the node sent only the lowest ones."""
-    rows = [(lo, hi, hi - lo + 1) for lo, hi in _seq_runs(deleted)]
+    rows = [(lo, hi, hi - lo + 1) for lo, hi in seq_runs(deleted)]
     print_table("Deleted sequences", ["First", "Last", "Count"], rows)
     if len(deleted) < num_deleted:
         click.echo(f"(the lowest {len(deleted)} of {num_deleted} deleted sequences)")

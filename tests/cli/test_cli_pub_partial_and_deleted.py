@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from raftstream.cli_pub import seq_runs
+from raftstream.cli_pub import seq_ranges
 
 from .runner import ok, rs
 
@@ -79,9 +79,9 @@ def test_pub_count_quiet_and_json_on_a_partial_refusal(cluster: Any) -> None:
     assert _error_line(single) == "raftstream: error: LIMIT: maximum messages exceeded"
 
 
-def test_seq_runs_names_ranges_and_stops() -> None:
-    assert seq_runs([3, 1, 2, 7, 9, 10]) == "1-3, 7, 9-10"
-    assert seq_runs(list(range(1, 40, 2))).endswith(", ...")
+def test_seq_ranges_names_ranges_and_stops() -> None:
+    assert seq_ranges([3, 1, 2, 7, 9, 10]) == "1-3, 7, 9-10"
+    assert seq_ranges(list(range(1, 40, 2))).endswith(", ...")
 
 
 def test_stream_info_deleted_lists_the_deleted_sequences(cluster: Any) -> None:
