@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,21 +27,16 @@ from typing import Any
 import pytest
 
 from raftstream.cluster import services_push
-from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.config import Limits
-from raftstream.cluster.meta_entries import stream_group_id
-from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.services_consume import undelivered
 from raftstream.cluster.services_push import PUSH_STEPS_UNCOMMITTED_MAX, PushSession
-from raftstream.cluster.stream_leader import GroupDeps, PullHandle, StreamGroup
+from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
-from raftstream.engine.lmdbstore import open_node_env
-from raftstream.engine.stream_config import StreamConfig
 from raftstream.errors import NotLeaderError
-from raftstream.raft.host import HostConfig, RaftHost
-from raftstream.raft.storage import MemoryLogStorage
-from raftstream.raft.transport import MemoryNetwork, MemoryTransport
+from raftstream.raft.host import RaftHost
 from tests.raft.test_host import run, until
+
+from .one_node import one_node
 
 MSGS = 5
 
@@ -51,61 +45,12 @@ MSGS = 5
 async def single_node(tmp_path: Path) -> AsyncIterator[tuple[RaftHost, StreamGroup]]:
     """A running host leading stream Q (R1) with the explicit-ack pull consumer C and the
     AckNone push consumer P, and ``MSGS`` messages published on ``q.v``."""
-    host = RaftHost(
-        "n1",
-        storage=MemoryLogStorage(),
-        transport=MemoryTransport("n1", MemoryNetwork()),
-        config=HostConfig(tick_ms=10),
-    )
-    env = open_node_env(tmp_path / "store", sync=False)
-    cfg = StreamConfig(name="Q", subjects=("q.>",), num_replicas=1)
-    sa = StreamAssignment(
-        account="$G",
-        config=cfg,
-        peers=("n1",),
-        group=stream_group_id("$G", "Q"),
-        created_ns=time.time_ns(),
-    )
-    ca = ConsumerAssignment(
-        account="$G",
-        stream="Q",
-        config=ConsumerConfig(durable_name="C", ack_policy=AckPolicy.EXPLICIT),
-        created_ns=time.time_ns(),
-    )
-    push = ConsumerAssignment(
-        account="$G",
-        stream="Q",
-        config=ConsumerConfig(durable_name="P", deliver_subject="d.p", ack_policy=AckPolicy.NONE),
-        created_ns=time.time_ns(),
-    )
-
-    async def no_delete(*_: Any) -> None:
-        return None
-
-    deps = GroupDeps(
-        node_id="n1",
-        host=host,
-        env=env,
-        limits=Limits(),
-        metrics=NodeMetrics("n1"),
-        proposal_timeout_ms=5_000,
-        client_addr=lambda _: None,
-        consumers_of=lambda *_: (ca, push),
-        stream_of=lambda *_: sa,
-        delete_consumer=no_delete,
-    )
-    g = StreamGroup(deps, sa)
-    host.start()
-    try:
-        await host.create_group(sa.group, voters=("n1",), state_machine=g.replica)
-        await until(lambda: leading(g))
+    pull = ConsumerConfig(durable_name="C", ack_policy=AckPolicy.EXPLICIT)
+    push = ConsumerConfig(durable_name="P", deliver_subject="d.p", ack_policy=AckPolicy.NONE)
+    async with one_node(tmp_path, pull, push) as node:
         for i in range(MSGS):
-            await g.submit_plain("q.v", str(i).encode())
-        yield host, g
-    finally:
-        await host.stop()  # first: nothing may apply to the store once it is closed
-        await g.close(drop=True)
-        env.close()
+            await node.g.submit_plain("q.v", str(i).encode())
+        yield node.host, node.g
 
 
 def leading(g: StreamGroup) -> bool:

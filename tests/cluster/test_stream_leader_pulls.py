@@ -8,104 +8,24 @@
   it is deleted through the meta leader; a durable without one is kept.
 - A filter edit recounts num_pending at once, on the leader copy and on the replica.
 
-A single in-process node (RaftHost over memory storage and transport, a real StreamGroup).
+A single in-process node (``tests/cluster/one_node.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
-from raftstream.cluster.config import Limits
-from raftstream.cluster.meta_entries import stream_group_id
-from raftstream.cluster.metrics import NodeMetrics
-from raftstream.cluster.stream_leader import GroupDeps, PullHandle, StreamGroup
+from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.consumer_config import NS_PER_S, ConsumerConfig
-from raftstream.engine.lmdbstore import open_node_env
-from raftstream.engine.stream_config import StreamConfig
-from raftstream.raft.host import HostConfig, RaftHost
-from raftstream.raft.storage import MemoryLogStorage
-from raftstream.raft.transport import MemoryNetwork, MemoryTransport
 from tests.raft.test_host import run, until
 
+from .one_node import assignment, one_node
+
 WAIT_NS = 60 * NS_PER_S  # a pull's expiry: far beyond the test, so only a cancel ends it
-
-
-class Node:
-    """One host leading stream Q (R1) with the consumers of ``consumers`` (the meta
-    state, editable); ``deleted``: the consumers the group asked the meta leader to
-    delete."""
-
-    def __init__(self, host: RaftHost, group: StreamGroup, consumers: list[ConsumerAssignment]):
-        self.host = host
-        self.g = group
-        self.consumers = consumers
-        self.deleted: list[str] = []
-
-    def leading(self) -> bool:
-        self.g.check_leadership()
-        self.g.reconcile()
-        names = {ca.name for ca in self.consumers}
-        return self.g.ready and names <= self.g.replica.consumers.keys()
-
-
-def assignment(config: ConsumerConfig) -> ConsumerAssignment:
-    return ConsumerAssignment(account="$G", stream="Q", config=config, created_ns=time.time_ns())
-
-
-@contextlib.asynccontextmanager
-async def single_node(tmp_path: Path, *configs: ConsumerConfig) -> AsyncIterator[Node]:
-    host = RaftHost(
-        "n1",
-        storage=MemoryLogStorage(),
-        transport=MemoryTransport("n1", MemoryNetwork()),
-        config=HostConfig(tick_ms=10),
-    )
-    env = open_node_env(tmp_path / "store", sync=False)
-    cfg = StreamConfig(name="Q", subjects=("q.>",), num_replicas=1)
-    sa = StreamAssignment(
-        account="$G",
-        config=cfg,
-        peers=("n1",),
-        group=stream_group_id("$G", "Q"),
-        created_ns=time.time_ns(),
-    )
-    consumers = [assignment(c) for c in configs]
-    node: Node | None = None
-
-    async def delete(account: str, stream: str, name: str) -> None:
-        assert node is not None
-        node.deleted.append(name)
-
-    deps = GroupDeps(
-        node_id="n1",
-        host=host,
-        env=env,
-        limits=Limits(),
-        metrics=NodeMetrics("n1"),
-        proposal_timeout_ms=5_000,
-        client_addr=lambda _: None,
-        consumers_of=lambda *_: tuple(consumers),
-        stream_of=lambda *_: sa,
-        delete_consumer=delete,
-    )
-    g = StreamGroup(deps, sa)
-    node = Node(host, g, consumers)
-    host.start()
-    try:
-        await host.create_group(sa.group, voters=("n1",), state_machine=g.replica)
-        await until(node.leading)
-        yield node
-    finally:
-        await host.stop()  # first: nothing may apply to the store once it is closed
-        await g.close(drop=True)
-        env.close()
 
 
 async def taken(handle: PullHandle, n: int) -> list[int]:
@@ -123,7 +43,7 @@ def test_abandoned_pulls_leave_max_waiting_and_take_no_messages(tmp_path: Path) 
 
     async def scenario() -> None:
         cfg = ConsumerConfig(durable_name="C", max_waiting=2)
-        async with single_node(tmp_path, cfg) as node:
+        async with one_node(tmp_path, cfg) as node:
             g = node.g
             c = g.leader_consumer("C")
             dead = [await g.open_pull("C", {"batch": 100, "expires": WAIT_NS}, 30.0)]
@@ -149,7 +69,7 @@ def test_a_pull_closed_after_its_deliveries_leaves_them_pending(tmp_path: Path) 
 
     async def scenario() -> None:
         cfg = ConsumerConfig(durable_name="C", ack_wait=NS_PER_S // 5)
-        async with single_node(tmp_path, cfg) as node:
+        async with one_node(tmp_path, cfg) as node:
             g = node.g
             for i in range(2):
                 await g.submit_plain("q.v", str(i).encode())
@@ -176,7 +96,7 @@ def test_a_durable_with_inactive_threshold_is_reaped(tmp_path: Path) -> None:
     async def scenario() -> None:
         reaped = ConsumerConfig(durable_name="IDLE", inactive_threshold=NS_PER_S // 5)
         kept = ConsumerConfig(durable_name="KEEP")
-        async with single_node(tmp_path, reaped, kept) as node:
+        async with one_node(tmp_path, reaped, kept) as node:
             await until(lambda: bool(node.deleted))
             assert node.deleted == ["IDLE"]
 
@@ -189,7 +109,7 @@ def test_a_waiting_pull_keeps_a_durable_with_inactive_threshold(tmp_path: Path) 
 
     async def scenario() -> None:
         cfg = ConsumerConfig(durable_name="IDLE", inactive_threshold=NS_PER_S // 5)
-        async with single_node(tmp_path, cfg) as node:
+        async with one_node(tmp_path, cfg) as node:
             g = node.g
             handle = await g.open_pull("IDLE", {"batch": 1, "expires": WAIT_NS}, 30.0)
             await asyncio.sleep(0.1)  # a reap decided before the pull came in lands
@@ -209,7 +129,7 @@ def test_a_filter_edit_recounts_num_pending_at_once(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         cfg = ConsumerConfig(durable_name="C", filter_subject="q.a")
-        async with single_node(tmp_path, cfg) as node:
+        async with one_node(tmp_path, cfg) as node:
             g = node.g
             for i in range(10):
                 await g.submit_plain("q.a" if i < 5 else "q.b", b"x")
@@ -232,7 +152,7 @@ def test_a_cancelled_open_pull_is_not_left_waiting(tmp_path: Path) -> None:
     ``finally``: nothing stays waiting."""
 
     async def scenario() -> None:
-        async with single_node(tmp_path, ConsumerConfig(durable_name="C")) as node:
+        async with one_node(tmp_path, ConsumerConfig(durable_name="C")) as node:
             g = node.g
             started = asyncio.Event()
             task = asyncio.ensure_future(fetch_like(g, {"batch": 5, "expires": WAIT_NS}, started))
