@@ -16,8 +16,8 @@ Every wait is bounded generously (a hang guard on a shared machine), never timed
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable
+from typing import Any
 
 import pytest
 
@@ -25,16 +25,15 @@ import raftstream
 from raftstream import StreamConfig, errors
 from raftstream._push import PushSubscription
 from raftstream.engine.consumer_push import FLOW_WINDOW_MSGS
+from tests.sdk.live import eventually
 
 from .node_harness import LocalCluster, run
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 
 BODY_LIMIT_S = 180.0
 WAIT_S = 60.0  # a hang guard for one message or one condition
-POLL_S = 0.05
 # More than a window on each side of the leader change: the old leader asks (and is
 # answered) once, the new one must ask and be answered too.
 BEFORE_MSGS = FLOW_WINDOW_MSGS + 100
@@ -44,18 +43,6 @@ HEARTBEAT_S = 0.3
 
 def limited(body: Awaitable[Any]) -> Any:
     return run(asyncio.wait_for(body, BODY_LIMIT_S))
-
-
-async def eventually(probe: Callable[[], Awaitable[T | None]], *, what: str) -> T:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + WAIT_S
-    while True:
-        value = await probe()
-        if value is not None:
-            return value
-        if loop.time() > end:
-            raise AssertionError(f"never happened: {what}")
-        await asyncio.sleep(POLL_S)
 
 
 async def publish(js: raftstream.Client, subject: str, start: int, stop: int) -> None:
