@@ -199,6 +199,20 @@ def test_missed_heartbeats_give_up_the_call_and_attach_elsewhere():
     run(main())
 
 
+def hang_first_call(attempts: list[int]) -> Any:
+    """A Consume handler that hangs on its first call (a node paused with its connection
+    open) and delivers message 1 on the next; ``attempts`` counts the calls."""
+
+    async def handler(requests: Any, context: Any) -> AsyncIterator[pb.ConsumeResponse]:
+        attempts.append(1)
+        if len(attempts) == 1:
+            await asyncio.Event().wait()
+        yield pb.ConsumeResponse(messages=[msg(1)])
+        await asyncio.Event().wait()
+
+    return handler
+
+
 def test_a_not_leader_hint_naming_the_node_that_hung_is_followed():
     """The node that missed heartbeats is avoided only by the subscription's own choice: a
     NOT_LEADER hint naming it (it is back, and leads) is followed, and delivery resumes
@@ -208,13 +222,7 @@ def test_a_not_leader_hint_naming_the_node_that_hung_is_followed():
         errs: list[errors.RaftStreamError] = []
         async with Nodes(2) as (back, follower):
             attempts: list[int] = []
-
-            async def hang_once(requests: Any, context: Any) -> AsyncIterator[pb.ConsumeResponse]:
-                attempts.append(1)
-                if len(attempts) == 1:
-                    await asyncio.Event().wait()
-                yield pb.ConsumeResponse(messages=[msg(1)])
-                await asyncio.Event().wait()
+            hang_once = hang_first_call(attempts)
 
             async def refuse(requests: Any, context: Any) -> AsyncIterator[pb.ConsumeResponse]:
                 raise errors.NotLeaderError(leader="n1", leader_addr=back.addr)
@@ -242,13 +250,7 @@ def test_the_node_that_hung_is_tried_again_once_the_others_failed():
         errs: list[errors.RaftStreamError] = []
         async with Nodes(2) as (back, dead):
             attempts: list[int] = []
-
-            async def hang_once(requests: Any, context: Any) -> AsyncIterator[pb.ConsumeResponse]:
-                attempts.append(1)
-                if len(attempts) == 1:
-                    await asyncio.Event().wait()
-                yield pb.ConsumeResponse(messages=[msg(1)])
-                await asyncio.Event().wait()
+            hang_once = hang_first_call(attempts)
 
             back.on("Consume", hang_once)
             await dead.stop()
