@@ -50,7 +50,6 @@ from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_config import RetentionKind
 from raftstream.engine.consumer_pull import PullEvent
 from raftstream.engine.consumer_state import decode_state, encode_state
-from raftstream.engine.entries import Purge
 from raftstream.engine.lmdbstore import LmdbStreamStore
 from raftstream.engine.retention import ConsumerSet
 from raftstream.engine.stream import Stream
@@ -182,8 +181,9 @@ class StreamReplica:
         old_config = self.stream.config
         # One store transaction for the whole batch: no fsync of its own (module doc). A
         # refused entry is its result; plain publishes take the engine's fast path.
+        purges = self.stream.purges
         out: list[Any] = self.stream.apply_batch(batch.entries)
-        if not self._compact_wanted and any(isinstance(e, Purge) for e in batch.entries):
+        if self.stream.purges != purges:
             # What the purge removed is still in the Raft log (and its last snapshot): a
             # snapshot now, small after the purge, frees that storage (compaction_wanted).
             self._compact_wanted = True

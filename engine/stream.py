@@ -249,6 +249,7 @@ class Stream:
         # Replicated per-origin positions of a mirror or sourcing stream (engine/origins.py).
         self._origins: dict[str, OriginState] = {}
         self._links: dict[str, StreamSource] | None = None  # by source_key; per config
+        self.purges = 0  # purges applied by this object (a replica compacts its log after one)
         state = store.state()
         if store.limits != store_limits(self._config):
             store.update_limits(store_limits(self._config), state.last_ts)
@@ -634,7 +635,9 @@ class Stream:
                 f"purge not permitted on stream {self._config.name} (deny_purge)",
                 rule="deny_purge",
             )
-        return Purged(purged=self._store.purge(subject=e.subject, seq=e.seq, keep=e.keep))
+        purged = self._store.purge(subject=e.subject, seq=e.seq, keep=e.keep)
+        self.purges += 1
+        return Purged(purged=purged)
 
     def _update(self, e: UpdateConfig, now: int) -> ConfigUpdated:
         new = check_update(self._config, e.config)
