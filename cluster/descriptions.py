@@ -173,14 +173,14 @@ def free_bytes(data_dir: Path, lmdb_maps: Sequence[tuple[Path, int]]) -> int:
     return min(room)
 
 
-def describe_self(config: NodeConfig, lmdb_maps: Sequence[tuple[Path, int]]) -> NodeDescription:
-    """This node's description as of now (``free_bytes`` over ``config.data`` and
-    ``lmdb_maps``, see there). ``OSError`` when the data directory cannot be examined."""
+def describe_self(config: NodeConfig, free: int) -> NodeDescription:
+    """This node's description as of now, with ``free`` bytes of storage room (the node's
+    ``StorageRoom``, or ``free_bytes`` before its environments are open)."""
     return NodeDescription(
         name=config.name,
         cluster=config.cluster_name,
         tags=frozenset(config.tags),
-        free_bytes=free_bytes(Path(config.data), lmdb_maps),
+        free_bytes=free,
         version=raftstream_version(),
         described_ns=time.time_ns(),
     )

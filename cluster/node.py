@@ -44,7 +44,6 @@ import shutil
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +63,12 @@ from raftstream.cluster.auth import (
 )
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.context import ServiceContext
-from raftstream.cluster.descriptions import DescriptionBook, NodeDescription, describe_self
+from raftstream.cluster.descriptions import (
+    DescriptionBook,
+    NodeDescription,
+    describe_self,
+    free_bytes,
+)
 from raftstream.cluster.forward import Forwarder
 from raftstream.cluster.known_peers import (
     KnownPeers,
@@ -504,14 +508,14 @@ class Node:
 
     def _describe_self(self) -> NodeDescription:
         """This node's description now; free space over both LMDB maps, as their databases
-        use them (``StorageRoom``: room a purge freed counts again), once they are open."""
+        use them (``StorageRoom``: room a purge freed counts again) once they are open, by
+        their files' sizes before (``OSError``: the data directory cannot be examined)."""
+        if self._room is not None:
+            return describe_self(self.config, self._room.measure())
         data = Path(self.config.data)
         size = self.config.limits.storage_bytes_max
         maps = ((data / "raft", size), (data / "store", size))
-        desc = describe_self(self.config, maps)
-        if self._room is None:
-            return desc
-        return replace(desc, free_bytes=self._room.measure())
+        return describe_self(self.config, free_bytes(data, maps))
 
     def _client_addr(self, node: str) -> str | None:
         addr = self.config.peers.get(node)

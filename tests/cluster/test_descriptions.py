@@ -149,7 +149,7 @@ def test_free_bytes_is_the_filesystem_free_space_when_maps_have_room(tmp_path: P
 
 def test_describe_self_carries_the_config(tmp_path: Path) -> None:
     cfg = config(tmp_path, tags=("ssd", "az1"))
-    d = describe_self(cfg, [(tmp_path / "raft", 1 << 20)])
+    d = describe_self(cfg, free_bytes(tmp_path, [(tmp_path / "raft", 1 << 20)]))
     assert (d.name, d.cluster, d.tags) == ("n1", "east", {"ssd", "az1"})
     assert 0 < d.free_bytes <= 1 << 20 and d.described_ns > 0
 
