@@ -5,12 +5,16 @@ tests may run several nodes in one process. Labels stay low-cardinality: the RPC
 its gRPC code, the Raft group id (one per stream), never a subject or a message id.
 
 Group gauges (applied index, term, leader, store sizes) are refreshed by ``observe_group``,
-called by the node's leadership monitor; counters move where the event happens.
+called by the node's leadership monitor; counters move where the event happens. What a
+group's leader alone knows (how far each replica is behind, each consumer's backlog) is
+refreshed less often (``observe_led``): a series is exported by the node leading its group
+and dropped when it stops leading, so a sum over the cluster counts each once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -21,7 +25,54 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from raftstream.cluster.handlers import rewrap
 from raftstream.proto.errors import ABORT_REASON
 
-__all__ = ["LatencyInterceptor", "NodeMetrics"]
+__all__ = ["CONSUMER_GAUGES", "ConsumerNumbers", "LatencyInterceptor", "NodeMetrics"]
+
+# (field of ConsumerNumbers, metric name, help), labelled by group and consumer.
+CONSUMER_GAUGES = (
+    (
+        "pending",
+        "raftstream_consumer_pending_messages",
+        "Stored messages the consumer has yet to deliver (num_pending)",
+    ),
+    (
+        "ack_pending",
+        "raftstream_consumer_ack_pending_messages",
+        "Delivered messages awaiting their ack (num_ack_pending)",
+    ),
+    (
+        "redelivered",
+        "raftstream_consumer_redelivered_messages",
+        "Messages awaiting an ack that were delivered more than once (num_redelivered)",
+    ),
+    (
+        "waiting",
+        "raftstream_consumer_waiting_requests",
+        "Pull requests waiting for messages (num_waiting)",
+    ),
+    (
+        "delivered_seq",
+        "raftstream_consumer_delivered_stream_sequence",
+        "Stream sequence of the last delivery",
+    ),
+    (
+        "ack_floor_seq",
+        "raftstream_consumer_ack_floor_stream_sequence",
+        "Stream sequence at and below which every delivery is acknowledged",
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConsumerNumbers:
+    """One consumer's figures for ``CONSUMER_GAUGES`` (from its leader's info)."""
+
+    pending: int
+    ack_pending: int
+    redelivered: int
+    waiting: int
+    delivered_seq: int
+    ack_floor_seq: int
+
 
 _LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
@@ -83,12 +134,51 @@ class NodeMetrics:
         self.published = Counter(
             "raftstream_published_messages", "Messages acknowledged by PubAck", registry=r
         )
+        self.peer_lag = Gauge(
+            "raftstream_raft_peer_lag_entries",
+            "Entries a replica's log is behind its leader's (exported by the group's leader)",
+            ["group", "peer"],
+            registry=r,
+        )
+        self.consumer_gauges = [
+            Gauge(
+                name, f"{doc} (exported by the stream's leader)", ["group", "consumer"], registry=r
+            )
+            for _, name, doc in CONSUMER_GAUGES
+        ]
+        self._lag_keys: set[tuple[str, str]] = set()
+        self._consumer_keys: set[tuple[str, str]] = set()
         self.publish_batch_entries = Histogram(
             "raftstream_publish_batch_entries",
             "Publishes carried per Raft entry",
             registry=r,
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
         )
+
+    def observe_led(
+        self,
+        lags: dict[tuple[str, str], int],
+        consumers: dict[tuple[str, str], ConsumerNumbers],
+    ) -> None:
+        """Set what the groups this node leads know, and drop every series of the last call
+        not in this one (a group no longer led here, a consumer or peer gone).
+
+        ``lags``: (group, peer) -> entries the peer's log is behind the leader's;
+        ``consumers``: (group, consumer) -> its figures."""
+        for key, lag in lags.items():
+            self.peer_lag.labels(*key).set(lag)
+        for key, nums in consumers.items():
+            for gauge, (field, _, _) in zip(self.consumer_gauges, CONSUMER_GAUGES, strict=True):
+                gauge.labels(*key).set(getattr(nums, field))
+        for key in self._lag_keys - lags.keys():
+            with contextlib.suppress(KeyError):
+                self.peer_lag.remove(*key)
+        for key in self._consumer_keys - consumers.keys():
+            for gauge in self.consumer_gauges:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*key)
+        self._lag_keys = set(lags)
+        self._consumer_keys = set(consumers)
 
     def observe_group(
         self, group: str, *, applied: int, term: int, leader: bool, halted: bool = False

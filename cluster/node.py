@@ -79,7 +79,7 @@ from raftstream.cluster.known_peers import (
 from raftstream.cluster.limits import LimitsInterceptor, server_options
 from raftstream.cluster.membership import MembershipDriver
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
-from raftstream.cluster.metrics import LatencyInterceptor, NodeMetrics
+from raftstream.cluster.metrics import ConsumerNumbers, LatencyInterceptor, NodeMetrics
 from raftstream.cluster.repair import (
     RepairClient,
     RepairGate,
@@ -133,6 +133,7 @@ PEER_CHANNEL_BACKOFF: tuple[tuple[str, int], ...] = (
 log = logging.getLogger(__name__)
 
 PEER_PROBE_INTERVAL_S = 0.5
+LED_METRICS_EVERY_S = 1.0  # replica lag and consumer backlog gauges (cluster/metrics.py)
 PEER_PROBE_TIMEOUT_S = 1.0
 FRESH_ASK_EVERY_S = 0.1  # a node without Raft data asks its peers this often (known_peers)
 FRESH_WAIT_LOG_S = 10.0  # and says it is waiting this often
@@ -667,6 +668,8 @@ class Node:
         """Leadership changes (RaftHost has no callback for them): look every tick."""
         tick_s = self.config.raft.tick_ms / 1000
         meta_leader: str | None = None
+        loop = asyncio.get_running_loop()
+        led_due = 0.0
         while True:
             await asyncio.sleep(tick_s / 2)
             if await self._check_host():
@@ -705,6 +708,9 @@ class Node:
                     extra={"group": META_GROUP, "term": st.term},
                 )
             self._observe_stores()
+            if loop.time() >= led_due:
+                led_due = loop.time() + LED_METRICS_EVERY_S
+                self._observe_led(st.leader == self.config.name)
 
     async def _check_host(self) -> bool:
         """True once the Raft host stopped on its own: then this node stops serving (health
@@ -741,6 +747,29 @@ class Node:
             )
         else:
             log.info("this node was readmitted to the cluster (peer-add)")
+
+    def _observe_led(self, meta_leader: bool) -> None:
+        """The metrics only a group's leader knows: replica lag and consumer backlogs."""
+        lags: dict[tuple[str, str], int] = {}
+        consumers: dict[tuple[str, str], ConsumerNumbers] = {}
+        now = time.time_ns()
+        groups = [g.group for g in self.groups.values() if g.ready]
+        for group in [META_GROUP, *groups] if meta_leader else groups:
+            with contextlib.suppress(RaftStreamError):  # a group just removed
+                for peer, lag in self.host.peer_lags(group).items():
+                    lags[(group, peer)] = lag
+        for g in self.groups.values():
+            for c in g.led_consumers():
+                i = c.info(now)
+                consumers[(g.group, c.name)] = ConsumerNumbers(
+                    pending=i.num_pending,
+                    ack_pending=i.num_ack_pending,
+                    redelivered=i.num_redelivered,
+                    waiting=i.num_waiting,
+                    delivered_seq=i.delivered.stream_seq,
+                    ack_floor_seq=i.ack_floor.stream_seq,
+                )
+        self.metrics.observe_led(lags, consumers)
 
     def _observe_stores(self) -> None:
         for group, g in self.groups.items():

@@ -625,6 +625,12 @@ class StreamGroup:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def led_consumers(self) -> list[Consumer]:
+        """The leader copies of the consumers, while this node leads (else none)."""
+        if not self.ready:
+            return []
+        return [c for c in self._leaders.values() if not c.deleted]
+
     def leader_consumer(self, name: str) -> Consumer:
         """The leader copy of consumer ``name`` (NotLeader/NotFound otherwise)."""
         self.require_leader()

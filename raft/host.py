@@ -1049,6 +1049,16 @@ class RaftHost:
         lead = self._group(group).node.leader
         return None if lead == NONE else lead
 
+    def peer_lags(self, group: str) -> dict[str, int]:
+        """On the group's leader: entries each other replica's log is known to lack (the
+        leader's last index less the peer's match index); empty on a follower."""
+        st = self._group(group).node.status()
+        return {
+            p: max(0, st.last_index - pr.match)
+            for p, pr in st.progress.items()
+            if p != self.node_id
+        }
+
     # ------------------------------------------------------------------ leadership
     def transfer_leadership(self, group: str, to: str) -> None:
         """Ask this node's leader replica of ``group`` to hand leadership to voter ``to``

@@ -11,6 +11,7 @@ import itertools
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 import raftstream
 from raftstream import ConsumerConfig, StreamConfig, errors
@@ -500,3 +501,68 @@ def test_a_stream_whose_only_replica_is_down_says_so(cluster3: LocalCluster) -> 
         assert (info.config.name, info.state_known) == ("LONE", False)
 
     run(listed())
+
+
+def _samples(text: str, metric: str, **labels: str) -> dict[tuple[str, ...], float]:
+    """``metric``'s samples in a /metrics page whose labels include ``labels``, keyed by
+    the values of the rest of their labels (sorted by label name)."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == metric and all(s.labels.get(k) == v for k, v in labels.items()):
+                rest = tuple(v for k, v in sorted(s.labels.items()) if k not in labels)
+                out[rest] = s.value
+    return out
+
+
+def test_the_stream_leader_exports_consumer_backlogs_and_replica_lag(
+    cluster3: LocalCluster,
+) -> None:
+    """What an operator alerts on: each consumer's backlog (num_pending, num_ack_pending)
+    and how far each replica is behind, exported by the group's leader alone (a sum over the
+    cluster counts each once), and gone with the consumer."""
+    group = "S:$G:LAG"
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(StreamConfig(name="LAG", subjects=("lag.>",), num_replicas=3))
+            await js.add_consumer("LAG", ConsumerConfig(durable_name="W", ack_wait=60 * 10**9))
+            for i in range(10):
+                await js.publish("lag.x", b"%d" % i)
+            sub = await js.pull_subscribe_bind("LAG", "W")
+            got = await sub.fetch(4, timeout=5)
+            assert len(got) == 4
+            leader = cluster3.stream_leader("LAG")
+            assert leader is not None
+
+            async def exported() -> None:
+                text = cluster3.metrics(leader)
+                c = {"group": group, "consumer": "W"}
+                assert _samples(text, "raftstream_consumer_pending_messages", **c) == {(): 6}
+                assert _samples(text, "raftstream_consumer_ack_pending_messages", **c) == {(): 4}
+                assert _samples(text, "raftstream_consumer_delivered_stream_sequence", **c) == {
+                    (): 4
+                }
+                lags = _samples(text, "raftstream_raft_peer_lag_entries", group=group)
+                assert set(lags) == {(n,) for n in cluster3.names if n != leader}
+                assert set(lags.values()) == {0}
+                for other in (n for n in cluster3.names if n != leader):
+                    text = cluster3.metrics(other)
+                    assert not _samples(text, "raftstream_consumer_pending_messages", **c)
+                    assert not _samples(text, "raftstream_raft_peer_lag_entries", group=group)
+
+            await retry_async(exported)
+            await js.delete_consumer("LAG", "W")
+
+            async def gone() -> None:
+                text = cluster3.metrics(leader)
+                assert not _samples(
+                    text, "raftstream_consumer_pending_messages", group=group, consumer="W"
+                )
+
+            await retry_async(gone)
+        finally:
+            await js.close()
+
+    run(body())
