@@ -607,6 +607,8 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             try:
                 async with asyncio.timeout(cap_s):
                     return await behavior(request, context)
+            except DeadlineExceededError:  # the handler's own answer, not the cap
+                raise
             except TimeoutError:
                 await abort(context, _past_cap(cap_s, by_client))
 

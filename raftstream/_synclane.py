@@ -79,7 +79,12 @@ class SyncLane:
             pipe.submit(Entry(request=req, size_bytes=0, expects_result=True, future=fut))
             try:
                 return await asyncio.wait_for(fut, left_s)
-            except TimeoutError:
+            except errors.RaftStreamError as exc:  # the answer (DeadlineExceeded included)
+                if exc.details.get("grpc_code") == "UNIMPLEMENTED":
+                    self._unsupported.add(stubs.addr)
+                    raise NotImplementedLane(str(exc)) from None
+                raise
+            except TimeoutError:  # wait_for's own: no answer in time
                 self._retire()
                 raise errors.DeadlineExceededError(
                     f"no answer from {stubs.addr} in the {left_s:.3f}s left of the call's"
@@ -87,11 +92,6 @@ class SyncLane:
                 ) from None
             except asyncio.CancelledError:
                 self._retire()
-                raise
-            except errors.RaftStreamError as exc:
-                if exc.details.get("grpc_code") == "UNIMPLEMENTED":
-                    self._unsupported.add(stubs.addr)
-                    raise NotImplementedLane(str(exc)) from None
                 raise
         finally:
             self._busy = False

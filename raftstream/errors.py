@@ -241,7 +241,13 @@ class CallCancelledError(UnavailableError):
     reason = "CANCELLED"
 
 
-class DeadlineExceededError(RaftStreamError):
+class DeadlineExceededError(RaftStreamError, TimeoutError):
+    """No answer within the call's time: its timeout, or a server's cap on it.
+
+    Also a ``TimeoutError`` (the builtin, which ``asyncio.TimeoutError`` is), as a nats.py
+    client's timeout is, so ``except TimeoutError`` around a ``fetch`` or a ``publish``
+    catches it. What the call carried may or may not have taken effect."""
+
     code = Code.DEADLINE_EXCEEDED
     retriable = True
     reason = "TIMEOUT"
