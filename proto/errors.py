@@ -27,6 +27,7 @@ call's connection breaks under a send or receive (never a status a server sent),
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import inspect
@@ -146,9 +147,13 @@ _ABORTING: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 async def abort(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
     """End the current aio RPC with ``exc``'s status. Never returns (grpc raises). When the
-    call is already aborting, its first status stands: ``AbortError`` is raised at once."""
+    call is already aborting (its first abort was cut short, as by the node's time cap while
+    the status was being sent), that first status stands and this raises
+    ``CancelledError``: grpc accepts no AbortError but the one its own abort raised (another
+    is logged as a servicer bug, "Abort error has been replaced!"), and a cancelled handler
+    is what the call is."""
     if _ABORTING.get():
-        raise grpc.aio.AbortError(f"already aborting; not sent: {exc}")
+        raise asyncio.CancelledError(f"already aborting; not sent: {exc}")
     _ABORTING.set(True)
     ABORT_REASON.set(_parts(exc)[1])
     await context.abort_with_status(to_status(exc))

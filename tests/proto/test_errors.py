@@ -287,7 +287,9 @@ def test_a_second_abort_while_the_first_is_sent_keeps_the_first_status():
     """gRPC awaits the status's send inside ``abort_with_status``; a node's time cap that
     fires meanwhile aborted the call again, which grpc refuses with UsageError ("Abort
     already called!", logged as a servicer bug; found by a user review during a failover).
-    The second ``abort`` now raises AbortError at once and sends nothing."""
+    The second ``abort`` now sends nothing and ends the handler as cancelled: a new
+    AbortError was logged as a bug too ("Abort error has been replaced!"), seen in a node's
+    log when 300 streams were created at once under load."""
 
     class SlowContext:
         def __init__(self) -> None:
@@ -304,7 +306,7 @@ def test_a_second_abort_while_the_first_is_sent_keeps_the_first_status():
             async with asyncio.timeout(0.01):
                 await pe.abort(ctx, e.NoLeaderError("no leader yet", group="S:$G:A"))
         except TimeoutError:
-            with pytest.raises(grpc.aio.AbortError):
+            with pytest.raises(asyncio.CancelledError):
                 await pe.abort(ctx, e.DeadlineExceededError("past the cap"))
         assert [s.code for s in ctx.sent] == [grpc.StatusCode.UNAVAILABLE]
 
