@@ -8,6 +8,7 @@ are parsed here too (``parse_json``): a malformed document is INVALID_ARGUMENT n
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -136,6 +137,10 @@ def consumer_info_pb(
         out.num_pending = info.num_pending
         out.paused = info.paused
         out.pause_remaining_ns = info.pause_remaining_ns
+    else:  # the definition alone: its pause is committed, so every replica will apply it
+        now = time.time_ns()
+        out.paused = ca.config.pause_until > now
+        out.pause_remaining_ns = max(0, ca.config.pause_until - now)
     return out
 
 

@@ -250,18 +250,23 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
     async def _pause(
         self, context: Any, stream: str, consumer: str, until_ns: int
     ) -> pb.PauseConsumerResponse:
+        """Pause (``until_ns`` 0: resume) as JetStream does: an update of the consumer's
+        config to that ``pause_until``, so the definition, ``consumer info`` and every
+        replica agree, and a later update carrying another ``pause_until`` moves it."""
         self._check(context, stream, manage=True)
-        g = await self._ctx.leader_group(account_of(context), stream)
-        c = g.leader_consumer(consumer)
-
-        def decide(now: int) -> list[PullEvent]:
-            c.pause(until_ns)
-            return []
-
-        await g.run(c, decide, time_left(context))
+        account = account_of(context)
+        ca = self._ctx.meta.state.consumer(account, stream, consumer)
+        cfg = with_changes(ca.config, pause_until=until_ns)
+        entry = UpdateConsumer(account=account, stream=stream, config=cfg, ts_ns=time.time_ns())
+        result = await self._ctx.meta.propose(entry, time_left(context))
+        if not isinstance(result, ConsumerUpdated):
+            raise InvariantError(f"UpdateConsumer answered {result!r}")
+        # The definition is committed, so every replica will pause; wait (bounded) until
+        # the stream group has it, so that a fetch right after finds the consumer paused.
+        await self._sequenced_info(result.assignment, time_left(context))
         now = time.time_ns()
         return pb.PauseConsumerResponse(
-            paused=c.is_paused(now),
+            paused=until_ns > now,
             pause_until_ns=until_ns,
             pause_remaining_ns=max(0, until_ns - now),
         )
@@ -270,12 +275,26 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
     async def PauseConsumer(
         self, request: pb.PauseConsumerRequest, context: Any
     ) -> pb.PauseConsumerResponse:
+        if not self._meta_local(context):
+            return await self._ctx.to_meta_leader(
+                _SVC + "PauseConsumer",
+                request,
+                pb.PauseConsumerResponse.FromString,
+                time_left(context),
+            )
         return await self._pause(context, request.stream, request.consumer, request.pause_until_ns)
 
     @map_errors
     async def ResumeConsumer(
         self, request: pb.ResumeConsumerRequest, context: Any
     ) -> pb.PauseConsumerResponse:
+        if not self._meta_local(context):
+            return await self._ctx.to_meta_leader(
+                _SVC + "ResumeConsumer",
+                request,
+                pb.PauseConsumerResponse.FromString,
+                time_left(context),
+            )
         return await self._pause(context, request.stream, request.consumer, 0)
 
     @map_errors

@@ -204,7 +204,7 @@ class Consumer:
         )
         c._config_dirty = True  # written with the start state, in one transaction
         c._commit(start_op(config, store))
-        if config.pause_until > now_ns:
+        if config.pause_until:  # one already past pauses nothing, and info shows it
             c._commit(Pause(until_ns=config.pause_until))
         c._last_active_ns = now_ns
         c.flush()
@@ -851,8 +851,15 @@ class Consumer:
         return seq
 
     def update_config(self, config: ConsumerConfig) -> None:
-        """Adopt an allowed update (validated by the caller with ``check_update``)."""
+        """Adopt an allowed update (validated by the caller with ``check_update``).
+
+        A ``pause_until`` other than the pause in force pauses (or, 0 or past, resumes) the
+        consumer, as JetStream's update does: in a cluster the pause and resume requests
+        are such updates, so the config always shows the pause. Every replica applies the
+        same update, so nothing here reads a clock."""
         self._check_live()
+        if config.pause_until != self._state.paused_until_ns:
+            self._apply(Pause(until_ns=config.pause_until))
         self._config = config
         # The filters may have changed: num_pending's cache is keyed on the stream only.
         self._pending_cache = None

@@ -6,7 +6,9 @@ Each test starts its own cluster of node processes on loopback (``cluster3``); t
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import time
 
 import grpc
 import pytest
@@ -562,6 +564,44 @@ def test_the_stream_leader_exports_consumer_backlogs_and_replica_lag(
                 )
 
             await retry_async(gone)
+        finally:
+            await js.close()
+
+    run(body())
+
+
+def test_pause_is_the_consumers_pause_until_as_in_jetstream(cluster3: LocalCluster) -> None:
+    """Pause and resume are updates of config.pause_until (JetStream 2.11): consumer info
+    shows the pause in the config, an update carrying another pause_until moves it, and an
+    edit of another field that carries it keeps the consumer paused."""
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(StreamConfig(name="PZ", subjects=("pz.>",), num_replicas=3))
+            await js.add_consumer("PZ", ConsumerConfig(durable_name="C"))
+            await js.publish("pz.x", b"1")
+            until = time.time_ns() + 3600 * 10**9
+            paused = await js.pause_consumer("PZ", "C", until)
+            assert paused.paused
+            info = await js.consumer_info("PZ", "C")
+            assert info.paused and info.config.pause_until == until
+            edited = dataclasses.replace(info.config, max_ack_pending=5)
+            info = await js.update_consumer("PZ", edited)
+            assert info.paused and info.config.max_ack_pending == 5
+            sub = await js.pull_subscribe_bind("PZ", "C")
+            with pytest.raises(errors.DeadlineExceededError):
+                await sub.fetch(1, timeout=1)
+            info = await js.update_consumer("PZ", dataclasses.replace(info.config, pause_until=0))
+            assert not info.paused and info.config.pause_until == 0
+            assert [m.data for m in await sub.fetch(1, timeout=5)] == [b"1"]
+            info = await js.update_consumer(
+                "PZ", dataclasses.replace(info.config, pause_until=until)
+            )
+            assert info.paused
+            await js.resume_consumer("PZ", "C")
+            info = await js.consumer_info("PZ", "C")
+            assert not info.paused and info.config.pause_until == 0
         finally:
             await js.close()
 

@@ -8,6 +8,7 @@ Time is a plain integer passed in; nothing here sleeps or reads the clock.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -400,6 +401,33 @@ def test_pause_and_resume(rig: Rig) -> None:
     assert c.fetch(1, 11 * S) == []
     c.resume()
     assert seqs(c.fetch(1, 11 * S)) == [2]
+
+
+def test_an_update_moves_the_pause_as_in_jetstream(rig: Rig) -> None:
+    """An update whose pause_until differs from the pause in force pauses or resumes
+    (JetStream 2.11's consumer update; the cluster's pause and resume requests are such
+    updates); one that carries the pause in force, editing another field, leaves it."""
+    rig.publish()
+    c = rig.consumer()
+    cfg = c.info(1 * S).config
+    c.update_config(replace(cfg, pause_until=100 * S))
+    info = c.info(1 * S)
+    assert info.paused and info.pause_remaining_ns == 99 * S
+    c.update_config(replace(info.config, max_ack_pending=7))  # an edit of another field
+    assert c.fetch(1, 2 * S) == [] and c.info(2 * S).config.max_ack_pending == 7
+    c.update_config(replace(c.info(3 * S).config, pause_until=0))
+    assert not c.info(3 * S).paused
+    assert seqs(c.fetch(1, 3 * S)) == [1]
+
+
+def test_a_pause_until_already_past_at_create_pauses_nothing(rig: Rig) -> None:
+    """Created with a pause_until in the past: nothing paused, and a later edit that keeps
+    that config does not pause it either."""
+    rig.publish()
+    c = rig.consumer(pause_until=1 * S)
+    assert not c.info(5 * S).paused
+    c.update_config(replace(c.info(5 * S).config, max_ack_pending=3))
+    assert seqs(c.fetch(1, 5 * S)) == [1]
 
 
 def test_reset_to_sequence_and_to_ack_floor(rig: Rig) -> None:
