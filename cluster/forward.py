@@ -31,6 +31,7 @@ import collections
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -152,6 +153,22 @@ class Forwarder:
             await ch.close()
 
 
+_BREAK_LOGGED: dict[str, float] = {}  # peer address -> monotonic time of the last INFO line
+RELAY_BREAK_LOG_EVERY_S = 30.0
+
+
+def _log_break(addr: str, why: str) -> None:
+    """A relay to a peer that is down breaks at every forwarded publish: say so at INFO
+    once per peer per ``RELAY_BREAK_LOG_EVERY_S`` (the node's WARNING about the unreachable
+    peer says the rest), at DEBUG between."""
+    now = time.monotonic()
+    if now - _BREAK_LOGGED.get(addr, -RELAY_BREAK_LOG_EVERY_S) >= RELAY_BREAK_LOG_EVERY_S:
+        _BREAK_LOGGED[addr] = now
+        log.info("publish relay to %s broke: %s", addr or "?", why)
+    else:
+        log.debug("publish relay to %s broke: %s", addr or "?", why)
+
+
 def take_batch(
     queue: collections.deque[tuple[pb.PublishRequest, int]],
 ) -> list[pb.PublishRequest]:
@@ -228,10 +245,10 @@ class PublishRelay:
                     else:
                         fut.set_exception(from_error_message(r.error))
         except grpc.RpcError as err:
-            log.info("publish relay broke: %s", from_rpc_error(err))
+            _log_break(self._addr, str(from_rpc_error(err)))
             unsent = _not_sent(err, self._addr)
         except RaftStreamError as exc:
-            log.info("publish relay broke: %r", exc)
+            _log_break(self._addr, repr(exc))
         finally:
             self._break(unsent)
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 
 import pytest
 
+from raftstream.cluster import forward
 from raftstream.cluster.forward import (
     RELAY_BATCH_BYTES_MAX,
     RELAY_BATCH_MSGS_MAX,
@@ -77,3 +79,20 @@ def test_relay_batches_stay_below_the_grpc_message_cap() -> None:
     small = pb.PublishRequest(subject="s.x", data=b"x")
     queue = collections.deque((small, small.ByteSize()) for _ in range(RELAY_BATCH_MSGS_MAX + 5))
     assert len(take_batch(queue)) == RELAY_BATCH_MSGS_MAX and len(take_batch(queue)) == 5
+
+
+def test_a_relay_to_a_down_peer_says_so_at_info_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every forwarded publish to a down peer broke a relay and logged an INFO line (53 in
+    one short outage, a user review): now one per peer per interval, the rest at DEBUG."""
+    caplog.set_level(logging.DEBUG, logger="raftstream.cluster.forward")
+    for _ in range(5):
+        forward._log_break("127.0.0.1:1", "Connection refused")
+    forward._log_break("127.0.0.1:2", "Connection refused")
+    infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert infos == [
+        "publish relay to 127.0.0.1:1 broke: Connection refused",
+        "publish relay to 127.0.0.1:2 broke: Connection refused",
+    ]
+    assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 4
