@@ -92,6 +92,7 @@ __all__ = [
     "Permissions",
     "Principal",
     "acting_as",
+    "bcrypt_cost",
     "bind_caller",
     "caller",
     "cluster_metadata",
@@ -131,6 +132,12 @@ def hash_secret(secret: str, *, rounds: int = 12) -> str:
     if not raw or len(raw) > 72:  # bcrypt reads 72 bytes at most: longer would be cut
         raise InvalidArgumentError("password", "must be 1 to 72 bytes")
     return bcrypt.hashpw(raw, bcrypt.gensalt(rounds)).decode("ascii")
+
+
+def bcrypt_cost(secret_hash: bytes) -> int:
+    """The cost (log2 of the rounds) of a bcrypt hash ``$2b$<cost>$...`` that parse_auth
+    accepted (``_BCRYPT_HASH``)."""
+    return int(secret_hash[4:6])
 
 
 # -- values ----------------------------------------------------------------------------------
@@ -175,6 +182,12 @@ class Permissions:
     def may_manage(self, stream: str) -> bool:
         return any(fnmatch.fnmatchcase(stream, p) for p in self.manage)
 
+    @property
+    def may_read_all(self) -> bool:
+        """Every stream name matches ``read`` or ``manage`` (a ``*`` pattern): a list need
+        not be filtered."""
+        return "*" in self.read or "*" in self.manage
+
 
 ALL = Permissions()
 
@@ -213,6 +226,8 @@ class AuthConfig:
     # The contents of node_secret_file (stripped): the key of node tokens. None: the key is
     # derived from the section itself (see _node_key). Never shown.
     node_secret: bytes | None = field(default=None, repr=False)
+    # Where node_secret was read from (its mode is checked at start: cluster/config.py).
+    node_secret_file: Path | None = None
 
     def limits(self, account: str) -> AccountLimits:
         return self.accounts.get(account) or AccountLimits()
@@ -386,7 +401,12 @@ def parse_auth(table: Mapping[str, Any]) -> AuthConfig:
         tokens=tuple(tokens),
         verified_cache_entries_max=cache_max,
         node_secret=_node_secret(table.get("node_secret_file")),
+        node_secret_file=_path_or_none(table.get("node_secret_file")),
     )
+
+
+def _path_or_none(path: object) -> Path | None:
+    return Path(path) if isinstance(path, str) and path else None
 
 
 def _node_secret(path: object) -> bytes | None:
@@ -492,8 +512,12 @@ class Authenticator:
         self._checks = asyncio.Semaphore(BCRYPT_CHECKS_CONCURRENT_MAX)
         self._pending = 0  # bcrypt checks running or waiting (BCRYPT_CHECKS_PENDING_MAX)
         self._node_key = _node_key(config)
-        # parse_auth guarantees a user or a token: their cost is the cost of a check.
-        self._decoy_hash = next(p.secret_hash for p in (*config.users.values(), *config.tokens))
+        # The unknown user's decoy check must cost what a known user's does, and bcrypt's
+        # cost differs per hash (a cost raised later, ``hash-password --cost``): the
+        # costliest configured hash, so no real user's refusal takes longer than an
+        # unknown name's. parse_auth guarantees a user or a token.
+        principals = (*config.users.values(), *config.tokens)
+        self._decoy_hash = max((p.secret_hash for p in principals), key=bcrypt_cost)
 
     async def resolve(self, metadata: Sequence[tuple[str, Any]] | None) -> Caller:
         """The caller named by ``metadata``; ``UnauthenticatedError`` when it names none
@@ -557,9 +581,8 @@ class Authenticator:
             return None
         user = self._config.users.get(name)
         if user is None:
-            # As slow as a known user's check: the time of a refusal must not tell an
-            # attacker which user names exist (its result is ignored: any configured hash
-            # costs the same).
+            # As slow as the costliest known user's check: the time of a refusal must not
+            # tell an attacker which user names exist (its result is ignored).
             await self._verify(password, self._decoy_hash)
             return None
         return user if await self._verify(password, user.secret_hash) else None

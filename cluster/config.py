@@ -13,11 +13,19 @@ default in place.
 The result is a frozen ``NodeConfig`` (keyword-only); ``docs/configuration.md`` documents
 every key with its type, default and rule. Relative ``data`` paths are relative to the
 working directory of the process, as a flag's would be.
+
+Secret files (``[auth] node_secret_file``, ``[tls] key_file``, and the config file itself
+when it holds ``[auth]``'s bcrypt hashes) are meant to be readable by the node only; one
+readable by group or others is logged as a WARNING naming the file and its mode
+(``warn_readable_secrets``), as ssh does for keys, but does not stop the node.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
+import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -41,6 +49,7 @@ __all__ = [
     "RaftSettings",
     "load_config",
     "parse_peers",
+    "warn_readable_secrets",
 ]
 
 KIB = 1024
@@ -54,6 +63,9 @@ HEADERS_BYTES_CEILING = 1 * MIB
 _ENVELOPE_BYTES = 64 * KIB
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 _LABEL_BYTES_MAX = 255
+# Permission bits that make a secret readable by someone other than the node's user.
+_SHARED_READ_BITS = stat.S_IRGRP | stat.S_IROTH
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,7 +355,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
         cfg = _build(cluster, raw.get("raft", {}), raw.get("limits", {}))
         cfg = cfg if "auth" not in raw else replace(cfg, auth=parse_auth(raw["auth"]))
         tls_settings = parse_tls(tls, cfg.name)
-        return cfg if tls_settings is None else replace(cfg, tls=tls_settings)
+        cfg = cfg if tls_settings is None else replace(cfg, tls=tls_settings)
     except InvalidArgumentError as exc:
         where = sources.get(exc.field)
         if where is None:  # nobody set it: missing, or a default that breaks a rule
@@ -353,6 +365,40 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
         raise InvalidArgumentError(
             exc.field, exc.rule, f"{where}: {exc.field}: {exc.rule}"
         ) from None
+    warn_readable_secrets(cfg, None if path is None else Path(path))
+    return cfg
+
+
+def warn_readable_secrets(cfg: NodeConfig, config_file: Path | None) -> list[Path]:
+    """Log a WARNING for each secret file of ``cfg`` that group or others may read: the
+    node secret, the TLS private key, and ``config_file`` when it holds ``[auth]`` (bcrypt
+    hashes of passwords and tokens, which also key node tokens without a node secret).
+    Returns those files. Never refuses: deployments that ran with looser modes keep
+    starting, and the log says what to change (docs/security.md, "File modes")."""
+    files: list[tuple[Path, str]] = []
+    if cfg.auth is not None:
+        if config_file is not None:
+            files.append((config_file, "the password and token hashes of [auth]"))
+        if cfg.auth.node_secret_file is not None:
+            files.append((cfg.auth.node_secret_file, "the node secret ([auth] node_secret_file)"))
+    if cfg.tls is not None:
+        files.append((cfg.tls.key_file, "this node's TLS private key ([tls] key_file)"))
+    shared = []
+    for file, holds in files:
+        try:
+            mode = stat.S_IMODE(os.stat(file).st_mode)
+        except OSError:  # read successfully a moment ago; nothing to say about it now
+            continue
+        if mode & _SHARED_READ_BITS:
+            shared.append(file)
+            log.warning(
+                "%s is readable by group or others (mode %04o): it holds %s; make it "
+                "readable by the node's user only (chmod 600)",
+                file,
+                mode,
+                holds,
+            )
+    return shared
 
 
 def _known_keys() -> set[str]:

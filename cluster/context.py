@@ -38,7 +38,9 @@ from raftstream.errors import (
     NoLeaderError,
     NotFoundError,
     NotLeaderError,
+    PermissionDeniedError,
     RaftStreamError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from raftstream.proto import raftstream_pb2 as pb
@@ -67,8 +69,11 @@ async def from_leaders(
     """A list's items as their groups' leaders have them (a follower's state lags, and a
     node that hosts no replica has none): ``local(item)`` where this node leads, else
     ``ask(item, seconds)`` (forwarded to the leader), ``LIST_FORWARDS_MAX`` at once. An item
-    whose leader does not answer within ``LIST_INFO_TIMEOUT_S`` (or half the call's time)
-    gets ``local(item)``: what this node knows, rather than failing the whole list."""
+    whose leader does not answer within ``LIST_INFO_TIMEOUT_S`` (or half the call's time),
+    or fails otherwise, gets ``local(item)``: what this node knows, rather than failing the
+    whole list. A leader that refuses the caller (PERMISSION_DENIED, UNAUTHENTICATED) fails
+    the whole list with its error: this node's copy must not show what the caller was
+    refused."""
     cap = LIST_INFO_TIMEOUT_S
     if timeout_s is not None:
         cap = max(0.05, min(cap, timeout_s / 2))
@@ -80,6 +85,8 @@ async def from_leaders(
         async with room:
             try:
                 return await ask(item, cap)
+            except (PermissionDeniedError, UnauthenticatedError):
+                raise
             except RaftStreamError:
                 return local(item)
 

@@ -7,17 +7,26 @@ the one that has applied everything it acknowledged); elsewhere they fail NOT_LE
 the leader's address. Lists come from this node's meta state (every node has it); each
 stream's state in a list is its leader's (``from_leaders``: asked in parallel, this node's
 own view for a leader that does not answer in time).
+
+Permissions (docs/security.md): defining a stream needs ``manage`` on its name, and one
+that mirrors or sources a stream of this cluster also needs ``read`` on every origin
+(``manage`` when the origin is a work queue or interest stream: the link's consumer changes
+what it keeps), since the link copies the origin with the account's node token, whatever the
+user who defined it may read (``check_origins``). A list of stream infos holds only the
+streams the caller may ``read``; stream names are the account's and are not filtered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from raftstream.cluster.assignments import StreamAssignment
+from raftstream.cluster.auth import Caller
 from raftstream.cluster.context import (
     ServiceContext,
     account_of,
@@ -35,6 +44,7 @@ from raftstream.cluster.convert import (
 from raftstream.cluster.descriptions import NodeDescription, node_infos
 from raftstream.cluster.limits import check_cluster_limits, check_subjects_detail
 from raftstream.cluster.meta import (
+    LIST_LIMIT_MAX,
     StreamAdded,
     StreamUpdated,
     check_account_limits,
@@ -45,11 +55,18 @@ from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_pee
 from raftstream.cluster.raft_extras import followers
 from raftstream.engine.entries import DeleteMsg, Purge
 from raftstream.engine.stream import Purged
-from raftstream.engine.stream_config import StreamConfig, check_create, check_update
+from raftstream.engine.stream_config import (
+    RetentionPolicy,
+    StreamConfig,
+    check_create,
+    check_update,
+)
+from raftstream.engine.stream_source import StreamSource
 from raftstream.errors import (
     InvalidArgumentError,
     InvariantError,
     NotFoundError,
+    PermissionDeniedError,
     UnavailableError,
 )
 from raftstream.proto import raftstream_pb2 as pb
@@ -60,6 +77,7 @@ __all__ = [
     "DELETED_DETAILS_MAX",
     "DELETED_SCAN_MSGS_MAX",
     "StreamServicer",
+    "check_origins",
     "cluster_nodes",
     "group_info",
 ]
@@ -78,6 +96,59 @@ DELETED_DETAILS_MAX = 100_000
 # and a million keys take about 0.3 s of it (LMDB); past this the sequences found so far
 # (the lowest) are the answer, and ``num_deleted`` still counts them all.
 DELETED_SCAN_MSGS_MAX = 1_000_000
+
+
+# Origins whose contents a link's consumer changes: a work queue deletes what the link
+# acknowledges; an interest stream keeps each message until the link acknowledged it too,
+# and drops it once the link and the other consumers did.
+_CONSUMED_RETENTIONS = frozenset({RetentionPolicy.WORKQUEUE, RetentionPolicy.INTEREST})
+
+
+def check_origins(
+    who: Caller, config: StreamConfig, origin: Callable[[str], StreamConfig | None]
+) -> None:
+    """Refuse (``PermissionDeniedError`` naming ``mirror.name`` or ``sources[i].name`` and
+    the rule) a stream ``config`` whose mirror or sources copy an origin of this cluster
+    that ``who`` may not read, or may not manage when the link's consumer would change what
+    the origin keeps (workqueue or interest retention). ``origin(name)``: the account's
+    stream of that name, None when it does not exist (yet): then its retention is unknown,
+    and ``manage`` is needed, as a work queue created later under that name would be
+    drained by the link. External origins are not checked: their cluster checks the
+    credentials the link presents there."""
+    links: list[tuple[str, StreamSource]] = []
+    if config.mirror is not None:
+        links.append(("mirror", config.mirror))
+    links += [(f"sources[{i}]", s) for i, s in enumerate(config.sources)]
+    for where, link in links:
+        if link.external is not None:
+            continue
+        field = f"{where}.name"
+        # The link reads its origin as the account's node (every permission there), so
+        # the user defining it must hold the rights the copy exercises.
+        if not who.permissions.may_read(link.name):
+            rule = "copying a stream needs read on it"
+            raise _origin_denied(who, link.name, field, rule)
+        found = origin(link.name)
+        if found is None:
+            rule = "the origin does not exist yet (its retention is unknown): needs manage on it"
+        elif found.retention in _CONSUMED_RETENTIONS:
+            rule = (
+                f"the origin's retention is {found.retention.value} (the link's consumer "
+                "changes what it keeps): needs manage on it"
+            )
+        else:
+            continue
+        if not who.permissions.may_manage(link.name):
+            raise _origin_denied(who, link.name, field, rule)
+
+
+def _origin_denied(who: Caller, origin: str, field: str, rule: str) -> PermissionDeniedError:
+    return PermissionDeniedError(
+        f"user {who.user!r} may not copy stream {origin!r} ({field}): {rule}",
+        field=field,
+        rule=rule,
+        stream=origin,
+    )
 
 
 def cluster_nodes(ctx: ServiceContext) -> list[NodeInfo]:
@@ -183,6 +254,7 @@ class StreamServicer(pbg.StreamServiceServicer):
         cfg = StreamConfig.from_dict(parse_json(request.config_json))
         caller_of(context).check_manage(cfg.name)
         account = account_of(context)
+        self._check_origins(context, account, cfg)
         existing = self._existing_stream(account, cfg)
         if existing is not None:  # idempotent, and no placement: it needs no live nodes
             return await self._info(existing, time_left(context))
@@ -197,6 +269,18 @@ class StreamServicer(pbg.StreamServiceServicer):
         if not isinstance(result, StreamAdded):
             raise InvariantError(f"AddStream answered {result!r}")
         return await self._info(result.assignment, time_left(context))
+
+    def _check_origins(self, context: Any, account: str, cfg: StreamConfig) -> None:
+        """``check_origins`` for the caller, against this (meta leader's) state."""
+        state = self._ctx.meta.state
+
+        def origin(name: str) -> StreamConfig | None:
+            try:
+                return state.stream(account, name).config
+            except NotFoundError:
+                return None
+
+        check_origins(caller_of(context), cfg, origin)
 
     def _existing_stream(self, account: str, cfg: StreamConfig) -> StreamAssignment | None:
         """The stream ``cfg`` names when it exists with that very config: a create of it
@@ -224,6 +308,9 @@ class StreamServicer(pbg.StreamServiceServicer):
         cfg = StreamConfig.from_dict(parse_json(request.config_json))
         caller_of(context).check_manage(cfg.name)
         account = account_of(context)
+        # Every origin of the new config, not only new ones: simplest, and an origin kept
+        # from before is checked against the permissions the user has now.
+        self._check_origins(context, account, cfg)
         old = meta.state.stream(account, cfg.name)
         # The update's own rules (immutable fields, mirror) before the new config's shape,
         # which planning checks: adding a mirror names ``mirror``, not ``subjects``.
@@ -300,13 +387,39 @@ class StreamServicer(pbg.StreamServiceServicer):
         state = None if g is None else stream_state_pb(g.replica.store.state(), consumers=consumers)
         return stream_info_pb(sa, state, group_info(self._ctx, sa.group, sa.peers))
 
+    def _readable_streams(
+        self, account: str, who: Caller, subject: str | None
+    ) -> list[StreamAssignment]:
+        """The account's streams (capturing ``subject``) that ``who`` may read, by name."""
+        state = self._ctx.meta.state
+        out: list[StreamAssignment] = []
+        offset = 0
+        while True:  # every page: the filter runs before the caller's page is cut
+            page = state.list_streams(account, offset=offset, subject=subject)
+            out.extend(sa for sa in page.items if who.permissions.may_read(sa.name))
+            offset += len(page.items)
+            if not page.items or offset >= page.total:
+                return out
+
     @map_errors
     async def ListStreams(
         self, request: pb.ListStreamsRequest, context: Any
     ) -> pb.ListStreamsResponse:
-        page = self._ctx.meta.state.list_streams(
-            account_of(context), offset=request.offset, subject=request.subject or None
-        )
+        # A stream info is the stream's config and state, which ``read`` guards: only the
+        # streams the caller may read, counted so that paging stays consistent. (Names
+        # stay in StreamNames: they are the account's.)
+        who = caller_of(context)
+        account = account_of(context)
+        subject = request.subject or None
+        if who.permissions.may_read_all:
+            page = self._ctx.meta.state.list_streams(
+                account, offset=request.offset, subject=subject
+            )
+            items, total = page.items, page.total
+        else:
+            readable = self._readable_streams(account, who, subject)
+            items = tuple(readable[request.offset : request.offset + LIST_LIMIT_MAX])
+            total = len(readable)
 
         def leads(sa: StreamAssignment) -> bool:
             g = self._ctx.local_group(sa)
@@ -319,10 +432,11 @@ class StreamServicer(pbg.StreamServiceServicer):
             )
 
         streams = await from_leaders(
-            page.items, leads=leads, local=self._local_info, ask=ask, timeout_s=time_left(context)
+            items, leads=leads, local=self._local_info, ask=ask, timeout_s=time_left(context)
         )
         return pb.ListStreamsResponse(
-            streams=streams, page=pb.Page(total=page.total, offset=page.offset, limit=page.limit)
+            streams=streams,
+            page=pb.Page(total=total, offset=request.offset, limit=LIST_LIMIT_MAX),
         )
 
     @map_errors

@@ -5,7 +5,9 @@ One cluster for the module (``LocalCluster`` with an ``[auth]`` section). Accoun
 both own a stream named ORDERS; B also owns BONLY with a durable consumer. Every client API
 call of A against B's resources is refused NOT_FOUND or PERMISSION_DENIED and leaves B's
 data as it was; calls without or with wrong credentials are UNAUTHENTICATED; a user's
-permissions and an account's limits (counted by the meta leader across the cluster) hold.
+permissions and an account's limits (counted by the meta leader across the cluster) hold:
+a mirror or source copies only origins its user may read (and manage, for a work queue or
+interest origin), and a stream list holds only the streams its caller may read.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import raftstream
 from raftstream import ConsumerConfig, StreamConfig, errors
 from raftstream.cli import cli
 from raftstream.cluster.auth import hash_secret, parse_auth
+from raftstream.config import RetentionPolicy, StreamSource
+from raftstream.kv import bucket_statuses
 from raftstream.proto import raft_pb2
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
@@ -37,6 +41,7 @@ pytestmark = pytest.mark.integration
 ROUNDS = 4  # bcrypt cost: low, the tests check behaviour
 PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw", "lim": "lim-pw"}
 PASSWORDS["admin"] = "admin-pw"
+PASSWORDS["dave"] = "dave-pw"
 B_TOKEN = "b-token-0123456789"
 
 
@@ -68,6 +73,14 @@ account = "A"
 publish = ["orders.eu"]
 read = ["ORDERS"]
 manage = []
+
+[[auth.users]]
+user = "dave"
+password = "{h["dave"]}"
+account = "A"
+publish = ["dave.>"]
+read = ["DAVE_*", "PAYROLL", "JOBS"]
+manage = ["DAVE_*"]
 
 [[auth.users]]
 user = "lim"
@@ -386,6 +399,113 @@ def test_user_permissions_hold(cluster: LocalCluster) -> None:
             assert (await carol.stream_info("ORDERS")).state.last_seq == ack.seq
         finally:
             await carol.close()
+
+    run(body())
+
+
+async def _a_world(c: LocalCluster) -> None:
+    """A's streams (made once by alice): ORDERS; PAYROLL (R3: every node has a replica)
+    and SECRET with limits retention; JOBS, a work queue; each with 3 messages; and the
+    key-value bucket ``cfg``."""
+    a = await _connect(c, "alice")
+    try:
+        if "JOBS" in await a.stream_names():
+            return
+        await a.add_stream(StreamConfig(name="ORDERS", subjects=("orders.>",)))
+        await a.add_stream(StreamConfig(name="PAYROLL", subjects=("payroll.>",), num_replicas=3))
+        await a.add_stream(StreamConfig(name="SECRET", subjects=("secret.>",)))
+        await a.add_stream(
+            StreamConfig(name="JOBS", subjects=("jobs.>",), retention=RetentionPolicy.WORKQUEUE)
+        )
+        for i in range(3):
+            for subject in ("payroll.ceo", "secret.x", "jobs.run"):
+                await a.publish(subject, f"{subject} {i}".encode())
+        kv = await a.create_key_value("cfg")
+        await kv.put("db.password", b"S3cr3t")
+    finally:
+        await a.close()
+
+
+def test_a_mirror_or_source_needs_read_on_its_origin(cluster: LocalCluster) -> None:
+    """docs/security.md "Permissions": a stream whose mirror or sources name a stream of
+    this cluster needs read on every origin, and manage on a work queue or interest origin
+    (the link's consumer changes what it keeps); the refusal names the field and nothing
+    is created or changed. Before, only manage on the new stream's name was checked: dave
+    copied SECRET, which he may not read, and drained the work queue JOBS (review finding
+    1). dave: read DAVE_*, PAYROLL, JOBS; manage DAVE_*."""
+
+    def sourcing(name: str, *origins: str) -> StreamConfig:
+        subjects = (f"dave.{name.lower()}",)
+        return StreamConfig(
+            name=name, subjects=subjects, sources=tuple(StreamSource(name=o) for o in origins)
+        )
+
+    refused = [
+        (StreamConfig(name="DAVE_COPY", mirror=StreamSource(name="SECRET")), "mirror.name"),
+        (sourcing("DAVE_JOBS", "JOBS"), "sources[0].name"),  # read, but not manage
+        (sourcing("DAVE_SRC", "PAYROLL", "SECRET"), "sources[1].name"),
+    ]
+
+    async def body() -> None:
+        await _a_world(cluster)
+        dave = await _connect(cluster, "dave", server=1)
+        try:
+            for cfg, field in refused:
+                with pytest.raises(errors.PermissionDeniedError) as err:
+                    await dave.add_stream(cfg)
+                assert err.value.details.get("field") == field, cfg.name
+            await dave.add_stream(sourcing("DAVE_PLAIN"))
+            with pytest.raises(errors.PermissionDeniedError) as err:
+                await dave.update_stream(sourcing("DAVE_PLAIN", "SECRET"))
+            assert err.value.details.get("field") == "sources[0].name"
+            assert (await dave.stream_info("DAVE_PLAIN")).config.sources == ()
+            names = set(await dave.stream_names())
+            assert not names & {"DAVE_COPY", "DAVE_JOBS", "DAVE_SRC"}
+            # read on a limits origin is enough: its copy takes nothing from it
+            await dave.add_stream(
+                StreamConfig(name="DAVE_PAY", mirror=StreamSource(name="PAYROLL"))
+            )
+
+            async def copied() -> None:
+                while (await dave.stream_info("DAVE_PAY")).state.messages < 3:
+                    await asyncio.sleep(0.1)
+
+            await asyncio.wait_for(copied(), 60)
+        finally:
+            await dave.close()
+        alice = await _connect(cluster, "alice")
+        try:
+            jobs = await alice.stream_info("JOBS")
+            assert (jobs.state.messages, jobs.state.consumer_count) == (3, 0)
+        finally:
+            await alice.close()
+
+    run(body())
+
+
+def test_a_stream_list_holds_only_readable_streams(cluster: LocalCluster) -> None:
+    """docs/security.md "Permissions": stream infos in a list (``stream ls``, ``kv ls``)
+    are the streams the caller may read; names stay the account's. Through every node (the
+    leader, a follower of the R3 PAYROLL, a node without SECRET's replica): before, carol
+    (read ORDERS) got every stream's config and state (review finding 3)."""
+
+    async def body() -> None:
+        await _a_world(cluster)
+        for server in range(3):
+            carol = await _connect(cluster, "carol", server=server)
+            try:
+                assert [s.config.name for s in await carol.streams_info()] == ["ORDERS"]
+                names = set(await carol.stream_names())
+                assert {"ORDERS", "PAYROLL", "SECRET", "JOBS", "KV_cfg"} <= names
+                assert await bucket_statuses(carol) == []
+            finally:
+                await carol.close()
+        alice = await _connect(cluster, "alice", server=2)
+        try:
+            assert "cfg" in [b.bucket for b in await bucket_statuses(alice)]
+            assert "SECRET" in [s.config.name for s in await alice.streams_info()]
+        finally:
+            await alice.close()
 
     run(body())
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,10 +29,13 @@ from raftstream.cluster.auth import (
     node_caller,
 )
 from raftstream.cluster.config import load_config
+from raftstream.cluster.context import from_leaders
 from raftstream.cluster.meta import MetaState, check_account_limits
 from raftstream.cluster.meta_entries import AddConsumer, AddStream
+from raftstream.cluster.services_streams import check_origins
 from raftstream.engine.consumer_config import ConsumerConfig
-from raftstream.engine.stream_config import StorageType, StreamConfig
+from raftstream.engine.stream_config import RetentionPolicy, StorageType, StreamConfig
+from raftstream.engine.stream_source import ExternalStream, StreamSource
 
 # Few rounds: the tests check behaviour, not bcrypt's cost.
 ALICE_PW = "alice-secret"
@@ -154,6 +158,49 @@ def test_bad_auth_config_is_refused_naming_the_field(tmp_path: Path, auth: str, 
     assert "plain-secret" not in str(info.value)  # a pasted plaintext is never echoed
 
 
+def _mode_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "readable by group or others" in r.getMessage()
+    ]
+
+
+def test_secret_files_readable_by_others_are_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/security.md: the config holding [auth]'s hashes and the node_secret_file are
+    readable by the node only. One readable by group or others is a WARNING at start naming
+    the file and its mode (the node still starts: load_config answers); mode 0600 is quiet.
+    Before, modes were never checked."""
+    secret = tmp_path / "node-secret"
+    secret.write_text("s" * 40)
+    auth = AUTH_TOML.replace(
+        "[auth.accounts.A]", f'[auth]\nnode_secret_file = "{secret}"\n[auth.accounts.A]', 1
+    )
+    path = _node_toml(tmp_path, auth)
+    caplog.set_level(logging.WARNING, logger="raftstream.cluster.config")
+    path.chmod(0o644)
+    secret.chmod(0o640)
+    cfg = load_config(path)
+    assert cfg.auth is not None and cfg.auth.node_secret is not None
+    said = _mode_warnings(caplog)
+    assert len(said) == 2, said
+    assert any(str(path) in w and "0644" in w for w in said)
+    assert any(str(secret) in w and "0640" in w for w in said)
+    assert not any(ALICE_HASH in w or "s" * 40 in w for w in said)
+    caplog.clear()
+    path.chmod(0o600)
+    secret.chmod(0o400)
+    load_config(path)
+    assert _mode_warnings(caplog) == []
+    # A config without [auth] holds no secret: its mode is its owner's business.
+    plain = _node_toml(tmp_path, "")
+    plain.chmod(0o644)
+    load_config(plain)
+    assert _mode_warnings(caplog) == []
+
+
 def test_secrets_are_not_in_repr(tmp_path: Path) -> None:
     cfg = load_config(_node_toml(tmp_path, AUTH_TOML))
     text = repr(cfg)
@@ -250,6 +297,81 @@ def test_permission_patterns() -> None:
         alice.check_manage("ORD2")
     with pytest.raises(errors.PermissionDeniedError):
         alice.check_system("meta leader step-down")
+
+
+def test_mirror_and_source_origins_need_read_and_sometimes_manage() -> None:
+    """docs/security.md "Permissions" (``check_origins``, as the meta leader runs it on a
+    create or update): read on every origin of this cluster; manage too on a work queue or
+    interest origin, and on one that does not exist yet (its retention is unknown); an
+    external origin is its own cluster's to check. The refusal names the field."""
+    origins = {
+        "OPEN": StreamConfig(name="OPEN", subjects=("open",)),
+        "WQ": StreamConfig(name="WQ", subjects=("wq",), retention=RetentionPolicy.WORKQUEUE),
+        "INT": StreamConfig(name="INT", subjects=("int",), retention=RetentionPolicy.INTEREST),
+        "HIDDEN": StreamConfig(name="HIDDEN", subjects=("hidden",)),
+        "MINE_WQ": StreamConfig(
+            name="MINE_WQ", subjects=("mwq",), retention=RetentionPolicy.WORKQUEUE
+        ),
+    }
+    perms = Permissions(read=("OPEN", "WQ", "INT", "LATER"), manage=("MINE*",))
+    user = Caller(account="A", user="u", permissions=perms, system=False)
+
+    def check(*names: str, external: bool = False, mirror: bool = False) -> None:
+        ext = ExternalStream(api=("10.0.0.1:7101",)) if external else None
+        links = tuple(StreamSource(name=n, external=ext) for n in names)
+        cfg = (
+            StreamConfig(name="MINE", mirror=links[0])
+            if mirror
+            else StreamConfig(name="MINE", subjects=("mine",), sources=links)
+        )
+        check_origins(user, cfg, origins.get)
+
+    check("OPEN")
+    check("OPEN", mirror=True)
+    check("MINE_WQ", "OPEN")  # manage on the work queue
+    check("HIDDEN", external=True)  # another cluster's stream: not this cluster's to check
+    cases = [
+        ((("HIDDEN",), True), "mirror.name", "read"),
+        ((("OPEN", "HIDDEN"), False), "sources[1].name", "read"),
+        ((("WQ",), False), "sources[0].name", "workqueue"),
+        ((("INT",), True), "mirror.name", "interest"),
+        ((("LATER",), False), "sources[0].name", "does not exist yet"),
+    ]
+    for (names, mirror), field, said in cases:
+        with pytest.raises(errors.PermissionDeniedError) as info:
+            check(*names, mirror=mirror)
+        assert info.value.details["field"] == field, names
+        assert said in info.value.details["rule"], names
+
+
+def test_a_list_never_answers_for_a_leader_that_refused_the_caller() -> None:
+    """``from_leaders`` (stream and consumer lists): a leader that does not answer gets
+    this node's copy, but one that refuses the caller (PERMISSION_DENIED, UNAUTHENTICATED)
+    fails the list: before, this node's copy showed what the leader had refused (review
+    finding 3)."""
+
+    async def listing(refusal: errors.RaftStreamError) -> list[str]:
+        async def ask(item: str, timeout_s: float) -> str:
+            if item == "refused":
+                raise refusal
+            raise errors.UnavailableError("no answer in time")
+
+        return await from_leaders(
+            ["late", "refused"],
+            leads=lambda item: False,
+            local=lambda item: f"local {item}",
+            ask=ask,
+            timeout_s=5.0,
+        )
+
+    late = asyncio.run(listing(errors.NotLeaderError("moved")))
+    assert late == ["local late", "local refused"]
+    for refusal in (
+        errors.PermissionDeniedError("user 'carol' may not read stream 'refused'"),
+        errors.UnauthenticatedError("credentials not accepted"),
+    ):
+        with pytest.raises(type(refusal)):
+            asyncio.run(listing(refusal))
 
 
 # -- account limits --------------------------------------------------------------------------

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import os
+import shutil
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -157,6 +159,31 @@ def test_tls_section_is_checked_at_start(tmp_path: Path, good: CertSet, rogue: C
         _config(tmp_path, "n1", _tls_table(ca, cert, rogue.nodes["n1"].key)), tls_key_file=key
     )
     assert flags.tls is not None and flags.tls.key_file == key
+
+
+def test_a_tls_key_readable_by_others_is_warned_about(
+    tmp_path: Path, good: CertSet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/tls.md: the key file is readable by the node only. A key readable by group or
+    others is a WARNING at start naming the file and its mode (the node still starts);
+    0600 (what ``raftstream certs`` writes) is quiet. Before, its mode was never checked."""
+    ca, cert, key = _files(good, "n1")
+    copy = tmp_path / "n1-key.pem"
+    shutil.copyfile(key, copy)
+    path = _config(tmp_path, "n1", _tls_table(ca, cert, copy))
+    caplog.set_level(logging.WARNING, logger="raftstream.cluster.config")
+
+    def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "readable by group" in r.getMessage()]
+
+    copy.chmod(0o644)
+    assert load_config(path).tls is not None
+    said = warned()
+    assert len(said) == 1 and str(copy) in said[0] and "0644" in said[0], said
+    caplog.clear()
+    copy.chmod(0o600)
+    load_config(path)
+    assert warned() == []
 
 
 def test_sdk_tls_arguments_are_checked(good: CertSet, rogue: CertSet) -> None:
