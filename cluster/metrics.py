@@ -20,7 +20,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
 
 from raftstream.cluster.handlers import rewrap
 from raftstream.proto.errors import ABORT_REASON
@@ -134,6 +142,21 @@ class NodeMetrics:
         self.published = Counter(
             "raftstream_published_messages", "Messages acknowledged by PubAck", registry=r
         )
+        self.peer_up = Gauge(
+            "raftstream_peer_up",
+            "1 while the peer answers this node's health probes; 0 once it has not for "
+            "the time after which it counts as down",
+            ["peer"],
+            registry=r,
+        )
+        self.storage_room = Gauge(
+            "raftstream_storage_room_bytes",
+            "Bytes this node can still store: the least of the disk's free space and each "
+            "LMDB map's unused room (publishes are refused below a reserve: docs/limits.md)",
+            registry=r,
+        )
+        ProcessCollector(registry=r)  # CPU, memory, open files of the node's process
+        PlatformCollector(registry=r)
         self.peer_lag = Gauge(
             "raftstream_raft_peer_lag_entries",
             "Entries a replica's log is behind its leader's (exported by the group's leader)",
@@ -203,8 +226,15 @@ class NodeMetrics:
                 gauge.remove(group)
 
     def serve(self, host: str, port: int) -> None:
-        """Serve ``/metrics`` over HTTP on ``host:port`` (a daemon thread of the library)."""
-        start_http_server(port, addr=host, registry=self.registry)
+        """Serve ``/metrics`` over HTTP on ``host:port`` (a daemon thread of the library);
+        ``OSError`` naming the address and the key when it cannot listen there."""
+        try:
+            start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise OSError(
+                f"cannot serve metrics on {host}:{port} (metrics_listen): "
+                f"{exc.strerror or exc} (another node's metrics port?)"
+            ) from exc
 
 
 def _code_name(context: Any) -> str:

@@ -28,8 +28,14 @@ that fails its checks is quarantined first and the node rejoins its groups as a 
 health NOT_SERVING until the healthy cluster has repaired it (``cluster/repair.py``).
 
 Failure: ``start`` raises (and leaves nothing running) when the port or the data directory
-cannot be used. ``stop`` is graceful: health goes NOT_SERVING, the server stops taking calls
-(a short grace for those in flight), then the host, the groups, transport and storage close.
+cannot be used. ``stop`` is graceful: on SIGTERM or SIGINT it first hands the leaderships
+held here to live peers (lame duck, bounded), then health goes NOT_SERVING, the server stops
+taking calls (a short grace for those in flight), then the host, the groups, transport and
+storage close.
+
+Health: the standard gRPC health service answers for ``""`` (the process serves its API:
+liveness; NOT_SERVING under repair and while stopping) and for ``raftstream.ready``
+(SERVING while the node knows a meta leader: readiness).
 """
 
 from __future__ import annotations
@@ -133,7 +139,9 @@ PEER_CHANNEL_BACKOFF: tuple[tuple[str, int], ...] = (
 log = logging.getLogger(__name__)
 
 PEER_PROBE_INTERVAL_S = 0.5
-LED_METRICS_EVERY_S = 1.0  # replica lag and consumer backlog gauges (cluster/metrics.py)
+METRICS_EVERY_S = 1.0  # how often the gauges are refreshed (cluster/metrics.py)
+HAND_OVER_WAIT_S = 2.0  # a planned stop waits this long at most for its leaderships to move
+READY_SERVICE = "raftstream.ready"  # health service: SERVING while a meta leader is known
 PEER_PROBE_TIMEOUT_S = 1.0
 FRESH_ASK_EVERY_S = 0.1  # a node without Raft data asks its peers this often (known_peers)
 FRESH_WAIT_LOG_S = 10.0  # and says it is waiting this often
@@ -214,6 +222,10 @@ class Node:
         self._repair_id: str | None = None
         self._checking = False  # started without Raft data, asking its peers (known_peers)
         self._health: health.aio.HealthServicer | None = None
+        self._ready = False  # READY_SERVICE's status
+        self._no_meta_leader_since: float | None = None  # monotonic; None: one is known
+        self._meta_leader_warned = False
+        self._peers_reported_down: set[str] = set()
         self._data_lock = -1  # the data directory's lock (``lock_data_dir``) while it runs
         self.bound_port = 0
 
@@ -331,6 +343,7 @@ class Node:
         status = health_pb2.HealthCheckResponse
         serving = status.SERVING if self._repair_id is None else status.NOT_SERVING
         await self._health_servicer().set("", serving)
+        await self._health_servicer().set(READY_SERVICE, status.NOT_SERVING)  # the monitor sets it
         if cfg.auth is not None and cfg.auth.node_secret is None:
             log.warning(
                 "[auth] has no node_secret_file: node tokens are keyed by the [auth] section, "
@@ -669,11 +682,14 @@ class Node:
         tick_s = self.config.raft.tick_ms / 1000
         meta_leader: str | None = None
         loop = asyncio.get_running_loop()
-        led_due = 0.0
+        metrics_due = 0.0
         while True:
             await asyncio.sleep(tick_s / 2)
             if await self._check_host():
                 return
+            observe = loop.time() >= metrics_due
+            if observe:
+                metrics_due = loop.time() + METRICS_EVERY_S
             for g in list(self.groups.values()):
                 try:
                     g.check_leadership()
@@ -687,9 +703,14 @@ class Node:
             if not self._meta_started:
                 continue  # under repair, not yet back in the meta group
             st = self.host.status(META_GROUP)
-            self.metrics.observe_group(
-                META_GROUP, applied=st.applied, term=st.term, leader=st.leader == self.config.name
-            )
+            await self._set_ready(bool(st.leader))
+            if observe:
+                self.metrics.observe_group(
+                    META_GROUP,
+                    applied=st.applied,
+                    term=st.term,
+                    leader=st.leader == self.config.name,
+                )
             if st.leader == self.config.name:
                 live = frozenset(n for n in self.config.peers if self.ctx.peer_live(n))
                 if live != self._live_peers:
@@ -707,9 +728,8 @@ class Node:
                     meta_leader or "-",
                     extra={"group": META_GROUP, "term": st.term},
                 )
-            self._observe_stores()
-            if loop.time() >= led_due:
-                led_due = loop.time() + LED_METRICS_EVERY_S
+            if observe:
+                self._observe_stores()
                 self._observe_led(st.leader == self.config.name)
 
     async def _check_host(self) -> bool:
@@ -748,6 +768,39 @@ class Node:
         else:
             log.info("this node was readmitted to the cluster (peer-add)")
 
+    async def _set_ready(self, meta_leader_known: bool) -> None:
+        """``READY_SERVICE``'s health status: SERVING while this node knows a meta leader
+        (so it can create, change and place streams and consumers); ``""`` stays the
+        process's liveness. A meta leader missing for ``PEER_DOWN_AFTER_S`` is logged once
+        as a WARNING (an election takes less)."""
+        now = time.monotonic()
+        if meta_leader_known:
+            if self._meta_leader_warned:
+                log.info("the meta group has a leader again", extra={"group": META_GROUP})
+            self._no_meta_leader_since = None
+            self._meta_leader_warned = False
+        elif self._no_meta_leader_since is None:
+            self._no_meta_leader_since = now
+        elif not self._meta_leader_warned and now - self._no_meta_leader_since >= (
+            PEER_DOWN_AFTER_S
+        ):
+            self._meta_leader_warned = True
+            log.warning(
+                "no meta leader for %.0f s: streams and consumers cannot be created, changed"
+                " or placed until a majority of the nodes is back (unreachable: %s)",
+                PEER_DOWN_AFTER_S,
+                ", ".join(sorted(self._peers_reported_down)) or "none seen yet",
+                extra={"group": META_GROUP},
+            )
+        ready = meta_leader_known and not self.failed.is_set() and not self._stopped.is_set()
+        if ready == self._ready:
+            return
+        self._ready = ready
+        status = health_pb2.HealthCheckResponse
+        await self._health_servicer().set(
+            READY_SERVICE, status.SERVING if ready else status.NOT_SERVING
+        )
+
     def _observe_led(self, meta_leader: bool) -> None:
         """The metrics only a group's leader knows: replica lag and consumer backlogs."""
         lags: dict[tuple[str, str], int] = {}
@@ -772,6 +825,9 @@ class Node:
         self.metrics.observe_led(lags, consumers)
 
     def _observe_stores(self) -> None:
+        if self._room is not None:
+            with contextlib.suppress(OSError):  # an unreadable data dir shows elsewhere
+                self.metrics.storage_room.set(self._room.measure())
         for group, g in self.groups.items():
             st = g.replica.store.state()
             self.metrics.store_msgs.labels(group).set(st.msgs)
@@ -798,9 +854,23 @@ class Node:
                 if ok:
                     self._peer_seen[name] = time.time_ns()
                     self._peer_failing.pop(name, None)
+                    if name in self._peers_reported_down:
+                        self._peers_reported_down.discard(name)
+                        log.info("peer %s is reachable again", name)
+                    self.metrics.peer_up.labels(name).set(1)
                     await self._describe_peer(name, describers[name], metadata)
                 else:
                     self._peer_failing.setdefault(name, time.monotonic())
+                    if self._peer_down(name) and name not in self._peers_reported_down:
+                        self._peers_reported_down.add(name)
+                        self.metrics.peer_up.labels(name).set(0)
+                        log.warning(
+                            "peer %s (%s) is unreachable: no health answer for %.0f s; the"
+                            " groups it holds replicas of are short a member",
+                            name,
+                            peers[name],
+                            PEER_DOWN_AFTER_S,
+                        )
 
             await asyncio.gather(*(probe(n, s) for n, s in stubs.items()))
             await asyncio.sleep(PEER_PROBE_INTERVAL_S)
@@ -827,10 +897,63 @@ class Node:
 
     # -- stop -------------------------------------------------------------------------------
 
-    async def stop(self) -> None:
-        """Graceful stop (see the module docstring). Idempotent."""
+    async def _hand_over(self) -> None:
+        """Before a planned stop, move every leadership held here to a live voter, the one
+        furthest along, as NATS's lame-duck mode and etcd do: clients then follow a
+        redirect instead of waiting out an election timeout. Bounded by
+        ``HAND_OVER_WAIT_S``: what has not moved by then is left to an election."""
+        me = self.config.name
+        held = [g.group for g in self.groups.values() if self.host.leader(g.group) == me]
+        if self._meta_started and self.host.leader(META_GROUP) == me:
+            held.append(META_GROUP)
+        asked = []
+        for group in held:
+            with contextlib.suppress(RaftStreamError):  # removed, or no longer led here
+                lags = self.host.peer_lags(group)
+                live = [
+                    p
+                    for p in self.host.voters(group)
+                    if p in lags and not self._peer_down(p) and p not in self._peers_reported_down
+                ]
+                if live:
+                    self.host.transfer_leadership(group, min(live, key=lambda p: lags[p]))
+                    asked.append(group)
+        if not asked:
+            return
+        log.info("stopping: handing %d leaderships over to peers", len(asked))
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+
+        def still_held() -> list[str]:
+            out = []
+            for group in asked:
+                with contextlib.suppress(RaftStreamError):
+                    if self.host.leader(group) == me:
+                        out.append(group)
+            return out
+
+        left = still_held()
+        while left and loop.time() - start < HAND_OVER_WAIT_S:
+            await asyncio.sleep(0.02)
+            left = still_held()
+        log.info(
+            "handed %d of %d leaderships over in %.2f s%s",
+            len(asked) - len(left),
+            len(asked),
+            loop.time() - start,
+            f" (left to an election: {', '.join(left)})" if left else "",
+        )
+
+    async def stop(self, *, hand_over: bool = False) -> None:
+        """Graceful stop (see the module docstring). Idempotent. ``hand_over``: first move
+        this node's leaderships to its peers (``_hand_over``), as a planned stop does."""
         if self._stopped.is_set():
             return
+        if hand_over and not self.failed.is_set() and self.host.failure is None:
+            try:
+                await self._hand_over()
+            except Exception:  # a stop must go on whatever the hand-over met
+                log.exception("handing leaderships over failed; stopping anyway")
         self._stopped.set()
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
@@ -908,8 +1031,14 @@ async def run_node(config: NodeConfig, *, join: bool = False) -> None:
     node = Node(config=config, join=join)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not stop.is_set():
+            log.info("%s received: stopping", sig.name)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     # Start may wait a long time (a node without Raft data waits for its peers' answers):
     # a signal meanwhile abandons it (start cleans up after itself).
     starting = loop.create_task(node.start())
@@ -931,7 +1060,7 @@ async def run_node(config: NodeConfig, *, join: bool = False) -> None:
             for w in waits:
                 w.cancel()
     finally:
-        await node.stop()
+        await node.stop(hand_over=stop.is_set())
     if node.failed.is_set():
         raise NodeFailedError(f"its Raft log can no longer be written: {node.host.failure!r}")
 
