@@ -181,8 +181,10 @@ class ServiceContext:
             # A replica the group removed lingers here a while (node.py ``_may_drop``) and
             # soon knows no leader: its NO_LEADER kept a client asking here, after a
             # shrink, until its timeout (a user review). Then a peer is the better hint.
-            if isinstance(err, NotLeaderError) or self.node_id in sa.peers:
+            if isinstance(err, NotLeaderError):
                 return err
+            if self.node_id in sa.peers:
+                return self._without_quorum(sa) or err
         live = [p for p in sa.peers if not self.peer_down(p)]
         if not live:  # pointing at a node known down would only send the client there
             nodes = ", ".join(sa.peers)
@@ -197,6 +199,21 @@ class ServiceContext:
             f"stream {sa.name!r} is not hosted here",
             leader=peer,
             leader_addr=self.client_addr(peer),
+        )
+
+    def _without_quorum(self, sa: StreamAssignment) -> NoLeaderError | None:
+        """NO_LEADER that says why, when too many of the stream's replicas are known down
+        for any election to win ("no leader yet" read as if waiting would help; a user
+        review); None while a quorum is up (an election is the likely reason)."""
+        down = [p for p in sa.peers if p != self.node_id and self.peer_down(p)]
+        need = len(sa.peers) // 2 + 1
+        if len(sa.peers) - len(down) >= need:
+            return None
+        return NoLeaderError(
+            f"stream {sa.name!r} has no leader: {len(down)} of its {len(sa.peers)} replicas "
+            f"({', '.join(down)}) {'is' if len(down) == 1 else 'are'} offline, and electing "
+            f"one needs {need}",
+            group=sa.group,
         )
 
     async def leader_group(self, account: str, name: str) -> StreamGroup:

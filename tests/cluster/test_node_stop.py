@@ -16,7 +16,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import raftstream
-from raftstream import StreamConfig
+from raftstream import StreamConfig, errors
+from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.proto.errors import from_rpc_error
 
 from .node_harness import LocalCluster, run, wait_for
 
@@ -62,6 +65,8 @@ def test_a_stopped_leader_hands_its_leaderships_over_first(cluster3: LocalCluste
 def test_readiness_follows_the_meta_leader_and_lost_peers_are_reported(
     cluster3: LocalCluster,
 ) -> None:
+    """Also: a stream whose majority is down says so, rather than "no leader yet"."""
+    run(_stream(cluster3.servers, "QUORUM"))
     wait_for(
         "every node ready",
         lambda: (
@@ -102,3 +107,11 @@ def test_readiness_follows_the_meta_leader_and_lost_peers_are_reported(
     with pytest.raises(grpc.RpcError) as err:
         _health(cluster3, survivor, "no.such.service")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as err:
+        pbg.StreamServiceStub(cluster3.channel(survivor)).GetStreamInfo(
+            pb.StreamInfoRequest(name="QUORUM"), timeout=5
+        )
+    refusal = from_rpc_error(err.value)
+    assert isinstance(refusal, errors.NoLeaderError), refusal
+    down = ", ".join(gone)
+    assert f"2 of its 3 replicas ({down}) are offline, and electing one needs 2" in str(refusal)
