@@ -40,7 +40,7 @@ from raftstream.cli_common import (
     seq_runs,
     split_csv,
 )
-from raftstream.config import StreamConfig
+from raftstream.config import StreamConfig, StreamSource
 
 if TYPE_CHECKING:
     from raftstream.client import Client
@@ -266,8 +266,13 @@ def _info_fields(info: StreamInfo) -> list[tuple[str, Any]]:
         ]
     links = [("Mirror", info.mirror)] if info.mirror is not None else []
     links += [("Source", s) for s in info.sources]
+    configured = [c.mirror] if c.mirror is not None else []
+    configured += list(c.sources)
     for label, link in links:
         pairs.append((f"{label} {link.name}", _link_state(link)))
+        how = next((_link_config(o) for o in configured if o.name == link.name), "")
+        if how:
+            pairs.append((f"{label} {link.name} copies", how))
     if info.cluster is not None:
         pairs.append(("Leader", info.cluster.leader or "none"))
         for r in info.cluster.replicas:
@@ -280,6 +285,29 @@ def _info_fields(info: StreamInfo) -> list[tuple[str, Any]]:
                 ("Under-replicated", f"{placed} of {info.config.num_replicas} replicas placed")
             )
     return pairs
+
+
+def _subjects_cell(c: StreamConfig) -> str:
+    """``stream ls``'s subjects column: a mirror has none of its own, so it says whose."""
+    cell = ",".join(c.subjects)
+    if c.mirror is not None:
+        cell = f"(mirror of {c.mirror.name})"
+    if c.sources:
+        cell = f"{cell} (sources {','.join(o.name for o in c.sources)})".strip()
+    return cell
+
+
+def _link_config(origin: StreamSource) -> str:
+    """What a mirror/source copies, when it is not simply everything ("" then)."""
+    parts = []
+    if origin.filter_subject:
+        parts.append(f"only {origin.filter_subject}")
+    parts += [f"{t.src} as {t.dest}" for t in origin.subject_transforms]
+    if origin.opt_start_seq:
+        parts.append(f"from origin seq {origin.opt_start_seq}")
+    if origin.opt_start_time:
+        parts.append(f"from {fmt_time_ns(origin.opt_start_time)}")
+    return "; ".join(parts)
 
 
 def _link_state(link: StreamSourceInfo) -> str:
@@ -481,7 +509,7 @@ def ls_cmd(conn: Conn, subject: str | None, names_only: bool, as_json: bool) -> 
     rows = [
         (
             i.config.name,
-            ",".join(i.config.subjects),
+            _subjects_cell(i.config),
             i.config.num_replicas,
             *(
                 (

@@ -61,3 +61,41 @@ def test_a_stream_no_replica_answered_for_shows_its_state_unknown() -> None:
     fields = dict(_info_fields(info))
     assert fields["State"].startswith("unknown: no replica answered")
     assert "Messages" not in fields
+
+
+def test_info_says_what_a_link_copies_and_ls_names_the_origin() -> None:
+    """A filtered or transformed link showed only its position (a user review): stream info
+    now says what it copies, and stream ls marks mirrors and sources."""
+    from raftstream.cli_stream import _info_fields, _subjects_cell
+    from raftstream.config import StreamSource, SubjectTransform
+    from raftstream.models import StreamInfo, StreamState
+
+    mirror = StreamConfig(
+        name="M", mirror=StreamSource(name="ORD", filter_subject="ord.eu.>", opt_start_seq=100)
+    )
+    info = StreamInfo(
+        config=mirror,
+        state=StreamState(
+            messages=0, bytes=0, first_seq=0, first_ts_ns=0, last_seq=0, last_ts_ns=0
+        ),
+        cluster=None,
+        created_ns=0,
+        mirror=StreamSourceInfo(name="ORD", running=True),
+    )
+    fields = dict(_info_fields(info))
+    assert fields["Mirror ORD copies"] == "only ord.eu.>; from origin seq 100"
+    assert _subjects_cell(mirror) == "(mirror of ORD)"
+    to_all = SubjectTransform(src="us.*", dest="all.us.$1")
+    us = StreamSource(name="US", subject_transforms=(to_all,))
+    agg = StreamConfig(name="ALL", subjects=("all.>",), sources=(us, StreamSource(name="EU")))
+    assert _subjects_cell(agg) == "all.> (sources US,EU)"
+    info = StreamInfo(
+        config=agg,
+        state=info.state,
+        cluster=None,
+        created_ns=0,
+        sources=(StreamSourceInfo(name="US", running=True), StreamSourceInfo(name="EU")),
+    )
+    fields = dict(_info_fields(info))
+    assert fields["Source US copies"] == "us.* as all.us.$1"
+    assert "Source EU copies" not in fields  # everything: nothing to say
