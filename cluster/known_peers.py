@@ -17,7 +17,10 @@ node's life). Owned by the node's event loop.
 While a node asks, ``data/CHECKING`` exists (written durably before the empty Raft
 environment is created, removed once the answer allows the start). A start that found it
 was interrupted while asking (a crash, a kill -9): the Raft environment it left is empty and
-is removed, so the node asks again rather than take that environment for its data.
+is removed, so the node asks again rather than take that environment for its data. A node
+started with ``--join`` is marked the same way until a running cluster's meta leader answers
+(``cluster/repair.py`` ``prepare`` and ``seek_cluster``): one that stopped before that, or
+found no cluster to join, left an empty environment too, and starts the next time as if new.
 """
 
 from __future__ import annotations
@@ -80,10 +83,14 @@ class KnownPeers:
 
 
 def clear_interrupted_check(data: Path, raft_dir: Path) -> None:
-    """At start, before anything looks at ``raft_dir``: a marker left by a start interrupted
+    """At start, before anything looks at ``raft_dir``: a marker left by a start that ended
     while it asked (module docstring) removes that start's empty environment."""
     if (data / CHECKING_MARKER).exists():
-        log.warning("a start was interrupted while it asked its peers: removing %s", raft_dir)
+        log.warning(
+            "the last start ended while it asked its peers (or looked for a cluster to join):"
+            " removing the empty %s it left",
+            raft_dir,
+        )
         end_check(data, raft_dir)
 
 

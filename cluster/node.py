@@ -93,6 +93,7 @@ from raftstream.cluster.repair import (
     finish,
     prepare,
     report_cleared,
+    seek_cluster,
 )
 from raftstream.cluster.services_cluster import ClusterServicer, led_group_infos
 from raftstream.cluster.services_consume import ConsumeServicer
@@ -318,6 +319,17 @@ class Node:
             # After the server started (peers starting empty too can answer each other),
             # before any group runs: nothing has been written yet.
             await self._refuse_if_forgotten(peers, data)
+        elif self._repair_id is not None:
+            # --join: the repair waits for a running cluster's meta leader (cluster/repair.py).
+            await self._health_servicer().set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+            await seek_cluster(
+                data,
+                node_id=cfg.name,
+                repair_id=self._repair_id,
+                peers=peers,
+                forwarder=self._forwarder,
+                auth=cfg.auth,
+            )
         self.host.start()
         loop = asyncio.get_running_loop()
         self._tasks = [

@@ -27,34 +27,50 @@ asking (logging that it cannot be repaired yet) and never serves; nothing in tha
 tell which copy of the data is right.
 
 The same protocol brings back a node that has no Raft data at all (``--join``: a disk that
-was replaced, a new machine under the node's name): ``prepare`` writes the marker for it.
+was replaced, a new machine under the node's name), but only into a cluster that runs:
+``prepare`` writes nothing but ``data/CHECKING`` for it (``cluster/known_peers.py``: the
+empty Raft environment this start creates is removed at the next start unless a cluster
+took the node in), and ``seek_cluster`` writes the marker only once a meta leader answered,
+before the first ``RepairNode`` call lets it act. A node that never found a cluster keeps
+nothing, so it may be restarted without ``--join`` and start as a new node (the known-peers
+check still stands guard). When every peer answers and none is serving or has seen this
+node running (they are empty too: a new cluster started with ``--join`` everywhere), there
+is no cluster to join and the node refuses to start (``DataLossError``, exit 1) rather than
+wait forever; it never forms a cluster itself, so a cluster it merely cannot reach is never
+split. A marker an older version wrote for ``--join`` before any cluster answered is
+looked for again the same way, and dropped when there is no cluster.
 A node ``PeerRemove`` took out is refused until an operator readmits it (``PeerAdd``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import secrets
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
 import lmdb
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
 from raftstream.cluster.auth import AuthConfig, acting_as, cluster_caller
 from raftstream.cluster.context import ServiceContext, time_left
 from raftstream.cluster.durable import fsync_dir, write_json
 from raftstream.cluster.forward import Forwarder
+from raftstream.cluster.known_peers import CHECKING_MARKER, begin_check, end_check
 from raftstream.cluster.membership import LEARNER_LAG_MAX_ENTRIES
 from raftstream.cluster.meta_entries import RepairCleared, RepairDone, RepairStart
 from raftstream.cluster.meta_group import META_GROUP, meta_members
+from raftstream.cluster.services_node import knows_asker, led_groups, probe_metadata
 from raftstream.engine.lmdbstore import DEFAULT_MAP_SIZE_BYTES
 from raftstream.errors import (
     DataLossError,
@@ -64,6 +80,7 @@ from raftstream.errors import (
     RaftStreamError,
     UnavailableError,
 )
+from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
 from raftstream.proto.errors import abort, map_errors
@@ -77,6 +94,7 @@ __all__ = [
     "RepairServicer",
     "prepare",
     "scrub_raft_env",
+    "seek_cluster",
 ]
 
 log = logging.getLogger(__name__)
@@ -89,6 +107,12 @@ REPAIR_RETRY_S = 0.5  # after a failed call (no leader, a peer down)
 REPAIR_CALL_TIMEOUT_S = 5.0
 REPAIR_LOG_EVERY_S = 10.0  # how often a repair that cannot go on says why
 CHANGE_TIMEOUT_MS = 5_000
+JOIN_REASON = "joining a running cluster (--join)"
+JOIN_ASK_EVERY_S = 0.5  # a --join node asks its peers this often until a meta leader answers
+JOIN_ASK_TIMEOUT_S = 1.0
+# Found no cluster to join, a node goes on answering this long before it stops, so that the
+# nodes started with it (empty too) see it and find the same (``seek_cluster``).
+JOIN_VERDICT_LINGER_S = 5.0
 _SVC = "/raftstream.repair.v1.RepairService/"
 
 
@@ -118,34 +142,66 @@ def scrub_raft_env(path: Path) -> None:
         storage.close()
 
 
-def _write_marker(data: Path, repair_id: str, reason: str) -> None:
-    write_json(data / MARKER, {"repair_id": repair_id, "reason": reason})
+def _write_marker(data: Path, repair_id: str, reason: str, *, meta_leader: str = "") -> None:
+    """``meta_leader``: for ``--join``, the meta leader that answered before the marker was
+    written (an older version wrote the marker without one, before any cluster answered)."""
+    record = {"repair_id": repair_id, "reason": reason}
+    if meta_leader:
+        record["meta_leader"] = meta_leader
+    write_json(data / MARKER, record)
 
 
-def _read_marker(data: Path) -> str | None:
+@dataclass(frozen=True, slots=True)
+class _Marker:
+    repair_id: str  # "" when the marker itself is damaged
+    unanswered_join: bool  # written for --join by an older version, before any cluster answered
+
+
+def _read_marker(data: Path) -> _Marker | None:
     path = data / MARKER
     if not path.exists():
         return None
     try:
-        repair_id = json.loads(path.read_text())["repair_id"]
+        raw = json.loads(path.read_text())
+        repair_id = str(raw["repair_id"])
     except (ValueError, KeyError, TypeError, OSError):
         # The marker itself is damaged: still a repair (a new one, so nothing is assumed).
-        return ""
-    return str(repair_id)
+        return _Marker("", unanswered_join=False)
+    return _Marker(
+        repair_id, unanswered_join=raw.get("reason") == JOIN_REASON and "meta_leader" not in raw
+    )
+
+
+def _holds_groups(raft: Path) -> bool:
+    """Whether the (scrubbed) Raft environment at ``raft`` holds any group's state."""
+    if not (raft / "data.mdb").exists():
+        return False
+    storage = LmdbLogStorage(raft, map_size_bytes=DEFAULT_MAP_SIZE_BYTES)
+    try:
+        return bool(storage.groups())
+    finally:
+        storage.close()
 
 
 def prepare(data: Path, *, has_peers: bool, join: bool = False) -> str | None:
     """Scrub ``data/raft``; quarantine it if damaged. Returns the repair id the node is
-    under (a new one after a quarantine, the marker's when a repair was interrupted), or
-    None for a healthy node with no repair pending. A node with no peers has nobody to be
-    repaired from: its damaged data stays where it is and ``DataLossError`` is raised (the
-    node refuses to start).
+    under (a new one after a quarantine or for ``join``, the marker's when a repair was
+    interrupted), or None for a healthy node with no repair pending. A node with no peers
+    has nobody to be repaired from: its damaged data stays where it is and
+    ``DataLossError`` is raised (the node refuses to start).
 
     ``join`` (``raftstream server --join``): a node with no Raft data joins a running
     cluster as a new member (a lost disk, a replacement machine under the node's name): the
     same protocol as a repair, so it never votes or acknowledges from an empty log its
-    peers may count. A node that has Raft data is a member already: ``join`` is ignored
-    (logged), so the flag may stay in a service definition."""
+    peers may count. No marker is written for it here, only ``data/CHECKING``: the marker
+    waits until a meta leader answers (``seek_cluster``), so a node that found no cluster
+    keeps nothing and, restarted without ``join``, starts as a new node. A node that has
+    Raft data is a member already: ``join`` is ignored (logged), so the flag may stay in a
+    service definition. A repair a cluster took up resumes with or without ``join``.
+
+    Whenever ``data/CHECKING`` exists on return (a ``join`` no meta leader has answered
+    yet, or such a marker left by an older version), the caller must run ``seek_cluster``
+    before anything is written to the Raft environment."""
     raft = data / "raft"
     pending = _read_marker(data)
     if join:
@@ -153,8 +209,14 @@ def prepare(data: Path, *, has_peers: bool, join: bool = False) -> str | None:
             raise InvalidArgumentError("join", "a node without peers has no cluster to join")
         if pending is None and not (raft / "data.mdb").exists():
             repair_id = secrets.token_hex(8)
-            _write_marker(data, repair_id, "joining a running cluster (--join)")
-            log.warning("joining the cluster as a new member: repair %s", repair_id)
+            # CHECKING only: the environment this start creates goes at the next start
+            # unless a cluster took the node in (then ``seek_cluster`` wrote the marker).
+            begin_check(data)
+            log.warning(
+                "--join: no Raft data here: looking for the running cluster to join as a"
+                " new member (repair %s)",
+                repair_id,
+            )
             return repair_id
         if pending is None:
             log.info("--join ignored: %s holds Raft data (this node is a member)", raft)
@@ -175,19 +237,166 @@ def prepare(data: Path, *, has_peers: bool, join: bool = False) -> str | None:
         fsync_dir(data)
         log.error("damaged Raft data quarantined in %s; rejoining the cluster as new", target)
         return repair_id
-    if pending == "":
+    if pending is None:
+        return None
+    if pending.repair_id == "":
         repair_id = secrets.token_hex(8)
         _write_marker(data, repair_id, "unreadable repair marker")
         return repair_id
-    if pending is not None:
-        log.warning("resuming repair %s (interrupted)", pending)
-    return pending
+    if pending.unanswered_join and has_peers and not _holds_groups(raft):
+        # An older version wrote this marker before any cluster answered; the node never
+        # got as far as the meta group (no group here). Whether a cluster took it up only
+        # a running cluster can tell: look for it again, keeping the marker until then.
+        begin_check(data)
+        log.warning(
+            "repair %s was started by --join of an older version, which no cluster may"
+            " have taken up: looking for the running cluster (the marker %s goes if none"
+            " exists)",
+            pending.repair_id,
+            data / MARKER,
+        )
+        return pending.repair_id
+    log.warning("resuming repair %s (interrupted)", pending.repair_id)
+    return pending.repair_id
 
 
 def finish(data: Path) -> None:
     """The repair is over: drop the marker (durably)."""
     (data / MARKER).unlink(missing_ok=True)
     fsync_dir(data)
+
+
+# -- --join: a cluster to join first ------------------------------------------------------------
+
+
+class _Peer(enum.Enum):
+    """What a ``--join`` node learned of a peer, and how its log says so."""
+
+    LEADS = "leads the meta group"
+    SERVES = "serves (it holds Raft data) but knows no meta leader"
+    KNOWS = "is not serving, but saw this node running before (under repair itself?)"
+    EMPTY = "is not serving and never saw this node running (no Raft data either)"
+
+
+async def _ask_peer(
+    channel: grpc.aio.Channel, *, asker: str, metadata: tuple[tuple[str, str], ...]
+) -> _Peer | None:
+    """Where the peer on ``channel`` stands (None: it did not answer). Health SERVING means
+    it runs its groups from its Raft data (a node under repair, asking its peers whether it
+    lost its data, or looking for a cluster to join is NOT_SERVING)."""
+    stub = npbg.NodeServiceStub(channel)
+    try:
+        health = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=JOIN_ASK_TIMEOUT_S
+        )
+    except grpc.RpcError:
+        return None
+    if health.status == health_pb2.HealthCheckResponse.SERVING:
+        led = await led_groups(stub, [META_GROUP], metadata=metadata, timeout_s=JOIN_ASK_TIMEOUT_S)
+        return _Peer.LEADS if any(g.name == META_GROUP for g in led) else _Peer.SERVES
+    knows = await knows_asker(stub, asker=asker, metadata=metadata, timeout_s=JOIN_ASK_TIMEOUT_S)
+    if knows is None:
+        return None
+    return _Peer.KNOWS if knows else _Peer.EMPTY
+
+
+async def seek_cluster(
+    data: Path,
+    *,
+    node_id: str,
+    repair_id: str,
+    peers: Mapping[str, str],
+    forwarder: Forwarder,
+    auth: AuthConfig | None,
+) -> None:
+    """Before a ``--join`` repair (``prepare`` left ``data/CHECKING``; otherwise this
+    returns at once): ask every peer (``peers``: name -> address, this node excluded) over
+    and over until one leads the meta group, then write the marker (naming it) durably and
+    drop ``CHECKING``, and return: the repair goes on (``RepairClient``). Call it with the
+    server up and NOT_SERVING (peers started with ``--join`` too must see this one), and
+    before anything is written to the Raft environment. Owned by the node's loop.
+
+    No cluster to join: when every peer has answered and the last answer of each was
+    "not serving, never saw this node running" (a peer that answered so and then stopped
+    counts as it answered: the others of a new cluster stop too), this node goes on
+    answering for ``JOIN_VERDICT_LINGER_S``, drops a marker an older version wrote, and
+    raises ``DataLossError`` saying to start the nodes without ``--join``. It never forms a
+    cluster itself: a peer that serves, saw this node before or does not answer may belong
+    to a cluster this node cannot reach or that is still starting, so it keeps asking (and
+    logs why every ``REPAIR_LOG_EVERY_S``). Cancelled (the node stopped), it leaves
+    ``CHECKING``: the next start removes the environment and is a new one."""
+    if not (data / CHECKING_MARKER).exists():
+        return
+    metadata = probe_metadata(auth)
+    last: dict[str, _Peer] = {}  # each peer's last answer
+    logged_at = time.monotonic()
+    while True:
+        answers = await asyncio.gather(
+            *(
+                _ask_peer(forwarder.channel(a), asker=node_id, metadata=metadata)
+                for a in peers.values()
+            )
+        )
+        now = dict(zip(peers, answers, strict=True))
+        leader = next((n for n, seen in now.items() if seen is _Peer.LEADS), None)
+        if leader is not None:
+            # Durable before the first RepairNode call: the meta leader acts on it (takes
+            # this node out of the meta group), and a restart must then resume the repair.
+            _write_marker(data, repair_id, JOIN_REASON, meta_leader=leader)
+            end_check(data, None)  # nothing written to the environment yet: it stays
+            log.warning(
+                "--join: meta leader %s answered: joining the cluster as a new member (repair %s)",
+                leader,
+                repair_id,
+            )
+            return
+        last.update({n: seen for n, seen in now.items() if seen is not None})
+        if len(last) == len(peers) and all(seen is _Peer.EMPTY for seen in last.values()):
+            await _no_cluster_to_join(data, node_id, sorted(peers))
+        if time.monotonic() - logged_at > REPAIR_LOG_EVERY_S:
+            logged_at = time.monotonic()
+            log.warning(
+                "--join: no meta leader answers yet; waiting, with nothing written (this node"
+                " may be stopped and started without --join at any time): %s",
+                "; ".join(_peer_line(n, now.get(n), last.get(n)) for n in sorted(peers)),
+            )
+        await asyncio.sleep(JOIN_ASK_EVERY_S)
+
+
+def _peer_line(name: str, now: _Peer | None, last: _Peer | None) -> str:
+    if now is not None:
+        return f"{name} {now.value}"
+    if last is not None:
+        return f"{name} does not answer (it {last.value})"
+    return f"{name} does not answer"
+
+
+async def _no_cluster_to_join(data: Path, node_id: str, peers: list[str]) -> None:
+    """Every peer is empty too: raise ``DataLossError`` (after ``JOIN_VERDICT_LINGER_S``,
+    see ``seek_cluster``). ``CHECKING`` stays: the next start removes the environment."""
+    log.error(
+        "no cluster to join: %s answered and none holds Raft data: stopping in %.0f s",
+        ", ".join(peers),
+        JOIN_VERDICT_LINGER_S,
+    )
+    await asyncio.sleep(JOIN_VERDICT_LINGER_S)
+    found = (
+        f"every peer ({', '.join(peers)}) answered, and none serves or has seen this node"
+        f" ({node_id}) running: they hold no Raft data either"
+    )
+    if (data / MARKER).exists():  # an older version's --join marker that no cluster took up
+        finish(data)
+        raise DataLossError(
+            f"no cluster to take this node in: {found}. The repair marker {data / MARKER}"
+            " that --join of an older version left before any cluster answered is removed:"
+            " start the nodes again without --join to form a new cluster"
+            " (docs/operations.md)"
+        )
+    raise DataLossError(
+        f"--join: no cluster to join: {found} (all started with --join, or all wiped)."
+        " Start the nodes without --join to form a new cluster; --join only brings a node"
+        " that lost its data back into a running cluster (docs/operations.md)"
+    )
 
 
 # -- the damaged node's side ------------------------------------------------------------------

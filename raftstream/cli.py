@@ -109,7 +109,9 @@ def cli() -> None:
     "--join",
     is_flag=True,
     help="Join the running cluster as a new member when --data holds no Raft data (a lost"
-    " disk, a replacement machine under this name). Ignored once the node has data.",
+    " disk, a replacement machine under this name): waits for its meta leader, and stops"
+    " (exit 1) if every peer is empty too: start a new cluster without --join. Ignored once"
+    " the node has data.",
 )
 @click.option(
     "--log-level",

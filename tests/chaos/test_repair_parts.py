@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from raftstream.cluster.known_peers import CHECKING_MARKER, end_check
 from raftstream.cluster.membership import next_change
 from raftstream.cluster.meta import MetaState
 from raftstream.cluster.meta_entries import (
@@ -88,13 +89,15 @@ def test_a_node_without_peers_refuses_and_keeps_its_data(tmp_path: Path) -> None
 
 
 def test_join_puts_a_node_without_raft_data_under_repair(tmp_path: Path) -> None:
-    """``--join``: an empty data directory joins as a new member (a durable marker, as for a
-    repair); a restart with the flag resumes that repair; once over, the flag is ignored."""
+    """``--join``: an empty data directory joins as a new member, but writes no marker
+    until a running cluster's meta leader answers (``seek_cluster``; the lifecycle is in
+    tests/cluster/test_join_parts.py), only ``CHECKING``; once the node has Raft data, the
+    flag is ignored."""
     repair_id = prepare(tmp_path, has_peers=True, join=True)
     assert repair_id
-    assert json.loads((tmp_path / MARKER).read_text())["repair_id"] == repair_id
-    assert prepare(tmp_path, has_peers=True, join=True) == repair_id
-    finish(tmp_path)
+    assert not (tmp_path / MARKER).exists()
+    assert (tmp_path / CHECKING_MARKER).exists()
+    end_check(tmp_path, None)  # a meta leader answered (seek_cluster), the repair ran
     make_env(tmp_path / "raft")  # what the repair left: a member's Raft data
     assert prepare(tmp_path, has_peers=True, join=True) is None
     assert not (tmp_path / MARKER).exists()
