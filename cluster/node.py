@@ -459,7 +459,9 @@ class Node:
         interceptors: tuple[Any, ...] = (
             LatencyInterceptor(self.metrics),
             # No answers while repaired or checking whether it lost its data.
-            RepairGate(lambda: self._repair_id is not None or self._checking),
+            RepairGate(
+                lambda: self._repair_id is not None or self._checking, self._peer_up_for_clients
+            ),
         )
         auth = None if self.config.auth is None else Authenticator(self.config.auth)
         tls = self._tls is not None
@@ -902,6 +904,13 @@ class Node:
             log.debug("peer %s did not describe itself: %s", name, exc.code())
         except InvalidArgumentError as exc:
             log.warning("peer %s described itself wrongly: %s", name, exc)
+
+    def _peer_up_for_clients(self) -> tuple[str, str] | None:
+        """A peer not known down, as (name, client address): where a refused client goes."""
+        for name, addr in self.config.peers.items():
+            if name != self.config.name and not self._peer_down(name):
+                return name, str(addr)
+        return None
 
     def _peer_down(self, name: str) -> bool:
         since = self._peer_failing.get(name)

@@ -76,6 +76,7 @@ from raftstream.errors import (
     DataLossError,
     InvalidArgumentError,
     InvariantError,
+    NotLeaderError,
     PreconditionError,
     RaftStreamError,
     UnavailableError,
@@ -404,19 +405,29 @@ async def _no_cluster_to_join(data: Path, node_id: str, peers: list[str]) -> Non
 _CLIENT_API = "/raftstream.v1."
 
 
-def _refusal() -> UnavailableError:
-    return UnavailableError(
-        "this node is rejoining the cluster (repair after data loss, --join): try another node"
-    )
+def _refusal(peer: tuple[str, str] | None) -> UnavailableError:
+    """NOT_LEADER naming a peer (nothing applied: every client retries it there, publishes
+    without a msg id too); UNAVAILABLE when no peer is known up."""
+    why = "this node is rejoining the cluster (repair after data loss, --join)"
+    if peer is None:
+        return UnavailableError(f"{why}: try another node")
+    return NotLeaderError(f"{why}: try {peer[0]}", leader=peer[0], leader_addr=peer[1])
 
 
 class RepairGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """While ``repairing()``, every client API call (``raftstream.v1``) fails UNAVAILABLE
-    (retriable: the SDK tries another node): a node under repair has no state it may answer
-    from. The Raft, repair and health services pass."""
+    """While ``repairing()``, every client API call (``raftstream.v1``) is refused before
+    anything is applied, NOT_LEADER with the hint ``elsewhere()`` gives (a peer not known
+    down, as (name, client address)), so the SDK retries there whatever the call: a node
+    under repair has no state it may answer from. The Raft, repair and health services
+    pass."""
 
-    def __init__(self, repairing: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        repairing: Callable[[], bool],
+        elsewhere: Callable[[], tuple[str, str] | None] = lambda: None,
+    ) -> None:
         self._repairing = repairing
+        self._elsewhere = elsewhere
 
     async def intercept_service(
         self, continuation: Callable[[Any], Awaitable[Any]], handler_call_details: Any
@@ -431,10 +442,10 @@ class RepairGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         }
 
         async def unary(request: Any, context: Any) -> Any:
-            await abort(context, _refusal())
+            await abort(context, _refusal(self._elsewhere()))
 
         async def streaming(request: Any, context: Any) -> AsyncIterator[Any]:
-            await abort(context, _refusal())
+            await abort(context, _refusal(self._elsewhere()))
             yield None  # pragma: no cover (abort raises)
 
         if handler.unary_unary is not None:

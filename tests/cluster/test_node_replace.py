@@ -88,6 +88,15 @@ def test_a_removed_node_is_readmitted_and_gets_its_replica_back(
                 # Removed: the meta leader refuses its repair, and the node serves nothing.
                 _wait_log(cluster3, victim, "readmit it first")
                 assert not cluster3.nodes.health(victim)
+                # A client that knows only this node is sent to a peer, a publish without a
+                # msg id too: it was UNAVAILABLE (not retried: maybe applied) though nothing
+                # is applied here (a user review).
+                await js.add_stream(StreamConfig(name="RX", subjects=("rx.>",)))
+                only = await raftstream.connect(servers=[cluster3.addr(victim)], timeout=20)
+                try:
+                    assert (await only.publish("rx.a", b"via a node under repair")).seq == 1
+                finally:
+                    await only.close()
             else:
                 cluster3.start(victim)
                 _wait_log(cluster3, victim, "this node was removed from the cluster")
