@@ -12,10 +12,16 @@ One session of a link:
    over twice or out of order (a reset ends the session after the batch in hand: the origin
    may have been deleted and created again, which a session start checks). An interest or
    work-queue origin (acks remove messages) is read with a pull consumer of a fixed name
-   per link (a new leader's replaces the old leader's) with explicit acks, fetched with
-   idle heartbeats (a stalled link raises); its consumer sequence numbers every delivery,
-   and a jump (a delivery lost in flight, which would come back only as a late
-   redelivery) ends the session after what came before;
+   per link with explicit acks, fetched with idle heartbeats (a stalled link raises). That
+   consumer holds the origin's messages for the link (on an interest origin, a message no
+   consumer holds is removed), so it is never deleted and made again: a session RESUMES it
+   (``reset_consumer`` to the sequence after the replicated position: what is copied is
+   released, what is not stays held), a new leader's link resumes the old leader's, and
+   only a missing one (never made, or expired after ``inactive_threshold``) is created. A
+   delivery can still be lost in flight (a pull request that ended while it travelled; it
+   stays pending on the origin until its ack wait): its consumer sequence is skipped. The
+   link then copies nothing past the hole it may leave (see ``_PullBatches``) and ends the
+   session: the next one resumes the consumer after what committed;
 3. loop: take a batch, propose it as ``Copy`` entries (each naming the origin sequence it
    copies and the one it believes was stored before it); once the entry committed, ack the
    batch on the origin (pull consumer). Receiving overlaps committing: a few batches may
@@ -25,22 +31,31 @@ Exactly once, in order: the engine stores a ``Copy`` only when its ``prev_origin
 replicated position, and ignores one at or below it, so whatever was proposed twice (a
 redelivery, two leaders for a moment) is stored once, and nothing is stored past a hole.
 Any failure (origin or own leader change, a refused copy, missed heartbeats: a stalled link,
-a broken connection) ends the session; the next one starts from the replicated position
-again, after a tenacity backoff. Acks go out only after commit, so a work-queue or interest
-origin drops a message only once the copy is durable on a quorum here. What was committed
-but not acked when a session ended is deleted from a work-queue origin by the next session
-(it holds the copies), since a fresh consumer never sees those sequences again.
+a broken connection, an origin that does not answer) ends the session; the next one starts
+from the replicated position again, after a tenacity backoff. Acks go out only after commit
+(a message is acked only once the replicated position covers it, redeliveries included), so
+a work-queue or interest origin drops a message only once the copy is durable on a quorum
+here. What was committed but not acked when a session ended is released by the next
+session's reset of the consumer; if the consumer had to be made anew, a work-queue origin's
+such messages are deleted (it holds the copies).
 
 Origin sequences that the origin removed before they could be copied (limits, purge) are
 reported as ``skipped`` ranges in the replicated state: a gap in the delivered sequences is
 checked against the origin's first sequence (links with a subject filter see gaps for every
 other subject, so they report none); sequences below the origin's configured ``first_seq``
-never existed and are not skipped.
+never existed and are not skipped. A gap is only ever classified when no delivery went
+missing before it (a hole left by a lost delivery ends the session instead), so a message
+the origin still holds for the link is never booked as skipped.
 
-Link state (leader-local, ``LinkInfo``): ``lag`` is the number of origin messages not copied
-yet. A session sets it from its consumer's ``num_pending`` when the consumer is made (an
-estimate from the origin's state before that, if nothing was known), then only from what
-committed (the ``num_pending`` of the last message stored); an idle origin with nothing in
+Link state (leader-local, ``LinkInfo``): ``active_ns`` counts from the last time the origin
+answered: a message, its info, or a wait that it ended with nothing new (the pull
+consumer's 408; for the ordered consumer, whose subscription retries on its own forever,
+the origin's info asked after a quiet wait). A session whose origin does not answer ends
+with the error, so neither an error nor a growing ``active_ns`` is hidden by an idle loop.
+``lag`` is the number of origin messages not copied yet. A session sets it from its
+consumer's ``num_pending`` when the consumer is made or resumed (an estimate from the
+origin's state before that, if nothing was known), then only from what committed (the
+``num_pending`` of the last message stored); an idle origin (it answered) with nothing in
 flight makes it 0. It is kept across sessions; None until the link learnt anything (stream
 info then shows 0 with an error saying why). ``error`` is a plain sentence (no private
 class name), kept from the session that failed until a batch commits or a session caught
@@ -59,7 +74,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -87,14 +102,18 @@ log = logging.getLogger(__name__)
 
 NS_PER_S = 1_000_000_000
 FETCH_MSGS_MAX = 512  # messages per round (and per proposed entry)
-FETCH_WAIT_S = 2.0  # how long the first fetch of a round waits for a message
-BULK_WAIT_S = 0.05  # how long the rest of a pulled batch may take to arrive
+# How long a fetch waits: the first one of a round for one message, the second for the
+# ones the first said are pending (it is answered as soon as they are there). The server
+# ends a request 10% (at most 0.25 s) before this, so a delivery it makes at the end still
+# arrives before the client gives up; a much shorter wait loses deliveries in flight.
+FETCH_WAIT_S = 2.0
 ORDERED_PENDING_MSGS_MAX = 4 * 512  # messages the ordered subscription buffers
 COMMITS_INFLIGHT_MAX = 4  # batches proposed and not yet committed, per link
 HEARTBEAT_S = 0.5  # the origin's idle heartbeat; 3 missed ones end the session (stalled)
 CLIENT_TIMEOUT_S = 5.0  # per call to the origin
 ACK_WAIT_NS = 30 * NS_PER_S  # the origin redelivers an unacked copy after this
-ACK_PENDING_MSGS_MAX = 4 * FETCH_MSGS_MAX
+# Room for the batches in flight and the one being fetched: a fetch never waits for acks.
+ACK_PENDING_MSGS_MAX = (COMMITS_INFLIGHT_MAX + 1) * FETCH_MSGS_MAX
 INACTIVE_THRESHOLD_NS = 30 * NS_PER_S  # the origin drops an abandoned link consumer
 RECONNECT_WAIT_MIN_S = 0.1
 RECONNECT_WAIT_MAX_S = 5.0
@@ -147,6 +166,30 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, _SessionEnd) or name.startswith("_"):
         return text or "the link's session ended"
     return f"{name}: {text}" if text else name
+
+
+def _settings(cfg: ConsumerConfig) -> tuple[object, ...]:
+    """What a link sets on its consumer that an update may change (its start is the
+    session's reset)."""
+    return (
+        cfg.ack_wait,
+        cfg.max_ack_pending,
+        cfg.inactive_threshold,
+        cfg.filter_subject or None,
+        tuple(cfg.filter_subjects),
+    )
+
+
+def _with_settings(cfg: ConsumerConfig, wanted: ConsumerConfig) -> ConsumerConfig:
+    """``cfg`` (an existing consumer's) with the link's ``_settings`` from ``wanted``."""
+    return replace(
+        cfg,
+        ack_wait=wanted.ack_wait,
+        max_ack_pending=wanted.max_ack_pending,
+        inactive_threshold=wanted.inactive_threshold,
+        filter_subject=wanted.filter_subject,
+        filter_subjects=wanted.filter_subjects,
+    )
 
 
 def _refusal(exc: BaseException) -> str:
@@ -309,22 +352,59 @@ class MirrorLink:
             await sub.unsubscribe()
             raise sdk_errors.InvariantError("subscribe(ordered_consumer=True): not ordered")
         self._lag = sub.initial_info.num_pending  # from right after the position
-        return _OrderedBatches(sub)
+        return _OrderedBatches(sub, probe=lambda: client.stream_info(self.source.name))
 
     async def _pulled(
         self, client: Client, pos: int, first: int, retention: RetentionPolicy
     ) -> _Batches:
-        """An interest or work-queue origin: a pull consumer with explicit acks, each sent
-        once the copy committed (module docstring)."""
+        """An interest or work-queue origin: the link's pull consumer with explicit acks,
+        each sent once the copy committed (module docstring). An existing consumer is
+        resumed right after ``pos``, never deleted: on an interest origin, deleting the
+        only consumer removes every message it holds (delivered and not acked, or not
+        delivered yet) and those published until a new one exists."""
         src = self.source
         workqueue = retention is RetentionPolicy.WORKQUEUE
-        if workqueue and pos:
-            await self._clean_workqueue(client, first, pos)
-        with contextlib.suppress(sdk_errors.NotFoundError):
-            await client.delete_consumer(src.name, self._consumer)
-        made = await client.add_consumer(src.name, self._consumer_config(pos, workqueue=workqueue))
+        wanted = self._consumer_config(pos, workqueue=workqueue)
+        try:
+            have = await client.consumer_info(src.name, self._consumer)
+        except sdk_errors.NotFoundError:
+            have = None
+        if have is None:
+            if workqueue and pos:
+                await self._clean_workqueue(client, first, pos)
+            made = await client.add_consumer(src.name, wanted)
+        else:
+            if _settings(have.config) != _settings(wanted):  # e.g. the source's filter changed
+                await client.update_consumer(src.name, _with_settings(have.config, wanted))
+            # Interest is held throughout: the reset releases only what is at or below the
+            # position (copied), and delivers everything after it again, including what
+            # the last session received and did not commit.
+            seq = self._resume_seq(pos, workqueue=workqueue)
+            made = await client.reset_consumer(src.name, self._consumer, seq)
+            log.info(
+                "link to %s resumes its consumer %s at %s (copied up to %d)",
+                self.key,
+                self._consumer,
+                seq if seq is not None else "its ack floor",
+                pos,
+                extra=self._extra,
+            )
         self._lag = made.num_pending  # what the work queue holds, or after the position
-        return _PullBatches(await client.pull_subscribe_bind(src.name, self._consumer))
+        sub = await client.pull_subscribe_bind(src.name, self._consumer)
+        return _PullBatches(
+            sub, pos=pos, cseq=made.delivered.consumer_seq, filtered=bool(src.filters)
+        )
+
+    def _resume_seq(self, pos: int, *, workqueue: bool) -> int | None:
+        """Where a resumed consumer delivers from: after the position, or, with nothing
+        copied yet, where the link starts (None: the consumer's ack floor, which is its
+        start by time since the link acks nothing it did not copy)."""
+        src = self.source
+        if pos or workqueue:
+            return pos + 1
+        if src.opt_start_seq:
+            return src.opt_start_seq
+        return None if src.opt_start_time else 1
 
     def _on_sub_error(self, exc: sdk_errors.RaftStreamError) -> None:
         self._error = describe_error(exc)
@@ -437,12 +517,14 @@ class MirrorLink:
                 self._lag, self._lag_seq = pending[stored - 1], last
             if stored < len(results):
                 refused = results[stored]
-                top = copies[stored - 1].origin_seq if stored else copies[0].prev_origin_seq
-                acks = [m for m in acks if m.metadata.stream_seq <= top]
             else:
                 self._error = None  # a batch committed: the link works again
+        # Ack after commit: only what the replicated position covers (a redelivery of a
+        # copy still in flight, or one after a refusal, waits; it is delivered again).
+        top = self._host.origin_position(self.key).last_seq
         for m in acks:
-            await m.ack()
+            if m.metadata.stream_seq <= top:
+                await m.ack()
         if refused is not None:
             raise _SessionEnd(_refusal(refused))
 
@@ -472,7 +554,11 @@ class MirrorLink:
 class _Batches(Protocol):
     """Where a session's messages come from; ``lost`` is set (and the batch before it is
     the last one) when the session must start over: a delivery went missing, or the
-    origin's consumer was made again."""
+    origin's consumer was made again.
+
+    ``next`` returns messages, or [] only when the ORIGIN ANSWERED that it has nothing new
+    (so the link counts it as heard from, and as caught up); it raises when the origin
+    does not answer, which ends the session with that error."""
 
     lost: str | None
 
@@ -486,10 +572,16 @@ class _OrderedBatches:
     buffered. Gaps and stalls are the subscription's own business (it resets itself), but
     a reset ends the session after the batch: the origin may be another stream by then
     (deleted and created again, its consumers with it), which only a session start checks.
+
+    A quiet wait proves nothing: the subscription keeps trying to reach a dead origin on
+    its own, forever, and meanwhile delivers nothing, as an idle origin does. So after a
+    quiet wait the origin is asked for its info (``probe``): an answer means idle, a
+    failure raises and ends the session (its error is the link's).
     """
 
-    def __init__(self, sub: OrderedSubscription) -> None:
+    def __init__(self, sub: OrderedSubscription, probe: Callable[[], Awaitable[object]]) -> None:
         self._sub = sub
+        self._probe = probe
         self._resets = sub.resets
         self.lost: str | None = None
 
@@ -497,9 +589,11 @@ class _OrderedBatches:
         try:
             out = [await self._sub.next_msg(FETCH_WAIT_S)]
         except sdk_errors.DeadlineExceededError:
-            out = []  # the origin is idle (its heartbeats keep the subscription alive)
+            out = []
         while out and self._sub.pending and len(out) < FETCH_MSGS_MAX:
             out.append(await self._sub.next_msg(None))
+        if not out:
+            await self._probe()  # raises when the origin does not answer
         if self._sub.resets != self._resets:
             self.lost = "the origin's ordered consumer was made again (a stall, or the origin "
             self.lost += "changed): the next session checks the origin"
@@ -510,30 +604,68 @@ class _OrderedBatches:
 
 
 class _PullBatches:
-    """Batches from a pull consumer: one fetch waits for a message (idle heartbeats on: a
-    stalled link raises), a short second one takes what else is there. The consumer's own
-    sequence numbers every delivery; a jump means one was lost in flight (a pull request
-    ended with it), which would only come back as a redelivery after what follows it."""
+    """Batches from the link's pull consumer: one fetch waits for a message (idle
+    heartbeats on: a stalled link raises); a second one takes the messages the first
+    said are pending (``num_pending``), and is answered as soon as they are there.
 
-    def __init__(self, sub: PullSubscription) -> None:
+    A delivery can be lost in flight (its pull request ended while it travelled): the
+    consumer's own sequence skips it and the message stays pending on the origin until
+    its ack wait, then comes again. A skipped consumer sequence only matters if it may
+    have been a message the link has not copied: new deliveries come in stream order, so
+    when the next message above what was handed over is the very next origin sequence,
+    the lost one was a redelivery of a copied message (harmless). Otherwise (or with a
+    subject filter, where any gap is normal) nothing past the hole is handed over and
+    ``lost`` ends the session; the next one resumes the consumer after what committed.
+    A quiet wait after a delivery that said more were pending means the same.
+    Redeliveries (a message at or below what was handed over) pass through; the link
+    ignores them and acks them once the position covers them."""
+
+    def __init__(self, sub: PullSubscription, *, pos: int, cseq: int, filtered: bool) -> None:
         self._sub = sub
-        self._cseq = 0
+        self._top = pos  # the highest origin sequence handed over (or copied before)
+        self._cseq = cseq  # the highest consumer sequence seen (the consumer's at start)
+        self._filtered = filtered
+        self._missed: int | None = None  # a consumer sequence lost in flight, unresolved
+        self._pending_after = 0  # the origin's num_pending after the last delivery
         self.lost: str | None = None
 
     async def next(self) -> list[Msg]:
         try:
             msgs = await self._sub.fetch(1, FETCH_WAIT_S, heartbeat=HEARTBEAT_S)
         except sdk_errors.DeadlineExceededError:
-            return []  # nothing new within the wait: the origin is idle, not stalled
-        with contextlib.suppress(sdk_errors.DeadlineExceededError):
-            msgs += await self._sub.fetch(FETCH_MSGS_MAX - 1, BULK_WAIT_S)
+            # The origin answered (408): nothing within the wait. Idle, unless the last
+            # delivery said more were pending: then they went to a request that ended.
+            if self._pending_after:
+                self.lost = f"{self._pending_after} more message(s) pending on the origin "
+                self.lost += "did not arrive (lost in flight, or removed)"
+            return []
+        more = min(msgs[-1].metadata.num_pending, FETCH_MSGS_MAX - 1)
+        if more:
+            with contextlib.suppress(sdk_errors.DeadlineExceededError):
+                msgs += await self._sub.fetch(more, FETCH_WAIT_S, heartbeat=HEARTBEAT_S)
+        return self._checked(msgs)
+
+    def _checked(self, msgs: list[Msg]) -> list[Msg]:
+        """``msgs`` up to the first one that may lie past an uncopied lost delivery."""
         for i, m in enumerate(msgs):
-            if m.metadata.consumer_seq != self._cseq + 1:
-                self.lost = f"delivery gap: consumer seq {self._cseq + 1} expected, got "
-                self.lost += str(m.metadata.consumer_seq)
-                return msgs[:i]
-            self._cseq = m.metadata.consumer_seq
+            meta = m.metadata
+            if meta.consumer_seq > self._cseq + 1 and self._missed is None:
+                self._missed = self._cseq + 1
+            # Not less: a delivery whose op a leader change lost is made again with the
+            # same consumer sequence (its message was received already).
+            self._cseq = max(self._cseq, meta.consumer_seq)
+            self._pending_after = meta.num_pending
+            if meta.stream_seq <= self._top:
+                continue  # a redelivery: at most a copy made again
+            if self._missed is not None:
+                if self._filtered or meta.stream_seq != self._top + 1:
+                    self.lost = f"delivery gap: consumer seq {self._missed} was lost in "
+                    self.lost += f"flight before origin seq {meta.stream_seq}, after "
+                    self.lost += f"{self._top}: the next session resumes after what committed"
+                    return msgs[:i]
+                self._missed = None  # the lost one was a redelivery: nothing is missing
+            self._top = meta.stream_seq
         return msgs
 
     async def close(self) -> None:
-        """Nothing: the consumer is replaced by the next session, or expires."""
+        """Nothing: the consumer is resumed by the next session, or expires."""
