@@ -11,8 +11,13 @@ acknowledged ack survives the loss of any one node and an acked message is never
 redelivered after a failover. An ack (or nak, progress, term) of a sequence the consumer
 has not delivered is refused with FAILED_PRECONDITION and changes nothing: that is a
 delivery whose Deliver op a leader change lost, and the message will be delivered again,
-so confirming the ack would be a lie. ``AckStream`` answers only failures and sync acks
-(proto).
+so confirming the ack would be a lie (JetStream answers such an AckSync as if it were
+acked; ``ack_sync`` promises more: a message it confirmed is never delivered again). A
+planned leader change loses no delivery (``cluster/stream_leader.py``, "Leadership
+transfers"): an ack that arrives during one waits for its end, then is decided here or
+fails NOT_LEADER with nothing decided (``ack_sync``'s unary ``Ack`` is then retried at the
+new leader; an ``AckStream`` item reports the error, and its message is redelivered after
+its ack wait, counted). ``AckStream`` answers only failures and sync acks (proto).
 
 ``Consume`` (push delivery) runs a ``PushSession`` (``cluster/services_push.py``).
 """

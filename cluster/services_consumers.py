@@ -318,8 +318,11 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
     async def StepDownConsumerLeader(
         self, request: pb.ConsumerStepDownRequest, context: Any
     ) -> pb.StepDownResponse:
-        # Consumers replicate through their stream's group: its leadership moves.
+        # Consumers replicate through their stream's group: its leadership moves. Inside
+        # ``handing_over`` no consumer op is left queued when the transfer starts (it would
+        # be refused after its deliveries had left: operator review, finding 2).
         self._check(context, request.stream, manage=True)
         g = await self._ctx.leader_group(account_of(context), request.stream)
         g.leader_consumer(request.consumer)
-        return await step_down(self._ctx, g.group, request.preferred)
+        async with g.handing_over(time_left(context)):
+            return await step_down(self._ctx, g.group, request.preferred)

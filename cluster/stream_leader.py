@@ -30,6 +30,19 @@ never commit, so the copies are dropped (waiting pulls get 409 Leadership Change
 barrier is proposed if this node still leads. Ambiguous outcomes (timeouts) are reported to
 the caller as such.
 
+Leadership transfers (a step-down, a leader leaving the group, a planned stop): while one
+is in progress the core refuses every proposal, so a Deliver op decided then would be
+refused after its deliveries had left, and the new leader would not know them (it would
+deliver them again as first deliveries, and refuse the client's ack). So while the host
+says a transfer is in progress (``RaftHost.transferring``) the copies decide nothing:
+waiting pulls stay waiting, and a new pull, push step, ack or nak waits for the transfer to
+end (``_await_transfer``), then goes on here if this node still leads, else fails
+NOT_LEADER with nothing decided (the client goes to the new leader; waiting pulls end with
+409 Leadership Change when the copies are dropped). What is queued in the host when a
+transfer starts is not refused: ``RaftHost.transfer_leadership`` puts it into the log first.
+``handing_over`` (the consumer step-down) goes further for a caller that starts the transfer
+inside it: it holds decisions and waits for the consumer ops already proposed to commit.
+
 Mirrors and sources: while this node leads (from its barrier on), a ``LinkSet``
 (``cluster/mirror_links.py``) runs one coordinator per origin of the config; they propose
 ``Copy`` entries through ``propose_copies`` and stop when leadership is lost.
@@ -43,7 +56,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +102,10 @@ PUBLISH_QUEUE_MSGS_MAX = 65_536  # publishes waiting for a Raft entry, per group
 STORAGE_CHECK_S = 0.05  # how long a storage room lookup stands for (``_check_storage``)
 PULL_QUEUE_EVENTS_SLACK = 64  # room in a pull's queue beyond its batch (statuses)
 POLL_INTERVAL_MAX_S = 1.0  # the leader's timer looks at expiry at least this often
+# A decision waits this long at most for a leadership transfer to end (the core abandons
+# one after an election timeout), and looks whether it ended at least this often.
+TRANSFER_WAIT_S_MAX = 5.0
+TRANSFER_POLL_S = 0.01
 ANSWER_MARGIN_S = 0.05  # answer this long before the client's deadline (at most 10% of it)
 
 
@@ -251,6 +268,12 @@ class StreamGroup:
         self._poller: asyncio.Task[None] | None = None
         self._sequencing: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Leadership transfers (module docstring): hand-overs holding decisions, consumer
+        # ops proposed and not settled, and what wakes decisions waiting for a transfer.
+        self._handing_over = 0
+        self._hand_over_began = False  # a transfer was seen since the hand-over started
+        self._ops_inflight: set[asyncio.Future[Any]] = set()
+        self._transfer_over = asyncio.Event()
         # One per attached Consume call, woken in turn: the first woken takes what an apply
         # brought, so the order rotates, and a queue group's members share the deliveries.
         self._push_wakers: list[asyncio.Event] = []
@@ -289,6 +312,8 @@ class StreamGroup:
             self._drop_leader_state("leadership changed")
         if leading and self._barrier_term != st.term:
             self._propose_barrier(st.term)
+        if leading and not self._transfer_over.is_set() and not self._held():
+            self._transfer_ended()  # abandoned: what waited decides here after all
         self._d.metrics.observe_group(
             self.group, applied=st.applied, term=st.term, leader=leading, halted=st.halted
         )
@@ -330,6 +355,71 @@ class StreamGroup:
         self._sequencing.clear()
         self.replica.forget_proposed()
         self._fail_pubs(NotLeaderError("stream leadership changed; not proposed"))
+        self._transfer_over.set()  # decisions waiting for a transfer now fail NOT_LEADER
+
+    # -- leadership transfers (module docstring) ----------------------------------------------
+
+    def _held(self) -> bool:
+        """Whether the leader copies must decide nothing now: a transfer of this group's
+        leadership is in progress here (the core refuses every proposal until it ends), or
+        a hand-over (``handing_over``) is about to start one (once its transfer was seen,
+        the transfer's own end releases decisions, abandoned or not)."""
+        if self._d.host.transferring(self.group) is not None:
+            self._hand_over_began = bool(self._handing_over)
+            return True
+        return bool(self._handing_over) and not self._hand_over_began
+
+    def _transfer_ended(self) -> None:
+        """Wake what waited for a transfer: decisions (``_await_transfer``), the poller."""
+        self._transfer_over.set()
+        self._wake.set()
+
+    async def _await_transfer(self, timeout_s: float | None) -> None:
+        """Return at once unless a transfer holds decisions; else wait until it ends, then
+        return if this node still leads with its copies, or raise ``not_leader()`` (the
+        leadership moved: nothing was decided here, the request may go to the new leader).
+        UnavailableError (retriable) when it outlasts ``timeout_s`` (``answer_within``) or
+        ``TRANSFER_WAIT_S_MAX``."""
+        if not self._held():
+            return
+        loop = asyncio.get_running_loop()
+        within = answer_within(timeout_s)
+        deadline = loop.time() + min(TRANSFER_WAIT_S_MAX, within or TRANSFER_WAIT_S_MAX)
+        while self._lead_term and self._held():
+            left = deadline - loop.time()
+            if left <= 0:
+                raise UnavailableError(
+                    f"the leadership of stream {self.name!r} is moving; retry", group=self.group
+                )
+            self._transfer_over.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._transfer_over.wait(), min(left, TRANSFER_POLL_S))
+        if not self.ready:
+            raise self.not_leader()
+
+    @contextlib.asynccontextmanager
+    async def handing_over(self, timeout_s: float | None) -> AsyncIterator[None]:
+        """Hold every consumer decision while the caller starts a leadership transfer of
+        this group inside (``RaftHost.transfer_leadership``) and waits for it. Entering
+        waits, bounded by ``timeout_s`` (else the proposal timeout), until the consumer
+        ops already proposed have settled, so that none is still queued in the host when
+        the transfer starts: the core would refuse it after its deliveries had left.
+        Decisions asked meanwhile wait: until the transfer is seen to start, then until
+        it ends, as during any transfer (an abandoned one releases them); at the latest on
+        leaving, after which they go on if this node still leads, else fail NOT_LEADER."""
+        self._handing_over += 1
+        self._hand_over_began = False
+        try:
+            inflight = set(self._ops_inflight)
+            if inflight:
+                within = answer_within(timeout_s)
+                limit_s = self._d.proposal_timeout_ms / 1000
+                await asyncio.wait(inflight, timeout=min(limit_s, within or limit_s))
+            yield
+        finally:
+            self._handing_over -= 1
+            if not self._held():
+                self._transfer_ended()
 
     def _proposal_failed(self, exc: BaseException) -> None:
         """Ops of the leader copies may not commit: drop the copies, make them again."""
@@ -665,7 +755,10 @@ class StreamGroup:
         ``deliver_early`` (pulls, push steps), deliver them and return once the ops are
         proposed, with the future of their commit (None when there were none): a failed
         commit then only drops the copies (module docstring). UnavailableError
-        (retriable), with nothing decided, when ``c`` is a stale copy (``_stale``)."""
+        (retriable), with nothing decided, when ``c`` is a stale copy (``_stale``). While a
+        leadership transfer is in progress it first waits for its end (``_await_transfer``:
+        NOT_LEADER, with nothing decided, when leadership moved)."""
+        await self._await_transfer(timeout_s)
         if self._stale(c):
             raise self._stale_copy()
         now = _now_ns()
@@ -692,8 +785,11 @@ class StreamGroup:
 
     def _propose_op_entry(
         self, c: Consumer, ops: list[Any], timeout_s: float | None
-    ) -> Awaitable[Any]:
-        return self._propose(ops_entry(c.name, ops), timeout_s)
+    ) -> asyncio.Future[Any]:
+        fut = asyncio.ensure_future(self._propose(ops_entry(c.name, ops), timeout_s))
+        self._ops_inflight.add(fut)  # until settled: what ``handing_over`` waits for
+        fut.add_done_callback(self._ops_inflight.discard)
+        return fut
 
     async def _propose_ops(self, c: Consumer, ops: list[Any], timeout_s: float | None) -> None:
         """Propose ops the leader copy ``c`` already applied, surviving the caller's
@@ -760,7 +856,10 @@ class StreamGroup:
     ) -> PullHandle:
         """Queue a pull request on the leader copy; its events arrive on the handle. The
         caller closes the handle when its call ends, however it ends: that also takes the
-        request out of the consumer if it is still waiting (``_close_pull``)."""
+        request out of the consumer if it is still waiting (``_close_pull``). During a
+        leadership transfer it first waits for the transfer's end (``_await_transfer``):
+        NOT_LEADER, with nothing queued, when leadership moved."""
+        await self._await_transfer(timeout_s)
         c = self.leader_consumer(consumer)
         reply = f"pull.{next(self._reply_ids)}"
         handle = PullHandle(reply, int(request.get("batch", 1)), lambda r: self._close_pull(c, r))
@@ -822,6 +921,9 @@ class StreamGroup:
             self._poller = None
 
     async def _poll_once(self) -> None:
+        if self._held():
+            self._transfer_over.clear()  # so that the transfer's end wakes the poller
+            return  # waiting pulls wait
         for c in list(self._leaders.values()):
             # A copy dropped while an earlier one was proposed is skipped: it is stale.
             if (
@@ -872,6 +974,8 @@ class StreamGroup:
         task.add_done_callback(self._tasks.discard)
 
     def _next_wake_s(self) -> float:
+        if self._held():
+            return POLL_INTERVAL_MAX_S  # ``_transfer_ended`` wakes it
         now = _now_ns()
         wakes = [c.next_wake_ns(now) for c in self._leaders.values() if not c.deleted]
         due = min((w for w in wakes if w), default=0)

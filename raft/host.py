@@ -1069,10 +1069,22 @@ class RaftHost:
             raise NotLeaderError(f"not the leader of {group}", leader=self.leader(group))
         if to not in g.node.status().conf.voters:
             raise InvalidArgumentError("to", f"{to!r} is not a voter of {group}")
+        # Proposals queued for the next round go into the log first: once the transfer
+        # starts the core refuses them, and the callers had already acted on them (a
+        # consumer's deliveries had left). In the log, ``to`` is caught up with them before
+        # it is told to campaign, and they commit in the new leader's term.
+        self._take_proposals()
         g.node.transfer_leadership(to)
         g.quiet = False  # the transfer needs ticks (its timeout) and messages
         self._dirty.add(group)
         self._wake.set()
+
+    def transferring(self, group: str) -> str | None:
+        """The voter this replica's leadership of ``group`` is being handed to, while a
+        ``transfer_leadership`` is in progress here (the core refuses every proposal until
+        leadership moves or, after an election timeout, the transfer is abandoned); None
+        otherwise. Read-only."""
+        return self._group(group).node.status().lead_transferee or None
 
     def voters(self, group: str) -> tuple[str, ...]:
         """The group's voters as this replica knows them (the newest membership it has

@@ -117,18 +117,27 @@ def info_cmd(conn: Conn, as_json: bool) -> None:
 
 @cluster.command("step-down")
 @click.option("--stream", help="Move this stream's leadership instead of the meta leader's.")
-@click.option("--consumer", help="With --stream: move this consumer's leadership.")
+@click.option(
+    "--consumer",
+    help="With --stream: ask through this consumer. Consumers are led with their stream, "
+    "so the whole stream's leadership moves (publishes and every consumer).",
+)
 @click.option("--preferred", help="The node that should lead next.")
 @connection_options
 def step_down_cmd(
     conn: Conn, stream: str | None, consumer: str | None, preferred: str | None
 ) -> None:
-    """Ask a leader (the meta group's, or a stream's or consumer's) to step down.
+    """Ask a leader (the meta group's, or a stream's) to step down.
+
+    Consumers replicate through their stream's Raft group and are led by the stream's
+    leader, so --consumer moves the leadership of the whole stream: its publishes and
+    every one of its consumers, not that consumer alone (unlike JetStream).
 
     \b
     Examples:
       raftstream cluster step-down
       raftstream cluster step-down --stream ORDERS --preferred n2
+      raftstream cluster step-down --stream ORDERS --consumer proc   # moves ORDERS
     """
     if consumer and not stream:
         raise click.UsageError("--consumer needs --stream")
@@ -140,9 +149,19 @@ def step_down_cmd(
             return await c.stream_leader_stepdown(stream, preferred=preferred)
         return await c.meta_leader_stepdown(preferred=preferred)
 
-    leader = run(conn, body)
-    what = f"consumer {stream}/{consumer}" if consumer else f"stream {stream}" if stream else "meta"
-    click.echo(f"{what} leader stepped down; new leader: {leader or 'not known yet'}")
+    click.echo(step_down_message(stream, consumer, run(conn, body)))
+
+
+def step_down_message(stream: str | None, consumer: str | None, leader: str | None) -> str:
+    """What ``cluster step-down`` prints once leadership moved to ``leader`` (None: not
+    known yet). A consumer step-down says that its stream's leadership moved."""
+    new = f"new leader: {leader or 'not known yet'}"
+    if stream and consumer:
+        return (
+            f"consumer {stream}/{consumer}: its stream {stream}'s leader stepped down "
+            f"(consumers are led with their stream); {new}"
+        )
+    return f"{'stream ' + stream if stream else 'meta'} leader stepped down; {new}"
 
 
 @cluster.command("peer-remove")

@@ -314,6 +314,27 @@ def test_cluster_info_and_step_down(cluster: Any) -> None:
     )
 
 
+def test_consumer_step_down_says_that_its_stream_moved(cluster: Any) -> None:
+    """Consumers are led with their stream (docs/cli.md, operator review finding 8): a
+    consumer step-down moves the whole stream's leadership, and its output says so."""
+    ok(cluster, "stream", "add", "SDOWN", "--subjects", "sdown.>", "--replicas", "3")
+    ok(cluster, "consumer", "add", "SDOWN", "proc")
+
+    def stream_leader() -> str:
+        info = json.loads(ok(cluster, "cluster", "info", "--json"))
+        (group,) = [g for g in info["groups"] if g["stream"] == "SDOWN"]
+        return str(group["group"]["leader"])
+
+    to = next(n for n in ("n1", "n2", "n3") if n != stream_leader())
+    out = ok(cluster, "cluster", "step-down", "--stream", "SDOWN", "--consumer", "proc",
+             "--preferred", to)  # fmt: skip
+    assert out.strip() == (
+        f"consumer SDOWN/proc: its stream SDOWN's leader stepped down (consumers are led "
+        f"with their stream); new leader: {to}"
+    )
+    assert stream_leader() == to
+
+
 def test_bench_pub_prints_a_table_and_removes_its_stream(cluster: Any) -> None:
     out = ok(cluster, "bench", "pub", "bench.t", "--msgs", "200", "--size", "64",
              "--replicas", "3", "--pubs", "2")  # fmt: skip

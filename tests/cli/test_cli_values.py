@@ -7,9 +7,11 @@ from dataclasses import replace
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from raftstream import errors
-from raftstream.cli_cluster import group_labels
+from raftstream.cli import cli
+from raftstream.cli_cluster import group_labels, step_down_message
 from raftstream.cli_common import (
     Conn,
     describe_error,
@@ -168,3 +170,21 @@ def test_cluster_info_names_the_account_when_groups_span_several() -> None:
         "stream B/ORDERS",
     ]
     assert group_labels(info(("$G", "ORDERS"))) == ["meta", "stream ORDERS"]
+
+
+def test_step_down_messages_say_what_moved() -> None:
+    """A consumer step-down moves its stream's leadership (docs/cli.md, "cluster
+    step-down"; operator review finding 8): its output and --help say so."""
+    assert step_down_message("EVENTS", "proc", "n2") == (
+        "consumer EVENTS/proc: its stream EVENTS's leader stepped down (consumers are led "
+        "with their stream); new leader: n2"
+    )
+    assert step_down_message("EVENTS", None, "n2") == (
+        "stream EVENTS leader stepped down; new leader: n2"
+    )
+    assert step_down_message(None, None, None) == (
+        "meta leader stepped down; new leader: not known yet"
+    )
+    help_text = " ".join(CliRunner().invoke(cli, ["cluster", "step-down", "--help"]).stdout.split())
+    assert "moves the leadership of the whole stream" in help_text
+    assert "Consumers are led with their stream" in help_text

@@ -1,15 +1,21 @@
-"""One in-process node for stream-leader tests: a RaftHost over memory storage and
-transport leading stream Q (R1), with a real StreamGroup and a real LMDB store.
+"""In-process nodes for stream-leader tests: RaftHosts over memory storage and transport
+hosting stream Q, each with a real StreamGroup and a real LMDB store.
 
-``one_node(tmp_path, *configs)`` yields a ``Node`` once the group leads with the consumer
-copies of ``configs`` built; ``Node.consumers`` is the meta state's consumer list (editable)
-and ``Node.deleted`` the consumers the group asked the meta leader to delete."""
+``one_node(tmp_path, *configs)`` yields a ``Node`` once the group (R1) leads with the
+consumer copies of ``configs`` built; ``Node.consumers`` is the meta state's consumer list
+(editable) and ``Node.deleted`` the consumers the group asked the meta leader to delete.
+
+``stream_nodes(tmp_path, names, *configs)`` does the same for an R``len(names)`` group on
+that many nodes of one ``MemoryNetwork`` (``Node.net``: cut a node off with ``set_down``),
+yielding the nodes by name once one leads; a monitor calls every group's
+``check_leadership`` each tick, as the node's monitor does."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
@@ -25,17 +31,32 @@ from raftstream.raft.storage import MemoryLogStorage
 from raftstream.raft.transport import MemoryNetwork, MemoryTransport
 from tests.raft.test_host import until
 
-__all__ = ["Node", "assignment", "one_node"]
+__all__ = ["GROUP", "Node", "assignment", "leader_of", "one_node", "stream_nodes"]
+
+GROUP = stream_group_id("$G", "Q")
+# Several nodes in one loaded process: elections slow enough not to start spuriously.
+MULTI_HOST_CONFIG = HostConfig(tick_ms=10, election_tick=30)
 
 
 class Node:
     """The host, its group of stream Q, the meta state's consumers and the deletions asked."""
 
-    def __init__(self, host: RaftHost, group: StreamGroup, consumers: list[ConsumerAssignment]):
+    def __init__(
+        self,
+        host: RaftHost,
+        group: StreamGroup,
+        consumers: list[ConsumerAssignment],
+        net: MemoryNetwork | None = None,
+    ):
         self.host = host
         self.g = group
         self.consumers = consumers
+        self.net = net
         self.deleted: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return self.host.node_id
 
     def leading(self) -> bool:
         """Whether the group leads with every consumer copy built (driving its barrier)."""
@@ -49,50 +70,85 @@ def assignment(config: ConsumerConfig) -> ConsumerAssignment:
     return ConsumerAssignment(account="$G", stream="Q", config=config, created_ns=time.time_ns())
 
 
+def leader_of(nodes: dict[str, Node]) -> Node | None:
+    """The one node leading with its copies built, if exactly one does."""
+    leading = [n for n in nodes.values() if n.leading()]
+    return leading[0] if len(leading) == 1 else None
+
+
 @contextlib.asynccontextmanager
 async def one_node(tmp_path: Path, *configs: ConsumerConfig) -> AsyncIterator[Node]:
-    host = RaftHost(
-        "n1",
-        storage=MemoryLogStorage(),
-        transport=MemoryTransport("n1", MemoryNetwork()),
-        config=HostConfig(tick_ms=10),
-    )
-    env = open_node_env(tmp_path / "store", sync=False)
-    cfg = StreamConfig(name="Q", subjects=("q.>",), num_replicas=1)
-    sa = StreamAssignment(
-        account="$G",
-        config=cfg,
-        peers=("n1",),
-        group=stream_group_id("$G", "Q"),
-        created_ns=time.time_ns(),
-    )
-    consumers = [assignment(c) for c in configs]
-    node: Node | None = None
-
-    async def delete(account: str, stream: str, name: str) -> None:
-        assert node is not None
-        node.deleted.append(name)
-
-    deps = GroupDeps(
-        node_id="n1",
-        host=host,
-        env=env,
-        limits=Limits(),
-        metrics=NodeMetrics("n1"),
-        proposal_timeout_ms=5_000,
-        client_addr=lambda _: None,
-        consumers_of=lambda *_: tuple(consumers),
-        stream_of=lambda *_: sa,
-        delete_consumer=delete,
-    )
-    g = StreamGroup(deps, sa)
-    node = Node(host, g, consumers)
-    host.start()
-    try:
-        await host.create_group(sa.group, voters=("n1",), state_machine=g.replica)
+    async with _nodes(tmp_path, ("n1",), configs, HostConfig(tick_ms=10)) as nodes:
+        node = nodes["n1"]
         await until(node.leading)
         yield node
+
+
+@contextlib.asynccontextmanager
+async def stream_nodes(
+    tmp_path: Path, names: Sequence[str], *configs: ConsumerConfig
+) -> AsyncIterator[dict[str, Node]]:
+    async with _nodes(tmp_path, names, configs, MULTI_HOST_CONFIG) as nodes:
+
+        async def monitor() -> None:
+            while True:
+                for n in nodes.values():
+                    n.g.check_leadership()
+                await asyncio.sleep(MULTI_HOST_CONFIG.tick_ms / 1000)
+
+        task = asyncio.get_running_loop().create_task(monitor())
+        try:
+            await until(lambda: leader_of(nodes) is not None)
+            yield nodes
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def _nodes(
+    tmp_path: Path, names: Sequence[str], configs: Sequence[ConsumerConfig], hc: HostConfig
+) -> AsyncIterator[dict[str, Node]]:
+    net = MemoryNetwork()
+    cfg = StreamConfig(name="Q", subjects=("q.>",), num_replicas=len(names))
+    sa = StreamAssignment(
+        account="$G", config=cfg, peers=tuple(names), group=GROUP, created_ns=time.time_ns()
+    )
+    consumers = [assignment(c) for c in configs]
+    nodes: dict[str, Node] = {}
+    envs = []
+    for name in names:
+        transport = MemoryTransport(name, net)
+        host = RaftHost(name, storage=MemoryLogStorage(), transport=transport, config=hc)
+        env = open_node_env(tmp_path / name / "store", sync=False)
+        envs.append(env)
+
+        async def delete(account: str, stream: str, consumer: str, name: str = name) -> None:
+            nodes[name].deleted.append(consumer)
+
+        deps = GroupDeps(
+            node_id=name,
+            host=host,
+            env=env,
+            limits=Limits(),
+            metrics=NodeMetrics(name),
+            proposal_timeout_ms=5_000,
+            client_addr=lambda _: None,
+            consumers_of=lambda *_: tuple(consumers),
+            stream_of=lambda *_: sa,
+            delete_consumer=delete,
+        )
+        nodes[name] = Node(host, StreamGroup(deps, sa), consumers, net)
+    for n in nodes.values():
+        n.host.start()
+    try:
+        for n in nodes.values():
+            await n.host.create_group(GROUP, voters=tuple(names), state_machine=n.g.replica)
+        yield nodes
     finally:
-        await host.stop()  # first: nothing may apply to the store once it is closed
-        await g.close(drop=True)
-        env.close()
+        for n in nodes.values():
+            await n.host.stop()  # first: nothing may apply to the store once it is closed
+        for n in nodes.values():
+            await n.g.close(drop=True)
+        for env in envs:
+            env.close()
