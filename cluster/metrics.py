@@ -206,7 +206,10 @@ class NodeMetrics:
     def observe_group(
         self, group: str, *, applied: int, term: int, leader: bool, halted: bool = False
     ) -> None:
-        """A halted group leads nothing, whatever its last role (it showed as leader)."""
+        """A halted group leads nothing, whatever its last role (it showed as leader). The
+        group's leader-change counter is shown from the start (0), not from its first
+        change, so a rate over it has a series to start from."""
+        self.leader_changes.labels(group)
         self.applied_index.labels(group).set(applied)
         self.term.labels(group).set(term)
         self.is_leader.labels(group).set(1 if leader and not halted else 0)
@@ -221,6 +224,7 @@ class NodeMetrics:
             self.halted,
             self.store_msgs,
             self.store_bytes,
+            self.leader_changes,
         ):
             with contextlib.suppress(KeyError):
                 gauge.remove(group)

@@ -706,7 +706,7 @@ class Node:
                 metrics_due = loop.time() + METRICS_EVERY_S
             for g in list(self.groups.values()):
                 try:
-                    g.check_leadership()
+                    g.check_leadership(observe=observe)
                     sa = self._stream_of(g.account, g.name)
                     if sa is not None and sa.group == g.group:
                         self._membership.step(sa)

@@ -301,22 +301,26 @@ class StreamGroup:
         """True while this node leads and its leader copies are valid."""
         return self._lead_term != 0 and self.is_leader
 
-    def check_leadership(self) -> None:
-        """Called by the node's monitor: react to a change of role or term."""
-        st = self._d.host.status(self.group)
-        leading = st.role == Role.LEADER
-        if st.term != self._term or (not leading and self._lead_term):
-            if st.term != self._term and self._term:  # not the term found at start
+    def check_leadership(self, *, observe: bool = True) -> None:
+        """Called by the node's monitor: react to a change of role or term; ``observe``:
+        refresh the group's gauges too (the monitor does that less often)."""
+        role, term = self._d.host.role(self.group)
+        leading = role == Role.LEADER
+        if term != self._term or (not leading and self._lead_term):
+            if term != self._term and self._term:  # not the term found at start
                 self._d.metrics.leader_changes.labels(self.group).inc()
-            self._term = st.term
-            self._drop_leader_state("leadership changed")
-        if leading and self._barrier_term != st.term:
-            self._propose_barrier(st.term)
+            self._term = term
+            leader = "this node" if leading else self._d.host.leader(self.group) or "unknown"
+            self._drop_leader_state(f"leadership changed: term {term}, leader {leader}")
+        if leading and self._barrier_term != term:
+            self._propose_barrier(term)
         if leading and not self._transfer_over.is_set() and not self._held():
             self._transfer_ended()  # abandoned: what waited decides here after all
-        self._d.metrics.observe_group(
-            self.group, applied=st.applied, term=st.term, leader=leading, halted=st.halted
-        )
+        if observe:
+            st = self._d.host.status(self.group)
+            self._d.metrics.observe_group(
+                self.group, applied=st.applied, term=st.term, leader=leading, halted=st.halted
+            )
 
     def _propose_barrier(self, term: int) -> None:
         self._barrier_term = term

@@ -1049,6 +1049,12 @@ class RaftHost:
         lead = self._group(group).node.leader
         return None if lead == NONE else lead
 
+    def role(self, group: str) -> tuple[Role, int]:
+        """(role, term) of this replica of ``group``: ``status``'s cheap part (no storage
+        read), for callers that look every tick."""
+        node = self._group(group).node
+        return node.role, node.term
+
     def peer_lags(self, group: str) -> dict[str, int]:
         """On the group's leader: entries each other replica's log is known to lack (the
         leader's last index less the peer's match index); empty on a follower."""

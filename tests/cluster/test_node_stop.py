@@ -60,6 +60,12 @@ def test_a_stopped_leader_hands_its_leaderships_over_first(cluster3: LocalCluste
     assert "left to an election" not in text
     others = [n for n in cluster3.names if n != leader]
     assert wait_for("a new leader", lambda: cluster3.stream_leader("HAND")) in others
+    # Back, it sees no leader change (it starts at the current term), and still shows the
+    # counter, at 0: it was missing until a first change (a rate needs the series).
+    cluster3.start(leader)
+    cluster3.wait_serving(leader)
+    series = 'raftstream_raft_leader_changes_total{group="S:$G:HAND"} 0.0'
+    wait_for("the leader-change counter", lambda: series in cluster3.metrics(leader) or None)
 
 
 def test_readiness_follows_the_meta_leader_and_lost_peers_are_reported(
