@@ -112,12 +112,18 @@ class MembershipDriver:
         if task is not None and not task.done():
             return
         host = self._host
-        if host.leader(group) != self._me or host.status(group).role != Role.LEADER:
+        if host.leader(group) != self._me or host.role(group)[0] != Role.LEADER:
             return
+        voters, learners = host.members(group)
+        repairs = self._repairs()
+        if (
+            not learners
+            and set(voters) == set(sa.peers)
+            and not any(p in repairs for p in sa.peers)
+        ):
+            return  # nothing to change (next_change's None), found without the lags
         commit, followers = host.followers(group)
         lag = {f.name: max(0, commit - f.match) for f in followers if f.active}
-        voters, learners = host.voters(group), host.learners(group)
-        repairs = self._repairs()
         # Peers under repair that this group has not let go of yet: out first.
         held = {
             p: repairs[p]

@@ -1092,6 +1092,11 @@ class RaftHost:
         otherwise. Read-only."""
         return self._group(group).node.status().lead_transferee or None
 
+    def members(self, group: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(``voters``, ``learners``) with one look at the replica's state."""
+        conf = self._group(group).node.conf_state()
+        return tuple(conf.voters), tuple(conf.learners)
+
     def voters(self, group: str) -> tuple[str, ...]:
         """The group's voters as this replica knows them (the newest membership it has
         applied, or received in a snapshot)."""

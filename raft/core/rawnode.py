@@ -356,6 +356,10 @@ class RaftNode:
         """First index still in the log (earlier ones live only in the snapshot)."""
         return self._r.log.first_index()
 
+    def conf_state(self) -> ConfState:
+        """The membership in effect here: ``status().conf`` without the rest."""
+        return self._r.tracker.conf_state()
+
     def status(self) -> Status:
         r = self._r
         progress: dict[str, PeerStatus] = {}
