@@ -261,15 +261,13 @@ class StreamReplica:
             )
             self._cset.add(c)
             self.consumers[img.name] = c
-        # At start the host restores the node's own snapshot, and the log after it replays
-        # next (said, or "last_seq 0" reads as an empty stream); later, one the leader sent.
-        source = (
-            "its own snapshot (the log after it replays next)"
-            if self.starting
-            else "a snapshot from the leader"
-        )
+        # At start the host restores the node's own snapshot, later one the leader sent;
+        # either may be old (one is taken every snapshot_entries), and the log after it is
+        # applied next: said, or "last_seq 0" read as an empty stream (a user review).
+        source = "its own snapshot" if self.starting else "a snapshot from the leader"
         log.info(
-            "restored from %s: last_seq %d, %d consumers",
+            "restored %s, taken at last_seq %d with %d consumers; the log after it is"
+            " applied next",
             source,
             header.last_seq,
             len(header.consumers),

@@ -94,7 +94,7 @@ def test_follower_catches_up_by_snapshot() -> None:
 
         run(lead_from_follower())
         log = (c.root / f"{follower}.log").read_text()
-        assert "restored from a snapshot from the leader" in log  # caught up by snapshot
+        assert "restored a snapshot from the leader" in log  # caught up by snapshot
     except BaseException:
         print(c.tails())
         raise
