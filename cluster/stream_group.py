@@ -266,8 +266,7 @@ class StreamReplica:
         # applied next: said, or "last_seq 0" read as an empty stream (a user review).
         source = "its own snapshot" if self.starting else "a snapshot from the leader"
         log.info(
-            "restored %s, taken at last_seq %d with %d consumers; the log after it is"
-            " applied next",
+            "restored %s, taken at last_seq %d with %d consumers; the log after it is applied next",
             source,
             header.last_seq,
             len(header.consumers),

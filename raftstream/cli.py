@@ -16,6 +16,7 @@ certificates and Ctrl-C are this command's own.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import time
@@ -147,11 +148,14 @@ def server(
         sys.exit(2)
     # Imported here: the node is not part of the SDK (layering: the SDK never loads it).
     import asyncio
-    import logging
 
     from raftstream.cluster.config import load_config
     from raftstream.cluster.node import NodeFailedError, configure_logging, run_node
 
+    # What loading says (secret files readable by others) waits for the node's log format.
+    said = _Keep()
+    config_log = logging.getLogger("raftstream.cluster.config")
+    config_log.addHandler(said)
     try:
         config = load_config(
             config_path,
@@ -169,7 +173,11 @@ def server(
     except InvalidArgumentError as exc:
         click.echo(f"raftstream server: invalid configuration: {exc}", err=True)
         sys.exit(2)
+    finally:
+        config_log.removeHandler(said)
     configure_logging(config.name, getattr(logging, log_level))
+    for record in said.records:
+        config_log.handle(record)
     try:
         asyncio.run(run_node(config, join=join))
     except InvalidArgumentError as exc:
@@ -185,6 +193,17 @@ def server(
     except OSError as exc:
         click.echo(f"raftstream server: {exc}", err=True)
         sys.exit(1)
+
+
+class _Keep(logging.Handler):
+    """Keeps the records it is given (to be logged again once logging is set up)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
