@@ -29,7 +29,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from raftstream.errors import InvalidArgumentError
-from raftstream.raft.transport.tls import NODE_URI_PREFIX, PeerTls
+from raftstream.raft.transport.tls import NODE_URI_PREFIX, PeerTls, certificate_node_names
 
 __all__ = ["TlsSettings", "parse_tls"]
 
@@ -105,6 +105,13 @@ def _check(s: TlsSettings, node_name: str) -> None:
     if uri not in _uris(cert):
         raise InvalidArgumentError(
             "tls.cert_file", f"is not a node certificate for {node_name!r} (no URI SAN {uri})"
+        )
+    if node_name not in certificate_node_names(pem.cert_pem):
+        # Its peers would refuse every call from it (PERMISSION_DENIED): say so at start.
+        raise InvalidArgumentError(
+            "tls.cert_file",
+            f"is not a node certificate for {node_name!r}: a node certificate has both the"
+            " serverAuth and clientAuth extended key usages (docs/tls.md)",
         )
 
 

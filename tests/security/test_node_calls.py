@@ -462,3 +462,24 @@ def test_only_a_uri_san_with_both_usages_makes_a_node_certificate(tmp_path: Path
         await receiver.close()
 
     asyncio.run(body())
+
+
+def test_a_node_started_with_a_certificate_its_peers_refuse_is_stopped_at_start(
+    tmp_path: Path,
+) -> None:
+    """A node certificate without both usages passed the start-up check (it looked at the
+    URI SAN only), then every call of the node was PERMISSION_DENIED by its peers: the
+    ``[tls]`` check now refuses it at start, naming the key and the rule."""
+    from raftstream.cluster.tls import parse_tls
+
+    certs = generate(tmp_path / "certs", nodes=["n1"], clients=[])
+    uri = [x509.UniformResourceIdentifier(_NODE_URI)]
+    ca, cert, key = _issue(certs, tmp_path, "c-uri", uri, node_usages=False)
+    table = {"ca_file": str(ca), "cert_file": str(cert), "key_file": str(key)}
+    with pytest.raises(InvalidArgumentError) as info:
+        parse_tls(table, "n1")
+    assert info.value.field == "tls.cert_file"
+    assert "serverAuth and clientAuth" in str(info.value)
+    ca, cert, key = _issue(certs, tmp_path, "n-uri", uri, node_usages=True)
+    table = {"ca_file": str(ca), "cert_file": str(cert), "key_file": str(key)}
+    assert parse_tls(table, "n1") is not None
