@@ -1090,7 +1090,7 @@ class RaftHost:
         ``transfer_leadership`` is in progress here (the core refuses every proposal until
         leadership moves or, after an election timeout, the transfer is abandoned); None
         otherwise. Read-only."""
-        return self._group(group).node.status().lead_transferee or None
+        return self._group(group).node.lead_transferee or None
 
     def members(self, group: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(``voters``, ``learners``) with one look at the replica's state."""

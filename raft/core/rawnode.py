@@ -345,6 +345,11 @@ class RaftNode:
         return self._r.lead
 
     @property
+    def lead_transferee(self) -> str:
+        """The voter a transfer of this leader's leadership goes to ("" when none)."""
+        return self._r.lead_transferee
+
+    @property
     def term(self) -> int:
         return self._r.term
 
