@@ -265,7 +265,10 @@ class StreamReplica:
         # either may be old (one is taken every snapshot_entries), and the log after it is
         # applied next: said, or "last_seq 0" read as an empty stream (a user review).
         source = "its own snapshot" if self.starting else "a snapshot from the leader"
-        log.info(
+        # A stream just made restores its empty first snapshot: nothing worth a line.
+        empty = header.last_seq == 0 and not header.consumers
+        log.log(
+            logging.DEBUG if empty else logging.INFO,
             "restored %s, taken at last_seq %d with %d consumers; the log after it is applied next",
             source,
             header.last_seq,

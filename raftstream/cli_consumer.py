@@ -49,6 +49,7 @@ __all__ = ["consumer", "format_msg", "msg_json"]
 
 NAMED_DELIVER = ("all", "last", "new", "last_per_subject")
 DEFAULT_PUSH_PREFIX = "deliver"
+FETCH_LEFT_MIN_S = 0.05  # ``consumer next`` asks again only with at least this much time left
 
 CONSUMER_FLAGS: tuple[Flag, ...] = (
     Flag("--filter", "filter", "Filter subject(s) (repeatable or comma-separated).",
@@ -320,7 +321,16 @@ def ls_cmd(conn: Conn, stream: str, names_only: bool, as_json: bool) -> None:
         )
         for i in infos
     ]
-    headers = ["Name", "Kind", "Ack", "Unprocessed", "Ack pending", "Redelivered", "Last seq", ""]
+    headers = [
+        "Name",
+        "Kind",
+        "Ack",
+        "Unprocessed",
+        "Ack pending",
+        "Redelivered",
+        "Last seq",
+        "State",
+    ]
     print_table(f"Consumers of {stream}", headers, rows)
 
 
@@ -380,12 +390,18 @@ async def _next(
     exist (NOT_FOUND otherwise: a mistyped name must not create a durable consumer)."""
     sub = await c.pull_subscribe_bind(stream, name)
     received: list[dict[str, Any]] = []
+    # One wait for the whole command: a fetch that came back short was asked again with a
+    # whole --wait of its own, so 3 of 5 messages took twice --wait (a user review).
+    deadline = time.monotonic() + wait_s
     while len(received) < count:
+        left_s = deadline - time.monotonic()
+        if received and left_s < FETCH_LEFT_MIN_S:
+            break  # fewer than asked: show what came
         try:
-            msgs = await sub.fetch(count - len(received), timeout=wait_s)
+            msgs = await sub.fetch(count - len(received), timeout=max(left_s, FETCH_LEFT_MIN_S))
         except errors.DeadlineExceededError:
             if received:
-                break  # fewer than asked: show what came
+                break
             raise
         for msg in msgs:
             received.append(msg_json(msg))
