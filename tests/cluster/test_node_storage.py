@@ -85,7 +85,12 @@ def test_a_halted_group_shows_in_the_metrics_and_no_longer_as_leader(tmp_path: P
                 await js.add_stream(name="HALT", subjects=["halt.>"])
                 await js.publish("halt.x", b"stored")
                 (group,) = [g for g in node.groups if g.endswith(":HALT")]
-                assert sample("raftstream_raft_is_leader", group) == 1.0
+
+                async def leading() -> None:  # the gauges are refreshed once a second
+                    while sample("raftstream_raft_is_leader", group) != 1.0:
+                        await asyncio.sleep(0.05)
+
+                await asyncio.wait_for(leading(), WAIT_S)
 
                 def full(*args: object) -> object:
                     raise lmdb.MapFullError("mdb_put: MDB_MAP_FULL")
