@@ -7,7 +7,7 @@ An interest origin keeps a message only while some consumer holds it, so the lin
 consumer must hold its messages without a break: a session that deleted it and made it
 again released everything unacked and everything published until the new one existed
 (and booked that as "skipped"). Here an R3 interest origin with an R3 mirror and an R3
-source takes a few thousand publishes at a modest rate while every link session is forced
+source takes 800 publishes at a modest rate while every link session is forced
 to restart (a leader step-down of the mirror, of the source, then of the origin, whose
 consumers move with it; deliveries lost in flight restart sessions too). Afterwards the
 mirror holds every origin sequence and the source every origin message, exactly once and
@@ -38,7 +38,7 @@ from .test_mirror import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TOTAL_MSGS = 2000
+TOTAL_MSGS = 800
 PUBLISH_RATE_MSGS_PER_S = 150.0  # modest: the links keep up, their sessions restart anyway
 LINKS = ("INTM", "INTS")
 
