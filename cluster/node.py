@@ -931,11 +931,7 @@ class Node:
         for group in held:
             with contextlib.suppress(RaftStreamError):  # removed, or no longer led here
                 lags = self.host.peer_lags(group)
-                live = [
-                    p
-                    for p in self.host.voters(group)
-                    if p in lags and not self._peer_down(p) and p not in self._peers_reported_down
-                ]
+                live = [p for p in self.host.voters(group) if p in lags and not self._peer_down(p)]
                 if live:
                     self.host.transfer_leadership(group, min(live, key=lambda p: lags[p]))
                     asked.append(group)

@@ -77,6 +77,15 @@ def test_a_halted_group_shows_in_the_metrics_and_no_longer_as_leader(tmp_path: P
     def sample(name: str, group: str) -> float | None:
         return node.metrics.registry.get_sample_value(name, {"group": group})
 
+    async def until_sample(name: str, group: str, value: float) -> None:
+        """Wait (WAIT_S at most) for the gauge: they are refreshed once a second."""
+
+        async def reached() -> None:
+            while sample(name, group) != value:
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(reached(), WAIT_S)
+
     async def body() -> None:
         await node.start()
         try:
@@ -85,12 +94,7 @@ def test_a_halted_group_shows_in_the_metrics_and_no_longer_as_leader(tmp_path: P
                 await js.add_stream(name="HALT", subjects=["halt.>"])
                 await js.publish("halt.x", b"stored")
                 (group,) = [g for g in node.groups if g.endswith(":HALT")]
-
-                async def leading() -> None:  # the gauges are refreshed once a second
-                    while sample("raftstream_raft_is_leader", group) != 1.0:
-                        await asyncio.sleep(0.05)
-
-                await asyncio.wait_for(leading(), WAIT_S)
+                await until_sample("raftstream_raft_is_leader", group, 1.0)
 
                 def full(*args: object) -> object:
                     raise lmdb.MapFullError("mdb_put: MDB_MAP_FULL")
@@ -101,11 +105,7 @@ def test_a_halted_group_shows_in_the_metrics_and_no_longer_as_leader(tmp_path: P
             finally:
                 await js.close()
 
-            async def halted() -> None:
-                while sample("raftstream_raft_group_halted", group) != 1.0:
-                    await asyncio.sleep(0.05)
-
-            await asyncio.wait_for(halted(), WAIT_S)
+            await until_sample("raftstream_raft_group_halted", group, 1.0)
             assert sample("raftstream_raft_is_leader", group) == 0.0
         finally:
             await node.stop()
