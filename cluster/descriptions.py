@@ -39,6 +39,8 @@ from raftstream.errors import InvalidArgumentError
 from raftstream.proto import node_pb2 as npb
 
 __all__ = [
+    "LOG_FEATURES",
+    "LOG_FEATURE_COPY_AT",
     "DescriptionBook",
     "NodeDescription",
     "describe_self",
@@ -50,6 +52,10 @@ __all__ = [
 TAGS_MAX = 64  # tags in one description (a node's config has a handful)
 LABEL_BYTES_MAX = 255  # a cluster name, tag or version string
 LMDB_DATA_FILE = "data.mdb"
+# Log entry kinds added after the first version that this node reads (node.proto,
+# ``log_features``): a group's leader proposes one only when every replica reads it.
+LOG_FEATURE_COPY_AT = "copy_at"  # engine ``Copy.origin_ts_ns``: a mirror keeps origin times
+LOG_FEATURES = frozenset({LOG_FEATURE_COPY_AT})
 
 
 @functools.cache
@@ -85,6 +91,7 @@ class NodeDescription:
     free_bytes: int = 0
     version: str = "unknown"
     described_ns: int = 0
+    log_features: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         validate_node_name(self.name, "name")
@@ -96,6 +103,12 @@ class NodeDescription:
         for t in tags:
             _label(t, "tags")
         object.__setattr__(self, "tags", tags)
+        features = frozenset(self.log_features)
+        if len(features) > TAGS_MAX:
+            raise InvalidArgumentError("log_features", f"at most {TAGS_MAX} features")
+        for f in features:
+            _label(f, "log_features")
+        object.__setattr__(self, "log_features", features)
         if self.free_bytes < 0:
             raise InvalidArgumentError("free_bytes", "must be 0 or more")
         if self.described_ns < 0:
@@ -109,6 +122,7 @@ class NodeDescription:
             free_bytes=self.free_bytes,
             version=self.version,
             described_ns=self.described_ns,
+            log_features=sorted(self.log_features),
         )
 
     @classmethod
@@ -124,6 +138,7 @@ class NodeDescription:
             free_bytes=int(m.free_bytes),
             version=m.version,
             described_ns=int(m.described_ns),
+            log_features=frozenset(m.log_features),
         )
 
 
@@ -152,6 +167,19 @@ class DescriptionBook:
 
     def get(self, name: str) -> NodeDescription | None:
         return self._by_name.get(name)
+
+    def all_read(self, peers: Collection[str], feature: str) -> bool | None:
+        """Whether each of ``peers`` (not this node) described itself as reading log
+        feature ``feature``: False when one described itself without it (a version from
+        before the feature), else None while one has not been heard from yet."""
+        unknown = False
+        for name in peers:
+            desc = self._by_name.get(name)
+            if desc is None:
+                unknown = True
+            elif feature not in desc.log_features:
+                return False
+        return None if unknown else True
 
     def snapshot(self) -> Mapping[str, NodeDescription]:
         """A read-only copy: later records do not change it."""
@@ -183,6 +211,7 @@ def describe_self(config: NodeConfig, free: int) -> NodeDescription:
         free_bytes=free,
         version=raftstream_version(),
         described_ns=time.time_ns(),
+        log_features=LOG_FEATURES,
     )
 
 

@@ -86,6 +86,7 @@ from tenacity import (
 
 from raftstream import errors as sdk_errors
 from raftstream.client import Client, connect
+from raftstream.cluster.descriptions import LOG_FEATURE_COPY_AT
 from raftstream.config import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy
 from raftstream.engine.entries import Copy
 from raftstream.engine.origins import HDR_STREAM_SOURCE, OriginState
@@ -117,6 +118,9 @@ ACK_PENDING_MSGS_MAX = (COMMITS_INFLIGHT_MAX + 1) * FETCH_MSGS_MAX
 INACTIVE_THRESHOLD_NS = 30 * NS_PER_S  # the origin drops an abandoned link consumer
 RECONNECT_WAIT_MIN_S = 0.1
 RECONNECT_WAIT_MAX_S = 5.0
+# A mirror's session waits this long at most for every replica's description (log features).
+DESCRIBED_WAIT_S = 2.0
+DESCRIBED_POLL_S = 0.05
 WORKQUEUE_CLEANUP_MSGS_MAX = 4 * ACK_PENDING_MSGS_MAX  # committed-not-acked, deleted at start
 
 
@@ -130,6 +134,11 @@ class LinkHost(Protocol):
     async def propose_copies(self, copies: Sequence[Copy]) -> list[Any]:
         """Propose the copies as one entry; their results (a refusal is an exception
         VALUE in the list); raises when the entry could not be committed."""
+        ...
+
+    def replicas_read(self, feature: str) -> bool | None:
+        """Whether every replica reads log entries of ``feature`` (``LOG_FEATURES``); None
+        while not known for every replica yet."""
         ...
 
 
@@ -421,12 +430,18 @@ class MirrorLink:
         first_gap_checked = bool(pos) or not src.opt_start_time
         prev = pos
         inflight: collections.deque[asyncio.Task[None]] = collections.deque()
+        if self._mirror:
+            await self._await_replicas_described()
         try:
             while True:
                 msgs = await batches.next()
                 self._active_mono = time.monotonic()
                 copies: list[Copy] = []
                 pending: list[int] = []  # the origin's num_pending after each copy
+                # A mirror keeps the origin's times once every replica reads such copies.
+                origin_times = (
+                    self._mirror and self._host.replicas_read(LOG_FEATURE_COPY_AT) is True
+                )
                 for m in msgs:
                     seq = m.metadata.stream_seq
                     if seq <= prev:
@@ -435,7 +450,7 @@ class MirrorLink:
                     if seq > expect and first_gap_checked and not src.filters:
                         skipped = await self._skipped(client, expect, seq - 1)
                     first_gap_checked = True
-                    copies.append(self._copy(m, prev, skipped))
+                    copies.append(self._copy(m, prev, skipped, origin_times=origin_times))
                     pending.append(m.metadata.num_pending)
                     prev, expect = seq, seq + 1
                 while inflight and (inflight[0].done() or len(inflight) >= COMMITS_INFLIGHT_MAX):
@@ -488,7 +503,20 @@ class MirrorLink:
             **start,
         )
 
-    def _copy(self, m: Msg, prev: int, skipped: tuple[int, int] | None) -> Copy:
+    async def _await_replicas_described(self) -> None:
+        """Wait, at most ``DESCRIBED_WAIT_S``, until this node knows whether every replica
+        reads copies with the origin's time (a node that just started has not heard its
+        peers' descriptions yet): without it, the first copies would get this node's time.
+        After that, a replica still not heard from counts as one that does not read them."""
+        deadline = time.monotonic() + DESCRIBED_WAIT_S
+        while self._host.replicas_read(LOG_FEATURE_COPY_AT) is None:
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(DESCRIBED_POLL_S)
+
+    def _copy(
+        self, m: Msg, prev: int, skipped: tuple[int, int] | None, *, origin_times: bool
+    ) -> Copy:
         headers = {k: v for k, v in m.headers.items() if k != HDR_STREAM_SOURCE}
         return Copy(
             ts_ns=time.time_ns(),  # the leader's stamp, as for a publish
@@ -499,6 +527,8 @@ class MirrorLink:
             data=m.data,
             headers=headers,
             skipped=skipped,
+            # The origin's time of the message, kept as its time (engine ``Stream._copy_ts``).
+            origin_ts_ns=m.metadata.timestamp_ns if origin_times else 0,
         )
 
     async def _commit(self, copies: list[Copy], pending: list[int], acks: list[Msg]) -> None:

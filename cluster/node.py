@@ -71,6 +71,7 @@ from raftstream.cluster.auth import (
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.descriptions import (
+    LOG_FEATURES,
     DescriptionBook,
     NodeDescription,
     describe_self,
@@ -572,7 +573,16 @@ class Node:
             link_token=lambda account: node_token(self.config.auth, account),
             storage_room=self._storage_room,
             storage_admitted=self._storage_admitted,
+            replicas_read=self._replicas_read,
         )
+
+    def _replicas_read(self, peers: Sequence[str], feature: str) -> bool | None:
+        """Whether this node and each other of ``peers`` read log entries of ``feature``:
+        the others as they last described themselves (``cluster/descriptions.py``); None
+        while one has not described itself yet."""
+        if feature not in LOG_FEATURES:
+            return False
+        return self._descriptions.all_read([p for p in peers if p != self.config.name], feature)
 
     def _storage_admitted(self, size: int) -> None:
         if self._room is not None:

@@ -135,6 +135,9 @@ class GroupDeps:
     # the reserve a publish must leave (``cluster/storage_room.py``); None: not known.
     storage_room: Callable[[Sequence[str]], tuple[str, int, int] | None] = lambda peers: None
     storage_admitted: Callable[[int], None] = lambda size: None  # a publish of size admitted
+    # (peers, log feature) -> whether every one of them reads that kind of log entry
+    # (``cluster/descriptions.py``, ``LOG_FEATURES``); None: not known yet for every peer.
+    replicas_read: Callable[[Sequence[str], str], bool | None] = lambda peers, feature: False
 
 
 @dataclass(slots=True)
@@ -641,6 +644,13 @@ class StreamGroup:
         return result
 
     # -- mirrors and sources (cluster/mirror.py) -------------------------------------------------
+
+    def replicas_read(self, feature: str) -> bool | None:
+        """Whether every replica of the stream reads log entries of ``feature`` (a rolling
+        upgrade: a node not upgraded yet would halt the group on an entry it cannot read);
+        None while a replica has not described itself to this node yet."""
+        sa = self._d.stream_of(self.account, self.name)
+        return sa is not None and self._d.replicas_read(sa.peers, feature)
 
     def origin_position(self, key: str) -> OriginState:
         """The replicated position of origin ``key``, as applied here."""

@@ -81,6 +81,7 @@ class Kind(enum.IntEnum):
     EXPIRE = 5
     BATCH = 6
     COPY = 7
+    COPY_AT = 8  # a COPY with its origin's timestamp (a mirror's): i64 origin_ts_ns first
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,6 +159,9 @@ class Copy:
     data: bytes = b""
     headers: Mapping[str, str] = field(default_factory=lambda: EMPTY_HEADERS, hash=False)
     skipped: tuple[int, int] | None = None
+    # The message's time at the origin, kept as its time here (a mirror's copy, as a
+    # JetStream mirror keeps it); 0: stored at ``ts_ns``, the leader's time (a source's).
+    origin_ts_ns: int = 0
 
 
 Entry = Publish | DeleteMsg | Purge | UpdateConfig | Expire | Copy
@@ -318,6 +322,8 @@ def _encode_body(entry: Entry, w: _Writer) -> Kind:
         return Kind.UPDATE_CONFIG
     if isinstance(entry, Copy):
         lo, hi = entry.skipped or (0, 0)
+        if entry.origin_ts_ns:
+            w.parts.append(_I64.pack(entry.origin_ts_ns))
         w.parts.append(_U64.pack(entry.origin_seq) + _U64.pack(entry.prev_origin_seq))
         w.parts.append(_U64.pack(lo) + _U64.pack(hi))
         w.text(entry.origin)
@@ -327,7 +333,7 @@ def _encode_body(entry: Entry, w: _Writer) -> Kind:
         for k, v in entry.headers.items():
             w.text(k)
             w.text(v)
-        return Kind.COPY
+        return Kind.COPY_AT if entry.origin_ts_ns else Kind.COPY
     return Kind.EXPIRE
 
 
@@ -368,7 +374,14 @@ def _decode_update(ts_ns: int, r: _Reader) -> UpdateConfig:
 _COPY_SEQS = struct.Struct("<QQQQ")  # origin_seq, prev_origin_seq, skipped first, last
 
 
-def _decode_copy(ts_ns: int, r: _Reader) -> Copy:
+def _decode_copy_at(ts_ns: int, r: _Reader) -> Copy:
+    origin_ts_ns = r.unpack(_I64)
+    if origin_ts_ns <= 0:
+        raise DataLossError(f"copy entry has a bad origin timestamp {origin_ts_ns}")
+    return _decode_copy(ts_ns, r, origin_ts_ns)
+
+
+def _decode_copy(ts_ns: int, r: _Reader, origin_ts_ns: int = 0) -> Copy:
     end = r._need(_COPY_SEQS.size)
     origin_seq, prev, lo, hi = _COPY_SEQS.unpack_from(r.data, r.pos)
     r.pos = end
@@ -390,6 +403,7 @@ def _decode_copy(ts_ns: int, r: _Reader) -> Copy:
         data=data,
         headers=headers or EMPTY_HEADERS,
         skipped=(lo, hi) if lo else None,
+        origin_ts_ns=origin_ts_ns,
     )
 
 
@@ -400,6 +414,7 @@ _DECODERS: Mapping[int, Callable[[int, _Reader], Entry]] = {
     Kind.UPDATE_CONFIG: _decode_update,
     Kind.EXPIRE: lambda ts_ns, _r: Expire(ts_ns=ts_ns),
     Kind.COPY: _decode_copy,
+    Kind.COPY_AT: _decode_copy_at,
 }
 
 

@@ -502,7 +502,7 @@ class Stream:
                 if e.origin_seq > store.last_seq + 1:
                     store.skip(e.origin_seq)
             if cfg.retention is not RetentionPolicy.INTEREST or self._has_interest(subject):
-                seq = store.append(subject, e.data, headers=headers, now_ns=now)
+                seq = store.append(subject, e.data, headers=headers, now_ns=self._copy_ts(e, now))
             elif cfg.mirror is not None:
                 store.skip(e.origin_seq + 1)
             invariant(
@@ -510,6 +510,16 @@ class Stream:
             )
         self._origins[e.origin] = pos.after_copy(e.origin_seq, e.skipped)
         return Copied(origin_seq=e.origin_seq, seq=seq)
+
+    def _copy_ts(self, e: Copy, now: int) -> int:
+        """The time a copy is stored at: a mirror keeps its origin's (as a JetStream mirror
+        does, so ``max_age``, start times and ``stream info`` read the origin's times), never
+        below the last stored one; a source's copy is stamped ``now``, as a publish: its
+        messages interleave with other origins' and its own."""
+        if self._config.mirror is None or not e.origin_ts_ns:
+            return now
+        last = self._store.last_ts
+        return e.origin_ts_ns if e.origin_ts_ns > last else last
 
     def _store_msg(
         self,

@@ -98,6 +98,7 @@ class NodeDescription(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     DESCRIBED_NS_FIELD_NUMBER: _builtins.int
     KNOWS_ASKER_FIELD_NUMBER: _builtins.int
+    LOG_FEATURES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """the node's name, as in every node's `peers`"""
     cluster: _builtins.str
@@ -119,6 +120,14 @@ class NodeDescription(_message.Message):
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """its [cluster] tags, sorted"""
 
+    @_builtins.property
+    def log_features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Log entry kinds added after the first version that this node reads ("copy_at": a
+        mirror's copy with its origin's time). A leader proposes such an entry only when every
+        replica of the group says it reads it, so a rolling upgrade never halts a group on a
+        node that has not been upgraded yet.
+        """
+
     def __init__(
         self,
         *,
@@ -129,10 +138,11 @@ class NodeDescription(_message.Message):
         version: _builtins.str = ...,
         described_ns: _builtins.int = ...,
         knows_asker: _builtins.bool = ...,
+        log_features: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "described_ns", b"described_ns", "free_bytes", b"free_bytes", "knows_asker", b"knows_asker", "name", b"name", "tags", b"tags", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "described_ns", b"described_ns", "free_bytes", b"free_bytes", "knows_asker", b"knows_asker", "log_features", b"log_features", "name", b"name", "tags", b"tags", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

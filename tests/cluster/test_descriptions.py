@@ -21,6 +21,8 @@ from raftstream.cluster.auth import AuthConfig, hash_secret, parse_auth
 from raftstream.cluster.config import Address, NodeConfig
 from raftstream.cluster.descriptions import (
     LMDB_DATA_FILE,
+    LOG_FEATURE_COPY_AT,
+    LOG_FEATURES,
     DescriptionBook,
     NodeDescription,
     describe_self,
@@ -63,6 +65,8 @@ def desc(name: str = "n2", *, at_ns: int = 10, **kw: object) -> NodeDescription:
         ({"free_bytes": -1}, "free_bytes"),
         ({"version": "x\ny"}, "version"),
         ({"tags": frozenset(f"t{i}" for i in range(65))}, "tags"),
+        ({"log_features": frozenset({"copy at"})}, "log_features"),
+        ({"log_features": frozenset(f"f{i}" for i in range(65))}, "log_features"),
     ],
 )
 def test_a_description_breaking_a_rule_names_the_field(kw: dict[str, object], field: str) -> None:
@@ -73,10 +77,20 @@ def test_a_description_breaking_a_rule_names_the_field(kw: dict[str, object], fi
 
 
 def test_a_description_survives_the_wire() -> None:
-    d = desc(tags=frozenset({"ssd", "az1"}), free_bytes=123, version="1.2.3", at_ns=77)
+    d = desc(
+        tags=frozenset({"ssd", "az1"}),
+        free_bytes=123,
+        version="1.2.3",
+        at_ns=77,
+        log_features=frozenset({"copy_at", "b"}),
+    )
     m = d.to_pb()
     assert list(m.tags) == ["az1", "ssd"]  # sorted on the wire
+    assert list(m.log_features) == ["b", "copy_at"]
     assert NodeDescription.from_pb(m) == d
+    # A node of a version from before log features sends none.
+    m.ClearField("log_features")
+    assert NodeDescription.from_pb(m).log_features == frozenset()
 
 
 def test_duplicate_tags_on_the_wire_are_refused() -> None:
@@ -117,6 +131,24 @@ def test_the_book_refuses_answers_from_strangers_and_impostors() -> None:
     assert book.get("n2") is None and book.get("n9") is None
 
 
+def test_the_book_says_whether_every_peer_reads_a_log_feature() -> None:
+    """A rolling upgrade: a leader proposes a new kind of entry only when every replica
+    said it reads it; one that said nothing of it (an older version) does not; one not
+    heard from yet is not known (None)."""
+    book = DescriptionBook(peers=["n2", "n3"])
+    new = frozenset({LOG_FEATURE_COPY_AT})
+    assert book.all_read([], LOG_FEATURE_COPY_AT) is True
+    assert book.all_read(["n2", "n3"], LOG_FEATURE_COPY_AT) is None
+    book.record("n2", desc("n2", log_features=new))
+    assert book.all_read(["n2"], LOG_FEATURE_COPY_AT) is True
+    assert book.all_read(["n2", "n3"], LOG_FEATURE_COPY_AT) is None
+    book.record("n3", desc("n3"))  # an older version: no log features
+    assert book.all_read(["n2", "n3"], LOG_FEATURE_COPY_AT) is False
+    book.record("n3", desc("n3", at_ns=11, log_features=new))  # upgraded
+    assert book.all_read(["n2", "n3"], LOG_FEATURE_COPY_AT) is True
+    assert book.all_read(["n2", "n3"], "later") is False
+
+
 def test_a_snapshot_does_not_change_with_later_records() -> None:
     book = DescriptionBook(peers=["n2"])
     book.record("n2", desc(at_ns=1))
@@ -152,6 +184,7 @@ def test_describe_self_carries_the_config(tmp_path: Path) -> None:
     d = describe_self(cfg, free_bytes(tmp_path, [(tmp_path / "raft", 1 << 20)]))
     assert (d.name, d.cluster, d.tags) == ("n1", "east", {"ssd", "az1"})
     assert 0 < d.free_bytes <= 1 << 20 and d.described_ns > 0
+    assert d.log_features == LOG_FEATURES and LOG_FEATURE_COPY_AT in d.log_features
 
 
 def config(tmp_path: Path, *, tags: tuple[str, ...] = ()) -> NodeConfig:

@@ -160,6 +160,7 @@ def test_mirror_and_source_survive_kill9_of_both_leaders(cluster3: LocalCluster)
             for seq, m in mirror.items():
                 assert _origin_of(m) == ("ORIG", seq)
                 assert (m.subject, m.data) == (origin[seq].subject, origin[seq].data)
+                assert m.ts_ns == origin[seq].ts_ns, "a mirror keeps the origin's times"
             _assert_exactly_once(await _messages(js, "SRC"), origin, "ORIG")
             info = await js.stream_info("MIR")
             assert info.mirror is not None and info.mirror.name == "ORIG"

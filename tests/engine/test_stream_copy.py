@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from raftstream.engine.entries import Copy, Publish, UpdateConfig, decode, encode
+from raftstream.engine.entries import Copy, Expire, Kind, Publish, UpdateConfig, decode, encode
 from raftstream.engine.memstore import MemoryStreamStore
 from raftstream.engine.origins import HDR_STREAM_SOURCE, OriginState
 from raftstream.engine.stream import Copied, PubAck, Stream
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.engine.stream_source import ExternalStream, StreamSource, source_key
-from raftstream.errors import InvalidArgumentError, NotFoundError, PreconditionError
+from raftstream.errors import DataLossError, InvalidArgumentError, NotFoundError, PreconditionError
 
 MIRROR = StreamConfig(name="M", mirror=StreamSource(name="O"))
 EXT = StreamSource(name="O", external=ExternalStream(api=("h:1",)))
@@ -128,3 +128,79 @@ def test_the_copy_entry_round_trips() -> None:
     assert decode(encode(e)) == e
     plain = Copy(ts_ns=1, origin="O", origin_seq=1, prev_origin_seq=0, subject="a")
     assert decode(encode(plain)) == plain
+    # With the origin's time: its own kind; an entry without it keeps the old layout.
+    at = Copy(ts_ns=9, origin="O", origin_seq=3, prev_origin_seq=2, subject="a", origin_ts_ns=5)
+    assert decode(encode(at)) == at
+    assert encode(at)[1] == Kind.COPY_AT
+    assert encode(plain)[1] == Kind.COPY
+
+
+def test_a_copy_at_with_no_origin_time_is_data_loss() -> None:
+    raw = bytearray(
+        encode(
+            Copy(ts_ns=9, origin="O", origin_seq=3, prev_origin_seq=2, subject="a", origin_ts_ns=5)
+        )
+    )
+    raw[10:18] = (0).to_bytes(8, "little")  # after version, kind and ts_ns: origin_ts_ns
+    with pytest.raises(DataLossError):
+        decode(bytes(raw))
+
+
+def test_a_mirror_stores_each_copy_at_its_origin_time() -> None:
+    """As a JetStream mirror: the origin's times, so max_age, start times and stream info
+    read the times the messages were published (``Stream._copy_ts``)."""
+    s = Stream(MIRROR, MemoryStreamStore())
+    s.apply(_copy("O", 1, 0, origin_ts_ns=3))
+    s.apply(
+        Copy(ts_ns=100, origin="O", origin_seq=2, prev_origin_seq=1, subject="a", origin_ts_ns=50)
+    )
+    assert [s.store.load(q).ts for q in (1, 2)] == [3, 50]
+    # Never below the last stored time, should an origin's times ever go back.
+    s.apply(
+        Copy(ts_ns=200, origin="O", origin_seq=3, prev_origin_seq=2, subject="a", origin_ts_ns=7)
+    )
+    assert s.store.load(3).ts == 50
+    # A copy without the origin's time (an older proposer's) is stamped with the entry's.
+    s.apply(Copy(ts_ns=300, origin="O", origin_seq=4, prev_origin_seq=3, subject="a"))
+    assert s.store.load(4).ts == 300
+
+
+def test_a_source_stamps_its_copies_with_the_entry_time() -> None:
+    """Sources interleave with other origins and their own publishes: the entry's time."""
+    s = Stream(SOURCING, MemoryStreamStore())
+    s.apply(
+        Copy(ts_ns=100, origin="O", origin_seq=1, prev_origin_seq=0, subject="a", origin_ts_ns=5)
+    )
+    assert s.store.load(1).ts == 100
+
+
+def test_a_mirror_expires_old_copies_by_their_origin_time() -> None:
+    """max_age counts from the origin's time: a fresh mirror of an old origin keeps only
+    what is younger than max_age, as the origin does."""
+    second = 1_000_000_000
+    cfg = StreamConfig(name="M", mirror=StreamSource(name="O"), max_age=10 * second)
+    s = Stream(cfg, MemoryStreamStore())
+    now = 1_000 * second
+    s.apply(
+        Copy(
+            ts_ns=now,
+            origin="O",
+            origin_seq=1,
+            prev_origin_seq=0,
+            subject="a",
+            origin_ts_ns=now - 60 * second,
+        )
+    )
+    s.apply(
+        Copy(
+            ts_ns=now,
+            origin="O",
+            origin_seq=2,
+            prev_origin_seq=1,
+            subject="a",
+            origin_ts_ns=now - 5 * second,
+        )
+    )
+    s.apply(Expire(ts_ns=now + 1))
+    st = s.store.state()
+    assert (st.first_seq, st.msgs) == (2, 1)
