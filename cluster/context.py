@@ -21,9 +21,16 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+    wait_fixed,
+)
 
 from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.auth import AccountLimits, Caller, caller
@@ -46,6 +53,10 @@ from raftstream.errors import (
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.raft.host import RaftHost
 
+if TYPE_CHECKING:
+    from tenacity.stop import StopBaseT
+    from tenacity.wait import WaitBaseT
+
 __all__ = ["ServiceContext", "account_of", "caller_of", "from_leaders", "time_left"]
 
 R = TypeVar("R")
@@ -54,6 +65,14 @@ LIST_INFO_TIMEOUT_S = 2.0  # a list waits at most this long for one item's leade
 LIST_FORWARDS_MAX = 32  # leaders one list call asks at once
 FORWARD_HOPS_MAX = 4  # NOT_LEADER hints followed by one forwarded request
 FORWARD_RETRY_WAIT_S = 0.05  # between hops when a group has no leader yet
+# A ``patient`` forward (what its sender cannot retry: a fire-and-forget ack) is sent again
+# while the group has no leader for up to this long (within its timeout), waiting from the
+# first to the last wait between attempts, doubling: about an election's or a leadership
+# transfer's length, so that it reaches the next leader.
+FORWARD_PATIENT_WAIT_S = 3.0
+FORWARD_PATIENT_ATTEMPTS_MAX = 30
+FORWARD_PATIENT_WAIT_FIRST_S = 0.02
+FORWARD_PATIENT_WAIT_LAST_S = 0.2
 META_CATCHUP_WAIT_S = 0.5  # a lagging meta replica gets this long before NOT_FOUND stands
 META_CATCHUP_POLL_S = 0.02
 
@@ -251,16 +270,24 @@ class ServiceContext:
         request: Any,
         response_type: Callable[[bytes], R],
         timeout_s: float | None,
+        *,
+        patient: bool = False,
     ) -> R:
         """Send ``request`` to the leader of ``sa``'s group (maybe this node, over loopback),
-        following NOT_LEADER hints; NO_LEADER is retried briefly, within ``timeout_s``."""
+        following NOT_LEADER hints; NO_LEADER is retried briefly, within ``timeout_s`` (the
+        sender retries too), or ``patient``ly for up to ``FORWARD_PATIENT_WAIT_S``."""
         err = self.hint_for(sa)
         addr = err.leader_addr if isinstance(err, NotLeaderError) else None
         g = self.groups.get(sa.group)
         if g is not None and g.is_leader:
             addr = self.client_addr(self.node_id)
         return await self._hop(
-            addr or self.client_addr(sa.peers[0]), method, request, response_type, timeout_s
+            addr or self.client_addr(sa.peers[0]),
+            method,
+            request,
+            response_type,
+            timeout_s,
+            patient=patient,
         )
 
     async def to_meta_leader(
@@ -281,6 +308,8 @@ class ServiceContext:
         request: Any,
         response_type: Callable[[bytes], R],
         timeout_s: float | None,
+        *,
+        patient: bool = False,
     ) -> R:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         target = [addr]
@@ -296,10 +325,24 @@ class ServiceContext:
                     target[0] = exc.leader_addr
                 raise
 
+        stop: StopBaseT = stop_after_attempt(FORWARD_HOPS_MAX)
+        wait: WaitBaseT = wait_fixed(FORWARD_RETRY_WAIT_S)
+        if patient:
+            wait_s = (
+                FORWARD_PATIENT_WAIT_S
+                if timeout_s is None
+                else min(FORWARD_PATIENT_WAIT_S, timeout_s)
+            )
+            stop = stop_after_attempt(FORWARD_PATIENT_ATTEMPTS_MAX) | stop_after_delay(wait_s)
+            wait = wait_exponential(
+                multiplier=FORWARD_PATIENT_WAIT_FIRST_S,
+                min=FORWARD_PATIENT_WAIT_FIRST_S,
+                max=FORWARD_PATIENT_WAIT_LAST_S,
+            )
         retrying = AsyncRetrying(
             retry=retry_if_exception_type((NotLeaderError, NoLeaderError)),
-            stop=stop_after_attempt(FORWARD_HOPS_MAX),
-            wait=wait_fixed(FORWARD_RETRY_WAIT_S),
+            stop=stop,
+            wait=wait,
             reraise=True,
         )
         async for a in retrying:

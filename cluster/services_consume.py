@@ -16,8 +16,9 @@ acked; ``ack_sync`` promises more: a message it confirmed is never delivered aga
 planned leader change loses no delivery (``cluster/stream_leader.py``, "Leadership
 transfers"): an ack that arrives during one waits for its end, then is decided here or
 fails NOT_LEADER with nothing decided (``ack_sync``'s unary ``Ack`` is then retried at the
-new leader; an ``AckStream`` item reports the error, and its message is redelivered after
-its ack wait, counted). ``AckStream`` answers only failures and sync acks (proto).
+new leader; the acks of an ``AckStream`` batch are sent on to the new leader from here, as
+a node that does not lead forwards them). ``AckStream`` answers only failures and sync
+acks (proto).
 
 ``Consume`` (push delivery) runs a ``PushSession`` (``cluster/services_push.py``).
 """
@@ -39,7 +40,13 @@ from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.ack import AckMetadata
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_pull import PullEvent
-from raftstream.errors import InvalidArgumentError, PreconditionError, RaftStreamError
+from raftstream.errors import (
+    InvalidArgumentError,
+    NoLeaderError,
+    NotLeaderError,
+    PreconditionError,
+    RaftStreamError,
+)
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import map_errors, to_error_message
@@ -50,7 +57,7 @@ _ACK = "/raftstream.v1.ConsumeService/Ack"
 ACKS_INFLIGHT_MAX = 4096  # per AckStream call: reading stops while this many are unanswered
 FETCH_MSGS_PER_RESPONSE_MAX = 256
 # Ack items refused as not delivered (``undelivered``), each with its error.
-_Refused = list[tuple[pb.AckItem, PreconditionError]]
+_Refused = list[tuple[pb.AckItem, Exception]]
 # A +NXT ack's messages count their subjects too (JetStream's max_bytes): room for the
 # subject of one largest message, which the answer must still hold.
 NEXT_SUBJECT_BYTES = 32 * 1024
@@ -140,35 +147,44 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
     # -- acks --------------------------------------------------------------------------------
 
     async def ack_one(
-        self, item: pb.AckItem, account: str, timeout_s: float | None, forwarded: bool
+        self,
+        item: pb.AckItem,
+        account: str,
+        timeout_s: float | None,
+        forwarded: bool,
+        *,
+        patient: bool = True,
     ) -> pb.AckResponse:
-        """Apply one ack through the stream leader; answered once the op committed."""
+        """Apply one ack through the stream leader; answered once the op committed.
+        ``patient``: forwarded to a group without a leader, it waits for the next one
+        (``ServiceContext.to_stream_leader``): a fire-and-forget ack (AckStream, push) has
+        no sender to retry it; a unary ``Ack``'s sender retries itself."""
         meta = check_ack(item, self._ctx.config.limits)
         caller().check_read(meta.stream)
         sa = await self._ctx.caught_up(lambda: self._ctx.stream(account, meta.stream))
         g = self._ctx.local_group(sa)
-        if g is None or not g.ready:
-            if forwarded:
-                raise self._ctx.hint_for(sa)
-            req = pb.AckRequest(ack=item)
-            return await self._ctx.to_stream_leader(
-                sa, _ACK, req, pb.AckResponse.FromString, timeout_s
-            )
-        return await self._ack_local(
-            g, item, meta.consumer, meta.stream_seq, meta.consumer_seq, timeout_s
+        if g is not None and g.ready:
+            try:
+                c = g.leader_consumer(meta.consumer)
+                await g.run(c, _decide_ack(c, item, meta.stream_seq, meta.consumer_seq), timeout_s)
+            except (NotLeaderError, NoLeaderError):
+                if forwarded:
+                    raise  # the forwarding node follows the hint
+                # The leadership moved before the ack was decided (a transfer: nothing of it
+                # was): on to the new leader, as from a node that does not lead.
+            else:
+                return await self._after_ack(g, item, meta.consumer, timeout_s)
+        elif forwarded:
+            raise self._ctx.hint_for(sa)
+        req = pb.AckRequest(ack=item)
+        return await self._ctx.to_stream_leader(
+            sa, _ACK, req, pb.AckResponse.FromString, timeout_s, patient=patient
         )
 
-    async def _ack_local(
-        self,
-        g: StreamGroup,
-        item: pb.AckItem,
-        consumer: str,
-        seq: int,
-        cseq: int,
-        timeout_s: float | None,
+    async def _after_ack(
+        self, g: StreamGroup, item: pb.AckItem, consumer: str, timeout_s: float | None
     ) -> pb.AckResponse:
-        c = g.leader_consumer(consumer)
-        await g.run(c, _decide_ack(c, item, seq, cseq), timeout_s)
+        """The answer to an ack decided here: empty, or for +NXT the next messages."""
         if item.kind != pb.ACK_KIND_NEXT:
             return pb.AckResponse()
         # The answer is one gRPC message: a batch and bytes a fetch response would hold.
@@ -192,7 +208,9 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
     @map_errors
     async def Ack(self, request: pb.AckRequest, context: Any) -> pb.AckResponse:
         forwarded = self._ctx.forwarded(context)
-        return await self.ack_one(request.ack, account_of(context), time_left(context), forwarded)
+        return await self.ack_one(
+            request.ack, account_of(context), time_left(context), forwarded, patient=False
+        )
 
     def _group_acks(
         self, items: Sequence[pb.AckItem], account: str
@@ -314,6 +332,25 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
             await self.ack_one(item, account, timeout_s, forwarded)  # refusals raise here
             return []
 
+        async def ack_grouped(
+            g: StreamGroup, consumer: str, items: list[pb.AckItem], seqs: list[int]
+        ) -> _Refused:
+            try:
+                return await self._ack_many(g, consumer, items, seqs, timeout_s)
+            except (NotLeaderError, NoLeaderError):
+                if forwarded:
+                    raise  # the forwarding node follows the hint
+            # The leadership moved (a transfer) before these acks were decided: nothing of
+            # them was, so each goes to the new leader, as from a node that does not lead.
+            outcomes = await asyncio.gather(*map(one, items), return_exceptions=True)
+            refused: _Refused = []
+            for item, outcome in zip(items, outcomes, strict=True):
+                if isinstance(outcome, Exception):
+                    refused.append((item, outcome))
+                elif isinstance(outcome, BaseException):
+                    raise outcome
+            return refused
+
         async def reader() -> None:
             try:
                 async for batch in request_iterator:
@@ -325,7 +362,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
                     inflight[0] += n
                     plain, grouped = self._group_acks(batch.acks, account)
                     for (g, consumer), (items, seqs) in grouped.items():
-                        spawn(items, self._ack_many(g, consumer, items, seqs, timeout_s))
+                        spawn(items, ack_grouped(g, consumer, items, seqs))
                     for item in plain:
                         spawn([item], one(item))
             finally:

@@ -144,3 +144,71 @@ def test_planned_leader_changes_lose_no_delivery(cluster3: LocalCluster, by: str
             await js.close()
 
     run(body())
+
+
+ACKED_MSGS = 900
+ACK_STEP_DOWNS = 12
+# Far longer than the run: an ack that was lost leaves its message pending to the end.
+LONG_ACK_WAIT_NS = 120 * 1_000_000_000
+ACKS_APPLIED_WAIT_S = 30.0  # liveness bound for the last acks to apply (not a timed assertion)
+
+
+def test_fire_and_forget_acks_are_kept_across_stream_step_downs(cluster3: LocalCluster) -> None:
+    """Fire-and-forget acks (``ack()``, the AckStream) that reach the stream leader while
+    it hands its leadership over are sent on to the new leader, not refused NOT_LEADER
+    (which only warned through ``error_cb``, and left each message to come back after its
+    ack wait): every ack applies, and no error is reported."""
+
+    async def body() -> None:
+        reported: list[errors.RaftStreamError] = []
+        js = await raftstream.connect(
+            servers=cluster3.servers, timeout=15, error_cb=reported.append
+        )
+        try:
+            await js.add_stream(StreamConfig(name="SA", subjects=("sa.>",), num_replicas=3))
+            await js.add_consumer("SA", ConsumerConfig(durable_name="C", ack_wait=LONG_ACK_WAIT_NS))
+            for i in range(ACKED_MSGS):
+                await js.publish_async(f"sa.{i % 5}", b"%d" % i)
+            await js.publish_async_completed(timeout=30)
+            sub = await js.pull_subscribe_bind("SA", "C")
+            seen: set[int] = set()
+            done = asyncio.Event()
+
+            async def consume() -> None:
+                while len(seen) < ACKED_MSGS:
+                    try:
+                        msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
+                    except (errors.DeadlineExceededError, errors.ConflictError):
+                        continue
+                    for m in msgs:
+                        seen.add(m.metadata.stream_seq)
+                        await m.ack()
+
+            async def step_downs() -> int:
+                step = ACKED_MSGS // (ACK_STEP_DOWNS + 2)
+                for i in range(ACK_STEP_DOWNS):
+                    while len(seen) < step * (i + 1) and not done.is_set():
+                        await asyncio.sleep(0.005)
+                    if done.is_set():
+                        return i
+                    await js.stream_leader_stepdown("SA", timeout=10)
+                return ACK_STEP_DOWNS
+
+            stepper = asyncio.create_task(step_downs())
+            try:
+                await asyncio.wait_for(consume(), DONE_WAIT_S)
+            finally:
+                done.set()
+            assert await stepper == ACK_STEP_DOWNS
+            deadline = asyncio.get_running_loop().time() + ACKS_APPLIED_WAIT_S
+            ci = await retry_async(lambda: js.consumer_info("SA", "C"))
+            while ci.num_ack_pending and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.2)
+                ci = await retry_async(lambda: js.consumer_info("SA", "C"))
+            assert (ci.num_ack_pending, ci.num_pending) == (0, 0)
+            assert ci.ack_floor.stream_seq == ACKED_MSGS
+            assert reported == [], reported[:5]
+        finally:
+            await js.close()
+
+    run(body())
