@@ -415,6 +415,7 @@ class Router:
             stop=stop, wait=wait, retry=retry_if_exception(should_retry), reraise=True
         )
         refusal: list[errors.RaftStreamError] = []  # the latest NOT_LEADER/NO_LEADER answer
+        previous: list[errors.RaftStreamError] = []  # the last attempt's error
 
         def failed(exc: errors.RaftStreamError, addr: str) -> None:
             exc.details.setdefault("addr", addr)
@@ -428,6 +429,10 @@ class Router:
                     started = loop.time()
                     left_s = deadline - started
                     if left_s <= 0:
+                        # The wait overran (a loaded machine): the last attempt's error says
+                        # more than a bare timeout.
+                        if previous:
+                            raise previous[0]
                         raise errors.DeadlineExceededError(f"no answer within {timeout_s:.3f}s")
                     try:
                         try:
@@ -450,6 +455,9 @@ class Router:
                         except errors.RaftStreamError as exc:  # invoke mapped it already
                             failed(exc, stubs.addr)
                             raise
+                    except errors.RaftStreamError as exc:
+                        previous[:] = [exc]
+                        raise
                     finally:
                         took[0] = loop.time() - started
         except errors.RaftStreamError as last:

@@ -59,6 +59,26 @@ def test_connect_fails_typed_when_no_server_answers():
     run(main())
 
 
+def test_a_retry_wait_that_overruns_the_deadline_raises_the_last_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a loaded machine the wait before the next attempt can overrun the caller's
+    deadline: the error is then the last attempt's (here: nothing answers at the address),
+    not a bare "no answer within" timeout that hides it."""
+    real_sleep = asyncio.sleep
+
+    async def overrunning_sleep(delay: float, *args: Any, **kwargs: Any) -> Any:
+        return await real_sleep(delay + 0.6 if delay > 0 else delay, *args, **kwargs)
+
+    async def main() -> None:
+        monkeypatch.setattr(asyncio, "sleep", overrunning_sleep)
+        with pytest.raises(errors.UnavailableError) as info:
+            await raftstream.connect([free_dead_addr()], timeout=0.5, connect_timeout=0.1)
+        assert not isinstance(info.value, errors.DeadlineExceededError)
+
+    run(main())
+
+
 def test_not_leader_hint_is_followed_and_remembered_per_stream():
     """A follower's NOT_LEADER names the leader's address: the SDK retries there, and later
     calls for the same stream go straight to the leader."""
