@@ -62,6 +62,7 @@ __all__ = ["META_GROUP", "MetaGroup", "meta_members"]
 
 META_GROUP = "meta"
 REPLAY_POLL_S = 0.02  # how often the reconciler looks whether the restart replay is done
+RECONCILE_BUG_RETRY_S = 1.0  # after an unexpected error (logged with its traceback)
 log = logging.getLogger(__name__)
 
 
@@ -174,6 +175,10 @@ class MetaGroup:
             except RaftStreamError as exc:
                 log.warning("reconcile failed: %r", exc, extra={"node": self.node_id})
                 await asyncio.sleep(0.2)
+                self._trigger.set()
+            except Exception:  # a bug: said, and retried; the reconciler must not die
+                log.exception("reconcile failed", extra={"node": self.node_id})
+                await asyncio.sleep(RECONCILE_BUG_RETRY_S)
                 self._trigger.set()
 
     async def _repair(self) -> None:

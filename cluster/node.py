@@ -155,6 +155,7 @@ PEER_DOWN_AFTER_S = 3.0  # a peer whose probes failed this long is down (placeme
 LINGER_NO_LEADER_S = 5.0
 REPAIR_APPLY_POLL_S = 0.05  # how often a repaired node looks whether it applied RepairDone
 STOP_GRACE_S = 1.0
+GROUP_START_RETRY_S = 1.0  # a stream group that failed to start is tried again this often
 # The cyclic garbage collector's first generation runs after this many net allocations of
 # tracked objects (Python's default is 700). See ``_tune_gc``.
 GC_GEN0_THRESHOLD = 20_000
@@ -217,6 +218,7 @@ class Node:
         self._stopped = asyncio.Event()
         self._reconcile_lock = asyncio.Lock()
         self._lingering: dict[str, float | None] = {}  # group -> since when leaderless
+        self._start_errors: dict[str, str] = {}  # group -> the error its start last raised
         self._live_peers: frozenset[str] = frozenset()  # as the meta leader last saw them
         self._removed = False  # this node, in the applied meta state (``_note_removed``)
         # Set when the Raft host stopped on its own (its log write failed: a full disk, an
@@ -642,12 +644,38 @@ class Node:
             for group in [g for g in self.groups if g not in wanted]:
                 if self._may_drop(group, group in existing):
                     await self._drop_group(group)
+            failed = False
             for group, sa in wanted.items():
                 self._lingering.pop(group, None)
                 if group not in self.groups:
-                    await self._start_group(sa)
+                    try:
+                        await self._start_group(sa)
+                    except Exception as exc:  # one bad assignment: the others still start
+                        self._start_failed(group, exc)
+                        failed = True
+                    else:
+                        self._start_errors.pop(group, None)
             for g in self.groups.values():
                 g.reconcile()
+            if failed:
+                asyncio.get_running_loop().call_later(GROUP_START_RETRY_S, self.meta.poke)
+
+    def _start_failed(self, group: str, exc: Exception) -> None:
+        """A stream group that could not start here: said once per distinct error (a bug,
+        or data this version cannot read: an ERROR with its traceback), and tried again
+        every ``GROUP_START_RETRY_S`` while every other group runs."""
+        said = repr(exc)
+        if self._start_errors.get(group) == said:
+            return
+        self._start_errors[group] = said
+        if isinstance(exc, DataLossError):
+            log.error("stream group cannot start here: %s", exc, extra={"group": group})
+        elif isinstance(exc, RaftStreamError):
+            log.warning("stream group cannot start yet: %s", exc, extra={"group": group})
+        else:
+            log.error(
+                "stream group cannot start here: %s", said, exc_info=exc, extra={"group": group}
+            )
 
     async def _start_group(self, sa: StreamAssignment) -> None:
         """Create the group as one of its initial members (a stream just added here), or

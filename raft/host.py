@@ -1020,7 +1020,10 @@ class RaftHost:
 
     # ------------------------------------------------------------------ failures
     def _halt(self, g: _Group, exc: BaseException) -> None:
-        log.error("raft group %s halted on %s: %r", g.name, self.node_id, exc)
+        # A state machine's own refusal is said in a line; anything else (a bug, data this
+        # version cannot read) with its traceback.
+        trace = exc if not isinstance(exc, RaftStreamError) else None
+        log.error("raft group %s halted on %s: %r", g.name, self.node_id, exc, exc_info=trace)
         g.halted = True
         self._fail_group(g, UnavailableError(f"raft group {g.name} halted: {exc!r}"))
 
