@@ -34,9 +34,15 @@ from raftstream.cluster.limits import bound_consumer, check_cluster_limits
 from raftstream.cluster.meta import ConsumerAdded, ConsumerUpdated, check_account_limits
 from raftstream.cluster.meta_entries import AddConsumer, DeleteConsumer, UpdateConsumer
 from raftstream.cluster.services_streams import group_info, step_down
-from raftstream.engine.consumer_config import ConsumerConfig, with_changes
+from raftstream.engine.consumer_config import IMMUTABLE_FIELDS, ConsumerConfig, with_changes
 from raftstream.engine.consumer_pull import PullEvent
-from raftstream.errors import InvariantError, NotFoundError, UnavailableError
+from raftstream.errors import (
+    InvalidArgumentError,
+    InvariantError,
+    NotFoundError,
+    RaftStreamError,
+    UnavailableError,
+)
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import map_errors
@@ -105,6 +111,30 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
             pass
         return consumer_info_pb(ca, None, group_info(self._ctx, sa.group, sa.peers))
 
+    def _parsed(self, account: str, stream: str, raw: Any) -> ConsumerConfig:
+        """The config in ``raw``. When it is refused and it would update an existing
+        consumer, the update rules speak first (as for streams): ``consumer edit --ack none``
+        is told that ``ack_policy`` cannot change, not that ``max_ack_pending`` has no
+        meaning without acks."""
+        try:
+            return ConsumerConfig.from_dict(raw)
+        except InvalidArgumentError:
+            old = self._existing(account, stream, raw)
+            if old is not None:
+                check_update_dict(old, raw)
+            raise
+
+    def _existing(self, account: str, stream: str, raw: Any) -> ConsumerConfig | None:
+        if not isinstance(raw, dict):
+            return None
+        name = raw.get("durable_name") or raw.get("name")
+        if not isinstance(name, str) or not name:
+            return None
+        try:
+            return self._ctx.meta.state.consumer(account, stream, name).config
+        except RaftStreamError:
+            return None
+
     @map_errors
     async def CreateConsumer(
         self, request: pb.CreateConsumerRequest, context: Any
@@ -117,7 +147,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         if not meta.is_leader:
             raise meta.not_leader()
         account = account_of(context)
-        cfg = ConsumerConfig.from_dict(parse_json(request.config_json))
+        cfg = self._parsed(account, request.stream, parse_json(request.config_json))
         cfg = bound_consumer(cfg, self._ctx.config.limits)  # within the node's pull limits
         self._check(context, request.stream, manage=cfg.is_durable)
         if cfg.consumer_name is None:  # ephemeral: the leader names it before proposing
@@ -150,7 +180,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
             return await self._ctx.to_meta_leader(
                 _SVC + "UpdateConsumer", request, pb.ConsumerInfo.FromString, time_left(context)
             )
-        cfg = ConsumerConfig.from_dict(parse_json(request.config_json))
+        cfg = self._parsed(account_of(context), request.stream, parse_json(request.config_json))
         cfg = bound_consumer(cfg, self._ctx.config.limits)  # within the node's pull limits
         self._check(context, request.stream, manage=cfg.is_durable)
         entry = UpdateConsumer(
@@ -326,3 +356,16 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         g.leader_consumer(request.consumer)
         async with g.handing_over(time_left(context)):
             return await step_down(self._ctx, g.group, request.preferred)
+
+
+def check_update_dict(old: ConsumerConfig, raw: dict[str, Any]) -> None:
+    """``InvalidArgumentError`` naming the first field ``raw`` (a consumer config as JSON,
+    not valid on its own) changes that an update may not change; nothing when none is."""
+    before = old.to_dict()
+    if bool(raw.get("deliver_subject")) != bool(before.get("deliver_subject")):
+        raise InvalidArgumentError(
+            "deliver_subject", "can not switch a consumer between pull and push"
+        )
+    for name in IMMUTABLE_FIELDS:
+        if name in raw and raw[name] != before.get(name):
+            raise InvalidArgumentError(name, "can not be changed on update")

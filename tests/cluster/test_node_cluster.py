@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import time
 
 import grpc
@@ -602,6 +603,38 @@ def test_pause_is_the_consumers_pause_until_as_in_jetstream(cluster3: LocalClust
             await js.resume_consumer("PZ", "C")
             info = await js.consumer_info("PZ", "C")
             assert not info.paused and info.config.pause_until == 0
+        finally:
+            await js.close()
+
+    run(body())
+
+
+def test_an_update_changing_an_immutable_field_is_told_so_first(cluster3: LocalCluster) -> None:
+    """A consumer update that is refused, and that changes a field an update may not change,
+    names that field (as a stream update does): `consumer edit --ack none` on a consumer
+    with max_ack_pending was told `max_ack_pending: has no meaning with ack_policy none`
+    (a bad-input review). Nothing changes."""
+
+    async def body() -> None:
+        js = await _connect(cluster3.servers)
+        try:
+            await js.add_stream(StreamConfig(name="IM", subjects=("im.>",)))
+            before = await js.add_consumer(
+                "IM", ConsumerConfig(durable_name="C", max_ack_pending=50)
+            )
+            merged = {**before.config.to_dict(), "ack_policy": "none"}
+            stub = pbg.ConsumerServiceStub(cluster3.channel(cluster3.wait_meta_leader()))
+            with pytest.raises(grpc.RpcError) as info:
+                stub.UpdateConsumer(
+                    pb.UpdateConsumerRequest(stream="IM", config_json=json.dumps(merged)),
+                    timeout=10,
+                )
+            err = from_rpc_error(info.value)
+            assert isinstance(err, errors.InvalidArgumentError)
+            assert err.details.get("field") == "ack_policy", err
+            assert "can not be changed" in str(err)
+            after = await js.consumer_info("IM", "C")
+            assert after.config == before.config
         finally:
             await js.close()
 
