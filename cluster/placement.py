@@ -121,11 +121,8 @@ def place(
     undescribed = [n.name for n in nodes if n.live and not n.described and n.name not in exclude]
     _check_request(replicas, qualifying, placement, undescribed)
     if len(qualifying) < replicas:
-        where = "" if placement is None else f" matching placement {placement.to_dict()}"
-        raise InvalidArgumentError(
-            "num_replicas",
-            f"{replicas} replicas need as many qualifying nodes{where}; {len(qualifying)} do",
-        )
+        usable = sum(1 for n in nodes if n.name not in exclude)
+        raise _too_few_qualifying(replicas, len(qualifying), usable, placement)
     live = sorted((n for n in qualifying if n.live), key=lambda n: _rank_key(n, assets))
     if len(live) < replicas:
         raise _too_few_live(replicas, len(live))
@@ -186,6 +183,15 @@ def plan_stream_peers(
             placement=cfg.placement,
             exclude=set(removed) | set(kept),
         )
+    except InvalidArgumentError as exc:
+        if exc.details.get("field") not in ("num_replicas", "placement.tags", "placement.cluster"):
+            raise
+        # Counted over the whole group too: R3 to R5 on three nodes said "2 replicas need
+        # as many qualifying nodes; 0 do" (a review).
+        others = [n for n in nodes if n.name not in removed and n.name not in kept]
+        qualifying = len(kept) + sum(1 for n in others if _qualifies(n, cfg.placement))
+        usable = len(kept) + len(others)
+        raise _too_few_qualifying(cfg.num_replicas, qualifying, usable, cfg.placement) from None
     except LimitError:
         # Counted over the whole group, not the replicas still to place: growing R1 to R3
         # with one other node up said "2 replicas need 2 live nodes; 1 are up" (a review).
@@ -194,6 +200,25 @@ def plan_stream_peers(
         up = kept_live + sum(1 for n in others if n.live and _qualifies(n, cfg.placement))
         raise _too_few_live(cfg.num_replicas, up) from None
     return (*kept, *added)
+
+
+def _too_few_qualifying(
+    replicas: int, qualifying: int, usable: int, placement: Placement | None
+) -> InvalidArgumentError:
+    """Fewer nodes qualify than replicas are asked for: the placement's fault when it left
+    nodes out and enough nodes exist without it (``placement.tags`` or
+    ``placement.cluster``), else the replica count's (``num_replicas``)."""
+    if placement is not None and qualifying < usable and usable >= replicas:
+        field = "placement.tags" if placement.tags else "placement.cluster"
+        return InvalidArgumentError(
+            field,
+            f"{replicas} replicas need {replicas} nodes matching placement "
+            f"{placement.to_dict()}; {qualifying} of the cluster's {usable} do",
+        )
+    return InvalidArgumentError(
+        "num_replicas",
+        f"{replicas} replicas need {replicas} nodes; the cluster has {usable}",
+    )
 
 
 def _too_few_live(replicas: int, up: int) -> LimitError:

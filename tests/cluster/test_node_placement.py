@@ -128,7 +128,7 @@ def test_tagged_streams_land_on_the_tagged_nodes_not_the_meta_leader(
                         name="NONE", subjects=("none.>",), placement=Placement(tags=("nvme",))
                     )
                 )
-            assert e.value.details["field"] == "num_replicas"
+            assert e.value.details["field"] == "placement.tags"  # no node has the tag
             fast = await _settled(js, "FAST", 1)
             bulk = await _settled(js, "BULK", 2)
             assert fast == {"n1"}

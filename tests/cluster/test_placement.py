@@ -115,14 +115,31 @@ def test_placement_cluster_restricts_the_nodes() -> None:
     assert info.value.field == "placement.cluster"
 
 
-def test_too_few_qualifying_nodes_is_invalid_and_names_num_replicas() -> None:
-    """A request the cluster can never satisfy (R above the qualifying nodes, live or not)."""
+def test_too_few_qualifying_nodes_is_invalid_and_names_what_leaves_them_out() -> None:
+    """A request the cluster can never satisfy (R above the qualifying nodes, live or not):
+    the replica count's fault when the cluster is too small, the placement's when it left
+    out nodes that would have been enough (a review: a tag no node has named num_replicas)."""
     with pytest.raises(InvalidArgumentError) as info:
         place(replicas=4, nodes=nodes(3), assets={})
     assert info.value.field == "num_replicas"
+    assert "4 replicas need 4 nodes; the cluster has 3" in str(info.value)
     with pytest.raises(InvalidArgumentError) as info:
         place(replicas=1, nodes=nodes(3), assets={}, placement=Placement(tags=("gpu",)))
+    assert info.value.field == "placement.tags"
+    assert "0 of the cluster's 3 do" in str(info.value)
+    with pytest.raises(InvalidArgumentError) as info:
+        place(replicas=4, nodes=nodes(3), assets={}, placement=Placement(tags=("gpu",)))
+    assert info.value.field == "num_replicas"  # not enough nodes, tags or not
+
+
+def test_growing_past_the_cluster_counts_the_whole_group() -> None:
+    """R3 to R5 on three nodes: said for the five replicas asked for, not for the two still
+    to place ("2 replicas need as many qualifying nodes; 0 do", a review)."""
+    cfg = StreamConfig(name="S", subjects=("s",), num_replicas=5)
+    with pytest.raises(InvalidArgumentError) as info:
+        plan_stream_peers(config=cfg, current=("n1", "n2", "n3"), nodes=nodes(3), assets={})
     assert info.value.field == "num_replicas"
+    assert "5 replicas need 5 nodes; the cluster has 3" in str(info.value)
 
 
 def test_too_few_described_nodes_is_unavailable_while_a_live_one_is_unknown() -> None:
