@@ -186,6 +186,7 @@ class _Group:
     members: frozenset[str] = frozenset()  # the other nodes of the group, as created
     compaction: Snapshot | None = None
     halted: bool = False
+    halt_reason: str = ""  # the error that halted it (``_halt``)
     quiet: bool = False  # quiesced: not ticked (see "Quiescence" in the module docstring)
     on_leader_change: LeaderChange | None = None
     ticks_to_check: int = 0  # ticks until the leader next considers quiescing
@@ -523,7 +524,7 @@ class RaftHost:
             if r.future.done() or g is None or g.halted:
                 self._reads_pending -= 1
                 if not r.future.done():
-                    r.future.set_exception(NotFoundError(f"raft group {r.group} is not running"))
+                    r.future.set_exception(self._not_running(r.group, g))
                 continue
             try:
                 g.node.read_index(r.context)
@@ -594,7 +595,7 @@ class RaftHost:
                 continue
             g = self._groups.get(p.group)
             if g is None or g.halted:
-                p.future.set_exception(NotFoundError(f"raft group {p.group} is not running"))
+                p.future.set_exception(self._not_running(p.group, g))
                 continue
             try:
                 if p.change is not None:
@@ -1019,12 +1020,23 @@ class RaftHost:
             return  # a membership change is not applied yet: try again later
 
     # ------------------------------------------------------------------ failures
+    def _not_running(self, group: str, g: _Group | None) -> RaftStreamError:
+        """Why a request for ``group`` cannot be served here: the group is halted on this
+        node (UNAVAILABLE, with the reason: its data needs an operator), or not here."""
+        if g is not None and g.halted:
+            return UnavailableError(
+                f"raft group {group} is halted on {self.node_id}: {g.halt_reason} "
+                "(the node's log has the details)"
+            )
+        return NotFoundError(f"raft group {group} is not running")
+
     def _halt(self, g: _Group, exc: BaseException) -> None:
         # A state machine's own refusal is said in a line; anything else (a bug, data this
         # version cannot read) with its traceback.
         trace = exc if not isinstance(exc, RaftStreamError) else None
         log.error("raft group %s halted on %s: %r", g.name, self.node_id, exc, exc_info=trace)
         g.halted = True
+        g.halt_reason = repr(exc)
         self._fail_group(g, UnavailableError(f"raft group {g.name} halted: {exc!r}"))
 
     def _fail_group(self, g: _Group, exc: RaftStreamError) -> None:

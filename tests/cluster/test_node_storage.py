@@ -107,6 +107,15 @@ def test_a_halted_group_shows_in_the_metrics_and_no_longer_as_leader(tmp_path: P
 
             await until_sample("raftstream_raft_group_halted", group, 1.0)
             assert sample("raftstream_raft_is_leader", group) == 0.0
+            # What a client is told now: the group is halted here, and why (it was NOT_FOUND,
+            # "raft group ... is not running", in a bad-input review).
+            js = await raftstream.connect([str(addr)], timeout=10)
+            try:
+                with pytest.raises(raftstream.errors.UnavailableError) as refused:
+                    await js.stream_info("HALT", timeout=3)
+                assert "halted on n1: MapFullError" in str(refused.value)
+            finally:
+                await js.close()
         finally:
             await node.stop()
 
