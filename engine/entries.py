@@ -603,6 +603,8 @@ HDR_ROLLUP = "Nats-Rollup"
 HDR_TTL = "Nats-TTL"
 
 TTL_MIN_NS = 1_000_000_000  # JetStream: a message TTL is at least one second
+# A deadline (stamp + TTL) must fit the store's 63 bits for centuries yet.
+TTL_MAX_NS = 100 * 365 * 24 * 3600 * 1_000_000_000
 _GO_DURATION = re.compile(r"(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+")
 _GO_DURATION_PART = re.compile(r"([0-9]+\.?[0-9]*|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_NS = {
@@ -644,7 +646,9 @@ def parse_ttl(text: str, field_name: str = HDR_TTL) -> int:
     ``max_age``) is refused: the store has no per-message exemption yet."""
     if text == "never":
         raise InvalidArgumentError(field_name, "'never' is not supported yet")
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
+        if len(text) > 19:
+            raise InvalidArgumentError(field_name, f"is too long a time: {text!r}")
         ns = int(text) * 1_000_000_000
     elif _GO_DURATION.fullmatch(text):
         total = sum(Fraction(num) * _UNIT_NS[unit] for num, unit in _GO_DURATION_PART.findall(text))
@@ -659,15 +663,23 @@ def parse_ttl(text: str, field_name: str = HDR_TTL) -> int:
 def check_ttl(ttl_ns: int, field_name: str = "ttl_ns") -> int:
     if ttl_ns < TTL_MIN_NS:
         raise InvalidArgumentError(field_name, "a message TTL must be at least 1s")
+    if ttl_ns > TTL_MAX_NS:
+        raise InvalidArgumentError(field_name, "a message TTL must be at most 100 years")
     return ttl_ns
+
+
+_HEADER_INT_MAX = (1 << 63) - 1  # a sequence in a header, as the field (int64, cluster/limits)
 
 
 def _header_seq(headers: Mapping[str, str], name: str) -> int | None:
     text = headers.get(name)
     if not text:
         return None
-    if not text.isdigit():
+    # ASCII digits only: str.isdigit also takes '²', which int() refuses.
+    if not (text.isascii() and text.isdigit()):
         raise InvalidArgumentError(name, f"must be a non-negative integer: {text!r}")
+    if len(text) > 19 or int(text) > _HEADER_INT_MAX:
+        raise InvalidArgumentError(name, f"must be at most {_HEADER_INT_MAX} (int64): {text!r}")
     return int(text)
 
 

@@ -301,11 +301,16 @@ def test_expected_last_sequence(kit: Kit) -> None:
         pub(s, headers={HDR_EXPECTED_LAST_SEQ: "1"})
 
 
-def test_expected_last_sequence_header_must_be_a_number(kit: Kit) -> None:
-    """A malformed header is a bad request naming the header."""
+@pytest.mark.parametrize("text", ["x", "²", "-1", "99999999999999999999", str(1 << 63)])
+def test_expected_last_sequence_header_must_be_a_number(kit: Kit, text: str) -> None:
+    """A malformed header is a bad request naming the header: not a digit string (a
+    Unicode digit like '²' passed str.isdigit and crashed int()), or past int64 (it read as
+    a wrong last sequence, a bad-input review)."""
+    s = kit.stream()
     with pytest.raises(InvalidArgumentError) as info:
-        pub(kit.stream(), headers={HDR_EXPECTED_LAST_SEQ: "x"})
+        pub(s, headers={HDR_EXPECTED_LAST_SEQ: text})
     assert info.value.field == HDR_EXPECTED_LAST_SEQ
+    assert s.store.state().msgs == 0
 
 
 def test_expected_last_subject_sequence(kit: Kit) -> None:
@@ -418,9 +423,12 @@ def test_ttl_header_formats(text: str, ns: int) -> None:
     assert parse_ttl(text) == ns
 
 
-@pytest.mark.parametrize("text", ["500ms", "0", "-1s", "soon", "never"])
+@pytest.mark.parametrize(
+    "text", ["500ms", "0", "-1s", "soon", "never", "²", "101y", "99999999999999999999", "876001h"]
+)
 def test_ttl_header_invalid(text: str) -> None:
-    """JetStream: a TTL under one second is invalid; 'never' is not supported here yet."""
+    """JetStream: a TTL under one second is invalid; 'never' is not supported here yet;
+    beyond 100 years the deadline would not fit the store."""
     with pytest.raises(InvalidArgumentError) as info:
         parse_ttl(text)
     assert info.value.field == HDR_TTL
