@@ -957,6 +957,9 @@ class StreamGroup:
         2.9+: every ephemeral (5 s unless set) and a durable that sets one (0, a durable's
         default: never). The deletion then comes back to this group as a CONSUMER_DELETE."""
         now = _now_ns()
+        if len(self._active_ns) > len(self._leaders):  # consumers deleted since: forget them
+            for gone in [n for n in self._active_ns if n not in self._leaders]:
+                del self._active_ns[gone]
         for name, c in self._leaders.items():
             threshold = c.config.inactive_threshold
             if not threshold or name in self._reaping:

@@ -123,6 +123,29 @@ def test_a_waiting_pull_keeps_a_durable_with_inactive_threshold(tmp_path: Path) 
     run(scenario)
 
 
+def test_deleted_consumers_are_forgotten_by_the_inactivity_watch(tmp_path: Path) -> None:
+    """The leader's last-activity record of a consumer goes with the consumer (a soak review:
+    one entry per ephemeral consumer ever created stayed until the next leader change)."""
+
+    async def scenario() -> None:
+        async with one_node(tmp_path, ConsumerConfig(durable_name="C")) as node:
+            g = node.g
+            for i in range(20):
+                name = f"E{i}"
+                node.consumers.append(assignment(ConsumerConfig(durable_name=name)))
+                g.reconcile()
+                await until(lambda n=name: n in g.replica.consumers)
+                handle = await g.open_pull(name, {"batch": 1, "no_wait": True}, None)
+                handle.close()
+                del node.consumers[-1]
+                g.reconcile()
+                await until(lambda n=name: n not in g.replica.consumers)
+            g._reap_inactive()
+            assert set(g._active_ns) <= {"C"}
+
+    run(scenario)
+
+
 def test_a_filter_edit_recounts_num_pending_at_once(tmp_path: Path) -> None:
     """Filter q.a (5 of 10), edited to q.a and q.b: info says 10 as soon as the edit
     applied, on the leader copy and on the replica, with no publish after it."""
