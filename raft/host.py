@@ -18,6 +18,15 @@ The driver loop is the only code that touches the cores (``RaftNode``). Each rou
    during the write" below);
 6. ``advance()``s every core, then compacts logs whose state machine made a snapshot.
 
+Compaction. A group's log is compacted to a snapshot of its state machine once
+``snapshot_entries`` entries applied since the last one hold at least as many bytes as that
+snapshot (a snapshot costs the whole state, so it waits for a log as large: the cost is
+then at most about one more write of each byte logged), or once they hold twice the last
+snapshot plus ``snapshot_log_bytes_min`` bytes, however few they are (so the log stays
+within about three times the state), or when the state machine asks (``compaction_wanted``).
+Byte counts start at 0 after a restart. The snapshot is taken on the event loop: a large
+state stalls the node's groups while it is encoded (docs/limits.md).
+
 While a round's write is in flight, incoming messages and proposals only queue (bounded);
 they are handled in the next round, which is where the batching comes from.
 
@@ -185,6 +194,8 @@ class _Group:
     waiting: dict[int, tuple[int, asyncio.Future[Any]]] = field(default_factory=dict)
     members: frozenset[str] = frozenset()  # the other nodes of the group, as created
     compaction: Snapshot | None = None
+    log_bytes: int = 0  # entry data written to the log since the last snapshot (about)
+    snap_bytes: int = 0  # the size of the last snapshot taken or received here (0: unknown)
     halted: bool = False
     halt_reason: str = ""  # the error that halted it (``_halt``)
     quiet: bool = False  # quiesced: not ticked (see "Quiescence" in the module docstring)
@@ -877,6 +888,10 @@ class RaftHost:
                 # Only the commit index moved (volatile, module docstring): no fsync for it
                 # alone; it goes with this group's or any other write, or the next tick's.
                 g.unsynced, hs = hs, None
+            if rd.snapshot is not None:
+                g.log_bytes, g.snap_bytes = 0, len(rd.snapshot.data)
+            for e in rd.entries:
+                g.log_bytes += len(e.data)
             if hs or rd.entries or rd.snapshot or compaction:
                 writes.append(
                     GroupWrite(g.name, hs or g.unsynced, rd.entries, rd.snapshot, compaction)
@@ -1010,14 +1025,21 @@ class RaftHost:
         if g.compaction is not None:
             return
         snap_index = self._storage.log(g.name).snapshot_meta().index
-        if g.applied - snap_index < self.config.snapshot_entries:
+        if g.applied == snap_index:
+            return
+        cfg = self.config
+        by_entries = g.applied - snap_index >= cfg.snapshot_entries and g.log_bytes >= g.snap_bytes
+        by_bytes = g.log_bytes >= 2 * g.snap_bytes + cfg.snapshot_log_bytes_min
+        if not (by_entries or by_bytes):
             wanted = getattr(g.sm, "compaction_wanted", None)  # optional (StateMachine)
-            if g.applied == snap_index or wanted is None or not wanted(g.name):
+            if wanted is None or not wanted(g.name):
                 return
         try:
-            g.compaction = g.node.make_snapshot(g.applied, g.sm.snapshot(g.name))
+            data = g.sm.snapshot(g.name)
+            g.compaction = g.node.make_snapshot(g.applied, data)
         except InvalidArgumentError:
             return  # a membership change is not applied yet: try again later
+        g.log_bytes, g.snap_bytes = 0, len(data)
 
     # ------------------------------------------------------------------ failures
     def _not_running(self, group: str, g: _Group | None) -> RaftStreamError:

@@ -55,6 +55,12 @@ class HostConfig:
     inbox_msgs_max: int = 200_000  # received, not yet stepped
     reads_pending_max: int = 10_000  # read_index calls queued or waiting, not yet resolved
     snapshot_entries: int = 10_000  # compact a group's log every this many applied entries
+    # ... but only once those entries hold as many bytes as the last snapshot: a snapshot
+    # costs the whole state, so it waits for a log as large (a big stream of small entries
+    # was written in full every 10,000 of them). And also once they hold twice the last
+    # snapshot plus this many bytes, whatever their count (a group of few, large entries kept
+    # 10,000 of them: 90 MB of log for a 5 MB stream). See "Compaction" in host.py.
+    snapshot_log_bytes_min: int = 8 * 1024 * 1024
     pre_vote: bool = True
     check_quorum: bool = True
     quiesce: bool = True  # stop ticking idle groups (see the module docstring)
@@ -75,6 +81,8 @@ class HostConfig:
                 raise InvalidArgumentError(name, "must be positive")
         if self.snapshot_entries <= 0:
             raise InvalidArgumentError("snapshot_entries", "must be positive")
+        if self.snapshot_log_bytes_min <= 0:
+            raise InvalidArgumentError("snapshot_log_bytes_min", "must be positive")
         if self.liveness_ticks < 2:  # a ping per tick arrives up to a tick apart, plus jitter
             raise InvalidArgumentError("liveness_ticks", "must be at least 2")
 

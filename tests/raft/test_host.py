@@ -608,3 +608,43 @@ def test_grpc_lmdb_hosts_restart_one_and_it_catches_up_via_snapshot(tmp_path: Pa
                 await node.stop()
 
     run(scenario)
+
+
+def test_compaction_waits_for_a_log_as_large_as_the_last_snapshot() -> None:
+    """``snapshot_entries`` entries are not enough once a snapshot is larger than they are
+    (a soak review: a whole stream was written every 10,000 small entries); enough bytes are,
+    whatever the count (a mirror's few large entries kept a log 15 times its stream)."""
+    cfg = HostConfig(
+        tick_ms=20,
+        election_tick=10,
+        heartbeat_tick=1,
+        snapshot_entries=10,
+        snapshot_log_bytes_min=1_000,
+    )
+
+    async def scenario() -> None:
+        hosts, _ = start_hosts(MemoryLogStorage, cfg)
+        try:
+            lead = await elected(hosts, "a")
+            h = hosts[lead]
+            for _i in range(10):
+                await h.propose("a", b"x" * 20)
+            await until(lambda: h.status("a").snapshot_index > 0)  # the first: by entries
+            first = h.status("a").snapshot_index
+            for _i in range(12):  # 12 entries, 12 bytes: far below the snapshot's size
+                await h.propose("a", b"y")
+            await asyncio.sleep(0.2)
+            assert h.status("a").snapshot_index == first
+            while h.status("a").snapshot_index == first:  # bytes reach the snapshot's size
+                await h.propose("a", b"z" * 50)
+            second = h.status("a").snapshot_index
+            assert second - first < 30
+            proposed = 0  # few entries, but more than 2 x snapshot + 1,000 bytes
+            while h.status("a").snapshot_index == second:
+                await h.propose("a", b"w" * 4_000)
+                proposed += 1
+            assert proposed < cfg.snapshot_entries
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
