@@ -6,6 +6,12 @@ points in time (``opt_start_time``, ``pause_until``) are ``int`` nanoseconds sin
 epoch in Python and RFC 3339 strings in the JSON form, as JetStream writes them. ``0`` means
 "unset" wherever JetStream omits a zero value; ``-1`` means unlimited.
 
+Ranges: every integer is stored as a signed 64-bit integer somewhere (a pending ack's
+deadline is packed as one, ``engine/consumer_state.py``), so counts and sequences are at most
+``INT64_MAX``, points in time at most ``TS_NS_MAX`` and durations at most ``DURATION_MAX_NS``
+(so that now plus any duration still fits). Types are checked before any rule: a bool is
+neither an integer nor a string here, and a string is not a bool.
+
 A ``ConsumerConfig`` is a frozen value, normalised and validated when built: defaults that
 depend on other fields are filled in (``ack_wait`` becomes ``backoff[0]``, ``max_ack_pending``
 1000 when acks are on, ``max_waiting`` 512 for pull consumers, ``inactive_threshold`` 5 s for
@@ -24,18 +30,21 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from raftstream.engine.store import TS_NS_MAX
 from raftstream.engine.subjects import subjects_collide, validate_filter, validate_subject
 from raftstream.errors import InvalidArgumentError
 
 __all__ = [
     "ACK_WAIT_DEFAULT_NS",
     "DESCRIPTION_BYTES_MAX",
+    "DURATION_MAX_NS",
     "IDLE_HEARTBEAT_MIN_NS",
     "IMMUTABLE_FIELDS",
     "INACTIVE_THRESHOLD_EPHEMERAL_NS",
+    "INT64_MAX",
     "MAX_ACK_PENDING_DEFAULT",
     "MAX_WAITING_DEFAULT",
-    "NAME_CHARS_MAX",
+    "NAME_BYTES_MAX",
     "NS_PER_MS",
     "NS_PER_S",
     "UNLIMITED",
@@ -60,10 +69,20 @@ MAX_ACK_PENDING_DEFAULT = 1000
 MAX_WAITING_DEFAULT = 512
 INACTIVE_THRESHOLD_EPHEMERAL_NS = 5 * NS_PER_S
 IDLE_HEARTBEAT_MIN_NS = 100 * NS_PER_MS
-NAME_CHARS_MAX = 255
+INT64_MAX = 2**63 - 1
+# The longest duration (ns) any config may hold: 100 years of 365 days. Durations are added
+# to a time in ns since the epoch and the sum kept in a signed 64-bit integer (pending ack
+# deadlines, timestamps: ``TS_NS_MAX``, which is in the year 2262); with this ceiling
+# "now + duration" fits until the year 2162. It is the per-message TTL ceiling too
+# (``engine/entries.py`` TTL_MAX_NS; a test keeps the two equal). JetStream's own bound, Go's
+# time.Duration, is about 292 years, but Go's time.Time does not overflow as an int64 sum does.
+DURATION_MAX_NS = 100 * 365 * 24 * 3600 * NS_PER_S
+# JetStream's JSMaxNameLen, in bytes of UTF-8 as for stream names (cluster/limits.py too).
+NAME_BYTES_MAX = 255
 DESCRIPTION_BYTES_MAX = 4096
 METADATA_BYTES_MAX = 128 * 1024
 REPLICAS_MAX = 5
+_REPLICAS_RULE = f"must be 0 (as the stream) to {REPLICAS_MAX}"
 # Characters a consumer name may not hold: they would break subjects or file paths.
 _BAD_NAME_CHARS = frozenset(" \t\r\n\f\v.*>/\\")
 
@@ -141,7 +160,9 @@ class ConsumerConfig:
     mem_storage: bool = False
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _coerce_enums(self)
+        _check_ranges(self)
         _check_identity(self)
         _check_start(self)
         _check_acks(self)
@@ -205,6 +226,52 @@ def _set(cfg: ConsumerConfig, name: str, value: object) -> None:
     object.__setattr__(cfg, name, value)
 
 
+_SHOWN_CHARS_MAX = 64
+
+
+def _shown(value: object) -> str:
+    """``value``'s repr for an error message, cut short: a hostile value may be huge, and an
+    int of more than 4300 digits has no repr at all (Python's int_max_str_digits)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4300 digits
+        if isinstance(value, int):
+            return f"<an integer of {value.bit_length()} bits>"
+        return "<a value too large to print>"
+    return text if len(text) <= _SHOWN_CHARS_MAX else text[: _SHOWN_CHARS_MAX - 3] + "..."
+
+
+def _check_types(cfg: ConsumerConfig) -> None:
+    """Every field's type, before any rule reads it: a bool is not an integer and a string
+    is not a bool here (Python's ``True`` is an int; a JSON ``"no"`` would be truthy)."""
+    for name in _INT_FIELDS:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            what = "an integer"
+            if name in _TIME_FIELDS:
+                what = "an RFC 3339 time or ns since the epoch"
+            raise _bad(name, f"must be {what}, got {_shown(value)}")
+    for name in _BOOL_FIELDS:
+        value = getattr(cfg, name)
+        if not isinstance(value, bool):
+            raise _bad(name, f"must be a boolean (true or false), got {_shown(value)}")
+    for name in _STR_FIELDS:
+        value = getattr(cfg, name)
+        if value is not None and not isinstance(value, str):
+            raise _bad(name, f"must be a string, got {_shown(value)}")
+    for name in ("backoff", "filter_subjects"):
+        if not isinstance(getattr(cfg, name), list | tuple):
+            raise _bad(name, f"must be a list, got {_shown(getattr(cfg, name))}")
+    for i, b in enumerate(cfg.backoff):
+        if not isinstance(b, int) or isinstance(b, bool):
+            raise _bad(f"backoff[{i}]", f"must be an integer (ns), got {_shown(b)}")
+    for s in cfg.filter_subjects:
+        if not isinstance(s, str):
+            raise _bad("filter_subjects", f"must be a list of strings, got {_shown(s)}")
+    if not isinstance(cfg.metadata, Mapping):
+        raise _bad("metadata", "must be an object of strings")
+
+
 def _coerce_enums(cfg: ConsumerConfig) -> None:
     for name, kind in (
         ("deliver_policy", DeliverPolicy),
@@ -216,14 +283,42 @@ def _coerce_enums(cfg: ConsumerConfig) -> None:
             _set(cfg, name, kind(value))
         except ValueError:
             choices = ", ".join(m.value for m in kind)
-            raise _bad(name, f"must be one of {choices}, got {value!r}") from None
+            raise _bad(name, f"must be one of {choices}, got {_shown(value)}") from None
     _set(cfg, "backoff", tuple(cfg.backoff))
     _set(cfg, "filter_subjects", tuple(cfg.filter_subjects))
     _set(cfg, "metadata", MappingProxyType(dict(cfg.metadata)))
+
+
+def _upper_bound(name: str) -> tuple[int, str]:
+    """The largest value integer field ``name`` may hold, and the rule that says so."""
+    if name in _TIME_FIELDS:
+        return TS_NS_MAX, (
+            f"must be at most {TS_NS_MAX} ns since the epoch ({format_rfc3339_ns(TS_NS_MAX)})"
+        )
+    if name in _DURATION_FIELDS:
+        return DURATION_MAX_NS, f"must be at most {DURATION_MAX_NS} ns (100 years)"
+    if name == "num_replicas":
+        return REPLICAS_MAX, _REPLICAS_RULE
+    return INT64_MAX, f"must be at most {INT64_MAX} (a signed 64-bit integer)"
+
+
+def _check_ranges(cfg: ConsumerConfig) -> None:
+    """Upper bounds, so that no value the engine cannot pack (int64) or add to a time reaches
+    it. Lower bounds are rules of their own, checked with the field's other rules below."""
     for name in _INT_FIELDS:
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise _bad(name, f"must be an integer, got {value!r}")
+        high, rule = _upper_bound(name)
+        if getattr(cfg, name) > high:
+            raise _bad(name, rule)
+    for i, b in enumerate(cfg.backoff):
+        if b > DURATION_MAX_NS:
+            raise _bad(f"backoff[{i}]", f"must be at most {DURATION_MAX_NS} ns (100 years)")
+
+
+def _utf8_len(field_name: str, text: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate
+        raise _bad(field_name, "must be valid UTF-8") from None
 
 
 def _check_name(value: str | None, field_name: str) -> None:
@@ -231,8 +326,10 @@ def _check_name(value: str | None, field_name: str) -> None:
         return
     if not isinstance(value, str) or not value:
         raise _bad(field_name, "must be a non-empty string when set")
-    if len(value) > NAME_CHARS_MAX:
-        raise _bad(field_name, f"must be at most {NAME_CHARS_MAX} characters")
+    # Bytes, not characters: the name is a key and a subject token everywhere else
+    # (check_stream_name, cluster/limits.py), which count UTF-8 bytes.
+    if _utf8_len(field_name, value) > NAME_BYTES_MAX:
+        raise _bad(field_name, f"must be at most {NAME_BYTES_MAX} bytes")
     if any(c in _BAD_NAME_CHARS or not c.isprintable() for c in value):
         raise _bad(field_name, "must not contain whitespace, '.', '*', '>', '/' or '\\'")
 
@@ -244,13 +341,16 @@ def _check_identity(cfg: ConsumerConfig) -> None:
         raise _bad("name", "must equal durable_name when both are set")
     if cfg.description == "":
         _set(cfg, "description", None)  # JetStream omits an empty description
-    if cfg.description is not None and len(cfg.description.encode()) > DESCRIPTION_BYTES_MAX:
+    if (
+        cfg.description is not None
+        and _utf8_len("description", cfg.description) > DESCRIPTION_BYTES_MAX
+    ):
         raise _bad("description", f"must be at most {DESCRIPTION_BYTES_MAX} bytes")
     size = 0
     for k, v in cfg.metadata.items():
         if not isinstance(k, str) or not isinstance(v, str) or not k:
             raise _bad("metadata", "keys must be non-empty strings and values strings")
-        size += len(k.encode()) + len(v.encode())
+        size += _utf8_len("metadata", k) + _utf8_len("metadata", v)
     if size > METADATA_BYTES_MAX:
         raise _bad("metadata", f"must be at most {METADATA_BYTES_MAX} bytes in all")
     if cfg.inactive_threshold < 0:
@@ -260,10 +360,18 @@ def _check_identity(cfg: ConsumerConfig) -> None:
         _set(cfg, "inactive_threshold", INACTIVE_THRESHOLD_EPHEMERAL_NS)
 
 
+# What a start given too small breaks; 0 in Python (the default) is "not given", and says
+# "is required" instead when the deliver policy needs it.
+_START_SEQ_MIN_RULE = "must be at least 1 (the first stream sequence to deliver)"
+_START_TIME_MIN_RULE = "must be at least 1 ns since the epoch (after 1970-01-01T00:00:00Z)"
+
+
 def _check_start(cfg: ConsumerConfig) -> None:
     policy = cfg.deliver_policy
     if cfg.opt_start_seq < 0:
         raise _bad("opt_start_seq", "must not be negative")
+    if cfg.opt_start_time < 0:  # before 1970: a value was given, so it is not "required"
+        raise _bad("opt_start_time", f"{_START_TIME_MIN_RULE}, got {_shown(cfg.opt_start_time)}")
     if policy is DeliverPolicy.BY_START_SEQUENCE:
         if cfg.opt_start_seq == 0:
             raise _bad("opt_start_seq", "is required by deliver_policy by_start_sequence")
@@ -282,8 +390,8 @@ def _check_acks(cfg: ConsumerConfig) -> None:
     if cfg.ack_wait < 0:
         raise _bad("ack_wait", "must not be negative (ns)")
     for i, b in enumerate(cfg.backoff):
-        if not isinstance(b, int) or isinstance(b, bool) or b <= 0:
-            raise _bad("backoff", f"value {i} must be a positive number of ns")
+        if b <= 0:
+            raise _bad(f"backoff[{i}]", f"{_shown(b)} must be a positive number of ns")
     if cfg.backoff:
         if cfg.ack_policy is AckPolicy.NONE:
             raise _bad("backoff", "requires acks (ack_policy all or explicit)")
@@ -383,7 +491,7 @@ def _check_misc(cfg: ConsumerConfig) -> None:
     if cfg.pause_until < 0:
         raise _bad("pause_until", "must not be negative (ns since the epoch)")
     if not 0 <= cfg.num_replicas <= REPLICAS_MAX:
-        raise _bad("num_replicas", f"must be 0 (as the stream) to {REPLICAS_MAX}")
+        raise _bad("num_replicas", _REPLICAS_RULE)
 
 
 # -- rules that need more than one config -----------------------------------------------------
@@ -463,6 +571,9 @@ def check_for_stream(
 
 # -- JSON form --------------------------------------------------------------------------------
 
+# Every field by type (a test checks that each field is in exactly one group). Integers are
+# counts or sequences (int64), durations (ns, at most DURATION_MAX_NS) or times (ns since the
+# epoch, at most TS_NS_MAX); every backoff element is a duration too.
 _INT_FIELDS = (
     "inactive_threshold",
     "opt_start_seq",
@@ -480,6 +591,17 @@ _INT_FIELDS = (
     "num_replicas",
 )
 _TIME_FIELDS = frozenset({"opt_start_time", "pause_until"})
+_DURATION_FIELDS = frozenset({"inactive_threshold", "ack_wait", "max_expires", "idle_heartbeat"})
+_BOOL_FIELDS = ("headers_only", "flow_control", "mem_storage")
+_STR_FIELDS = (
+    "durable_name",
+    "name",
+    "description",
+    "filter_subject",
+    "sample_freq",
+    "deliver_subject",
+    "deliver_group",
+)
 _KNOWN = frozenset(f.name for f in fields(ConsumerConfig))
 
 
@@ -518,7 +640,21 @@ def _from_dict(data: Mapping[str, Any]) -> ConsumerConfig:
         elif key == "metadata" and not isinstance(value, Mapping):
             raise _bad(key, "must be an object of strings")
         kwargs[key] = value
+    _check_given_start(kwargs)
     return ConsumerConfig(**kwargs)
+
+
+def _check_given_start(kwargs: Mapping[str, Any]) -> None:
+    """A start the JSON gives as 0 (or as 1970-01-01T00:00:00Z) for a policy that needs one:
+    too small, not missing. (In Python 0 is the default, so ``__post_init__`` cannot tell.)"""
+    policy = kwargs.get("deliver_policy")
+    for name, needs, rule in (
+        ("opt_start_seq", DeliverPolicy.BY_START_SEQUENCE, _START_SEQ_MIN_RULE),
+        ("opt_start_time", DeliverPolicy.BY_START_TIME, _START_TIME_MIN_RULE),
+    ):
+        value = kwargs.get(name)
+        if policy == needs and type(value) is int and value == 0:
+            raise _bad(name, f"{rule} with deliver_policy {needs.value}, got 0")
 
 
 _RFC3339_RE = re.compile(
@@ -530,14 +666,13 @@ def parse_rfc3339_ns(text: str, field_name: str = "time") -> int:
     """Nanoseconds since the epoch from an RFC 3339 time with up to 9 fractional digits."""
     m = _RFC3339_RE.match(text)
     if m is None:
-        raise _bad(field_name, f"must be an RFC 3339 time, got {text!r}")
+        raise _bad(field_name, f"must be an RFC 3339 time, got {_shown(text)}")
     zone = "+00:00" if m.group(3) == "Z" else m.group(3)
     try:
-        base = datetime.fromisoformat(m.group(1) + zone)
-    except ValueError:
-        raise _bad(field_name, f"must be an RFC 3339 time, got {text!r}") from None
+        seconds = int(datetime.fromisoformat(m.group(1) + zone).timestamp())
+    except (ValueError, OverflowError):
+        raise _bad(field_name, f"must be an RFC 3339 time, got {_shown(text)}") from None
     frac = int((m.group(2) or "0").ljust(9, "0"))
-    seconds = int(base.timestamp())
     return seconds * NS_PER_S + frac
 
 

@@ -8,6 +8,13 @@ NANOSECONDS, exactly as in JetStream's JSON. Count and size limits use -1 for "u
 (0 is accepted on input and normalised to -1, as JetStream does); ``max_age`` uses 0 for
 "no age limit", as JetStream does.
 
+Ranges: the store packs every limit as a signed 64-bit integer (``engine/lmdbrecords.py``,
+the meta record), so counts, sizes and sequences are at most ``INT64_MAX``; durations are at
+most ``DURATION_MAX_NS`` (100 years), so that a timestamp plus a duration still fits
+(``TS_NS_MAX``); a mirror's or source's ``opt_start_time`` is at most ``TS_NS_MAX``.
+``validate`` (and ``normalized``) also check every field's Python type, so a config built in
+code fails like one read by ``from_dict``: ``InvalidArgumentError`` naming the field.
+
 Lifecycle rules live beside the value: ``check_create`` (a new stream may not be sealed),
 ``check_update`` (which fields may change and how) and ``check_no_overlap`` (no two streams
 capture the same subject; the meta group calls it with the other streams' configs).
@@ -32,8 +39,16 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
-from raftstream.engine.store import UNLIMITED, DiscardPolicy, StoreLimits
-from raftstream.engine.stream_source import SOURCES_MAX, StreamSource, check_links, find_cycle
+from raftstream.engine.consumer_config import DURATION_MAX_NS, INT64_MAX, format_rfc3339_ns
+from raftstream.engine.store import TS_NS_MAX, UNLIMITED, DiscardPolicy, StoreLimits
+from raftstream.engine.stream_source import (
+    SOURCES_MAX,
+    ExternalStream,
+    SourceTransform,
+    StreamSource,
+    check_links,
+    find_cycle,
+)
 from raftstream.engine.subjects import (
     FWC,
     PWC,
@@ -49,6 +64,8 @@ from raftstream.errors import InvalidArgumentError
 __all__ = [
     "DESCRIPTION_BYTES_MAX",
     "DUPLICATE_WINDOW_DEFAULT_NS",
+    "DURATION_MAX_NS",
+    "INT64_MAX",
     "MAX_AGE_MIN_NS",
     "METADATA_BYTES_MAX",
     "NAME_BYTES_MAX",
@@ -352,7 +369,8 @@ class StreamConfig:
     sources: tuple[StreamSource, ...] = ()
 
     def normalized(self) -> StreamConfig:
-        """JetStream's defaults applied; no rule is checked (``validate`` does both)."""
+        """JetStream's defaults applied; types are checked (``InvalidArgumentError``: a value
+        of the wrong type cannot be normalised), no rule is (``validate`` does both)."""
         return _normalize(self)
 
     def validate(self) -> StreamConfig:
@@ -460,6 +478,17 @@ _ENUMS: Mapping[str, type[enum.StrEnum]] = MappingProxyType(
     {"retention": RetentionPolicy, "discard": DiscardPolicy, "storage": StorageType}
 )
 _STRS = frozenset({"name", "description"})
+_INTS = (
+    "max_consumers",
+    "max_msgs",
+    "max_bytes",
+    "max_age",
+    "max_msgs_per_subject",
+    "max_msg_size",
+    "num_replicas",
+    "duplicate_window",
+    "first_seq",
+)
 _BOOLS = frozenset(
     {
         "discard_new_per_subject",
@@ -502,14 +531,78 @@ def _parse_field(key: str, value: object) -> Any:
     return _parse_int(key, value)
 
 
+def _check_types(cfg: StreamConfig) -> dict[str, Any]:
+    """Every field's type, as ``from_dict`` checks the JSON's; returns the enum fields as
+    members (a config built in code may spell them as strings)."""
+    for name in _INTS:
+        _parse_int(name, getattr(cfg, name))
+    for name in _STRS:
+        _parse_str(name, getattr(cfg, name))
+    for name in _BOOLS:
+        _parse_bool(name, getattr(cfg, name))
+    if isinstance(cfg.subjects, str):
+        raise InvalidArgumentError("subjects", "a list of subjects, not one string")
+    _parse_subjects("subjects", cfg.subjects)
+    _parse_str_map("metadata", cfg.metadata)
+    _check_parts_types(cfg)
+    return {name: _parse_enum(name, getattr(cfg, name), kind) for name, kind in _ENUMS.items()}
+
+
+def _check_parts_types(cfg: StreamConfig) -> None:
+    """The nested values' types: transform, placement, mirror and sources."""
+    t = cfg.subject_transform
+    if t is not None and (
+        not isinstance(t, SubjectTransform)
+        or not isinstance(t.src, str)
+        or not isinstance(t.dest, str)
+    ):
+        raise InvalidArgumentError("subject_transform", "must be a SubjectTransform of strings")
+    p = cfg.placement
+    if p is not None and (
+        not isinstance(p, Placement)
+        or not (p.cluster is None or isinstance(p.cluster, str))
+        or not isinstance(p.tags, list | tuple)
+    ):
+        raise InvalidArgumentError("placement", "must be a Placement (a cluster name and tags)")
+    if cfg.mirror is not None:
+        _check_link_types("mirror", cfg.mirror)
+    if not isinstance(cfg.sources, list | tuple):
+        raise InvalidArgumentError("sources", "must be a list of sources")
+    for i, src in enumerate(cfg.sources):
+        _check_link_types(f"sources[{i}]", src)
+
+
+def _check_link_types(where: str, src: object) -> None:
+    if not isinstance(src, StreamSource):
+        raise InvalidArgumentError(where, "must be a StreamSource")
+    _parse_str(f"{where}.name", src.name)
+    _parse_int(f"{where}.opt_start_seq", src.opt_start_seq)
+    _parse_int(f"{where}.opt_start_time", src.opt_start_time)
+    if src.filter_subject is not None:
+        _parse_str(f"{where}.filter_subject", src.filter_subject)
+    if not isinstance(src.subject_transforms, list | tuple) or not all(
+        isinstance(t, SourceTransform) and isinstance(t.src, str) and isinstance(t.dest, str)
+        for t in src.subject_transforms
+    ):
+        raise InvalidArgumentError(
+            f"{where}.subject_transforms", "must be a list of {src, dest} string pairs"
+        )
+    ext = src.external
+    if ext is not None and (
+        not isinstance(ext, ExternalStream) or not isinstance(ext.api, list | tuple)
+    ):
+        raise InvalidArgumentError(f"{where}.external", "must be an ExternalStream (api: a list)")
+
+
 def _normalize(cfg: StreamConfig) -> StreamConfig:
     """JetStream's ``setStreamConfigDefaults``, plus what sealing implies."""
+    enums = _check_types(cfg)
 
     def unlimited(v: int) -> int:
         return UNLIMITED if v == 0 else v
 
     max_age = cfg.max_age
-    discard = cfg.discard
+    discard = enums.pop("discard")
     deny_delete, deny_purge, rollup = cfg.deny_delete, cfg.deny_purge, cfg.allow_rollup_hdrs
     if cfg.sealed:
         # JetStream: a sealed stream keeps what it has forever and refuses every change.
@@ -541,6 +634,7 @@ def _normalize(cfg: StreamConfig) -> StreamConfig:
         metadata=MappingProxyType(dict(cfg.metadata)),
         # An empty placement places like no placement: one spelling, so configs compare equal.
         placement=None if cfg.placement is None or cfg.placement.is_empty else cfg.placement,
+        **enums,
     )
 
 
@@ -576,9 +670,12 @@ def _check_mirror(cfg: StreamConfig) -> None:
     if len(cfg.sources) > SOURCES_MAX:
         raise InvalidArgumentError("sources", f"at most {SOURCES_MAX} sources")
     check_links("sources", cfg.sources, cfg.name)
+    for i, src in enumerate(cfg.sources):
+        _check_start_range(f"sources[{i}]", src)
     if cfg.mirror is None:
         return
     check_links("mirror", (cfg.mirror,), cfg.name)
+    _check_start_range("mirror", cfg.mirror)
     if cfg.subjects:
         raise InvalidArgumentError("subjects", "a mirror has no subjects of its own")
     if cfg.sources:
@@ -590,6 +687,17 @@ def _check_mirror(cfg: StreamConfig) -> None:
     if cfg.mirror.subject_transforms:
         raise InvalidArgumentError(
             "mirror.subject_transforms", "a mirror stores subjects unchanged"
+        )
+
+
+def _check_start_range(where: str, src: StreamSource) -> None:
+    """Where a link starts fits what the link's state packs: an int64 sequence, a time."""
+    if src.opt_start_seq > INT64_MAX:
+        raise InvalidArgumentError(f"{where}.opt_start_seq", _INT64_RULE)
+    if src.opt_start_time > TS_NS_MAX:
+        raise InvalidArgumentError(
+            f"{where}.opt_start_time",
+            f"must be at most {TS_NS_MAX} ns since the epoch ({format_rfc3339_ns(TS_NS_MAX)})",
         )
 
 
@@ -609,11 +717,18 @@ def _check_subjects(cfg: StreamConfig) -> None:
                 raise InvalidArgumentError("subjects", f"subjects overlap: {a!r} and {b!r}")
 
 
+_INT64_RULE = f"must be at most {INT64_MAX} (a signed 64-bit integer)"
+_DURATION_RULE = f"must be at most {DURATION_MAX_NS} ns (100 years)"
+
+
 def _check_limits(cfg: StreamConfig) -> None:
-    """Counts and sizes: -1 (unlimited) or positive, after 0 was normalised to -1."""
+    """Counts and sizes: -1 (unlimited) or positive, after 0 was normalised to -1; each fits
+    the int64 the store packs it in."""
     for name in ("max_consumers", "max_msgs", "max_bytes", "max_msgs_per_subject"):
         if getattr(cfg, name) < UNLIMITED:
             raise InvalidArgumentError(name, "must be -1 (unlimited) or positive")
+        if getattr(cfg, name) > INT64_MAX:
+            raise InvalidArgumentError(name, _INT64_RULE)
     if cfg.max_msg_size < UNLIMITED:
         raise InvalidArgumentError("max_msg_size", "must be -1 (unlimited) or positive")
     if cfg.max_msg_size > 2**31 - 1:
@@ -621,6 +736,8 @@ def _check_limits(cfg: StreamConfig) -> None:
         raise InvalidArgumentError("max_msg_size", "must fit in 32 bits")
     if cfg.first_seq < 0:
         raise InvalidArgumentError("first_seq", "must not be negative")
+    if cfg.first_seq > INT64_MAX:
+        raise InvalidArgumentError("first_seq", _INT64_RULE)
     if cfg.num_replicas < 0:
         raise InvalidArgumentError("num_replicas", "must not be negative")
     if cfg.num_replicas > REPLICAS_MAX:
@@ -628,13 +745,20 @@ def _check_limits(cfg: StreamConfig) -> None:
 
 
 def _check_durations(cfg: StreamConfig) -> None:
-    """``max_age`` and ``duplicate_window`` (nanoseconds)."""
+    """``max_age`` and ``duplicate_window`` (nanoseconds), each at most ``DURATION_MAX_NS``:
+    a message's timestamp plus either must still fit in int64."""
     if cfg.max_age < 0:
         raise InvalidArgumentError("max_age", "must not be negative (0: no age limit)")
     if 0 < cfg.max_age < MAX_AGE_MIN_NS:
         raise InvalidArgumentError("max_age", "must be at least 100ms (100000000 ns) when set")
+    if cfg.max_age > DURATION_MAX_NS:
+        raise InvalidArgumentError(
+            "max_age", f"must be at most {DURATION_MAX_NS} ns (100 years; 0: no age limit)"
+        )
     if cfg.duplicate_window < 0:
         raise InvalidArgumentError("duplicate_window", "must not be negative")
+    if cfg.duplicate_window > DURATION_MAX_NS:
+        raise InvalidArgumentError("duplicate_window", _DURATION_RULE)
     if cfg.max_age > 0 and cfg.duplicate_window > cfg.max_age:
         raise InvalidArgumentError("duplicate_window", "must not be larger than max_age")
 

@@ -157,7 +157,7 @@ def test_unknown_enum_value_is_refused() -> None:
 
 def test_backoff_rules() -> None:
     """Backoff needs acks, positive values, and max_deliver >= its length."""
-    refused("backoff", backoff=(0,))
+    refused("backoff[0]", backoff=(0,))
     refused("backoff", backoff=(NS_PER_S,), ack_policy="none")
     refused("max_deliver", backoff=(1, 2, 3), max_deliver=2)
     ConsumerConfig(backoff=(1, 2, 3), max_deliver=3)
