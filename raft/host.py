@@ -38,9 +38,11 @@ wakes it. Liveness moves to the node level: every tick each host sends every pee
 an empty batch; a peer silent for ``liveness_ticks`` wakes every quiesced group it leads or
 follows, and a woken follower is credited the ticks of that silence (up to one short of an
 election timeout, so that the random part of its timeout still separates it from the other
-followers), so its election starts as if it had been ticking all along. Safety does not
-depend on any of this (Raft is safe under any timing); only how soon a dead leader is
-replaced does.
+followers), so its election starts as if it had been ticking all along. If that leader is
+heard again before then, having sent nothing for the group, the follower goes back to quiet
+(``_requiesce``): the leader was stalled, not gone, and still holds the group quiesced.
+Safety does not depend on any of this (Raft is safe under any timing); only how soon a dead
+leader is replaced does.
 
 Elections between ticks. A randomized election timeout counted in ticks has only
 ``election_tick`` values to choose from (6 with the node's defaults), so two followers of a
@@ -264,6 +266,8 @@ class RaftHost:
         self._reads_pending = 0  # reads queued or waiting, against reads_pending_max
         self._seq = itertools.count()
         self._dirty: set[str] = set()
+        # Followers woken by their leader's silence, not by anything of the group (_requiesce).
+        self._woken_by_silence: set[str] = set()
         self._sync_commits = False  # this round writes every unsynced commit (once a tick)
         self._peers: set[str] = set()  # every other node of any group here
         self._heard: dict[str, float] = {}  # peer -> loop time of its last batch
@@ -654,6 +658,7 @@ class RaftHost:
                 continue
             if m.type != MessageType.HEARTBEAT_RESP:
                 g.quiet = False  # the group is active again: tick it
+                self._woken_by_silence.discard(m.group)
             try:
                 g.node.step(m)
             except RaftStreamError as exc:
@@ -770,6 +775,8 @@ class RaftHost:
 
     def _wake_groups_of_silent_peers(self, now: float) -> None:
         silent = self._silent_peers(now)
+        if self._woken_by_silence:
+            self._requiesce(silent)
         if not silent:
             return
         tick_s = self.config.tick_ms / 1000
@@ -782,6 +789,7 @@ class RaftHost:
                 g.quiet = False
                 self._dirty.add(g.name)
             if lead in silent and not is_leader:
+                self._woken_by_silence.add(g.name)
                 # Credit the silence: the election starts as if we had kept ticking. At
                 # most one tick short of the base timeout: every follower of the group is
                 # credited the same silence, and the random rest of each one's timeout is
@@ -789,6 +797,23 @@ class RaftHost:
                 missed = int((now - self._heard.get(lead, now)) / tick_s)
                 for _ in range(min(missed, self.config.election_tick - 1)):
                     g.node.tick()
+
+    def _requiesce(self, silent: set[str]) -> None:
+        """A follower woken by its leader's silence goes back to quiet once that leader is
+        heard again while nothing came for the group: the leader kept the group quiesced, so
+        it was stalled (a long apply or snapshot, a loaded machine), not gone, and an election
+        would only move an idle group's leadership (a soak under load saw the meta group's
+        term reach 15 in 31 minutes). Anything for the group (``_step_inbox``), or a campaign
+        of its own, ends this."""
+        for name in list(self._woken_by_silence):
+            g = self._groups.get(name)
+            if g is None or g.halted or g.node.role != Role.FOLLOWER:
+                self._woken_by_silence.discard(name)
+                continue
+            lead = g.node.leader
+            if lead and lead not in silent:
+                g.quiet = True
+                self._woken_by_silence.discard(name)
 
     def _ping_peers(self) -> None:
         """Liveness: every peer gets at least one batch per tick (an empty one if need be),

@@ -27,6 +27,7 @@ class MemoryNetwork:
     def __init__(self) -> None:
         self._nodes: dict[str, MemoryTransport] = {}
         self._down: set[str] = set()
+        self._muted: set[str] = set()
         self.batches_sent = 0
 
     def attach(self, transport: MemoryTransport) -> None:
@@ -42,8 +43,16 @@ class MemoryNetwork:
         else:
             self._down.discard(node)
 
+    def set_muted(self, node: str, muted: bool) -> None:
+        """A muted node still receives, but what it sends is lost: how its peers see a
+        node whose event loop is stalled (it reads what queued once it runs again)."""
+        if muted:
+            self._muted.add(node)
+        else:
+            self._muted.discard(node)
+
     def route(self, src: str, dst: str) -> MemoryTransport | None:
-        if src in self._down or dst in self._down:
+        if src in self._down or dst in self._down or src in self._muted:
             return None
         return self._nodes.get(dst)
 
