@@ -7,16 +7,23 @@ bare ``ValueError``/``TypeError`` that names neither the argument nor the rule; 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 
 from raftstream import errors
 
 __all__ = [
     "INT64_MAX",
+    "PORT_MAX",
+    "QUEUE_RULE",
+    "check_address",
     "check_durations_ns",
     "check_headers",
     "check_int",
     "check_payload",
+    "check_queue_name",
+    "check_seconds",
+    "check_servers",
     "check_subject",
 ]
 
@@ -29,6 +36,19 @@ def check_int(field: str, value: object, *, minimum: int) -> int:
         raise errors.InvalidArgumentError(field, f"must be an integer, not {type(value).__name__}")
     if not minimum <= value <= INT64_MAX:
         raise errors.InvalidArgumentError(field, f"must be {minimum} to {INT64_MAX}")
+    return value
+
+
+def check_seconds(field: str, value: object, *, zero_ok: bool = False) -> float:
+    """``value`` when it is a finite number of seconds above 0 (``zero_ok``: or 0); else
+    ``InvalidArgumentError`` naming ``field``. A str, a bool, NaN or infinity is refused
+    here rather than failing later as a bare TypeError, or as a wait that never ends or ends
+    at once ("no messages within -1.000s")."""
+    rule = "must be a finite number of seconds, " + ("0 or more" if zero_ok else "above 0")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise errors.InvalidArgumentError(field, f"{rule}, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise errors.InvalidArgumentError(field, f"{rule}, not {value!r}")
     return value
 
 
@@ -97,3 +117,62 @@ def check_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
                 "headers", f"names and values must be strings (header {name!r})"
             )
     return headers
+
+
+PORT_MAX = 65535
+_SERVERS_RULE = "'host:port' addresses with a port 1 to 65535 (IPv6 hosts in brackets)"
+
+
+def check_servers(servers: object) -> list[str]:
+    """The server addresses of ``connect``: a sequence of ``host:port`` strings, or one
+    string of them comma-separated; ``InvalidArgumentError`` naming ``servers`` for none, an
+    empty element (``",,,"``), or an element that is no ``host:port`` (``nohostport``, a port
+    above 65535), rather than a server reported unreachable after the connect timeout."""
+    if isinstance(servers, str):
+        items: list[object] = [s.strip() for s in servers.split(",")]
+    elif isinstance(servers, Sequence):
+        items = list(servers)
+    else:
+        raise errors.InvalidArgumentError(
+            "servers", f"must be {_SERVERS_RULE}, not {type(servers).__name__}"
+        )
+    if not items or items == [""]:
+        raise errors.InvalidArgumentError("servers", "at least one server address")
+    for item in items:
+        check_address("servers", item)
+    return [str(item) for item in items]
+
+
+def check_address(field: str, addr: object) -> str:
+    """One ``host:port`` (``[::1]:7101`` for IPv6), as the node parses its own addresses."""
+    if not isinstance(addr, str) or not addr:
+        raise errors.InvalidArgumentError(field, f"an empty or non-string address: {addr!r}")
+    host, sep, port = addr.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise errors.InvalidArgumentError(field, f"IPv6 hosts go in brackets: {addr!r}")
+    if not sep or not host or any(c.isspace() or not c.isprintable() for c in host):
+        raise errors.InvalidArgumentError(field, f"expected host:port, got {addr!r}")
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= PORT_MAX:
+        raise errors.InvalidArgumentError(field, f"port must be 1 to {PORT_MAX}, got {addr!r}")
+    return addr
+
+
+# What a queue group name may not contain: it names the group's consumer too.
+_QUEUE_FORBIDDEN = frozenset(".*>")
+QUEUE_RULE = (
+    "a queue group is a non-empty name without whitespace, control characters, '.', '*' "
+    "or '>' (it also names the group's consumer)"
+)
+
+
+def check_queue_name(queue: object, field: str = "queue") -> str:
+    """A queue group name (``QUEUE_RULE``); ``InvalidArgumentError`` naming ``field``."""
+    if (
+        not isinstance(queue, str)
+        or not queue
+        or any(c.isspace() or not c.isprintable() or c in _QUEUE_FORBIDDEN for c in queue)
+    ):
+        raise errors.InvalidArgumentError(field, f"{QUEUE_RULE}, not {queue!r}")
+    return queue

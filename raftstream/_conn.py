@@ -62,6 +62,7 @@ from tenacity import (
 )
 
 from raftstream import errors
+from raftstream._args import check_seconds, check_servers
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
 
@@ -228,8 +229,10 @@ async def _ready(ch: grpc.aio.Channel, wait_s: float, *, give_up_on_failure: boo
 class Router:
     """The channels, leader hints and retry policy of one client (see the module docstring).
 
-    ``servers`` are ``host:port`` seed addresses, tried in turn. ``connect_timeout_s`` bounds
-    how long one attempt waits for a channel to connect before moving to the next server.
+    ``servers`` are ``host:port`` seed addresses, tried in turn (``InvalidArgumentError``
+    naming ``servers`` for a malformed one: ``_args.check_servers``). ``connect_timeout_s``
+    bounds how long one attempt waits for a channel to connect before moving to the next
+    server.
     ``credentials``: TLS for every channel (``tls_credentials``); None: plaintext.
     ``interceptors``: on every channel (``raftstream/_auth.py``: the caller's credentials).
     """
@@ -246,9 +249,7 @@ class Router:
     ) -> None:
         self._credentials = credentials
         self._interceptors = list(interceptors) or None
-        if not servers:
-            raise errors.InvalidArgumentError("servers", "at least one server address")
-        self._servers = list(dict.fromkeys(servers))
+        self._servers = list(dict.fromkeys(check_servers(servers)))
         self._current = 0
         self._connect_timeout_s = connect_timeout_s
         self._channels_max = max(channels_max, len(self._servers))
@@ -379,8 +380,7 @@ class Router:
         of the last attempt (``_telling``), or ``DeadlineExceededError`` if no attempt could
         start in time.
         """
-        if not timeout_s > 0:  # NaN too
-            raise errors.InvalidArgumentError("timeout", "must be a positive number of seconds")
+        check_seconds("timeout", timeout_s)  # NaN, infinity and non-numbers too
         loop = asyncio.get_running_loop()
         self._check_usable(loop)
         deadline = loop.time() + timeout_s

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from raftstream import errors
+from raftstream._args import check_address
 from raftstream.config import format_rfc3339_ns, parse_rfc3339_ns
 
 if TYPE_CHECKING:
@@ -109,9 +110,36 @@ _UNLIMITED_WORDS = {"-1", "unlimited", "none", "inf"}
 # -- connection ------------------------------------------------------------------------------
 
 
-def split_csv(values: Iterable[str]) -> list[str]:
-    """Repeatable and comma-separated values, flattened, blanks dropped."""
-    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+def split_csv(values: Iterable[str], flag: str) -> list[str]:
+    """Repeatable and comma-separated values of ``flag``, flattened, spaces around each
+    stripped. An empty element (``--subjects ''``, ``'a,,b'``, a trailing comma) is a usage
+    error naming ``flag`` (exit 2): dropped, it silently changed what was asked (``stream
+    edit ORDERS --subjects ''`` replaced the stream's subjects with its name)."""
+    out = []
+    for value in values:
+        for item in value.split(","):
+            item = item.strip()
+            if not item:
+                raise click.BadParameter(
+                    f"an empty value in {value!r} (give each value, comma-separated, "
+                    "without empty ones)",
+                    param_hint=flag,
+                )
+            out.append(item)
+    return out
+
+
+def _servers(values: Iterable[str], flag: str) -> list[str]:
+    """``-s`` values (or ``$RAFTSTREAM_SERVERS``, ``flag`` then names it): ``HOST:PORT``
+    each, a usage error naming ``flag`` otherwise (the SDK's rule, ``check_servers``),
+    rather than ``NOT_CONNECTED`` after the connect timeout."""
+    listed = split_csv(values, flag)
+    for addr in listed:
+        try:
+            check_address("servers", addr)
+        except errors.InvalidArgumentError as exc:
+            raise click.BadParameter(exc.rule, param_hint=flag) from None
+    return listed
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,10 +176,11 @@ class Conn:
             name: given.get(name) or meta.get(_META_TLS + name) or os.environ.get(env) or None
             for name, env in TLS_ENV.items()
         }
+        env = os.environ.get(SERVERS_ENV, "").strip()  # set but empty: as if unset
         listed = (
-            split_csv(servers)
-            or split_csv(meta.get(_META_SERVERS, ()))
-            or split_csv([os.environ.get(SERVERS_ENV, "")])
+            _servers(servers, "--server")
+            or _servers(meta.get(_META_SERVERS, ()), "--server")
+            or _servers([env] if env else [], f"${SERVERS_ENV}")
         )
         if timeout_s is None:
             timeout_s = meta.get(_META_TIMEOUT) or DEFAULT_TIMEOUT_S
@@ -234,8 +263,8 @@ def _server_attrs() -> dict[str, Any]:
     return {
         "multiple": True,
         "metavar": "HOST:PORT",
-        "help": f"Server(s) to use, repeatable or comma-separated "
-        f"(default: ${SERVERS_ENV}, else {DEFAULT_SERVERS}).",
+        "help": f"Server(s) to use, repeatable or comma-separated, each HOST:PORT with a "
+        f"port 1-65535 (default: ${SERVERS_ENV}, same format, else {DEFAULT_SERVERS}).",
     }
 
 

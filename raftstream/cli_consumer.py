@@ -45,9 +45,10 @@ if TYPE_CHECKING:
     from raftstream.models import ConsumerInfo, SequenceInfo
     from raftstream.msg import Msg
 
-__all__ = ["consumer", "format_msg", "msg_json"]
+__all__ = ["NAMED_DELIVER", "consumer", "format_msg", "msg_json", "start_seq"]
 
 NAMED_DELIVER = ("all", "last", "new", "last_per_subject")
+INT64_MAX = 2**63 - 1  # the server's sequences are int64
 DEFAULT_PUSH_PREFIX = "deliver"
 FETCH_LEFT_MIN_S = 0.05  # ``consumer next`` asks again only with at least this much time left
 
@@ -55,8 +56,8 @@ CONSUMER_FLAGS: tuple[Flag, ...] = (
     Flag("--filter", "filter", "Filter subject(s) (repeatable or comma-separated).",
          multiple=True),
     Flag("--ack", "ack_policy", "Ack policy.", click.Choice(["explicit", "all", "none"])),
-    Flag("--deliver", "deliver", "Start: all, last, new, last_per_subject, a sequence, "
-         "or a time (RFC 3339, or a duration ago such as 1h)."),
+    Flag("--deliver", "deliver", "Start: all, last, new, last_per_subject, a sequence "
+         "(1 to 2**63-1), or a time (RFC 3339, or a duration ago such as 1h)."),
     Flag("--replay", "replay_policy", "Replay policy.", click.Choice(["instant", "original"])),
     Flag("--max-deliver", "max_deliver", "Deliveries per message at most (-1: unlimited).",
          int),
@@ -90,8 +91,8 @@ def _deliver(value: str) -> dict[str, Any]:
     """``--deliver`` as deliver_policy (+ opt_start_seq / opt_start_time)."""
     if value in NAMED_DELIVER:
         return {"deliver_policy": value}
-    if value.isdigit():
-        return {"deliver_policy": "by_start_sequence", "opt_start_seq": int(value)}
+    if value.isascii() and value.isdigit():
+        return {"deliver_policy": "by_start_sequence", "opt_start_seq": start_seq(value)}
     try:
         start = parse_time_or_ago_ns(value, future=False)
     except ValueError:
@@ -102,10 +103,22 @@ def _deliver(value: str) -> dict[str, Any]:
     return {"deliver_policy": "by_start_time", "opt_start_time": start}
 
 
+def start_seq(value: str, flag: str = "--deliver") -> int:
+    """``--deliver SEQ`` digits as a stream sequence, 1 to 2**63-1 (a usage error naming
+    ``flag`` otherwise: 0 is no sequence, and a larger one does not fit the server's int64
+    sequences)."""
+    seq = int(value)
+    if not 1 <= seq <= INT64_MAX:
+        raise click.BadParameter(
+            f"a start sequence must be 1 to {INT64_MAX}, not {value}", param_hint=flag
+        )
+    return seq
+
+
 def _backoff(items: tuple[str, ...]) -> tuple[int, ...]:
     """``--backoff 1s,5s,30s`` as ns durations (a usage error otherwise)."""
     try:
-        return tuple(parse_duration_ns(v) for v in split_csv(items))
+        return tuple(parse_duration_ns(v) for v in split_csv(items, "--backoff"))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--backoff") from None
 
@@ -113,7 +126,7 @@ def _backoff(items: tuple[str, ...]) -> tuple[int, ...]:
 def consumer_params(name: str | None, values: dict[str, Any]) -> dict[str, Any]:
     """ConsumerConfig keyword arguments from the given flags."""
     given = given_flags(CONSUMER_FLAGS, values)
-    filters = split_csv(given.pop("filter", ()))
+    filters = split_csv(given.pop("filter", ()), "--filter")
     if len(filters) == 1:
         given["filter_subject"] = filters[0]
     elif filters:

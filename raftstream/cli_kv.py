@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from raftstream._args import INT64_MAX
 from raftstream.cli_common import (
     DURATION,
     NS_PER_S,
@@ -193,7 +194,7 @@ def info_cmd(conn: Conn, bucket: str, as_json: bool) -> None:
 @click.argument("value", required=False)
 @click.option(
     "--last",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, INT64_MAX),
     help="Only if the key's last revision is this (0: the key must not exist).",
 )
 @json_option
@@ -255,7 +256,7 @@ def create_cmd(conn: Conn, bucket: str, key: str, value: str | None, as_json: bo
 @click.argument("bucket")
 @click.argument("key")
 @click.argument("value")
-@click.argument("revision", type=click.IntRange(min=1))
+@click.argument("revision", type=click.IntRange(1, INT64_MAX))
 @json_option
 @connection_options
 def update_cmd(conn: Conn, bucket: str, key: str, value: str, revision: int, as_json: bool) -> None:
@@ -286,7 +287,7 @@ def _entry_json(e: KeyValueEntry) -> dict[str, Any]:
 @kv.command("get")
 @click.argument("bucket")
 @click.argument("key")
-@click.option("--revision", type=click.IntRange(min=1), help="This revision of the key.")
+@click.option("--revision", type=click.IntRange(1, INT64_MAX), help="This revision of the key.")
 @click.option("--raw", is_flag=True,
               help="Write the value only, its bytes unchanged (no newline added).")  # fmt: skip
 @json_option

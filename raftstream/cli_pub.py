@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import click
 
 from raftstream import errors
+from raftstream._args import check_queue_name
 from raftstream.cli_common import (
     Conn,
     connection_options,
@@ -39,7 +40,7 @@ from raftstream.cli_common import (
     seq_runs,
     text_arg,
 )
-from raftstream.cli_consumer import format_msg, msg_json
+from raftstream.cli_consumer import NAMED_DELIVER, format_msg, msg_json, start_seq
 from raftstream.config import ConsumerConfig, DeliverPolicy, format_rfc3339_ns
 
 if TYPE_CHECKING:
@@ -263,7 +264,7 @@ def _sub_config(deliver: str | None) -> ConsumerConfig | None:
     """The requested start (None: leave it to an existing consumer, else all)."""
     if deliver is None:
         return None
-    if deliver.isdigit():
+    if deliver.isascii() and deliver.isdigit():
         return ConsumerConfig(
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=int(deliver)
         )
@@ -391,9 +392,12 @@ async def _sub(
 @click.argument("subject")
 @click.option("--stream", help="The stream (default: the one capturing SUBJECT).")
 @click.option("--durable", help="Use (or create) this durable consumer.")
-@click.option("--queue", help="Share the work with other subscribers of this queue group.")
+@click.option("--queue", help="Share the work with other subscribers of this queue group "
+              "(a name without whitespace, '.', '*' or '>': it also names the group's "
+              "consumer).")  # fmt: skip
 @click.option("--ordered", is_flag=True, help="Ordered consumer (every message once, in order).")
-@click.option("--deliver", help="Start: all (default), last, new, last_per_subject or a sequence.")
+@click.option("--deliver", help="Start: all (default), last, new, last_per_subject or a "
+              "sequence (1 to 2**63-1).")  # fmt: skip
 @click.option("--count", type=click.IntRange(min=1), help="Stop after N messages.")
 @click.option("--ack/--no-ack", default=True, show_default=True, help="Acknowledge messages.")
 @click.option("--raw", is_flag=True,
@@ -422,9 +426,19 @@ def sub(
     """
     if ordered and (durable or queue):
         raise click.UsageError("--ordered cannot be combined with --durable or --queue")
-    named = ("all", "last", "new", "last_per_subject")
-    if deliver is not None and deliver not in named and not deliver.isdigit():
-        raise click.BadParameter(f"{deliver!r}", param_hint="--deliver")
+    if queue is not None:
+        try:
+            check_queue_name(queue)
+        except errors.InvalidArgumentError as exc:
+            raise click.BadParameter(exc.rule, param_hint="--queue") from None
+    if deliver is not None and deliver not in NAMED_DELIVER:
+        if not (deliver.isascii() and deliver.isdigit()):
+            raise click.BadParameter(
+                f"{deliver!r}: expected {', '.join(NAMED_DELIVER)} or a start sequence "
+                "(1 to 2**63-1)",
+                param_hint="--deliver",
+            )
+        start_seq(deliver)
 
     def show(msg: Msg) -> None:
         if as_json:

@@ -164,7 +164,7 @@ def stream_params(values: dict[str, Any]) -> dict[str, Any]:
     """StreamConfig keyword arguments from the given flags (composite fields assembled)."""
     given = given_flags(STREAM_FLAGS, values)
     if "subjects" in given:
-        given["subjects"] = split_csv(given["subjects"])
+        given["subjects"] = split_csv(given["subjects"], "--subjects")
     if "metadata" in given:
         given["metadata"] = key_values(given["metadata"], "--metadata")
     src, dest = given.pop("transform_src", None), given.pop("transform_dest", None)
@@ -172,7 +172,7 @@ def stream_params(values: dict[str, Any]) -> dict[str, Any]:
         given["subject_transform"] = {"src": src or ">", "dest": dest or ""}
     cluster, tags = given.pop("placement_cluster", None), given.pop("placement_tags", None)
     if cluster is not None or tags is not None:
-        given["placement"] = {"cluster": cluster, "tags": split_csv(tags or [])}
+        given["placement"] = {"cluster": cluster, "tags": split_csv(tags or [], "--placement-tags")}
     mirror, external = given.pop("mirror", None), given.pop("mirror_external", None)
     if external is not None and mirror is None:
         raise click.UsageError("--mirror-external needs --mirror")
@@ -186,9 +186,9 @@ def stream_params(values: dict[str, Any]) -> dict[str, Any]:
     if mirror is not None:
         given["mirror"] = {"name": mirror}
         if external is not None:
-            given["mirror"]["external"] = {"api": split_csv(external)}
+            given["mirror"]["external"] = {"api": split_csv(external, "--mirror-external")}
     if "source" in given:
-        given["sources"] = [{"name": n} for n in split_csv(given.pop("source"))]
+        given["sources"] = [{"name": n} for n in split_csv(given.pop("source"), "--source")]
     return given
 
 

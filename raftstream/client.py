@@ -19,7 +19,6 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -31,6 +30,7 @@ from raftstream._args import (
     check_durations_ns,
     check_int,
     check_payload,
+    check_servers,
     check_subject,
 )
 from raftstream._auth import credential_interceptors
@@ -43,6 +43,7 @@ from raftstream.config import (
     DeliverPolicy,
     StorageType,
     StreamConfig,
+    config_with,
 )
 from raftstream.kv import (
     KeyValue,
@@ -148,10 +149,11 @@ async def connect(
 
     Raises ``UnavailableError`` when no server answers within ``timeout`` (a refused TLS
     handshake looks the same: the server cannot be connected to), ``InvalidArgumentError``
-    for a TLS file that cannot be read.
+    for a TLS file that cannot be read, and, before trying any, ``InvalidArgumentError``
+    naming ``servers`` for an address that is no ``host:port`` with a port 1 to 65535 or
+    an empty one (``",,,"``, ``"a:1,,b:2"``).
     """
-    if isinstance(servers, str):
-        servers = [s.strip() for s in servers.split(",") if s.strip()]
+    servers = check_servers(servers)
     credentials = tls_credentials(ca=tls_ca, cert=tls_cert, key=tls_key)
     interceptors = credential_interceptors(token=token, user=user, password=password)
     client = Client(
@@ -276,8 +278,10 @@ class Client:
     ) -> StreamInfo:
         """Create a stream from ``config`` and/or JetStream field ``params`` (``params``
         override ``config``). Idempotent for an identical config; ``AlreadyExistsError`` for a
-        different one; ``InvalidArgumentError`` names a refused field."""
-        cfg = _stream_config(config, params)
+        different one; ``InvalidArgumentError`` names a refused field. A ``params`` key that
+        is no field is ``UnknownFieldError`` (an ``InvalidArgumentError`` and a
+        ``TypeError``), raised before anything is sent."""
+        cfg = config_with(StreamConfig, config, params)
         check_durations_ns(cfg)
         req = pb.CreateStreamRequest(config_json=json.dumps(cfg.to_dict()))
 
@@ -290,7 +294,7 @@ class Client:
         self, config: StreamConfig | None = None, *, timeout: float | None = None, **params: Any
     ) -> StreamInfo:
         """Replace a stream's config (the complete new config, as ``add_stream`` takes it)."""
-        cfg = _stream_config(config, params)
+        cfg = config_with(StreamConfig, config, params)
         check_durations_ns(cfg)
         req = pb.UpdateStreamRequest(config_json=json.dumps(cfg.to_dict()))
 
@@ -458,8 +462,10 @@ class Client:
     ) -> ConsumerInfo:
         """Create a consumer from ``config`` and/or JetStream field ``params``. Idempotent for
         an identical config; ``AlreadyExistsError`` for a different one. Without a name or
-        durable name the consumer is ephemeral and the server names it."""
-        cfg = replace(config, **params) if config is not None else ConsumerConfig(**params)
+        durable name the consumer is ephemeral and the server names it. A ``params`` key that
+        is no field is ``UnknownFieldError`` (an ``InvalidArgumentError`` and a
+        ``TypeError``), raised before anything is sent."""
+        cfg = config_with(ConsumerConfig, config, params)
         check_durations_ns(cfg)
         req = pb.CreateConsumerRequest(stream=stream, config_json=json.dumps(cfg.to_dict()))
 
@@ -506,8 +512,23 @@ class Client:
     async def pause_consumer(
         self, stream: str, consumer: str, pause_until_ns: int, *, timeout: float | None = None
     ) -> PauseInfo:
-        """Stop delivery until ``pause_until_ns`` (ns since the epoch)."""
+        """Stop delivery until ``pause_until_ns`` (ns since the epoch, as ``time.time_ns()``
+        counts: ``time.time_ns() + 600 * 10**9`` is ten minutes from now).
+
+        A time that is not in the future (by this machine's clock) is refused with
+        ``InvalidArgumentError`` naming ``pause_until_ns``, as ``raftstream consumer pause``
+        refuses it: JetStream takes a past time as "not paused", so such a call would
+        resume the consumer without a word, and a past value is mostly a wrong unit (a
+        duration, or seconds since the epoch). To resume, call ``resume_consumer``. A time
+        that passes while the call travels (or on a server whose clock is ahead) leaves the
+        consumer not paused: check ``PauseInfo.paused``."""
         check_int("pause_until_ns", pause_until_ns, minimum=0)
+        if pause_until_ns <= time.time_ns():
+            raise errors.InvalidArgumentError(
+                "pause_until_ns",
+                f"must be in the future, in ns since the epoch (time.time_ns() + a delay), "
+                f"not {pause_until_ns}; to resume, use resume_consumer",
+            )
         req = pb.PauseConsumerRequest(
             stream=stream, consumer=consumer, pause_until_ns=pause_until_ns
         )
@@ -909,9 +930,3 @@ class Client:
     async def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> bool:
         """Delete a bucket and every value in it; ``BucketNotFoundError`` when missing."""
         return await delete_bucket(self, bucket, timeout=timeout)
-
-
-def _stream_config(config: StreamConfig | None, params: Mapping[str, Any]) -> StreamConfig:
-    if config is None:
-        return StreamConfig(**params)
-    return replace(config, **params) if params else config

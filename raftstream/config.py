@@ -17,16 +17,23 @@ normalised config (defaults filled in) comes back in ``StreamInfo.config`` /
 ``ConsumerInfo.config``.
 
 Values are frozen dataclasses built with keyword arguments; sequences are stored as tuples
-and enum fields accept their string values (anything else is ``InvalidArgumentError`` naming
-the field, the only check made here).
+and enum fields accept their string values. Types are checked here, each refusal an
+``InvalidArgumentError`` naming the field, as the engine's ``from_dict`` would (JetStream's
+JSON decoding refuses them too): an enum field takes one of its values, a boolean field
+``True``/``False`` only (``headers_only="no"`` is not false), a text field a ``str``, a
+count or duration an ``int`` (not a bool, not a float), a point in time an ``int`` of ns
+from 0 to 2**63-1 (what an RFC 3339 time in the JSON can carry to the server). ``None``
+leaves a field unset (the server's default). Every other rule is the server's. A keyword
+that is no field (``add_stream(..., max_ag=1)``) is ``UnknownFieldError`` (``config_with``).
 """
 
 from __future__ import annotations
 
+import difflib
 import enum
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -47,12 +54,15 @@ __all__ = [
     "StreamConfig",
     "StreamSource",
     "SubjectTransform",
+    "UnknownFieldError",
+    "config_with",
     "format_rfc3339_ns",
     "parse_rfc3339_ns",
 ]
 
 UNLIMITED = -1
 NS_PER_S = 1_000_000_000
+INT64_MAX = 2**63 - 1  # the server keeps times and counts in int64
 
 
 class RetentionPolicy(enum.StrEnum):
@@ -92,6 +102,7 @@ class ReplayPolicy(enum.StrEnum):
 
 
 E = TypeVar("E", bound=enum.StrEnum)
+C = TypeVar("C", "StreamConfig", "ConsumerConfig")
 
 
 def _set(obj: object, name: str, value: object) -> None:
@@ -104,6 +115,82 @@ def _list(value: object, name: str) -> tuple[Any, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise InvalidArgumentError(name, f"must be a list, not {type(value).__name__}")
     return tuple(value)
+
+
+def _check_types(obj: object, kinds: Mapping[str, str]) -> None:
+    """Refuse a set (not None) field of ``obj`` whose value is not of its kind: ``"str"``,
+    ``"bool"``, ``"int"`` (a bool is no int: JSON ``true`` is not a number) or ``"time"``
+    (an int of ns since the epoch, 0 to ``INT64_MAX``). ``InvalidArgumentError`` names the
+    field; the rule says what the engine's says ("must be a boolean"...)."""
+    for where, kind in kinds.items():
+        value = getattr(obj, where)
+        if value is None:
+            continue
+        if kind == "str" and not isinstance(value, str):
+            raise InvalidArgumentError(where, f"must be a string, not {type(value).__name__}")
+        if kind == "bool" and not isinstance(value, bool):
+            raise InvalidArgumentError(
+                where, f"must be a boolean (True or False), not {value!r:.40}"
+            )
+        if kind in ("int", "time") and (isinstance(value, bool) or not isinstance(value, int)):
+            unit = " (ns since the epoch)" if kind == "time" else ""
+            raise InvalidArgumentError(
+                where, f"must be an integer{unit}, not {type(value).__name__}"
+            )
+        if kind == "time":
+            _check_time_ns(where, value)
+
+
+def _check_time_ns(field_name: str, ns: int) -> None:
+    if not 0 <= ns <= INT64_MAX:
+        raise InvalidArgumentError(
+            field_name,
+            f"must be 0 (unset) to {INT64_MAX} ns since the epoch "
+            f"(1970-01-01T00:00:00Z to {_INT64_MAX_TIME}), not {ns}",
+        )
+
+
+def _mapping(value: object, name: str) -> MappingProxyType[str, Any]:
+    """``value`` (a mapping) as a read-only copy; ``InvalidArgumentError`` otherwise."""
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(
+            name, f"must be a mapping of strings to strings, not {type(value).__name__}"
+        )
+    return MappingProxyType(dict(value))
+
+
+def _prefixed(prefix: str, exc: InvalidArgumentError) -> InvalidArgumentError:
+    """``exc`` with its field under ``prefix`` (``mirror.`` + ``opt_start_time``)."""
+    return InvalidArgumentError(prefix + exc.field, exc.rule)
+
+
+class UnknownFieldError(InvalidArgumentError, TypeError):
+    """A keyword argument that is no field of the config (``add_stream(bogus_field=1)``).
+
+    An ``InvalidArgumentError`` naming the field, like every other refused argument, and a
+    ``TypeError`` too, which is what Python raises for an unexpected keyword argument and
+    what code written against earlier versions of this SDK catches. Raised before anything
+    is sent; it never travels over the wire (the server answers ``InvalidArgumentError``).
+    """
+
+
+def config_with(cls: type[C], config: C | None, params: Mapping[str, Any]) -> C:
+    """``config`` (a StreamConfig or ConsumerConfig; None: the defaults) with ``params``
+    (JetStream field names) applied; ``UnknownFieldError`` naming the first key that is no
+    field of ``cls``, with the closest field name when one is close."""
+    names = [f.name for f in fields(cls)]
+    for key in params:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UnknownFieldError(key, f"not a field of {cls.__name__}{hint}")
+    if config is None:
+        return cls(**params)
+    if not isinstance(config, cls):
+        raise InvalidArgumentError(
+            "config", f"must be a {cls.__name__}, not {type(config).__name__}"
+        )
+    return replace(config, **params) if params else config
 
 
 def _enum(kind: type[E], value: object, name: str) -> E:
@@ -176,6 +263,7 @@ class StreamSource:
     external: ExternalStream | None = None
 
     def __post_init__(self) -> None:
+        _check_types(self, _SOURCE_KINDS)
         _set(
             self,
             "subject_transforms",
@@ -192,7 +280,7 @@ class StreamSource:
         if self.opt_start_seq:
             out["opt_start_seq"] = self.opt_start_seq
         if self.opt_start_time:
-            out["opt_start_time"] = format_rfc3339_ns(self.opt_start_time)
+            out["opt_start_time"] = format_rfc3339_ns(self.opt_start_time, "opt_start_time")
         if self.filter_subject is not None:
             out["filter_subject"] = self.filter_subject
         if self.subject_transforms:
@@ -207,7 +295,7 @@ class StreamSource:
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in raw.items() if k in known and v is not None}
         if isinstance(kwargs.get("opt_start_time"), str):
-            kwargs["opt_start_time"] = parse_rfc3339_ns(kwargs["opt_start_time"])
+            kwargs["opt_start_time"] = parse_rfc3339_ns(kwargs["opt_start_time"], "opt_start_time")
         return cls(**kwargs)
 
 
@@ -244,12 +332,18 @@ class StreamConfig:
     sources: tuple[StreamSource, ...] = ()
 
     def __post_init__(self) -> None:
+        _check_types(self, _STREAM_KINDS)
         if isinstance(self.mirror, Mapping):
-            _set(self, "mirror", StreamSource.from_dict(self.mirror))
+            _set(self, "mirror", _source(self.mirror, "mirror."))
+        if isinstance(self.sources, Mapping | str):
+            raise InvalidArgumentError("sources", "a list of sources, not one")
         _set(
             self,
             "sources",
-            tuple(StreamSource.from_dict(s) if isinstance(s, Mapping) else s for s in self.sources),
+            tuple(
+                _source(s, f"sources[{i}].") if isinstance(s, Mapping) else s
+                for i, s in enumerate(_list(self.sources, "sources"))
+            ),
         )
         if isinstance(self.subjects, str):
             raise InvalidArgumentError("subjects", "a list of subjects, not one string")
@@ -257,7 +351,7 @@ class StreamConfig:
         _set(self, "retention", _enum(RetentionPolicy, self.retention, "retention"))
         _set(self, "discard", _enum(DiscardPolicy, self.discard, "discard"))
         _set(self, "storage", _enum(StorageType, self.storage, "storage"))
-        _set(self, "metadata", MappingProxyType(dict(self.metadata)))
+        _set(self, "metadata", _mapping(self.metadata, "metadata"))
         if isinstance(self.subject_transform, Mapping):
             _set(self, "subject_transform", SubjectTransform(**self.subject_transform))
         if isinstance(self.placement, Mapping):
@@ -280,6 +374,14 @@ class StreamConfig:
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in raw.items() if k in known and v is not None}
         return cls(**kwargs)
+
+
+def _source(raw: Mapping[str, Any], prefix: str) -> StreamSource:
+    """A mirror or source from JSON, a refusal naming it (``mirror.opt_start_time``)."""
+    try:
+        return StreamSource.from_dict(raw)
+    except InvalidArgumentError as exc:
+        raise _prefixed(prefix, exc) from None
 
 
 def _plain(value: object) -> object:
@@ -336,6 +438,7 @@ class ConsumerConfig:
     mem_storage: bool = False
 
     def __post_init__(self) -> None:
+        _check_types(self, _CONSUMER_KINDS)
         _set(self, "deliver_policy", _enum(DeliverPolicy, self.deliver_policy, "deliver_policy"))
         _set(self, "ack_policy", _enum(AckPolicy, self.ack_policy, "ack_policy"))
         _set(self, "replay_policy", _enum(ReplayPolicy, self.replay_policy, "replay_policy"))
@@ -343,7 +446,12 @@ class ConsumerConfig:
         if isinstance(self.filter_subjects, str):
             raise InvalidArgumentError("filter_subjects", "a list of subjects, not one string")
         _set(self, "filter_subjects", _list(self.filter_subjects, "filter_subjects"))
-        _set(self, "metadata", MappingProxyType(dict(self.metadata)))
+        for i, step in enumerate(self.backoff):
+            if isinstance(step, bool) or not isinstance(step, int):
+                raise InvalidArgumentError(
+                    f"backoff[{i}]", f"must be an integer of ns, not {type(step).__name__}"
+                )
+        _set(self, "metadata", _mapping(self.metadata, "metadata"))
 
     @property
     def is_pull(self) -> bool:
@@ -358,7 +466,7 @@ class ConsumerConfig:
             if value in (None, "", 0, False, (), {}) and not isinstance(value, enum.Enum):
                 continue
             if f.name in _TIME_FIELDS:
-                out[f.name] = format_rfc3339_ns(value)
+                out[f.name] = format_rfc3339_ns(value, f.name)
             else:
                 out[f.name] = _plain(value)
         return out
@@ -381,24 +489,125 @@ _TIME_FIELDS = frozenset({"opt_start_time", "pause_until"})
 _RFC3339_RE = re.compile(
     r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$"
 )
+# The type each scalar field must have when set (``_check_types``); the engine's
+# ``_parse_field`` (streams) and ``_from_dict`` (consumers) refuse the same.
+_STREAM_KINDS: Mapping[str, str] = MappingProxyType(
+    {
+        "name": "str",
+        "description": "str",
+        **dict.fromkeys(
+            (
+                "max_consumers",
+                "max_msgs",
+                "max_bytes",
+                "max_age",
+                "max_msgs_per_subject",
+                "max_msg_size",
+                "num_replicas",
+                "duplicate_window",
+                "first_seq",
+            ),
+            "int",
+        ),
+        **dict.fromkeys(
+            (
+                "discard_new_per_subject",
+                "sealed",
+                "deny_delete",
+                "deny_purge",
+                "allow_rollup_hdrs",
+                "allow_direct",
+                "allow_msg_ttl",
+            ),
+            "bool",
+        ),
+    }
+)
+_SOURCE_KINDS: Mapping[str, str] = MappingProxyType(
+    {"name": "str", "opt_start_seq": "int", "opt_start_time": "time", "filter_subject": "str"}
+)
+_CONSUMER_KINDS: Mapping[str, str] = MappingProxyType(
+    {
+        **dict.fromkeys(
+            (
+                "durable_name",
+                "name",
+                "description",
+                "filter_subject",
+                "sample_freq",
+                "deliver_subject",
+                "deliver_group",
+            ),
+            "str",
+        ),
+        **dict.fromkeys(
+            (
+                "inactive_threshold",
+                "opt_start_seq",
+                "ack_wait",
+                "max_deliver",
+                "max_ack_pending",
+                "rate_limit_bps",
+                "max_waiting",
+                "max_batch",
+                "max_expires",
+                "max_bytes",
+                "idle_heartbeat",
+                "num_replicas",
+            ),
+            "int",
+        ),
+        **dict.fromkeys(("opt_start_time", "pause_until"), "time"),
+        **dict.fromkeys(("headers_only", "flow_control", "mem_storage"), "bool"),
+    }
+)
 
 
 def parse_rfc3339_ns(text: str, field_name: str = "time") -> int:
-    """Nanoseconds since the epoch from an RFC 3339 time (up to 9 fractional digits);
-    ``InvalidArgumentError`` naming ``field_name`` otherwise."""
+    """Nanoseconds since the epoch from an RFC 3339 time (up to 9 fractional digits), from
+    1970-01-01T00:00:00Z to 2262-04-11T23:47:16.854775807Z (int64 ns, as the server keeps
+    times). ``InvalidArgumentError`` naming ``field_name`` otherwise, also for a time of the
+    right shape that is no date (``2020-13-45T00:00:00Z``) and for a value that is no
+    string."""
+    if not isinstance(text, str):
+        raise InvalidArgumentError(
+            field_name, f"must be an RFC 3339 time string, not {type(text).__name__}"
+        )
     m = _RFC3339_RE.match(text)
     if m is None:
         raise InvalidArgumentError(field_name, f"must be an RFC 3339 time, got {text!r}")
     zone = "+00:00" if m.group(3) == "Z" else m.group(3)
-    base = datetime.fromisoformat(m.group(1) + zone)
-    frac = int((m.group(2) or "0").ljust(9, "0"))
-    return int(base.timestamp()) * NS_PER_S + frac
+    try:
+        base = datetime.fromisoformat(m.group(1) + zone)
+        seconds = int(base.timestamp())
+    except (ValueError, OverflowError) as exc:  # month 13, day 45, hour 25, offset 25:00
+        why = str(exc) if len(str(exc)) <= 40 else "no such date, time or offset"
+        raise InvalidArgumentError(
+            field_name, f"must be an RFC 3339 time, got {text!r} ({why})"
+        ) from None
+    ns = seconds * NS_PER_S + int((m.group(2) or "0").ljust(9, "0"))
+    _check_time_ns(field_name, ns)
+    return ns
 
 
-def format_rfc3339_ns(ns: int) -> str:
-    """RFC 3339 in UTC with nanoseconds, as JetStream writes times."""
+def format_rfc3339_ns(ns: int, field_name: str = "time") -> str:
+    """RFC 3339 in UTC with nanoseconds, as JetStream writes times. ``ns`` is an int from 0
+    to ``INT64_MAX`` (``InvalidArgumentError`` naming ``field_name`` otherwise: a bool is
+    no time, and 10**30 is no OverflowError)."""
+    if isinstance(ns, bool) or not isinstance(ns, int):
+        raise InvalidArgumentError(
+            field_name, f"must be an integer of ns since the epoch, not {type(ns).__name__}"
+        )
+    _check_time_ns(field_name, ns)
+    return _format(ns)
+
+
+def _format(ns: int) -> str:
     seconds, frac = divmod(ns, NS_PER_S)
     text = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     if frac:
         text += "." + f"{frac:09d}".rstrip("0")
     return text + "Z"
+
+
+_INT64_MAX_TIME = _format(INT64_MAX)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 from raftstream import errors
-from raftstream._args import INT64_MAX
+from raftstream._args import INT64_MAX, check_seconds
 from raftstream.config import (
     UNLIMITED,
     ConsumerConfig,
@@ -85,6 +85,13 @@ WATCH_HEARTBEAT_S = 5.0
 # naming the bucket's argument (``replicas``), not the stream field (``num_replicas``).
 REPLICAS_MAX = 5
 MAX_VALUE_SIZE_MAX = 2**31 - 1  # JetStream keeps max_msg_size in an int32
+# The node's limits on names and subjects (engine/stream_config.py, engine/subjects.py),
+# checked here so that a long bucket or key is refused naming ``bucket`` or ``key``, with
+# the room the bucket's prefixes leave, not the stream's ``name`` or the publish's
+# ``subject``.
+STREAM_NAME_BYTES_MAX = 255
+SUBJECT_BYTES_MAX = 4096
+BUCKET_BYTES_MAX = STREAM_NAME_BYTES_MAX - len(STREAM_PREFIX)
 TTL_MIN_S = 0.1  # the node's shortest max_age (100ms)
 TTL_MAX_S = INT64_MAX // NS_PER_S  # max_age travels as int64 nanoseconds
 STORAGE_TYPES = tuple(t.value for t in StorageType)
@@ -162,9 +169,17 @@ class KeyValueStatus:
 
 
 def validate_bucket(bucket: str) -> str:
+    """A bucket name: letters, digits, ``_`` and ``-``, at most ``BUCKET_BYTES_MAX`` (its
+    stream's name ``KV_<bucket>`` within the 255 bytes of a stream name)."""
     if not isinstance(bucket, str) or not _BUCKET_RE.fullmatch(bucket):
         raise errors.InvalidArgumentError(
-            "bucket", f"a bucket name is letters, digits, '_' and '-' only: {bucket!r}"
+            "bucket", f"a bucket name is letters, digits, '_' and '-' only: {bucket!r:.80}"
+        )
+    if len(bucket) > BUCKET_BYTES_MAX:  # ASCII only: characters are bytes
+        raise errors.InvalidArgumentError(
+            "bucket",
+            f"must be at most {BUCKET_BYTES_MAX} characters (its stream KV_<bucket> is a "
+            f"stream name of at most {STREAM_NAME_BYTES_MAX} bytes), not {len(bucket)}",
         )
     return bucket
 
@@ -433,7 +448,17 @@ class KeyValue:
         self._prefix = f"{SUBJECT_PREFIX}.{bucket}."
 
     def _subject(self, key: str, *, wildcards: bool = False) -> str:
-        return self._prefix + validate_key(key, wildcards=wildcards)
+        """The key's subject; ``InvalidKeyError`` naming ``key`` for a malformed key or one
+        longer than the subject's 4096 bytes leave after ``$KV.<bucket>.``."""
+        validate_key(key, wildcards=wildcards)
+        room = SUBJECT_BYTES_MAX - len(self._prefix)
+        if len(key) > room:  # ASCII only: characters are bytes
+            raise errors.InvalidKeyError(
+                "key",
+                f"must be at most {room} characters in bucket {self.bucket!r} (a subject is "
+                f"at most {SUBJECT_BYTES_MAX} bytes, {self._prefix!r} included), not {len(key)}",
+            )
+        return self._prefix + key
 
     def _entry(self, m: RawStreamMsg) -> KeyValueEntry:
         return KeyValueEntry(
@@ -454,7 +479,7 @@ class KeyValue:
         delete or purge marker; ``BucketNotFoundError`` when the bucket is gone."""
         subject = self._subject(key)
         if revision is not None:
-            _int_in("revision", revision, 1, INT64_MAX, "must be a positive integer")
+            _int_in("revision", revision, 1, INT64_MAX, f"must be an integer from 1 to {INT64_MAX}")
         try:
             if revision is None:
                 raw = await self._client.get_last_msg(self.stream, subject)
@@ -522,10 +547,20 @@ class KeyValue:
     ) -> int:
         """Publish to the key's subject; the revision. ``KeyWrongLastSequenceError`` when
         ``last`` is not the key's last revision, ``BucketNotFoundError`` when the bucket is
-        gone (no stream captures the key's subject)."""
+        gone (no stream captures the key's subject). A ``last`` that is no revision is
+        refused naming ``last``, before anything is sent."""
+        subject = self._subject(key)
+        if last is not None:
+            _int_in(
+                "last",
+                last,
+                0,
+                INT64_MAX,
+                f"must be an integer from 0 (the key has no value) to {INT64_MAX}",
+            )
         try:
             ack = await self._client.publish(
-                self._subject(key), value, headers=headers, expected_last_subject_seq=last
+                subject, value, headers=headers, expected_last_subject_seq=last
             )
         except errors.ExpectedLastSubjectSeqError as exc:
             raise _wrong_last(key, last, exc) from None
@@ -605,7 +640,7 @@ class KeyValue:
         cfg = ConsumerConfig(
             deliver_policy=policy,
             headers_only=meta_only,
-            idle_heartbeat=int(heartbeat * NS_PER_S),
+            idle_heartbeat=int(check_seconds("heartbeat", heartbeat, zero_ok=True) * NS_PER_S),
         )
         options = PushOptions(error_cb=_transient_only(self._client._error_cb))
         try:

@@ -20,8 +20,9 @@ as ADR-15 asks; ``in_progress`` may be sent any number of times before one. One 
 fire-and-forget ack before it may have been refused, or lost with a leader change). A message
 of a consumer with ack policy none (``acks_ignored``) ignores every ack.
 
-Arguments are checked before anything is sent or marked: a ``nak`` delay outside 0 to
-``ACK_DELAY_NS_MAX`` or a ``term`` reason over ``ACK_REASON_BYTES_MAX`` bytes raises
+Arguments are checked before anything is sent or marked: a ``nak`` delay that is no number
+of seconds from 0 to ``ACK_DELAY_NS_MAX`` (a str, NaN, a negative number) or a ``term``
+reason that is no str or is over ``ACK_REASON_BYTES_MAX`` bytes raises
 ``InvalidArgumentError`` and the message can still be acked (the node refuses the same, and
 a refusal of a fire-and-forget ack only reaches ``error_cb``, later).
 """
@@ -29,6 +30,7 @@ a refusal of a fire-and-forget ack only reaches ``error_cb``, later).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Protocol
@@ -145,12 +147,11 @@ class Msg:
         self._acked = True
 
     async def nak(self, delay: float | None = None) -> None:
-        """-NAK: redeliver after ``delay`` seconds (None or 0: at once)."""
-        delay_ns = int((delay or 0) * NS_PER_S)
-        if not 0 <= delay_ns <= ACK_DELAY_NS_MAX:
-            raise errors.InvalidArgumentError(
-                "delay", f"must be 0 to {ACK_DELAY_NS_MAX // NS_PER_S} seconds (a year)"
-            )
+        """-NAK: redeliver after ``delay`` seconds (None or 0: at once), as nats.py's
+        ``nak(delay)`` takes it. ``delay`` is an int or float from 0 to a year
+        (``ACK_DELAY_NS_MAX``); anything else (a str, a bool, NaN, a negative number) is
+        ``InvalidArgumentError`` naming ``delay``, and nothing is sent."""
+        delay_ns = _delay_ns(delay)
         await self._send(pb.AckItem(kind=pb.ACK_KIND_NAK, delay_ns=delay_ns), terminal=True)
 
     async def in_progress(self) -> None:
@@ -160,11 +161,30 @@ class Msg:
     async def term(self, reason: str = "") -> None:
         """+TERM: never redeliver; ``reason`` (at most ``ACK_REASON_BYTES_MAX`` bytes of
         UTF-8) is recorded by the server."""
+        if not isinstance(reason, str):
+            raise errors.InvalidArgumentError(
+                "reason", f"must be a string, not {type(reason).__name__}"
+            )
         if len(reason.encode("utf-8", "surrogatepass")) > ACK_REASON_BYTES_MAX:
             raise errors.InvalidArgumentError(
                 "reason", f"must be at most {ACK_REASON_BYTES_MAX} bytes (UTF-8)"
             )
         await self._send(pb.AckItem(kind=pb.ACK_KIND_TERM, reason=reason), terminal=True)
+
+
+def _delay_ns(delay: object) -> int:
+    """A NAK's ``delay`` (seconds; None: 0) as ns, checked before it is multiplied: a str
+    times 10**9 is a string of a billion characters, and NaN has no int."""
+    rule = f"must be 0 to {ACK_DELAY_NS_MAX // NS_PER_S} seconds (a year)"
+    if delay is None:
+        return 0
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise errors.InvalidArgumentError("delay", f"{rule}, not {type(delay).__name__}")
+    if isinstance(delay, float) and not math.isfinite(delay):  # an int has no NaN
+        raise errors.InvalidArgumentError("delay", f"{rule}, not {delay!r}")
+    if not 0 <= delay * NS_PER_S <= ACK_DELAY_NS_MAX:
+        raise errors.InvalidArgumentError("delay", f"{rule}, not {delay!r:.40}")
+    return int(delay * NS_PER_S)
 
 
 async def _connected(stubs: Stubs, left_s: float) -> Stubs:

@@ -148,6 +148,15 @@ def options_of(
     # Checked here, once per call, not in ``request`` (a resend builds no new request).
     if headers is not None:
         check_headers(headers)
+    for name, text in (
+        ("msg_id", msg_id),
+        ("expected_stream", expected_stream),
+        ("expected_last_subject_seq_subject", expected_last_subject_seq_subject),
+        ("expected_last_msg_id", expected_last_msg_id),
+    ):
+        if text is not None and not isinstance(text, str):
+            # Protobuf's own refusal names nothing ("bad argument type for built-in operation").
+            raise errors.InvalidArgumentError(name, f"must be a string, not {type(text).__name__}")
     if expected_last_seq is not None:
         check_int("expected_last_seq", expected_last_seq, minimum=0)
     if expected_last_subject_seq is not None:

@@ -46,7 +46,7 @@ from typing import Any
 import grpc
 
 from raftstream import errors
-from raftstream._args import check_int
+from raftstream._args import check_seconds
 from raftstream._conn import Router, Stubs
 from raftstream.models import ConsumerInfo
 from raftstream.msg import AckSender, Msg
@@ -68,6 +68,14 @@ HEARTBEAT_MISSES_MAX = 2
 # One pull request waits at most this long: a node refuses a longer expiry (its
 # limits.call_timeout_max_ms, 60 s by default), so a longer fetch is a series of requests.
 REQUEST_WAIT_MAX_S = 30.0
+# A node's limits.pull_batch_msgs_max by default (docs/configuration.md): a fetch asks for at
+# most that many messages unless the node was configured otherwise (the SDK cannot know).
+PULL_BATCH_MSGS_MAX_DEFAULT = 10_000
+UINT32_MAX = 2**32 - 1  # FetchRequest.batch
+# The shortest idle heartbeat a node sends a pull request (cluster/limits.py
+# PULL_HEARTBEAT_MIN_NS: at most 100 per second).
+PULL_HEARTBEAT_MIN_NS = 10_000_000
+PULL_HEARTBEAT_MIN_S = PULL_HEARTBEAT_MIN_NS / NS_PER_S
 # A prefetching fetch returns once its next request is on its way, waiting this long at most
 # (a server that cannot be reached must not hold up messages already received).
 PREFETCH_ISSUE_WAIT_S = 0.05
@@ -129,11 +137,47 @@ class _Ahead:
                 arrived.cancel()
 
 
+def _check_batch(batch: object) -> None:
+    """``batch`` as the SDK can check it: the upper bound is the node's setting."""
+    rule = (
+        "must be an integer of at least 1 (a node takes at most its "
+        f"limits.pull_batch_msgs_max, {PULL_BATCH_MSGS_MAX_DEFAULT} by default)"
+    )
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise errors.InvalidArgumentError("batch", f"{rule}, not {type(batch).__name__}")
+    if not 1 <= batch <= UINT32_MAX:  # above: no node's limit, and no proto uint32
+        raise errors.InvalidArgumentError("batch", f"{rule}, not {batch}")
+
+
+def _check_heartbeat(heartbeat: object, timeout_s: float) -> None:
+    """A fetch's ``heartbeat`` (seconds), named as the caller named it (the node's refusal
+    would name the proto field ``idle_heartbeat_ns``)."""
+    heartbeat = check_seconds("heartbeat", heartbeat, zero_ok=True)
+    if 0 < heartbeat < PULL_HEARTBEAT_MIN_S:
+        raise errors.InvalidArgumentError(
+            "heartbeat",
+            f"must be 0 (none) or at least {PULL_HEARTBEAT_MIN_S:g} seconds, not {heartbeat!r}",
+        )
+    if heartbeat * 2 > timeout_s:
+        raise errors.InvalidArgumentError(
+            "heartbeat", f"must be at most half the timeout ({timeout_s:g} s), not {heartbeat!r}"
+        )
+
+
 def _retrieve(task: asyncio.Task[Any]) -> None:
     """Done-callback of a prefetch: its failure is seen by the next fetch's own request (or
     does not matter), never reported as an unretrieved task exception."""
     if not task.cancelled():
         task.exception()
+
+
+def _heartbeat_ns(heartbeat: float | None, expires_ns: int) -> int:
+    """The request's idle heartbeat: at most half its expiry (JetStream's rule). A retry
+    has less time left, so the interval shrinks with it; one that would shrink below the
+    node's minimum is left out (0), as the node would refuse it: the request then ends
+    (408) before the client's missed-heartbeat wait (twice ``heartbeat``) would."""
+    hb_ns = min(int((heartbeat or 0) * NS_PER_S), expires_ns // 2)
+    return hb_ns if hb_ns >= PULL_HEARTBEAT_MIN_NS else 0
 
 
 def _status_error(status: pb.PullStatus) -> errors.RaftStreamError | None:
@@ -200,11 +244,18 @@ class PullSubscription:
 
         Raises ``DeadlineExceededError`` when none arrived, and the typed error of a status
         or a failure when nothing was received (see the module docstring).
+
+        Arguments are checked before anything is sent (``InvalidArgumentError`` naming
+        the argument): ``batch`` an int of at least 1 (a node takes at most its
+        ``limits.pull_batch_msgs_max``, 10000 by default, and refuses more naming
+        ``batch``); ``timeout`` a finite number of seconds above 0; ``heartbeat`` None or 0
+        (none), or a finite number of seconds from ``PULL_HEARTBEAT_MIN_S`` (10 ms) to half
+        the timeout.
         """
-        check_int("batch", batch, minimum=1)
-        timeout_s = timeout if timeout is not None else self._timeout_s
-        if heartbeat is not None and heartbeat * 2 > timeout_s:
-            raise errors.InvalidArgumentError("heartbeat", "must be at most half the timeout")
+        _check_batch(batch)
+        timeout_s = check_seconds("timeout", timeout if timeout is not None else self._timeout_s)
+        if heartbeat is not None:
+            _check_heartbeat(heartbeat, timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         msgs = await self._from_ahead(batch, timeout_s)
@@ -294,9 +345,7 @@ class PullSubscription:
             consumer=self._consumer,
             batch=batch,
             expires_ns=expires_ns,
-            # A pull request's heartbeat may be at most half its expiry (JetStream's rule);
-            # a retry has less time left, so the interval shrinks with it.
-            idle_heartbeat_ns=min(int((heartbeat or 0) * NS_PER_S), expires_ns // 2),
+            idle_heartbeat_ns=_heartbeat_ns(heartbeat, expires_ns),
         )
 
     async def _one_request(

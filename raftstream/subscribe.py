@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from raftstream import errors
+from raftstream._args import check_queue_name, check_seconds
 from raftstream._push import (
     PENDING_BYTES_MAX,
     PENDING_MSGS_MAX,
@@ -100,11 +101,11 @@ def new_inbox() -> str:
 
 
 def seconds_to_ns(value: float | None, field: str) -> int:
+    """A seconds option (``idle_heartbeat=5``) as config ns; None: 0 (unset). A str, NaN or
+    a negative number is ``InvalidArgumentError`` naming ``field``."""
     if value is None:
         return 0
-    if value < 0:
-        raise errors.InvalidArgumentError(field, "must not be negative (seconds)")
-    return int(value * NS_PER_S)
+    return int(check_seconds(field, value, zero_ok=True) * NS_PER_S)
 
 
 # -- checks -----------------------------------------------------------------------------------
@@ -216,8 +217,7 @@ def check_queue_options(queue: str | None, cfg: ConsumerConfig) -> None:
         )
     if queue is None:
         return
-    if not queue or any(c in queue for c in " \t\r\n.*>"):
-        raise errors.InvalidArgumentError("queue", f"not a valid queue name: {queue!r}")
+    check_queue_name(queue)
     if cfg.idle_heartbeat:
         raise errors.InvalidArgumentError(
             "idle_heartbeat", "heartbeats are not supported with a queue subscription"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from typing import Any
 
 import grpc
@@ -394,7 +395,9 @@ def test_management_calls_send_their_fields():
                 await rs.get_last_msg("ORDERS", "orders.1")
                 await rs.get_msg("ORDERS", 2, subject="orders.*", next=True)
                 assert await rs.delete_msg("ORDERS", 3, no_erase=True)
-                assert (await rs.pause_consumer("ORDERS", "C", 50)).paused
+                # A future time (a past one is refused: see the bad-input tests).
+                until = time.time_ns() + 60 * 10**9
+                assert (await rs.pause_consumer("ORDERS", "C", until)).paused
                 assert not (await rs.resume_consumer("ORDERS", "C")).paused
                 info = await rs.add_consumer("ORDERS", durable_name="C", ack_policy="all")
                 assert info.config.ack_policy is raftstream.AckPolicy.ALL
@@ -409,7 +412,7 @@ def test_management_calls_send_their_fields():
             ]
             assert gets[2].start_seq == 2
             assert node.calls_to("DeleteMessage")[0].request.no_erase
-            assert node.calls_to("PauseConsumer")[0].request.pause_until_ns == 50
+            assert node.calls_to("PauseConsumer")[0].request.pause_until_ns == until
             created = json.loads(node.calls_to("CreateConsumer")[0].request.config_json)
             assert created == {
                 "durable_name": "C",
