@@ -359,7 +359,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> NodeConfig:
     except InvalidArgumentError as exc:
         where = sources.get(exc.field)
         if where is None:  # nobody set it: missing, or a default that breaks a rule
-            missing = exc.rule == "is required"
+            missing = exc.rule.startswith("is required")
             default = exc.field in _known_keys()
             where = _unset_source(exc.field, path) if missing or not default else "defaults"
         raise InvalidArgumentError(

@@ -339,3 +339,11 @@ def test_a_key_before_any_section_header_says_so(tmp_path: Path) -> None:
     path = write(tmp_path, 'name = "n1"\n[cluster]\nlisten = "127.0.0.1:7101"\n')
     err = bad("name", path)
     assert "top-level key 'name': keys go under a [section] header (cluster)" in err.message
+
+
+def test_a_tls_section_missing_a_file_names_the_config_file(tmp_path: Path) -> None:
+    """A required key of a section the file has is the file's to give (a bad-input review:
+    `[tls]` with only ca_file was reported as coming from "defaults")."""
+    path = write(tmp_path, GOOD_TOML + '\n[tls]\nca_file = "/etc/raftstream/ca.pem"\n')
+    err = bad("tls.cert_file", path)
+    assert str(err).startswith(f"{path}: tls.cert_file: is required"), err
