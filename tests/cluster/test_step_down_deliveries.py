@@ -205,7 +205,8 @@ def test_fire_and_forget_acks_are_kept_across_stream_step_downs(cluster3: LocalC
             while ci.num_ack_pending and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.2)
                 ci = await retry_async(lambda: js.consumer_info("SA", "C"))
-            assert (ci.num_ack_pending, ci.num_pending) == (0, 0)
+            # What error_cb got, if anything, says why an ack did not apply.
+            assert (ci.num_ack_pending, ci.num_pending) == (0, 0), reported[:5]
             assert ci.ack_floor.stream_seq == ACKED_MSGS
             assert reported == [], reported[:5]
         finally:
