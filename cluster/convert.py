@@ -16,6 +16,7 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.engine.consumer import ConsumerInfo
+from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.consumer_pull import Delivery, PullStatus
 from raftstream.engine.store import StoredMsg, StreamState
 from raftstream.errors import InvalidArgumentError
@@ -107,13 +108,20 @@ def stream_info_pb(
 
 
 def consumer_info_pb(
-    ca: ConsumerAssignment, info: ConsumerInfo | None, cluster: pb.GroupInfo
+    ca: ConsumerAssignment,
+    info: ConsumerInfo | None,
+    cluster: pb.GroupInfo,
+    config: ConsumerConfig | None = None,
 ) -> pb.ConsumerInfo:
+    """``info`` (state) with ``config``: the config the stream group applied, which the
+    state goes with (None: the meta state's, ``ca.config``). A config update reaches the
+    group after the meta state, so the two differ for a moment: the info says which one
+    its state follows (``_sequenced_info`` waits on it)."""
     out = pb.ConsumerInfo(
         stream=ca.stream,
         name=ca.name,
         created_ns=ca.created_ns,
-        config_json=json.dumps(ca.config.to_dict()),
+        config_json=json.dumps((config or ca.config).to_dict()),
         cluster=cluster,
     )
     if info is not None:

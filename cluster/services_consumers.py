@@ -80,7 +80,9 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         ca = ctx.meta.state.consumer(account, stream, name)
         c = g.leader_consumer(name)
         sa = ctx.stream(account, stream)
-        out = consumer_info_pb(ca, c.info(time.time_ns()), group_info(ctx, sa.group, sa.peers))
+        out = consumer_info_pb(
+            ca, c.info(time.time_ns()), group_info(ctx, sa.group, sa.peers), c.config
+        )
         out.push_bound = g.push_bound(name)
         return out
 
@@ -227,10 +229,11 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         ctx = self._ctx
         sa = ctx.stream(ca.account, ca.stream)
         g = ctx.local_group(sa)
-        info = None
+        info, config = None, None
         if g is not None and g.ready:
-            info = g.leader_consumer(ca.name).info(time.time_ns())
-        return consumer_info_pb(ca, info, group_info(ctx, sa.group, sa.peers))
+            c = g.leader_consumer(ca.name)
+            info, config = c.info(time.time_ns()), c.config
+        return consumer_info_pb(ca, info, group_info(ctx, sa.group, sa.peers), config)
 
     @map_errors
     async def ListConsumers(

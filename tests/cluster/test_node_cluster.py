@@ -22,7 +22,7 @@ from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
 
-from .node_harness import LocalCluster, retry_async, run
+from .node_harness import LocalCluster, retry_async, run, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -224,10 +224,16 @@ def test_max_age_expiry_is_replicated_and_metrics_served(cluster3: LocalCluster)
             await js.close()
 
     run(body())
+    gauges = (
+        'raftstream_raft_applied_index{group="S:$G:AGE"}',
+        'raftstream_stream_messages{group="S:$G:AGE"}',
+    )
+    for name in cluster3.names:  # gauges are refreshed once a second: wait for the new group's
+        wait_for(
+            f"{name}'s gauges of AGE",
+            lambda name=name: all(g in cluster3.metrics(name) for g in gauges) or None,
+        )
     texts = [cluster3.metrics(name) for name in cluster3.names]
-    for text in texts:
-        assert 'raftstream_raft_applied_index{group="S:$G:AGE"}' in text
-        assert 'raftstream_stream_messages{group="S:$G:AGE"}' in text
     # RPC latency by method, code and reason, for a unary call the test made (its publishes
     # travel as items of the SDK's PublishStream sync lane, a call still open until close()).
     created = 'raftstream_rpc_latency_seconds_count{code="OK",method="CreateStream",reason=""}'
@@ -250,8 +256,8 @@ def test_max_age_expiry_is_replicated_and_metrics_served(cluster3: LocalCluster)
         'raftstream_rpc_latency_seconds_count{code="UNAVAILABLE",method="GetStreamInfo",'
         'reason="NOT_LEADER"}'
     )
-    text = cluster3.metrics(follower)
-    assert redirect in text, [line for line in text.splitlines() if "GetStreamInfo" in line]
+    # Counted once the call's status went out (the client may scrape first): wait for it.
+    wait_for("the redirect's count", lambda: redirect in cluster3.metrics(follower) or None)
 
 
 def test_inactive_ephemeral_consumer_is_deleted(cluster3: LocalCluster) -> None:
