@@ -34,6 +34,9 @@ from raftstream.proto.errors import from_rpc_error
 
 __all__ = ["Entry", "Pipeline"]
 
+# After a failed write, how long to wait for the status the server ended the call with.
+ENDED_STATUS_WAIT_S = 1.0
+
 
 @dataclass(slots=True, eq=False)
 class Entry:
@@ -155,9 +158,32 @@ class Pipeline:
         except asyncio.CancelledError:
             raise
         except grpc.RpcError as err:
-            self._fail(not_sent(err, self._addr) or from_rpc_error(err))
+            self._fail(await self._ended_with() or not_sent(err, self._addr) or from_rpc_error(err))
         except Exception as exc:  # the call broke under the write (e.g. already finished)
-            self._fail(errors.UnavailableError(f"stream write failed: {exc!r}"))
+            self._fail(
+                await self._ended_with() or errors.UnavailableError(f"stream write failed: {exc!r}")
+            )
+
+    async def _ended_with(self) -> errors.RaftStreamError | None:
+        """The status the server ended the call with, when a write failed because it had
+        (it refused the call at once: UNIMPLEMENTED, or NOT_LEADER with the leader's
+        address). The write's own error says only that the call broke, which hides the
+        answer (under load a lane publish was failed as "connection broke" instead of
+        falling back to the unary call, or following the hint); None when the call did not
+        end with one in ``ENDED_STATUS_WAIT_S``."""
+        try:
+            code = await asyncio.wait_for(self._call.code(), ENDED_STATUS_WAIT_S)
+            if code is None or code == grpc.StatusCode.OK:
+                return None
+            err = grpc.aio.AioRpcError(
+                code,
+                await self._call.initial_metadata(),
+                await self._call.trailing_metadata(),
+                await self._call.details(),
+            )
+        except (TimeoutError, grpc.RpcError):
+            return None
+        return not_sent(err, self._addr) or from_rpc_error(err)
 
     async def _read_loop(self) -> None:
         try:
