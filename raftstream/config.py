@@ -32,6 +32,7 @@ from __future__ import annotations
 import difflib
 import enum
 import re
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -263,7 +264,7 @@ class StreamSource:
     external: ExternalStream | None = None
 
     def __post_init__(self) -> None:
-        _check_types(self, _SOURCE_KINDS)
+        _check_types(self, _scalar_kinds(type(self)))
         _set(
             self,
             "subject_transforms",
@@ -332,7 +333,7 @@ class StreamConfig:
     sources: tuple[StreamSource, ...] = ()
 
     def __post_init__(self) -> None:
-        _check_types(self, _STREAM_KINDS)
+        _check_types(self, _scalar_kinds(type(self)))
         if isinstance(self.mirror, Mapping):
             _set(self, "mirror", _source(self.mirror, "mirror."))
         if isinstance(self.sources, Mapping | str):
@@ -438,7 +439,7 @@ class ConsumerConfig:
     mem_storage: bool = False
 
     def __post_init__(self) -> None:
-        _check_types(self, _CONSUMER_KINDS)
+        _check_types(self, _scalar_kinds(type(self)))
         _set(self, "deliver_policy", _enum(DeliverPolicy, self.deliver_policy, "deliver_policy"))
         _set(self, "ack_policy", _enum(AckPolicy, self.ack_policy, "ack_policy"))
         _set(self, "replay_policy", _enum(ReplayPolicy, self.replay_policy, "replay_policy"))
@@ -489,78 +490,30 @@ _TIME_FIELDS = frozenset({"opt_start_time", "pause_until"})
 _RFC3339_RE = re.compile(
     r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$"
 )
+
+
 # The type each scalar field must have when set (``_check_types``); the engine's
 # ``_parse_field`` (streams) and ``_from_dict`` (consumers) refuse the same.
-_STREAM_KINDS: Mapping[str, str] = MappingProxyType(
-    {
-        "name": "str",
-        "description": "str",
-        **dict.fromkeys(
-            (
-                "max_consumers",
-                "max_msgs",
-                "max_bytes",
-                "max_age",
-                "max_msgs_per_subject",
-                "max_msg_size",
-                "num_replicas",
-                "duplicate_window",
-                "first_seq",
-            ),
-            "int",
-        ),
-        **dict.fromkeys(
-            (
-                "discard_new_per_subject",
-                "sealed",
-                "deny_delete",
-                "deny_purge",
-                "allow_rollup_hdrs",
-                "allow_direct",
-                "allow_msg_ttl",
-            ),
-            "bool",
-        ),
-    }
-)
-_SOURCE_KINDS: Mapping[str, str] = MappingProxyType(
-    {"name": "str", "opt_start_seq": "int", "opt_start_time": "time", "filter_subject": "str"}
-)
-_CONSUMER_KINDS: Mapping[str, str] = MappingProxyType(
-    {
-        **dict.fromkeys(
-            (
-                "durable_name",
-                "name",
-                "description",
-                "filter_subject",
-                "sample_freq",
-                "deliver_subject",
-                "deliver_group",
-            ),
-            "str",
-        ),
-        **dict.fromkeys(
-            (
-                "inactive_threshold",
-                "opt_start_seq",
-                "ack_wait",
-                "max_deliver",
-                "max_ack_pending",
-                "rate_limit_bps",
-                "max_waiting",
-                "max_batch",
-                "max_expires",
-                "max_bytes",
-                "idle_heartbeat",
-                "num_replicas",
-            ),
-            "int",
-        ),
-        **dict.fromkeys(("opt_start_time", "pause_until"), "time"),
-        **dict.fromkeys(("headers_only", "flow_control", "mem_storage"), "bool"),
-    }
-)
+_KINDS: dict[type, Mapping[str, str]] = {}  # _scalar_kinds, per config class
+
+
+def _scalar_kinds(cls: type) -> Mapping[str, str]:
+    """The scalar fields of config dataclass ``cls`` by kind, read from its annotations
+    (``str``/``str | None``: "str", ``bool``: "bool", ``int``: "int", or "time" for the
+    ``_TIME_FIELDS``), so a field added to a config is checked without another list."""
+    cached = _KINDS.get(cls)
+    if cached is not None:
+        return cached
+    kinds: dict[str, str] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        if hint in (str, str | None):
+            kinds[name] = "str"
+        elif hint is bool:
+            kinds[name] = "bool"
+        elif hint is int:
+            kinds[name] = "time" if name in _TIME_FIELDS else "int"
+    _KINDS[cls] = MappingProxyType(kinds)
+    return _KINDS[cls]
 
 
 def parse_rfc3339_ns(text: str, field_name: str = "time") -> int:
