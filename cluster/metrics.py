@@ -171,6 +171,13 @@ class NodeMetrics:
         ]
         self._lag_keys: set[tuple[str, str]] = set()
         self._consumer_keys: set[tuple[str, str]] = set()
+        self.loop_lag = Histogram(
+            "raftstream_event_loop_lag_seconds",
+            "How late the node's event loop woke a timer set every half Raft tick: time it was busy"
+            " with one callback (a long apply, a snapshot step) while every group waited",
+            registry=r,
+            buckets=_LATENCY_BUCKETS_S,
+        )
         self.publish_batch_entries = Histogram(
             "raftstream_publish_batch_entries",
             "Publishes carried per Raft entry",

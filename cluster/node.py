@@ -740,7 +740,9 @@ class Node:
         loop = asyncio.get_running_loop()
         metrics_due = 0.0
         while True:
+            asleep = loop.time()
             await asyncio.sleep(tick_s / 2)
+            self.metrics.loop_lag.observe(max(0.0, loop.time() - asleep - tick_s / 2))
             if await self._check_host():
                 return
             observe = loop.time() >= metrics_due

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
 import time
 
 import grpc
@@ -238,6 +239,9 @@ def test_max_age_expiry_is_replicated_and_metrics_served(cluster3: LocalCluster)
     # travel as items of the SDK's PublishStream sync lane, a call still open until close()).
     created = 'raftstream_rpc_latency_seconds_count{code="OK",method="CreateStream",reason=""}'
     assert any(created in text for text in texts)
+    # Every node times its event loop's wake-ups (its lag), from the start.
+    lags = [re.search(r"^raftstream_event_loop_lag_seconds_count (\S+)$", t, re.M) for t in texts]
+    assert all(m is not None and float(m.group(1)) > 0 for m in lags), lags
     # A follower's NOT_LEADER is labelled so: a redirect, which an alert can leave out. (A
     # follower that does not know the leader at that moment, as one whose election timer ran
     # out under load, answers NO_LEADER: asked again.)
