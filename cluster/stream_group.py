@@ -45,12 +45,18 @@ from raftstream.cluster.stream_entries import (
     StreamBatch,
     decode,
 )
-from raftstream.cluster.stream_snapshot import ConsumerImage, encode_snapshot, restore_store
+from raftstream.cluster.stream_snapshot import (
+    ConsumerImage,
+    SnapshotWriter,
+    encode_snapshot,
+    restore_store,
+)
 from raftstream.engine.consumer import Consumer
 from raftstream.engine.consumer_config import RetentionKind
 from raftstream.engine.consumer_pull import PullEvent
 from raftstream.engine.consumer_state import decode_state, encode_state
 from raftstream.engine.lmdbstore import LmdbStreamStore
+from raftstream.engine.origins import OriginState
 from raftstream.engine.retention import ConsumerSet
 from raftstream.engine.stream import Stream
 from raftstream.engine.stream_config import RetentionPolicy, StreamConfig
@@ -234,12 +240,21 @@ class StreamReplica:
         return self._compact_wanted
 
     def snapshot(self, group: str) -> bytes:
+        return encode_snapshot(*self._snapshot_parts())
+
+    def snapshot_job(self, group: str) -> SnapshotWriter:
+        """The Raft host's optional hook: the snapshot made in steps (``SnapshotWriter``)."""
+        return SnapshotWriter(*self._snapshot_parts())
+
+    def _snapshot_parts(
+        self,
+    ) -> tuple[StreamConfig, LmdbStreamStore, list[ConsumerImage], dict[str, OriginState]]:
         self._compact_wanted = False
         images = [
             ConsumerImage(n, self.consumers[n].config, self.consumers[n].state)
             for n in sorted(self.consumers)
         ]
-        return encode_snapshot(self.stream.config, self._store, images, self.stream.origins)
+        return self.stream.config, self._store, images, self.stream.origins
 
     def restore(self, group: str, data: bytes) -> None:
         """Replace the whole state by the snapshot's (DataLossError: the replica halts)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import islice
 from typing import Any
 
 from raftstream.engine.lmdbrecords import (
@@ -31,6 +32,7 @@ from raftstream.engine.lmdbrecords import (
     hash_of,
     msg_lead,
     subject_key,
+    verified_records,
     verify_dedup_index,
 )
 from raftstream.engine.memstore import valid_filter
@@ -51,6 +53,7 @@ __all__ = [
     "SEQ_MAX",
     "SUBJECT_WALK_SUBJECTS_MAX",
     "LmdbStreamReads",
+    "RecordsReader",
     "SubjectCount",
     "seek_le",
 ]
@@ -249,6 +252,19 @@ class LmdbStreamReads:
             return self._dedup_get(self._txn, msg_id)
         with self._plain_reading() as txn:
             return self._dedup_get(txn, msg_id)
+
+    @property
+    def store_id(self) -> int:
+        """The stream's id in this node's environment: the seed of its records' CRCs."""
+        return self._id
+
+    def records_reader(self) -> RecordsReader:
+        """A ``RecordsReader`` of the stream as it is now: one read transaction, read in
+        steps while writes go on. Only between write transactions (it would not see the
+        open one's writes)."""
+        self._check_open()
+        invariant(self._txn is None, "records are read between write transactions")
+        return RecordsReader(self, self._env.begin())
 
     def dedup_iter(self) -> Iterator[DedupRecord]:
         """Every record in expiry order, ``DEDUP_ITER_CHUNK_RECORDS`` per read transaction
@@ -614,6 +630,47 @@ class LmdbStreamReads:
                 return
             seq = seqs[-1] + 1
             size = min(ITER_CHUNK_MSGS, size * 4)
+
+
+class RecordsReader:
+    """A stream's dedup records and raw message records as of one read transaction, read a
+    bounded step at a time (a snapshot made between other work, ``cluster/stream_snapshot.py``):
+    what the store held when the reader was made, whatever is written meanwhile. The open
+    transaction keeps the pages it sees from reuse until ``close``."""
+
+    def __init__(self, store: LmdbStreamReads, txn: Any) -> None:
+        self._store = store
+        self._txn = txn
+        self._prefix = store._prefix
+        self._dedup_start: bytes | None = store._prefix
+        self._cur = txn.cursor(db=store._dbs.msgs)
+        self._msgs_done = not self._cur.set_range(store._prefix)
+
+    def dedup(self, limit: int) -> list[DedupRecord]:
+        """The next up to ``limit`` dedup records in expiry order; [] once all are read."""
+        if self._dedup_start is None:
+            return []
+        out, self._dedup_start = self._store._dedup_chunk(self._txn, self._dedup_start, limit)
+        if len(out) < limit:
+            self._dedup_start = None
+        return out
+
+    def msgs(self, limit: int) -> list[bytes]:
+        """The next up to ``limit`` message records in sequence order, each verified
+        (``verified_records``) but not decoded; [] once all are read. ``decode_record(
+        store_id, record)`` reads one back."""
+        if self._msgs_done:
+            return []
+        # iternext yields the cursor's item, then moves: after ``limit`` items the cursor is
+        # on the last one returned, and next() steps past it for the next call.
+        out = verified_records(self._prefix, islice(self._cur.iternext(), limit))
+        if len(out) < limit or not self._cur.next():
+            self._msgs_done = True
+        return out
+
+    def close(self) -> None:
+        """End the read transaction (idempotent)."""
+        self._txn.abort()
 
 
 def seek_le(cur: Any, prefix: bytes, key: bytes) -> bool:

@@ -24,8 +24,12 @@ snapshot (a snapshot costs the whole state, so it waits for a log as large: the 
 then at most about one more write of each byte logged), or once they hold twice the last
 snapshot plus ``snapshot_log_bytes_min`` bytes, however few they are (so the log stays
 within about three times the state), or when the state machine asks (``compaction_wanted``).
-Byte counts start at 0 after a restart. The snapshot is taken on the event loop: a large
-state stalls the node's groups while it is encoded (docs/limits.md).
+Byte counts start at 0 after a restart. The snapshot is taken on the event loop; a state
+machine with ``snapshot_job`` (a stream group) makes it in steps of a few milliseconds
+scheduled between the loop's other callbacks (``_snapshot_step``), so a large state slows
+its node's groups while it is read instead of stalling them (and their heartbeats) for the
+whole of it; the compaction it makes is written by the round after it finished, at the
+index where it started.
 
 While a round's write is in flight, incoming messages and proposals only queue (bounded);
 they are handled in the next round, which is where the batching comes from.
@@ -162,6 +166,7 @@ from raftstream.raft.host_api import (
     GroupStatus,
     HostConfig,
     LeaderChange,
+    SnapshotJob,
     StateMachine,
 )
 from raftstream.raft.storage import GroupWrite, LogStorage
@@ -181,7 +186,15 @@ from raftstream.raft.types import (
     SnapshotMeta,
 )
 
-__all__ = ["FollowerInfo", "GroupStatus", "HostConfig", "LeaderChange", "RaftHost", "StateMachine"]
+__all__ = [
+    "FollowerInfo",
+    "GroupStatus",
+    "HostConfig",
+    "LeaderChange",
+    "RaftHost",
+    "SnapshotJob",
+    "StateMachine",
+]
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +209,10 @@ class _Group:
     waiting: dict[int, tuple[int, asyncio.Future[Any]]] = field(default_factory=dict)
     members: frozenset[str] = frozenset()  # the other nodes of the group, as created
     compaction: Snapshot | None = None
+    # A state machine's snapshot in the making, by steps (``_maybe_snapshot``), and the
+    # applied index and log bytes as of its start.
+    snapshotting: SnapshotJob | None = None
+    snapshotting_at: tuple[int, int] = (0, 0)
     log_bytes: int = 0  # entry data written to the log since the last snapshot (about)
     snap_bytes: int = 0  # the size of the last snapshot taken or received here (0: unknown)
     halted: bool = False
@@ -299,6 +316,8 @@ class RaftHost:
             self._wake.set()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        for g in self._groups.values():
+            self._abandon_snapshot(g)  # before the state machines' stores close
         self._fail_all(UnavailableError("raft host stopped; the outcome is unknown"))
         self._writer.shutdown(wait=True)
 
@@ -442,6 +461,7 @@ class RaftHost:
         fail with NotFoundError (their outcome is unknown); so do its waiting reads."""
         g = self._groups.pop(group, None)
         if g is not None:
+            self._abandon_snapshot(g)
             self._fail_group(g, NotFoundError(f"group {group} removed; outcome unknown"))
         self._dirty.discard(group)
         # On the writer thread, after any write already queued there (FIFO executor).
@@ -1014,6 +1034,7 @@ class RaftHost:
             return
         try:
             if rd.snapshot is not None:
+                self._abandon_snapshot(g)  # the state it was made from is gone
                 g.sm.restore(g.name, rd.snapshot.data)
                 g.applied = rd.snapshot.meta.index
                 self._fail_waiting_through(g, g.applied)
@@ -1047,7 +1068,7 @@ class RaftHost:
                 fut.set_exception(UnavailableError("raft log replaced by a snapshot; unknown"))
 
     def _maybe_snapshot(self, g: _Group) -> None:
-        if g.compaction is not None:
+        if g.compaction is not None or g.snapshotting is not None:
             return
         snap_index = self._storage.log(g.name).snapshot_meta().index
         if g.applied == snap_index:
@@ -1059,12 +1080,59 @@ class RaftHost:
             wanted = getattr(g.sm, "compaction_wanted", None)  # optional (StateMachine)
             if wanted is None or not wanted(g.name):
                 return
+        start_job = getattr(g.sm, "snapshot_job", None)  # optional (StateMachine)
+        if start_job is not None:
+            try:
+                g.snapshotting = start_job(g.name)
+            except Exception as exc:  # the state could not be read at all
+                self._halt(g, exc)
+                return
+            g.snapshotting_at = (g.applied, g.log_bytes)
+            asyncio.get_running_loop().call_soon(self._snapshot_step, g, g.snapshotting)
+            return
         try:
             data = g.sm.snapshot(g.name)
             g.compaction = g.node.make_snapshot(g.applied, data)
         except InvalidArgumentError:
             return  # a membership change is not applied yet: try again later
         g.log_bytes, g.snap_bytes = 0, len(data)
+
+    def _snapshot_step(self, g: _Group, job: SnapshotJob) -> None:
+        """One step of ``g``'s snapshot job, on the loop between other callbacks; the next
+        is scheduled after it, and the finished snapshot is handed to the next round's
+        write as the group's compaction. A job whose group is gone, halted or restored
+        from a snapshot meanwhile (``_abandon_snapshot``) has been closed: it stops."""
+        if g.snapshotting is not job:
+            return
+        if self._stopping or g.halted or self._groups.get(g.name) is not g:
+            self._abandon_snapshot(g)
+            return
+        try:
+            data = job.step()
+        except Exception as exc:  # the state could not be read (a corrupt store record)
+            self._abandon_snapshot(g)
+            self._halt(g, exc)
+            return
+        if data is None:
+            asyncio.get_running_loop().call_soon(self._snapshot_step, g, job)
+            return
+        self._abandon_snapshot(g)
+        index, logged = g.snapshotting_at
+        if index <= self._storage.log(g.name).snapshot_meta().index:
+            return  # a newer snapshot came meanwhile
+        try:
+            g.compaction = g.node.make_snapshot(index, data)
+        except InvalidArgumentError:
+            return  # a membership change applied meanwhile: the next trigger starts again
+        g.log_bytes, g.snap_bytes = max(0, g.log_bytes - logged), len(data)
+        self._dirty.add(g.name)
+        self._wake.set()
+
+    def _abandon_snapshot(self, g: _Group) -> None:
+        """Close ``g``'s snapshot job, if any (done, or no longer wanted)."""
+        job, g.snapshotting = g.snapshotting, None
+        if job is not None:
+            job.close()
 
     # ------------------------------------------------------------------ failures
     def _not_running(self, group: str, g: _Group | None) -> RaftStreamError:

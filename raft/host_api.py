@@ -13,7 +13,14 @@ from typing import Any, Protocol
 from raftstream.errors import InvalidArgumentError
 from raftstream.raft.types import Entry, Role
 
-__all__ = ["FollowerInfo", "GroupStatus", "HostConfig", "LeaderChange", "StateMachine"]
+__all__ = [
+    "FollowerInfo",
+    "GroupStatus",
+    "HostConfig",
+    "LeaderChange",
+    "SnapshotJob",
+    "StateMachine",
+]
 
 LeaderChange = Callable[[str, str | None, Role], None]
 """Called on the host's loop as ``(group, leader or None, this replica's role)`` after the
@@ -32,6 +39,10 @@ class StateMachine(Protocol):
     Optional: ``compaction_wanted(group) -> bool``. True asks the host to snapshot and compact
     the log now rather than at ``snapshot_entries`` (after a purge emptied most of the state,
     the log's older entries only hold storage, which can be short: docs/limits.md).
+
+    Optional: ``snapshot_job(group) -> SnapshotJob``. When present, compaction uses it
+    instead of ``snapshot``: the job is the state as of the call, made in steps between the
+    host's other work (a large state would otherwise stall every group of the node).
     """
 
     def apply(self, group: str, entries: Sequence[Entry]) -> Sequence[Any]: ...
@@ -39,6 +50,18 @@ class StateMachine(Protocol):
     def snapshot(self, group: str) -> bytes: ...
 
     def restore(self, group: str, data: bytes) -> None: ...
+
+
+class SnapshotJob(Protocol):
+    """A snapshot in the making: the state machine's state as of the applied index when the
+    job was made. ``step`` does a bounded part of the work (a few milliseconds) and returns
+    None while more is left, then the snapshot's bytes; an exception halts the group.
+    ``close`` releases what the job holds; the host calls it when it is done or abandoned
+    (the group removed or restored from a snapshot meanwhile, the host stopping)."""
+
+    def step(self) -> bytes | None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

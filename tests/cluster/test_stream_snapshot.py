@@ -8,14 +8,17 @@ same, or a retry reaching it after a failover would store the message twice.
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from raftstream.cluster.stream_snapshot import encode_snapshot, restore_store
+from raftstream.cluster.stream_snapshot import SnapshotWriter, encode_snapshot, restore_store
 from raftstream.engine.entries import DeleteMsg, Publish
+from raftstream.engine.lmdbrecords import MSG_KEY, open_dbs
 from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
 from raftstream.engine.stream import PubAck, Stream
 from raftstream.engine.stream_config import StreamConfig
@@ -93,17 +96,110 @@ def test_a_snapshot_carries_the_origin_positions_of_a_mirror(env: Any) -> None:
     assert getattr(dup, "duplicate", False)
 
 
-def test_a_version_2_snapshot_still_restores_without_origins(env: Any) -> None:
-    import json
-    import struct
-
-    source = Stream(CFG, LmdbStreamStore(env, "src"))
-    source.apply(Publish(ts_ns=1 * SEC, subject="s.a", data=b"x"))
-    data = encode_snapshot(CFG, source.store, [])
-    magic, _, n = struct.unpack_from("<6sBI", data, 0)
+def _old_snapshot(version: int, source: Stream) -> bytes:
+    """The snapshot ``source`` would have had from a release writing ``version`` (2: no
+    origins, 2 and 3: messages encoded field by field, no store id)."""
+    data = encode_snapshot(CFG, source.store, [], source.origins)
+    _, _, n = struct.unpack_from("<6sBI", data, 0)
     header = json.loads(data[11 : 11 + n])
-    del header["origins"]
+    del header["store_id"]
+    if version == 2:
+        del header["origins"]
     raw = json.dumps(header, sort_keys=True).encode()
-    old = struct.pack("<6sBI", magic, 2, len(raw)) + raw + data[11 + n :]
-    restored = restore_store(old, LmdbStreamStore(env, "replica"))
-    assert restored.origins == {} and restored.last_seq == 1
+    parts = [struct.pack("<6sBI", b"RSSTRM", version, len(raw)), raw, struct.pack("<I", 0)]
+    for m in source.store.iter_from(1):
+        subject = m.subject.encode()
+        headers = json.dumps(dict(m.headers), sort_keys=True).encode() if m.headers else b""
+        parts += [struct.pack("<Qqq", m.seq, m.ts, m.ttl_ns)]
+        for chunk in (subject, headers, m.data):
+            parts += [struct.pack("<I", len(chunk)), chunk]
+    return b"".join(parts)
+
+
+def _filled(env: Any) -> Stream:
+    """A source stream with a gap, headers and a TTL: what a snapshot must carry exactly."""
+    source = Stream(
+        StreamConfig(name="S", subjects=("s.>",), allow_msg_ttl=True), LmdbStreamStore(env, "src")
+    )
+    source.apply(Publish(ts_ns=1 * SEC, subject="s.a", data=b"x"))
+    source.apply(Publish(ts_ns=2 * SEC, subject="s.b", data=b"y", headers={"k": "v"}))
+    source.apply(Publish(ts_ns=3 * SEC, subject="s.a", data=b"third", ttl_ns=60 * SEC))
+    source.apply(Publish(ts_ns=4 * SEC, subject="s.c", data=b""))
+    source.apply(DeleteMsg(ts_ns=5 * SEC, seq=2))
+    return source
+
+
+def _contents(store: LmdbStreamStore) -> list[tuple[Any, ...]]:
+    return [(m.seq, m.subject, m.data, m.ts, dict(m.headers), m.ttl_ns) for m in store.iter_from(1)]
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_releases_snapshot_still_restores(env: Any, version: int) -> None:
+    source = _filled(env)
+    store = LmdbStreamStore(env, "replica")
+    restored = restore_store(_old_snapshot(version, source), store)
+    assert restored.origins == {} and restored.last_seq == 4
+    assert _contents(store) == _contents(source.store)
+    assert store.state() == source.store.state()
+
+
+def test_a_snapshot_restores_every_message_exactly_under_the_replicas_own_id(env: Any) -> None:
+    LmdbStreamStore(env, "other")  # the replica's store gets another id than the source's
+    source = _filled(env)
+    data = encode_snapshot(source.config, source.store, [])
+    store = LmdbStreamStore(env, "replica")
+    assert store.store_id != source.store.store_id
+    restore_store(data, store)
+    assert _contents(store) == _contents(source.store)
+    assert store.state() == source.store.state()
+    assert store.load(3).ttl_ns == 60 * SEC
+
+
+def test_a_flipped_bit_in_a_snapshots_message_is_data_loss(env: Any) -> None:
+    source = _filled(env)
+    data = bytearray(encode_snapshot(source.config, source.store, []))
+    at = data.rindex(b"third")  # the third message's payload
+    data[at] ^= 0x01
+    with pytest.raises(DataLossError, match="checksum"):
+        restore_store(bytes(data), LmdbStreamStore(env, "replica"))
+
+
+def test_a_corrupt_stored_message_fails_the_snapshot_not_the_restore(env: Any) -> None:
+    """The records are copied without decoding, but each is verified: a store whose record
+    went bad fails the compaction (the log keeps the entries) instead of writing a snapshot
+    that no replica can restore."""
+    source = _filled(env)
+    key = MSG_KEY.pack(source.store.store_id, 3)
+    dbs = open_dbs(env)
+    with env.begin(write=True) as txn:
+        value = bytearray(txn.get(key, db=dbs.msgs))
+        value[-1] ^= 0x01
+        txn.put(key, bytes(value), db=dbs.msgs)
+    with pytest.raises(DataLossError, match="message record"):
+        encode_snapshot(source.config, source.store, [])
+
+
+def test_a_snapshot_made_in_steps_is_the_state_when_it_started(env: Any) -> None:
+    """The Raft host makes a stream's snapshot in steps between applies: what applies in
+    between (new messages, removals, dedup records) is not in it, and nothing is lost."""
+    cfg = StreamConfig(name="S", subjects=("s.>",), duplicate_window=60 * SEC)
+    source = Stream(cfg, LmdbStreamStore(env, "src"))
+    for i in range(50):
+        source.apply(
+            Publish(ts_ns=(i + 1) * SEC, subject=f"s.{i % 3}", data=b"m%d" % i, msg_id=f"id{i}")
+        )
+    before = _contents(source.store)
+    state = source.store.state()
+    writer = SnapshotWriter(cfg, source.store, [], source.origins)
+    steps = 0
+    while (data := writer.step(7)) is None:
+        steps += 1
+        source.apply(
+            Publish(ts_ns=(100 + steps) * SEC, subject="s.0", data=b"new", msg_id=f"n{steps}")
+        )
+        source.apply(DeleteMsg(ts_ns=(100 + steps) * SEC, seq=steps))
+    assert steps > 10  # 50 dedup records and 50 messages, 7 a step
+    store = LmdbStreamStore(env, "replica")
+    restore_store(data, store)
+    assert _contents(store) == before and store.state() == state
+    assert store.dedup_get("id49") is not None and store.dedup_get("n1") is None

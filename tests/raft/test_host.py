@@ -10,6 +10,7 @@ catches up, through an InstallSnapshot when the leader compacted its log (§7).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import random
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from raftstream.errors import NotLeaderError
+from raftstream.errors import DataLossError, NotLeaderError, UnavailableError
 from raftstream.raft.host import HostConfig, RaftHost
 from raftstream.raft.storage import GroupWrite, LmdbLogStorage, LogStorage, MemoryLogStorage
 from raftstream.raft.transport import GrpcTransport, MemoryNetwork, MemoryTransport, Transport
@@ -676,6 +677,141 @@ def test_compaction_waits_for_a_log_as_large_as_the_last_snapshot() -> None:
                 await h.propose("a", b"w" * 4_000)
                 proposed += 1
             assert proposed < cfg.snapshot_entries
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+class SteppedMachine(ListMachine):
+    """A ``ListMachine`` whose snapshots are made in ``steps`` steps (``snapshot_job``),
+    recording in ``timeline`` every step and every apply; ``fail`` makes a step raise."""
+
+    def __init__(self, steps: int, *, fail: bool = False) -> None:
+        super().__init__()
+        self.steps = steps
+        self.fail = fail
+        self.timeline: list[str] = []
+        self.jobs: list[SteppedJob] = []
+
+    def apply(self, group: str, entries: Sequence[Entry]) -> Sequence[Any]:
+        self.timeline.append("apply")
+        return super().apply(group, entries)
+
+    def snapshot(self, group: str) -> bytes:
+        raise AssertionError("the host uses snapshot_job when there is one")
+
+    def snapshot_job(self, group: str) -> SteppedJob:
+        job = SteppedJob(self, ListMachine.snapshot(self, group))
+        self.jobs.append(job)
+        return job
+
+
+class SteppedJob:
+    def __init__(self, machine: SteppedMachine, data: bytes) -> None:
+        self._m = machine
+        self._data = data  # the state as of the job's start
+        self.left = machine.steps
+        self.closed = False
+
+    def step(self) -> bytes | None:
+        assert not self.closed
+        self._m.timeline.append("step")
+        if self._m.fail:
+            raise DataLossError("a stored record failed its checksum")
+        self.left -= 1
+        return self._data if self.left <= 0 else None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def start_stepped_hosts(
+    cfg: HostConfig, steps: int, *, fail: bool = False
+) -> tuple[dict[str, RaftHost], dict[str, SteppedMachine], dict[str, MemoryLogStorage]]:
+    net = MemoryNetwork()
+    hosts: dict[str, RaftHost] = {}
+    machines: dict[str, SteppedMachine] = {}
+    stores: dict[str, MemoryLogStorage] = {}
+    for n in NODES:
+        stores[n] = MemoryLogStorage()
+        hosts[n] = RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=cfg)
+        hosts[n].start()
+        machines[n] = SteppedMachine(steps, fail=fail)
+        hosts[n].add_group("a", voters=NODES, state_machine=machines[n])
+    return hosts, machines, stores
+
+
+STEPPED_CFG = HostConfig(
+    tick_ms=20, election_tick=10, heartbeat_tick=1, snapshot_entries=10, snapshot_log_bytes_min=1
+)
+
+
+def test_a_snapshot_job_runs_in_steps_between_applies_and_compacts_where_it_started() -> None:
+    """A stream group's snapshot is made in steps (a large stream stalled its node for the
+    whole encoding): the group goes on applying between them, and the compaction is at the
+    index the job started from, holding the state as of then."""
+
+    async def scenario() -> None:
+        hosts, machines, stores = start_stepped_hosts(STEPPED_CFG, steps=200)
+        try:
+            lead = await elected(hosts, "a")
+            h, m = hosts[lead], machines[lead]
+            for i in range(10):
+                await h.propose("a", f"e{i}".encode())
+            await until(lambda: bool(m.jobs))
+            i = 10
+            while h.status("a").snapshot_index == 0:
+                await h.propose("a", f"e{i}".encode())
+                i += 1
+            first_step, last_step = m.timeline.index("step"), len(m.timeline) - 1
+            while m.timeline[last_step] != "step":
+                last_step -= 1
+            assert "apply" in m.timeline[first_step:last_step]  # applies went on meanwhile
+            assert m.jobs[0].closed
+            snap = stores[lead].log("a").snapshot()
+            taken = json.loads(snap.data)
+            applied = [d.decode() for d in m.applied["a"]]
+            assert taken == applied[: len(taken)] and len(taken) < len(applied)
+            assert snap.meta.index < h.status("a").applied
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+def test_a_snapshot_job_is_closed_when_its_group_is_removed_or_the_host_stops() -> None:
+    async def scenario() -> None:
+        hosts, machines, _ = start_stepped_hosts(STEPPED_CFG, steps=10**9)
+        try:
+            lead = await elected(hosts, "a")
+            for i in range(10):
+                await hosts[lead].propose("a", f"e{i}".encode())
+            await until(lambda: all(m.jobs for m in machines.values()))
+            follower = next(n for n in NODES if n != lead)
+            await hosts[follower].remove_group("a")
+            assert machines[follower].jobs[0].closed
+            steps = machines[follower].timeline.count("step")
+            await asyncio.sleep(0.1)
+            assert machines[follower].timeline.count("step") == steps  # no step after close
+            await hosts[lead].stop()
+            assert machines[lead].jobs[0].closed
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+def test_a_snapshot_job_that_fails_halts_its_group() -> None:
+    async def scenario() -> None:
+        hosts, _, _ = start_stepped_hosts(STEPPED_CFG, steps=3, fail=True)
+        try:
+            lead = await elected(hosts, "a")
+            with contextlib.suppress(UnavailableError):  # the group halts under them
+                for i in range(10):
+                    await hosts[lead].propose("a", f"e{i}".encode())
+            await until(lambda: hosts[lead].status("a").halted)
+            assert hosts[lead].status("a").snapshot_index == 0
         finally:
             await stop_all(hosts)
 
