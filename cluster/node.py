@@ -49,6 +49,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,7 +69,7 @@ from raftstream.cluster.auth import (
     node_caller,
     node_token,
 )
-from raftstream.cluster.config import NodeConfig
+from raftstream.cluster.config import Address, NodeConfig
 from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.descriptions import (
     LOG_FEATURES,
@@ -240,6 +241,9 @@ class Node:
     # -- start ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # A listen address that cannot be bound fails here, before the data directory is
+        # made: gRPC finds out only after the Raft environment was created in it.
+        check_listen(self.config.listen)
         # Before anything touches the data: a second node on the same directory would wipe
         # the running one's store under it (the scrub and rmtree in ``_start``).
         self._data_lock = lock_data_dir(Path(self.config.data))
@@ -519,10 +523,7 @@ class Node:
         except RuntimeError:  # gRPC's "Failed to bind", naming no cause
             self.bound_port = 0
         if self.bound_port == 0:
-            raise OSError(
-                f"cannot listen on {listen}: the port is taken (another node?) or the address"
-                " is not this machine's"
-            )
+            raise _cannot_listen(listen)
         await server.start()
 
     def _health_servicer(self) -> health.aio.HealthServicer:
@@ -1098,6 +1099,31 @@ def _tune_gc() -> None:
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+
+
+def _cannot_listen(listen: object) -> OSError:
+    return OSError(
+        f"cannot listen on {listen}: the port is taken (another node?) or the address is not"
+        " this machine's"
+    )
+
+
+def check_listen(listen: Address) -> None:
+    """Raise ``OSError`` (as the gRPC server would) when ``listen`` cannot be bound now: a
+    port another process listens on, or an address not this machine's. A probe socket with
+    SO_REUSEADDR, as gRPC's: a port left in TIME_WAIT by a node that just stopped is free.
+    A name that does not resolve is left to gRPC to report."""
+    try:
+        infos = socket.getaddrinfo(listen.host, listen.port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(sockaddr)
+        except OSError:
+            raise _cannot_listen(listen) from None
 
 
 async def run_node(config: NodeConfig, *, join: bool = False) -> None:

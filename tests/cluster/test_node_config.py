@@ -4,6 +4,7 @@ and ``--help`` shows an example. Real processes, as an operator would run them."
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,19 @@ def test_help_shows_an_example() -> None:
     assert out.returncode == 0
     assert "raftstream server --name n1 --listen 127.0.0.1:7101" in out.stdout
     assert "--local-cluster" in out.stdout
+
+
+def test_a_taken_port_is_refused_before_the_data_directory_is_made(tmp_path: Path) -> None:
+    """A bad-input review: a node whose port another process listens on exited with the
+    right message, but left a data directory with an empty Raft environment behind."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        addr = f"127.0.0.1:{other.getsockname()[1]}"
+        data = tmp_path / "d"
+        out = _server(
+            "--name", "n1", "--listen", addr, "--data", str(data), "--peers", f"n1={addr}"
+        )
+    assert out.returncode == 1, out.stderr
+    assert f"cannot listen on {addr}: the port is taken" in out.stderr
+    assert not data.exists()
