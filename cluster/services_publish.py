@@ -94,7 +94,7 @@ class PublishServicer(pbg.PublishServiceServicer):
         def lookup() -> StreamAssignment:
             sa = ctx.meta.state.stream_for_subject(account, req.subject)
             if sa is None:
-                raise NotFoundError(f"no stream captures subject {req.subject!r}", field="subject")
+                raise NotFoundError(f"no stream matches subject {req.subject!r}", field="subject")
             return sa
 
         sa = await ctx.caught_up(lookup)

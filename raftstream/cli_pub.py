@@ -42,6 +42,7 @@ from raftstream.cli_common import (
 )
 from raftstream.cli_consumer import NAMED_DELIVER, format_msg, msg_json, start_seq
 from raftstream.config import ConsumerConfig, DeliverPolicy, format_rfc3339_ns
+from raftstream.subscribe import find_stream
 
 if TYPE_CHECKING:
     from raftstream.client import Client
@@ -281,11 +282,7 @@ async def _ensure_durable(
     for the next run (a push consumer would have sent more, to be redelivered only
     after the ack wait)."""
     if stream is None:
-        names = await c.stream_names(subject=subject)
-        if len(names) != 1:
-            found = "no stream matches" if not names else f"several streams match: {names}"
-            raise errors.NotFoundError(f"{found} subject {subject!r}", subject=subject)
-        stream = names[0]
+        stream = await find_stream(c, subject, None)  # the same words as ``sub``
     try:
         return stream, await c.consumer_info(stream, durable)
     except errors.NotFoundError:

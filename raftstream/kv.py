@@ -96,7 +96,7 @@ TTL_MIN_S = 0.1  # the node's shortest max_age (100ms)
 TTL_MAX_S = INT64_MAX // NS_PER_S  # max_age travels as int64 nanoseconds
 STORAGE_TYPES = tuple(t.value for t in StorageType)
 # A NOT_FOUND naming one of these fields is about the bucket's stream itself ("stream ... not
-# found", "no stream captures subject ..."), not about a message in it.
+# found", "no stream matches subject ..."), not about a message in it.
 _STREAM_MISSING_FIELDS = frozenset({"stream", "subject"})
 
 

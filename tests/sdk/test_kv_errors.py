@@ -124,7 +124,7 @@ def test_get_of_another_keys_revision_or_one_beyond_the_latest_says_so():
 
 def test_a_deleted_bucket_is_bucket_not_found_naming_the_bucket_on_every_path():
     """The bucket's stream is gone under an open KeyValue: the node answers NOT_FOUND about
-    the stream ('stream ... not found', field stream) or the subject ('no stream captures
+    the stream ('stream ... not found', field stream) or the subject ('no stream matches
     subject', field subject); the user is told the bucket is not found."""
 
     async def main() -> None:
@@ -140,7 +140,7 @@ def test_a_deleted_bucket_is_bucket_not_found_naming_the_bucket_on_every_path():
                     "Publish",
                     refuse(
                         errors.NotFoundError(
-                            "no stream captures subject '$KV.GONE.k'", field="subject"
+                            "no stream matches subject '$KV.GONE.k'", field="subject"
                         )
                     ),
                 )
