@@ -178,13 +178,16 @@ def restore_store(data: bytes, store: StreamStore) -> SnapshotHeader:
             for rec in dedup:
                 store.dedup_put(rec.msg_id, rec.seq, rec.ts_ns)
             msgs = _records(data, pos) if header.version < 4 else _raw(data, pos, header.store_id)
+            last = store.state().last_seq  # kept here: state() per message cost a fifth
+            append, skip = store.append, store.skip
             for m in msgs:
-                last = store.state().last_seq
                 if m.seq <= last:
                     raise DataLossError(f"message {m.seq} after {last}: out of order")
                 if m.seq > last + 1:
-                    store.skip(m.seq)
-                store.append(m.subject, m.data, headers=m.headers, now_ns=m.ts, ttl_ns=m.ttl_ns)
+                    skip(m.seq)
+                last = append(m.subject, m.data, headers=m.headers, now_ns=m.ts, ttl_ns=m.ttl_ns)
+                if last != m.seq:
+                    raise DataLossError(f"message {m.seq} stored at {last}")
             if header.last_seq > store.state().last_seq:
                 store.skip(header.last_seq + 1)
     except (RaftStreamError, struct.error, ValueError) as exc:
