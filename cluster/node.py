@@ -149,6 +149,9 @@ READY_SERVICE = "raftstream.ready"  # health service: SERVING while a meta leade
 PEER_PROBE_TIMEOUT_S = 1.0
 FRESH_ASK_EVERY_S = 0.1  # a node without Raft data asks its peers this often (known_peers)
 FRESH_WAIT_LOG_S = 10.0  # and says it is waiting this often
+# A ready node stays ready this long without a meta leader: an election takes 0.6-1.2 s
+# (and a split vote one more round), a lost majority longer.
+READY_GRACE_S = 2.0
 PEER_DOWN_AFTER_S = 3.0  # a peer whose probes failed this long is down (placement, info)
 # A replica this node no longer hosts (per the meta state) is dropped once it has applied
 # its own removal, or once it has known no leader for this long (the leader stops talking
@@ -829,9 +832,9 @@ class Node:
 
     async def _set_ready(self, meta_leader_known: bool) -> None:
         """``READY_SERVICE``'s health status: SERVING while this node knows a meta leader
-        (so it can create, change and place streams and consumers); ``""`` stays the
-        process's liveness. A meta leader missing for ``PEER_DOWN_AFTER_S`` is logged once
-        as a WARNING (an election takes less)."""
+        (so it can create, change and place streams and consumers), through an election
+        (``readiness``); ``""`` stays the process's liveness. A meta leader missing for
+        ``PEER_DOWN_AFTER_S`` is logged once as a WARNING (an election takes less)."""
         now = time.monotonic()
         if meta_leader_known:
             if self._meta_leader_warned:
@@ -851,7 +854,14 @@ class Node:
                 ", ".join(sorted(self._peers_reported_down)) or "none seen yet",
                 extra={"group": META_GROUP},
             )
-        ready = meta_leader_known and not self.failed.is_set() and not self._stopped.is_set()
+        missing_s = 0.0 if self._no_meta_leader_since is None else now - self._no_meta_leader_since
+        ready = (
+            readiness(
+                was_ready=self._ready, meta_leader_known=meta_leader_known, missing_s=missing_s
+            )
+            and not self.failed.is_set()
+            and not self._stopped.is_set()
+        )
         if ready == self._ready:
             return
         self._ready = ready
@@ -1099,6 +1109,14 @@ def _tune_gc() -> None:
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+
+
+def readiness(*, was_ready: bool, meta_leader_known: bool, missing_s: float) -> bool:
+    """Whether a node is ready (``READY_SERVICE``): it knows a meta leader, or it was ready
+    and has known none for less than ``READY_GRACE_S`` (an election: a load balancer taking
+    every node out of service for each one would turn a meta election into an outage of
+    the data path, which does not need the meta group)."""
+    return meta_leader_known or (was_ready and missing_s < READY_GRACE_S)
 
 
 def _cannot_listen(listen: object) -> OSError:
