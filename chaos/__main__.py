@@ -5,9 +5,10 @@ Environment (or the matching options): ``CHAOS_TIME`` seconds of faults per neme
 its own schedule drawn from the seed), ``CHAOS_SEED`` (default: random, printed so the
 campaign can be repeated), ``CHAOS_NEMESES`` (comma-separated, default: all),
 ``CHAOS_SIZE`` (3 to 5 nodes; ``make chaos NODES=5``), ``CHAOS_ROOT`` (default
-``./chaos-runs``). Exits 1 when any run found a safety anomaly, 2 when a run could not be
-carried out (a harness error, e.g. a node that never started; its message is in
-campaign.txt).
+``./chaos-runs``), ``CHAOS_SNAPSHOT_ENTRIES`` (the nodes' ``[raft] snapshot_entries``: a few
+dozen exercises compaction and catching up by snapshot). Exits 1 when any run found a
+safety anomaly, 2 when a run could not be carried out (a harness error, e.g. a node that
+never started; its message is in campaign.txt).
 """
 
 from __future__ import annotations
@@ -29,8 +30,22 @@ from raftstream.chaos.nemesis import NEMESES
 @click.option("--nemeses", envvar="CHAOS_NEMESES", default=",".join(NEMESES))
 @click.option("--size", envvar="CHAOS_SIZE", type=click.IntRange(3, 5), default=3)
 @click.option("--root", envvar="CHAOS_ROOT", type=click.Path(path_type=Path), default="chaos-runs")
+@click.option(
+    "--snapshot-entries",
+    envvar="CHAOS_SNAPSHOT_ENTRIES",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The nodes' [raft] snapshot_entries (default: the node's): a few dozen makes groups"
+    " compact all run long and lagging nodes catch up by snapshot.",
+)
 def main(
-    duration_s: float, runs: int, seed: int | None, nemeses: str, size: int, root: Path
+    duration_s: float,
+    runs: int,
+    seed: int | None,
+    nemeses: str,
+    size: int,
+    root: Path,
+    snapshot_entries: int | None,
 ) -> None:
     """Run every nemesis (or those named) CHAOS_RUNS times for CHAOS_TIME seconds each, each
     run against a fresh cluster."""
@@ -42,7 +57,13 @@ def main(
         seed = random.SystemRandom().randrange(1 << 31)
     click.echo(f"chaos campaign seed={seed} (repeat with CHAOS_SEED={seed})", err=True)
     cfg = CampaignConfig(
-        nemeses=names, duration_s=duration_s, seed=seed, size=size, runs=runs, root=root
+        nemeses=names,
+        duration_s=duration_s,
+        seed=seed,
+        size=size,
+        runs=runs,
+        root=root,
+        snapshot_entries=snapshot_entries,
     )
     campaign_dir, outcomes = run_campaign(cfg)
     click.echo((campaign_dir / "campaign.txt").read_text())
