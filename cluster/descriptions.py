@@ -41,6 +41,7 @@ from raftstream.proto import node_pb2 as npb
 __all__ = [
     "LOG_FEATURES",
     "LOG_FEATURE_COPY_AT",
+    "LOG_FEATURE_SNAPSHOT_RECORDS",
     "DescriptionBook",
     "NodeDescription",
     "describe_self",
@@ -55,7 +56,10 @@ LMDB_DATA_FILE = "data.mdb"
 # Log entry kinds added after the first version that this node reads (node.proto,
 # ``log_features``): a group's leader proposes one only when every replica reads it.
 LOG_FEATURE_COPY_AT = "copy_at"  # engine ``Copy.origin_ts_ns``: a mirror keeps origin times
-LOG_FEATURES = frozenset({LOG_FEATURE_COPY_AT})
+# Stream snapshots of version 4 (the store's own message records, cluster/stream_snapshot.py):
+# a snapshot is not a log entry, but a leader sends its own to a replica that fell behind.
+LOG_FEATURE_SNAPSHOT_RECORDS = "snapshot_records"
+LOG_FEATURES = frozenset({LOG_FEATURE_COPY_AT, LOG_FEATURE_SNAPSHOT_RECORDS})
 
 
 @functools.cache

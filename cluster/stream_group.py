@@ -85,6 +85,8 @@ class StreamReplica:
     ``on_barrier(term)`` is called when this node's own barrier of ``term`` applies;
     ``on_events(events)`` gets pull events that the replica's applies produced for waiting
     requests on the leader copies (a consumer deleted: 409 Consumer Deleted).
+    ``records_snapshots()``: whether every replica reads snapshots of the store's own
+    records (``cluster/stream_snapshot.py``, version 4); else they are made in version 3.
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class StreamReplica:
         metrics: NodeMetrics,
         on_barrier: Callable[[int], None],
         on_applied: Callable[[], None],
+        records_snapshots: Callable[[], bool] = lambda: True,
     ) -> None:
         self.node_id = node_id
         self.group = assignment.group
@@ -105,6 +108,7 @@ class StreamReplica:
         self._metrics = metrics
         self._on_barrier = on_barrier
         self._on_applied = on_applied
+        self._records_snapshots = records_snapshots
         self._store = LmdbStreamStore(env, self.group)
         self._store_fresh()
         self.applied = 0
@@ -240,11 +244,12 @@ class StreamReplica:
         return self._compact_wanted
 
     def snapshot(self, group: str) -> bytes:
-        return encode_snapshot(*self._snapshot_parts())
+        return encode_snapshot(*self._snapshot_parts(), records=self._records_snapshots())
 
     def snapshot_job(self, group: str) -> SnapshotWriter:
-        """The Raft host's optional hook: the snapshot made in steps (``SnapshotWriter``)."""
-        return SnapshotWriter(*self._snapshot_parts())
+        """The Raft host's optional hook: the snapshot made in steps (``SnapshotWriter``).
+        In the version every replica reads (``records_snapshots``: a rolling upgrade)."""
+        return SnapshotWriter(*self._snapshot_parts(), records=self._records_snapshots())
 
     def _snapshot_parts(
         self,
@@ -284,8 +289,10 @@ class StreamReplica:
         empty = header.last_seq == 0 and not header.consumers
         log.log(
             logging.DEBUG if empty else logging.INFO,
-            "restored %s, taken at last_seq %d with %d consumers; the log after it is applied next",
+            "restored %s (version %d), taken at last_seq %d with %d consumers; the log after it"
+            " is applied next",
             source,
+            header.version,
             header.last_seq,
             len(header.consumers),
             extra={"node": self.node_id, "group": self.group},

@@ -62,6 +62,7 @@ from typing import Any
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.config import Limits
+from raftstream.cluster.descriptions import LOG_FEATURE_SNAPSHOT_RECORDS
 from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.mirror_links import LinkSet
 from raftstream.cluster.stream_entries import (
@@ -254,6 +255,7 @@ class StreamGroup:
             metrics=deps.metrics,
             on_barrier=self._barrier_applied,
             on_applied=self._applied,
+            records_snapshots=lambda: self.replicas_read(LOG_FEATURE_SNAPSHOT_RECORDS) is True,
         )
         self._term = 0  # the term of the leadership last seen
         self._lead_term = 0  # nonzero: the leader copies are valid for this term

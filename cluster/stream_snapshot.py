@@ -21,8 +21,8 @@ replica restored from a snapshot must hold the records too.
 A message record is, since version 4, ``u32 n | the store's own record`` (CRC, head with
 the sequence, subject, headers, payload: ``engine/lmdbrecords.py``), copied from the store
 verified but not decoded: a compaction costs a cursor walk and a CRC per message, not a
-decode and an encode (5.5 µs a message before, 1.6 after, measured on 100,000 messages of
-128 bytes), and the snapshot is held in memory about twice, not ten times. The records'
+decode and an encode (5.5-7 µs a message before, 2-3 after, measured on 100,000 messages of
+128 bytes), and its peak memory is about half (3.5 times the snapshot's bytes). The records'
 CRCs are seeded with ``store_id``; restoring checks each again and stores it under the
 replica's own id. Versions 2 and 3 (``u64 seq | i64 ts | i64 ttl_ns | u32 n | subject | u32
 n | headers JSON | u32 n | data``; version 2 without ``origins``) are still read: a node
@@ -67,8 +67,8 @@ _HEAD = struct.Struct("<6sBI")
 _MSG = struct.Struct("<Qqq")
 _DEDUP = struct.Struct("<Qq")
 _U32 = struct.Struct("<I")
-# Records a ``SnapshotWriter`` step reads at most: a few ms of the event loop (about 1.6 to
-# 2.8 µs a message record, more for a dedup record).
+# Records a ``SnapshotWriter`` step reads at most: a few ms of the event loop (about 2 to 3
+# µs a message record, more for a dedup record).
 SNAPSHOT_STEP_RECORDS = 2048
 
 
@@ -94,9 +94,11 @@ def encode_snapshot(
     store: LmdbStreamStore,
     consumers: list[ConsumerImage],
     origins: dict[str, OriginState] | None = None,
+    *,
+    records: bool = True,
 ) -> bytes:
     """The snapshot bytes of a stream group as it is now (reads the whole store at once)."""
-    writer = SnapshotWriter(config, store, consumers, origins)
+    writer = SnapshotWriter(config, store, consumers, origins, records=records)
     try:
         while (data := writer.step()) is None:
             pass
@@ -111,7 +113,9 @@ class SnapshotWriter:
     state when the writer was made: the header (config, consumers, origins) is encoded at
     once, and the records are read from one read transaction opened then
     (``RecordsReader``), whatever applies between the steps. ``close`` when done or
-    abandoned (it ends the transaction)."""
+    abandoned (it ends the transaction). ``records``: version 4 (the store's records); False
+    makes version 3 (each record decoded and encoded field by field), for a group whose
+    replicas are not all on a version that reads 4 yet (a rolling upgrade)."""
 
     def __init__(
         self,
@@ -119,8 +123,12 @@ class SnapshotWriter:
         store: LmdbStreamStore,
         consumers: list[ConsumerImage],
         origins: dict[str, OriginState] | None = None,
+        *,
+        records: bool = True,
     ) -> None:
-        header = {
+        self._records = records
+        self._store_id = store.store_id
+        header: dict[str, Any] = {
             "origins": origins_to_json(origins or {}),
             "config": config.to_dict(),
             "last_seq": store.state().last_seq,
@@ -134,8 +142,11 @@ class SnapshotWriter:
                 for c in consumers
             ],
         }
+        if not records:
+            del header["store_id"]
         raw = json.dumps(header, sort_keys=True).encode()
-        self._head = [_HEAD.pack(_MAGIC, _VERSION, len(raw)), raw]
+        version = _VERSION if records else 3
+        self._head = [_HEAD.pack(_MAGIC, version, len(raw)), raw]
         self._dedup: list[bytes] = []
         self._dedup_count = 0
         self._msgs: list[bytes] = []
@@ -154,10 +165,14 @@ class SnapshotWriter:
             self._dedup_done = len(recs) < records_max
             return None
         records = self._reader.msgs(records_max)
-        add, pack = self._msgs.append, _U32.pack
-        for record in records:
-            add(pack(len(record)))
-            add(record)
+        if self._records:
+            add, pack = self._msgs.append, _U32.pack
+            for record in records:
+                add(pack(len(record)))
+                add(record)
+        else:
+            for record in records:
+                self._msgs += _v3_parts(decode_record(self._store_id, record))
         if len(records) == records_max:
             return None
         self.close()
@@ -166,6 +181,16 @@ class SnapshotWriter:
 
     def close(self) -> None:
         self._reader.close()
+
+
+def _v3_parts(m: StoredMsg) -> list[bytes]:
+    """A message record of versions 2 and 3."""
+    subject = m.subject.encode()
+    headers = json.dumps(dict(m.headers), sort_keys=True).encode() if m.headers else b""
+    parts = [_MSG.pack(m.seq, m.ts, m.ttl_ns)]
+    for chunk in (subject, headers, m.data):
+        parts += [_U32.pack(len(chunk)), chunk]
+    return parts
 
 
 def restore_store(data: bytes, store: StreamStore) -> SnapshotHeader:

@@ -95,6 +95,8 @@ def test_follower_catches_up_by_snapshot() -> None:
         run(lead_from_follower())
         log = (c.root / f"{follower}.log").read_text()
         assert "restored a snapshot from the leader" in log  # caught up by snapshot
+        # Of the store's records: every replica described that it reads them.
+        assert "restored a snapshot from the leader (version 4)" in log
     except BaseException:
         print(c.tails())
         raise
