@@ -26,7 +26,9 @@ decode and an encode (5.5-7 µs a message before, 2-3 after, measured on 100,000
 CRCs are seeded with ``store_id``; restoring checks each again and stores it under the
 replica's own id. Versions 2 and 3 (``u64 seq | i64 ts | i64 ttl_ns | u32 n | subject | u32
 n | headers JSON | u32 n | data``; version 2 without ``origins``) are still read: a node
-restarted on a new release restores the snapshot it took before. ``restore_store`` raises
+restarted on a new release restores the snapshot it took before. Version 3 is still written
+while a replica of the group does not read 4 (a rolling upgrade: ``records=False``, chosen
+by the node descriptions' ``snapshot_records``). ``restore_store`` raises
 ``DataLossError`` for anything it cannot read exactly.
 
 Known gap: the restored store's ``last_ts`` is the newest stored message's stamp, which is
