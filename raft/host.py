@@ -198,6 +198,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# Snapshot jobs running at once on a host, at most. A stream group's job holds an LMDB read
+# transaction until it is done, and the node's store environment has 126 reader slots: a
+# burst of compactions across hundreds of groups must not take them all (a job that cannot
+# start halts its group). A group over the bound tries again after its next apply.
+SNAPSHOT_JOBS_MAX = 8
+
 
 @dataclass(slots=True)
 class _Group:
@@ -292,6 +298,7 @@ class RaftHost:
         self._sent_since_tick: set[str] = set()
         # Election ticks now due (see "Elections between ticks").
         self._late_ticks: list[_Group] = []
+        self._snapshot_jobs = 0  # groups with a snapshot job running (``SNAPSHOT_JOBS_MAX``)
         self._wake = asyncio.Event()
         # The one writer thread: every storage write happens there, one at a time.
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="raft-writer")
@@ -1082,12 +1089,15 @@ class RaftHost:
                 return
         start_job = getattr(g.sm, "snapshot_job", None)  # optional (StateMachine)
         if start_job is not None:
+            if self._snapshot_jobs >= SNAPSHOT_JOBS_MAX:
+                return  # tried again after the group's next apply
             try:
                 g.snapshotting = start_job(g.name)
             except Exception as exc:  # the state could not be read at all
                 self._halt(g, exc)
                 return
             g.snapshotting_at = (g.applied, g.log_bytes)
+            self._snapshot_jobs += 1
             asyncio.get_running_loop().call_soon(self._snapshot_step, g, g.snapshotting)
             return
         try:
@@ -1132,6 +1142,7 @@ class RaftHost:
         """Close ``g``'s snapshot job, if any (done, or no longer wanted)."""
         job, g.snapshotting = g.snapshotting, None
         if job is not None:
+            self._snapshot_jobs -= 1
             job.close()
 
     # ------------------------------------------------------------------ failures

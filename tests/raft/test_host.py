@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import pytest
 
 from raftstream.errors import DataLossError, NotLeaderError, UnavailableError
+from raftstream.raft import host as host_module
 from raftstream.raft.host import HostConfig, RaftHost
 from raftstream.raft.storage import GroupWrite, LmdbLogStorage, LogStorage, MemoryLogStorage
 from raftstream.raft.transport import GrpcTransport, MemoryNetwork, MemoryTransport, Transport
@@ -812,6 +813,48 @@ def test_a_snapshot_job_that_fails_halts_its_group() -> None:
                     await hosts[lead].propose("a", f"e{i}".encode())
             await until(lambda: hosts[lead].status("a").halted)
             assert hosts[lead].status("a").snapshot_index == 0
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+def test_snapshot_jobs_at_once_are_bounded_and_the_others_start_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each stream group's job holds a read transaction of the node's store environment,
+    which has a bounded number of reader slots: a host runs ``SNAPSHOT_JOBS_MAX`` at once,
+    and a group over the bound starts its job after a later apply."""
+    monkeypatch.setattr(host_module, "SNAPSHOT_JOBS_MAX", 1)
+
+    async def scenario() -> None:
+        net = MemoryNetwork()
+        hosts: dict[str, RaftHost] = {}
+        machines: dict[str, SteppedMachine] = {}
+        for n in NODES:
+            hosts[n] = RaftHost(
+                n, storage=MemoryLogStorage(), transport=MemoryTransport(n, net), config=STEPPED_CFG
+            )
+            hosts[n].start()
+            machines[n] = SteppedMachine(steps=40)
+            for g in ("a", "b"):
+                hosts[n].add_group(g, voters=NODES, state_machine=machines[n])
+        try:
+            lead_a = await elected(hosts, "a")
+            leaders = {"a": lead_a, "b": await elected(hosts, "b")}
+            running_max = 0
+
+            def running() -> int:
+                return sum(not j.closed for j in machines[lead_a].jobs)
+
+            i = 0
+            while not all(hosts[lead_a].status(g).snapshot_index > 0 for g in ("a", "b")):
+                for g in ("a", "b"):  # both apply on lead_a, a member of each
+                    await hosts[leaders[g]].propose(g, f"e{i}".encode())
+                running_max = max(running_max, running())
+                i += 1
+            assert running_max == 1 and len(machines[lead_a].jobs) >= 2
+            assert hosts[lead_a]._snapshot_jobs == running()
         finally:
             await stop_all(hosts)
 
