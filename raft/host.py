@@ -28,8 +28,8 @@ Byte counts start at 0 after a restart. The snapshot is taken on the event loop;
 machine with ``snapshot_job`` (a stream group) makes it in steps of a few milliseconds
 scheduled between the loop's other callbacks (``_snapshot_step``), so a large state slows
 its node's groups while it is read instead of stalling them (and their heartbeats) for the
-whole of it; the compaction it makes is written by the round after it finished, at the
-index where it started.
+whole of it (``SNAPSHOT_JOBS_MAX`` jobs at once); the compaction it makes is written by the
+round after it finished, at the index where it started.
 
 While a round's write is in flight, incoming messages and proposals only queue (bounded);
 they are handled in the next round, which is where the batching comes from.
