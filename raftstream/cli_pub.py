@@ -282,7 +282,7 @@ async def _ensure_durable(
     for the next run (a push consumer would have sent more, to be redelivered only
     after the ack wait)."""
     if stream is None:
-        stream = await find_stream(c, subject, None)  # the same words as ``sub``
+        stream = await find_stream(c, subject, None)  # as a subscription finds it (its words)
     try:
         return stream, await c.consumer_info(stream, durable)
     except errors.NotFoundError:
