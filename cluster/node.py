@@ -244,12 +244,16 @@ class Node:
     # -- start ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        # A listen address that cannot be bound fails here, before the data directory is
-        # made: gRPC finds out only after the Raft environment was created in it.
-        check_listen(self.config.listen)
+        data = Path(self.config.data)
+        if not data.exists():
+            # A listen address that cannot be bound fails here, before the data directory
+            # is made: gRPC finds out only after the Raft environment was created in it.
+            # (An existing directory is locked first: a second node started on a running
+            # one's config is told which process holds it.)
+            check_listen(self.config.listen)
         # Before anything touches the data: a second node on the same directory would wipe
         # the running one's store under it (the scrub and rmtree in ``_start``).
-        self._data_lock = lock_data_dir(Path(self.config.data))
+        self._data_lock = lock_data_dir(data)
         try:
             await self._start()
         except BaseException:
