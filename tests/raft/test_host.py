@@ -108,9 +108,14 @@ async def stop_all(hosts: dict[str, RaftHost]) -> None:
 
 
 def start_hosts(
-    make_storage: Callable[[], S], cfg: HostConfig
+    make_storage: Callable[[], S],
+    cfg: HostConfig,
+    *,
+    machine: Callable[[], Any] = ListMachine,
+    groups: Sequence[str] = ("a",),
 ) -> tuple[dict[str, RaftHost], dict[str, S]]:
-    """Three started hosts with group ``a`` on storages from ``make_storage``."""
+    """Three started hosts with ``groups`` on storages from ``make_storage``, each host's
+    groups on one state machine from ``machine``."""
     net = MemoryNetwork()
     hosts: dict[str, RaftHost] = {}
     stores: dict[str, S] = {}
@@ -118,7 +123,9 @@ def start_hosts(
         stores[n] = make_storage()
         hosts[n] = RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=cfg)
         hosts[n].start()
-        hosts[n].add_group("a", voters=NODES, state_machine=ListMachine())
+        sm = machine()
+        for g in groups:
+            hosts[n].add_group(g, voters=NODES, state_machine=sm)
     return hosts, stores
 
 
@@ -728,19 +735,16 @@ class SteppedJob:
 
 
 def start_stepped_hosts(
-    cfg: HostConfig, steps: int, *, fail: bool = False
+    cfg: HostConfig, steps: int, *, fail: bool = False, groups: Sequence[str] = ("a",)
 ) -> tuple[dict[str, RaftHost], dict[str, SteppedMachine], dict[str, MemoryLogStorage]]:
-    net = MemoryNetwork()
-    hosts: dict[str, RaftHost] = {}
-    machines: dict[str, SteppedMachine] = {}
-    stores: dict[str, MemoryLogStorage] = {}
-    for n in NODES:
-        stores[n] = MemoryLogStorage()
-        hosts[n] = RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=cfg)
-        hosts[n].start()
-        machines[n] = SteppedMachine(steps, fail=fail)
-        hosts[n].add_group("a", voters=NODES, state_machine=machines[n])
-    return hosts, machines, stores
+    made: list[SteppedMachine] = []
+
+    def machine() -> SteppedMachine:
+        made.append(SteppedMachine(steps, fail=fail))
+        return made[-1]
+
+    hosts, stores = start_hosts(MemoryLogStorage, cfg, machine=machine, groups=groups)
+    return hosts, dict(zip(NODES, made, strict=True)), stores
 
 
 STEPPED_CFG = HostConfig(
@@ -828,17 +832,7 @@ def test_snapshot_jobs_at_once_are_bounded_and_the_others_start_later(
     monkeypatch.setattr(host_module, "SNAPSHOT_JOBS_MAX", 1)
 
     async def scenario() -> None:
-        net = MemoryNetwork()
-        hosts: dict[str, RaftHost] = {}
-        machines: dict[str, SteppedMachine] = {}
-        for n in NODES:
-            hosts[n] = RaftHost(
-                n, storage=MemoryLogStorage(), transport=MemoryTransport(n, net), config=STEPPED_CFG
-            )
-            hosts[n].start()
-            machines[n] = SteppedMachine(steps=40)
-            for g in ("a", "b"):
-                hosts[n].add_group(g, voters=NODES, state_machine=machines[n])
+        hosts, machines, _ = start_stepped_hosts(STEPPED_CFG, steps=40, groups=("a", "b"))
         try:
             lead_a = await elected(hosts, "a")
             leaders = {"a": lead_a, "b": await elected(hosts, "b")}
