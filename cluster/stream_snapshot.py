@@ -134,7 +134,6 @@ class SnapshotWriter:
             "origins": origins_to_json(origins or {}),
             "config": config.to_dict(),
             "last_seq": store.state().last_seq,
-            "store_id": store.store_id,
             "consumers": [
                 {
                     "name": c.name,
@@ -144,8 +143,8 @@ class SnapshotWriter:
                 for c in consumers
             ],
         }
-        if not records:
-            del header["store_id"]
+        if records:
+            header["store_id"] = self._store_id  # version 4: the seed of the records' CRCs
         raw = json.dumps(header, sort_keys=True).encode()
         version = _VERSION if records else 3
         self._head = [_HEAD.pack(_MAGIC, version, len(raw)), raw]
