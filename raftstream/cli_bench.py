@@ -6,13 +6,15 @@ bytes, seconds, msgs/s, MB/s (10^6 bytes of payload per second) and latency perc
 
 - pub: publish to acknowledgement (stored on a quorum). ``--sync`` waits for each ack
   before the next publish; otherwise publishes are pipelined (``publish_async``).
-- sub: the stream is first filled with ``--msgs`` messages (not timed); each of ``--subs``
-  subscribers then reads all of them over its own pull consumer (ack policy none);
-  latency is each pull request's round trip (request to its last message).
+- sub: the stream is first filled with ``--msgs`` messages by one publisher (not timed);
+  each of ``--subs`` subscribers then reads all of them over its own pull consumer (ack
+  policy none); latency is each pull request's round trip (request to its last message).
 - pubsub: both at once; subscriber latency is end to end, from the message's stored
   timestamp (stamped by the leader) to its arrival at the subscriber.
 
-Each publisher and subscriber has its own connection. Figures come from one machine's
+A mode takes only the options it uses: ``pub`` has no ``--subs``, ``sub`` no ``--pubs`` or
+``--sync`` (click refuses them rather than ignore them). Each publisher and subscriber has
+its own connection. Figures come from one machine's
 loopback: compare runs with each other, not with other systems.
 """
 
@@ -278,29 +280,52 @@ def _report(spec: BenchSpec, mode: str, roles: list[Role], as_json: bool) -> Non
     print_table(title, [*headers, "p99 ms"], rows)
 
 
-def bench_options(f: Callable[..., R]) -> Callable[..., R]:
-    """The options every bench mode takes."""
+def bench_options(*, pubs: bool, subs: bool) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """The options of a bench mode: every mode's, plus ``--pubs`` and ``--sync`` where it
+    publishes (``bench sub`` fills its stream with one publisher, not timed) and ``--subs``
+    where it subscribes. A mode does not list what it would ignore: click refuses it."""
     options: list[Callable[[Callable[..., R]], Callable[..., R]]] = [
         click.argument("subject"),
         click.option("--msgs", type=click.IntRange(min=1), default=10_000, show_default=True),
         click.option("--size", type=SIZE, default="128", show_default=True,
                      help="Payload bytes (128, 1K)."),
-        click.option("--pubs", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--subs", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--sync", is_flag=True, help="Wait for each ack before the next publish."),
+    ]  # fmt: skip
+    count = click.IntRange(min=1)
+    if pubs:
+        help_pubs = "Publishers, each its own connection."
+        options.append(
+            click.option("--pubs", type=count, default=1, show_default=True, help=help_pubs)
+        )
+    if subs:
+        help_subs = "Subscribers, each its own connection."
+        options.append(
+            click.option("--subs", type=count, default=1, show_default=True, help=help_subs)
+        )
+    options.append(click.option("--replicas", type=count, default=1, show_default=True))
+    if pubs:
+        options.append(
+            click.option("--sync", is_flag=True, help="Wait for each ack before the next publish.")
+        )
+    options += [
         click.option("--stream", default="BENCH", show_default=True),
         click.option("--keep", is_flag=True, help="Keep the bench stream afterwards."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON."),
         connection_options,
-    ]  # fmt: skip
-    for option in reversed(options):
-        f = option(f)
-    return f
+    ]
+
+    def decorate(f: Callable[..., R]) -> Callable[..., R]:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
 
 
 def _command(mode: str, conn: Conn, as_json: bool, **options: Any) -> None:
     """One bench mode: check the options, run against the cluster, report."""
+    options.setdefault("pubs", 1)  # a mode without the option (module docstring)
+    options.setdefault("subs", 0)
+    options.setdefault("sync", False)
     spec = BenchSpec(**options)
     if spec.size < 0:
         fail("--size must be 0 or more")
@@ -319,7 +344,7 @@ def bench() -> None:
 
 
 @bench.command("pub")
-@bench_options
+@bench_options(pubs=True, subs=False)
 def bench_pub(conn: Conn, as_json: bool, **options: Any) -> None:
     """Publish --msgs messages from --pubs publishers.
 
@@ -331,7 +356,7 @@ def bench_pub(conn: Conn, as_json: bool, **options: Any) -> None:
 
 
 @bench.command("sub")
-@bench_options
+@bench_options(pubs=False, subs=True)
 def bench_sub(conn: Conn, as_json: bool, **options: Any) -> None:
     """Store --msgs messages, then read them all with each of --subs subscribers.
 
@@ -343,7 +368,7 @@ def bench_sub(conn: Conn, as_json: bool, **options: Any) -> None:
 
 
 @bench.command("pubsub")
-@bench_options
+@bench_options(pubs=True, subs=True)
 def bench_pubsub(conn: Conn, as_json: bool, **options: Any) -> None:
     """Publish and consume at the same time (end-to-end latency).
 

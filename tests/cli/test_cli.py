@@ -350,7 +350,7 @@ def test_bench_pub_prints_a_table_and_removes_its_stream(cluster: Any) -> None:
     assert set(report["results"][0]["latency_ms"]) == {"p50", "p90", "p99"}
 
     report = json.loads(ok(cluster, "bench", "sub", "bench.t", "--msgs", "100", "--subs", "2",
-                           "--sync", "--json"))  # fmt: skip
+                           "--json"))  # fmt: skip
     (sub,) = report["results"]
     assert (sub["role"], sub["clients"], sub["msgs"], sub["bytes"]) == ("sub", 2, 200, 200 * 128)
 

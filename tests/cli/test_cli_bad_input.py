@@ -15,6 +15,7 @@ is reached (no cluster):
 - ``kv`` revisions above int64 are usage errors naming the flag;
 - a ``--config`` file value the SDK refuses (a time that is no date, ``"headers_only":
   "yes"``) is one error line naming the field, exit 1, not a Python traceback (P3, P7);
+- a bench mode refuses the options it would ignore (``bench pub --subs``);
 - docs/cli.md names only options that exist (it named ``consumer edit --config``).
 """
 
@@ -203,6 +204,33 @@ def test_a_config_file_value_the_sdk_refuses_is_one_error_line_naming_the_field(
     assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.exception
     assert "Traceback" not in res.output
     assert f"raftstream: error: INVALID_ARGUMENT: {field}: " in res.output, res.output
+
+
+# -- bench modes --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (("bench", "pub", "b.x", "--subs", "2"), "--subs"),
+        (("bench", "sub", "b.x", "--pubs", "2"), "--pubs"),
+        (("bench", "sub", "b.x", "--sync"), "--sync"),
+    ],
+)
+def test_a_bench_mode_refuses_the_options_it_would_ignore(args: tuple[str, ...], flag: str) -> None:
+    """``bench pub --subs 2`` ran one publisher and reported no subscriber: the option was
+    listed by every mode and ignored by this one. ``bench sub`` fills its stream with one
+    publisher (``--pubs`` and ``--sync`` did nothing)."""
+    usage_error(invoke(*args), flag, "No such option")
+
+
+def test_each_bench_mode_lists_what_it_uses() -> None:
+    bench = cli.commands["bench"]
+    assert isinstance(bench, click.Group)
+    pub, sub, both = (_options(bench.commands[m]) for m in ("pub", "sub", "pubsub"))
+    assert {"--pubs", "--sync"} <= pub and "--subs" not in pub
+    assert "--subs" in sub and not {"--pubs", "--sync"} & sub
+    assert {"--pubs", "--subs", "--sync"} <= both
 
 
 # -- docs (P10) ---------------------------------------------------------------------------------
