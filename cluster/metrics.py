@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import socket
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
 from prometheus_client import (
@@ -27,13 +31,21 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
-    start_http_server,
+    make_wsgi_app,
 )
 
 from raftstream.cluster.handlers import rewrap
 from raftstream.proto.errors import ABORT_REASON
 
-__all__ = ["CONSUMER_GAUGES", "ConsumerNumbers", "LatencyInterceptor", "NodeMetrics"]
+__all__ = [
+    "CONSUMER_GAUGES",
+    "METRICS_PATH",
+    "ConsumerNumbers",
+    "LatencyInterceptor",
+    "NodeMetrics",
+]
+
+METRICS_PATH = "/metrics"  # the one path served; anything else is 404 naming it
 
 # (field of ConsumerNumbers, metric name, help), labelled by group and consumer.
 CONSUMER_GAUGES = (
@@ -91,6 +103,7 @@ class NodeMetrics:
     def __init__(self, node: str) -> None:
         self.node = node
         self.registry = CollectorRegistry()
+        self._http: WSGIServer | None = None
         r = self.registry
         self.rpc_latency = Histogram(
             "raftstream_rpc_latency_seconds",
@@ -237,15 +250,52 @@ class NodeMetrics:
                 gauge.remove(group)
 
     def serve(self, host: str, port: int) -> None:
-        """Serve ``/metrics`` over HTTP on ``host:port`` (a daemon thread of the library);
-        ``OSError`` naming the address and the key when it cannot listen there."""
+        """Serve ``/metrics`` over HTTP on ``host:port`` from daemon threads (the library's
+        WSGI app; any other path is 404 naming ``/metrics``, where the library's own server
+        answered every path with the page); ``OSError`` naming the address and the key when
+        it cannot listen there."""
         try:
-            start_http_server(port, addr=host, registry=self.registry)
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+            server_class = type("_Server", (_MetricsServer,), {"address_family": family})
+            app = _only_metrics(make_wsgi_app(self.registry))
+            self._http = make_server(
+                host, port, app, server_class=server_class, handler_class=_QuietHandler
+            )
         except OSError as exc:
             raise OSError(
                 f"cannot serve metrics on {host}:{port} (metrics_listen): "
                 f"{exc.strerror or exc} (another node's metrics port?)"
             ) from exc
+        threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop serving (a node's metrics live as long as its process; tests close them)."""
+        http, self._http = self._http, None
+        if http is not None:
+            http.shutdown()
+            http.server_close()
+
+
+class _MetricsServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a slow scraper never holds the process at exit
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log line per scrape on the node's stderr."""
+
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def _only_metrics(app: WsgiApp) -> WsgiApp:
+    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == METRICS_PATH:
+            return app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [f"not found: this node's metrics are at {METRICS_PATH}\n".encode()]
+
+    return serve
 
 
 def _code_name(context: Any) -> str:
