@@ -48,6 +48,7 @@ __all__ = [
     "UpdateStream",
     "decode_entry",
     "encode_entry",
+    "split_group_id",
     "stream_group_id",
 ]
 
@@ -63,6 +64,16 @@ def stream_group_id(account: str, stream: str) -> str:
     Unambiguous because account names may not contain ``:`` (stream names may).
     """
     return f"S:{account}:{stream}"
+
+
+def split_group_id(group: str) -> tuple[str, str] | None:
+    """``(account, stream)`` of a stream group's id (``stream_group_id``'s inverse); None
+    for any other group (the meta group)."""
+    kind, sep, rest = group.partition(":")
+    if kind != "S" or not sep:
+        return None
+    account, sep, stream = rest.partition(":")
+    return (account, stream) if sep else None
 
 
 class _Kind(enum.IntEnum):

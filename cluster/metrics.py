@@ -35,17 +35,29 @@ from prometheus_client import (
 )
 
 from raftstream.cluster.handlers import rewrap
+from raftstream.cluster.meta_entries import split_group_id
 from raftstream.proto.errors import ABORT_REASON
 
 __all__ = [
     "CONSUMER_GAUGES",
+    "GROUP_LABELS",
     "METRICS_PATH",
     "ConsumerNumbers",
     "LatencyInterceptor",
     "NodeMetrics",
+    "group_labels",
 ]
 
 METRICS_PATH = "/metrics"  # the one path served; anything else is 404 naming it
+# Every per-group series: the Raft group id, and a stream group's account and stream apart
+# (empty for the meta group), so a query can sum or filter by stream without parsing ids.
+GROUP_LABELS = ("group", "account", "stream")
+
+
+def group_labels(group: str) -> tuple[str, str, str]:
+    """The ``GROUP_LABELS`` values of Raft group ``group``."""
+    return (group, *(split_group_id(group) or ("", "")))
+
 
 # (field of ConsumerNumbers, metric name, help), labelled by group and consumer.
 CONSUMER_GAUGES = (
@@ -129,29 +141,34 @@ class NodeMetrics:
             registry=r,
         )
         self.applied_index = Gauge(
-            "raftstream_raft_applied_index", "Last applied index", ["group"], registry=r
+            "raftstream_raft_applied_index", "Last applied index", GROUP_LABELS, registry=r
         )
-        self.term = Gauge("raftstream_raft_term", "Current term", ["group"], registry=r)
+        self.term = Gauge("raftstream_raft_term", "Current term", GROUP_LABELS, registry=r)
         self.is_leader = Gauge(
-            "raftstream_raft_is_leader", "1 when this node leads the group", ["group"], registry=r
+            "raftstream_raft_is_leader",
+            "1 when this node leads the group",
+            GROUP_LABELS,
+            registry=r,
         )
         self.halted = Gauge(
             "raftstream_raft_group_halted",
             "1 when the group stopped on this node (a failed apply: a full store, a bug); "
             "restart the node once the cause is gone",
-            ["group"],
+            GROUP_LABELS,
             registry=r,
         )
         self.leader_changes = Counter(
             "raftstream_raft_leader_changes",
             "Leadership changes seen by this node",
-            ["group"],
+            GROUP_LABELS,
             registry=r,
         )
         self.store_msgs = Gauge(
-            "raftstream_stream_messages", "Messages stored", ["group"], registry=r
+            "raftstream_stream_messages", "Messages stored", GROUP_LABELS, registry=r
         )
-        self.store_bytes = Gauge("raftstream_stream_bytes", "Bytes stored", ["group"], registry=r)
+        self.store_bytes = Gauge(
+            "raftstream_stream_bytes", "Bytes stored", GROUP_LABELS, registry=r
+        )
         self.published = Counter(
             "raftstream_published_messages", "Messages acknowledged by PubAck", registry=r
         )
@@ -173,12 +190,15 @@ class NodeMetrics:
         self.peer_lag = Gauge(
             "raftstream_raft_peer_lag_entries",
             "Entries a replica's log is behind its leader's (exported by the group's leader)",
-            ["group", "peer"],
+            [*GROUP_LABELS, "peer"],
             registry=r,
         )
         self.consumer_gauges = [
             Gauge(
-                name, f"{doc} (exported by the stream's leader)", ["group", "consumer"], registry=r
+                name,
+                f"{doc} (exported by the stream's leader)",
+                [*GROUP_LABELS, "consumer"],
+                registry=r,
             )
             for _, name, doc in CONSUMER_GAUGES
         ]
@@ -208,18 +228,19 @@ class NodeMetrics:
 
         ``lags``: (group, peer) -> entries the peer's log is behind the leader's;
         ``consumers``: (group, consumer) -> its figures."""
-        for key, lag in lags.items():
-            self.peer_lag.labels(*key).set(lag)
-        for key, nums in consumers.items():
+        for (group, peer), lag in lags.items():
+            self.peer_lag.labels(*group_labels(group), peer).set(lag)
+        for (group, consumer), nums in consumers.items():
+            labels = (*group_labels(group), consumer)
             for gauge, (field, _, _) in zip(self.consumer_gauges, CONSUMER_GAUGES, strict=True):
-                gauge.labels(*key).set(getattr(nums, field))
-        for key in self._lag_keys - lags.keys():
+                gauge.labels(*labels).set(getattr(nums, field))
+        for group, peer in self._lag_keys - lags.keys():
             with contextlib.suppress(KeyError):
-                self.peer_lag.remove(*key)
-        for key in self._consumer_keys - consumers.keys():
+                self.peer_lag.remove(*group_labels(group), peer)
+        for group, consumer in self._consumer_keys - consumers.keys():
             for gauge in self.consumer_gauges:
                 with contextlib.suppress(KeyError):
-                    gauge.remove(*key)
+                    gauge.remove(*group_labels(group), consumer)
         self._lag_keys = set(lags)
         self._consumer_keys = set(consumers)
 
@@ -229,11 +250,21 @@ class NodeMetrics:
         """A halted group leads nothing, whatever its last role (it showed as leader). The
         group's leader-change counter is shown from the start (0), not from its first
         change, so a rate over it has a series to start from."""
-        self.leader_changes.labels(group)
-        self.applied_index.labels(group).set(applied)
-        self.term.labels(group).set(term)
-        self.is_leader.labels(group).set(1 if leader and not halted else 0)
-        self.halted.labels(group).set(1 if halted else 0)
+        labels = group_labels(group)
+        self.leader_changes.labels(*labels)
+        self.applied_index.labels(*labels).set(applied)
+        self.term.labels(*labels).set(term)
+        self.is_leader.labels(*labels).set(1 if leader and not halted else 0)
+        self.halted.labels(*labels).set(1 if halted else 0)
+
+    def observe_store(self, group: str, *, msgs: int, size_bytes: int) -> None:
+        """What a stream group's replica here stores."""
+        labels = group_labels(group)
+        self.store_msgs.labels(*labels).set(msgs)
+        self.store_bytes.labels(*labels).set(size_bytes)
+
+    def leader_changed(self, group: str) -> None:
+        self.leader_changes.labels(*group_labels(group)).inc()
 
     def forget_group(self, group: str) -> None:
         """Drop a removed group's series (their label values would otherwise stay forever)."""
@@ -247,7 +278,7 @@ class NodeMetrics:
             self.leader_changes,
         ):
             with contextlib.suppress(KeyError):
-                gauge.remove(group)
+                gauge.remove(*group_labels(group))
 
     def serve(self, host: str, port: int) -> None:
         """Serve ``/metrics`` over HTTP on ``host:port`` from daemon threads (the library's

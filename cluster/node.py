@@ -788,7 +788,7 @@ class Node:
             if st.leader != meta_leader:
                 meta_leader = st.leader
                 self.meta.poke()  # a new meta leader resumes any interrupted repair
-                self.metrics.leader_changes.labels(META_GROUP).inc()
+                self.metrics.leader_changed(META_GROUP)
                 log.info(
                     "meta leader is %s",
                     meta_leader or "-",
@@ -903,8 +903,7 @@ class Node:
                 self.metrics.storage_room.set(self._room.measure())
         for group, g in self.groups.items():
             st = g.replica.store.state()
-            self.metrics.store_msgs.labels(group).set(st.msgs)
-            self.metrics.store_bytes.labels(group).set(st.bytes)
+            self.metrics.observe_store(group, msgs=st.msgs, size_bytes=st.bytes)
 
     async def _probe_peers(self) -> None:
         """Who is up (placement, cluster info): a health check per peer per interval, then,

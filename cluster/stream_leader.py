@@ -313,7 +313,7 @@ class StreamGroup:
         leading = role == Role.LEADER
         if term != self._term or (not leading and self._lead_term):
             if term != self._term and self._term:  # not the term found at start
-                self._d.metrics.leader_changes.labels(self.group).inc()
+                self._d.metrics.leader_changed(self.group)
             self._term = term
             leader = "this node" if leading else self._d.host.leader(self.group) or "unknown"
             self._drop_leader_state(f"leadership changed: term {term}, leader {leader}")

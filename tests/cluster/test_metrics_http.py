@@ -1,5 +1,6 @@
 """The metrics port serves ``/metrics`` only (a user review: every path answered with the
-page, so a mistyped scrape path looked right), on the loopback here, IPv4 and IPv6."""
+page, so a mistyped scrape path looked right), on the loopback here, IPv4 and IPv6; and each
+per-group series names the group's account and stream apart."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from raftstream.cluster.metrics import METRICS_PATH, NodeMetrics
+from raftstream.cluster.metrics import GROUP_LABELS, METRICS_PATH, NodeMetrics, group_labels
 from raftstream.localnet import free_port
 
 
@@ -74,3 +75,26 @@ def test_an_ipv6_address_is_served() -> None:
         assert _get(f"http://[::1]:{port}{METRICS_PATH}")[0] == 200
     finally:
         metrics.close()
+
+
+@pytest.mark.parametrize(
+    ("group", "labels"),
+    [
+        ("S:$G:ORDERS", ("S:$G:ORDERS", "$G", "ORDERS")),
+        ("S:acme:a:b", ("S:acme:a:b", "acme", "a:b")),  # stream names may hold ':'
+        ("meta", ("meta", "", "")),
+    ],
+)
+def test_a_group_series_names_its_account_and_stream(group: str, labels: tuple[str, ...]) -> None:
+    """Per-group series carry the account and stream apart from the group id (a user review:
+    a dashboard had to parse ``S:<account>:<stream>`` to sum by stream)."""
+    assert group_labels(group) == labels
+    metrics = NodeMetrics("n1")
+    metrics.observe_group(group, applied=7, term=2, leader=True)
+    metrics.observe_store(group, msgs=5, size_bytes=640)
+    values = dict(zip(GROUP_LABELS, labels, strict=True))
+    sample = metrics.registry.get_sample_value
+    assert sample("raftstream_raft_applied_index", values) == 7
+    assert sample("raftstream_stream_messages", values) == 5
+    metrics.forget_group(group)
+    assert sample("raftstream_raft_applied_index", values) is None

@@ -226,8 +226,9 @@ def test_max_age_expiry_is_replicated_and_metrics_served(cluster3: LocalCluster)
 
     run(body())
     gauges = (
-        'raftstream_raft_applied_index{group="S:$G:AGE"}',
-        'raftstream_stream_messages{group="S:$G:AGE"}',
+        # The group id, and its account and stream apart (a query sums by stream).
+        'raftstream_raft_applied_index{account="$G",group="S:$G:AGE",stream="AGE"}',
+        'raftstream_stream_messages{account="$G",group="S:$G:AGE",stream="AGE"}',
     )
     for name in cluster3.names:  # gauges are refreshed once a second: wait for the new group's
         wait_for(
@@ -551,19 +552,20 @@ def test_the_stream_leader_exports_consumer_backlogs_and_replica_lag(
 
             async def exported() -> None:
                 text = cluster3.metrics(leader)
-                c = {"group": group, "consumer": "W"}
+                g = {"group": group, "account": "$G", "stream": "LAG"}
+                c = {**g, "consumer": "W"}
                 assert _samples(text, "raftstream_consumer_pending_messages", **c) == {(): 6}
                 assert _samples(text, "raftstream_consumer_ack_pending_messages", **c) == {(): 4}
                 assert _samples(text, "raftstream_consumer_delivered_stream_sequence", **c) == {
                     (): 4
                 }
-                lags = _samples(text, "raftstream_raft_peer_lag_entries", group=group)
+                lags = _samples(text, "raftstream_raft_peer_lag_entries", **g)
                 assert set(lags) == {(n,) for n in cluster3.names if n != leader}
                 assert set(lags.values()) == {0}
                 for other in (n for n in cluster3.names if n != leader):
                     text = cluster3.metrics(other)
                     assert not _samples(text, "raftstream_consumer_pending_messages", **c)
-                    assert not _samples(text, "raftstream_raft_peer_lag_entries", group=group)
+                    assert not _samples(text, "raftstream_raft_peer_lag_entries", **g)
 
             await retry_async(exported)
             await js.delete_consumer("LAG", "W")

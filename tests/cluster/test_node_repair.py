@@ -93,7 +93,8 @@ def _dropped(cluster: LocalCluster, node: str, stream: str) -> bool | None:
         text = cluster.metrics(node)
     except OSError:
         return None
-    return True if f'raftstream_raft_applied_index{{group="S:$G:{stream}"}}' not in text else None
+    series = f'raftstream_raft_applied_index{{account="$G",group="S:$G:{stream}",'
+    return True if series not in text else None
 
 
 async def _ask_through_each(cluster: LocalCluster, nodes: list[str], stream: str) -> None:

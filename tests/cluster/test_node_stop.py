@@ -64,7 +64,9 @@ def test_a_stopped_leader_hands_its_leaderships_over_first(cluster3: LocalCluste
     # counter, at 0: it was missing until a first change (a rate needs the series).
     cluster3.start(leader)
     cluster3.wait_serving(leader)
-    series = 'raftstream_raft_leader_changes_total{group="S:$G:HAND"} 0.0'
+    series = (
+        'raftstream_raft_leader_changes_total{account="$G",group="S:$G:HAND",stream="HAND"} 0.0'
+    )
     wait_for("the leader-change counter", lambda: series in cluster3.metrics(leader) or None)
 
 

@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2
 
 import raftstream
 from raftstream.cluster.config import MIB, Address, Limits, NodeConfig
+from raftstream.cluster.metrics import GROUP_LABELS, group_labels
 from raftstream.cluster.node import Node
 from raftstream.localnet import free_port
 
@@ -75,7 +76,9 @@ def test_a_halted_group_shows_in_the_metrics_and_no_longer_as_leader(tmp_path: P
     node = Node(config=NodeConfig(name="n1", listen=addr, data=tmp_path, peers={"n1": addr}))
 
     def sample(name: str, group: str) -> float | None:
-        return node.metrics.registry.get_sample_value(name, {"group": group})
+        return node.metrics.registry.get_sample_value(
+            name, dict(zip(GROUP_LABELS, group_labels(group), strict=True))
+        )
 
     async def until_sample(name: str, group: str, value: float) -> None:
         """Wait (WAIT_S at most) for the gauge: they are refreshed once a second."""
@@ -155,7 +158,8 @@ def test_publishes_are_refused_before_the_store_fills_and_resume_after_a_purge(
                 assert acked > 0 and (await js.stream_info("ROOM")).state.messages == acked
                 (group,) = [g for g in node.groups if g.endswith(":ROOM")]
                 halted = node.metrics.registry.get_sample_value(
-                    "raftstream_raft_group_halted", {"group": group}
+                    "raftstream_raft_group_halted",
+                    dict(zip(GROUP_LABELS, group_labels(group), strict=True)),
                 )
                 assert not halted
                 assert await js.purge_stream("ROOM") == acked

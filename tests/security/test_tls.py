@@ -392,7 +392,8 @@ def _wait(cluster: LocalCluster, what: str, probe: Callable[[], bool | None]) ->
 
 
 def _metric(cluster: LocalCluster, node: str, name: str, group: str) -> float | None:
-    prefix = f'{name}{{group="{group}"}} '
+    account, stream = group.split(":", 2)[1:]
+    prefix = f'{name}{{account="{account}",group="{group}",stream="{stream}"}} '
     for line in cluster.metrics(node).splitlines():
         if line.startswith(prefix):
             return float(line[len(prefix) :])
