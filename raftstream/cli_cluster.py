@@ -1,7 +1,9 @@
-"""``raftstream cluster ...``: info, step-down, peer-remove, peer-add."""
+"""``raftstream cluster ...``: info, step-down, balance, peer-remove, peer-add."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import click
@@ -19,17 +21,18 @@ from raftstream.cli_common import (
     print_table,
     run,
 )
+from raftstream.errors import RaftStreamError
 
 if TYPE_CHECKING:
     from raftstream.client import Client
-    from raftstream.models import ClusterInfo, GroupInfo
+    from raftstream.models import ClusterGroup, ClusterInfo, GroupInfo
 
-__all__ = ["cluster"]
+__all__ = ["Move", "cluster", "plan_balance"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cluster() -> None:
-    """Inspect and operate the cluster: info, step-down, peer-remove, peer-add.
+    """Inspect and operate the cluster: info, step-down, balance, peer-remove, peer-add.
 
     \b
     Example:
@@ -162,6 +165,129 @@ def step_down_message(stream: str | None, consumer: str | None, leader: str | No
             f"(consumers are led with their stream); {new}"
         )
     return f"{'stream ' + stream if stream else 'meta'} leader stepped down; {new}"
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One planned leadership move: ``stream``'s leadership from node ``src`` to ``dst``."""
+
+    stream: str
+    src: str
+    dst: str
+
+
+def plan_balance(
+    info: ClusterInfo, movable: Callable[[ClusterGroup], bool]
+) -> tuple[list[Move], dict[str, int]]:
+    """The moves that even out how many stream groups each online node leads, and the
+    leader counts before them. Every stream group with a leader counts toward its node's
+    load; only ``movable`` ones are moved, each at most once, and only to a follower that
+    is online and current. A move is planned while it takes a group from a node that leads
+    at least two more than the follower it goes to (so each move makes the spread smaller,
+    and the plan ends)."""
+    counts = {n.name: 0 for n in info.nodes if n.online and not n.removed}
+    led: dict[str, list[ClusterGroup]] = {name: [] for name in counts}
+    for g in info.groups:
+        leader = g.group.leader
+        if g.stream is None or leader not in counts:
+            continue
+        counts[leader] += 1
+        if movable(g):
+            led[leader].append(g)
+    before = dict(counts)
+    moves: list[Move] = []
+    while True:
+        best: tuple[int, str, ClusterGroup, str] | None = None
+        for src in counts:
+            for g in led[src]:
+                for r in g.group.replicas:
+                    ok = r.name in counts and r.current and not r.offline
+                    gain = counts[src] - counts.get(r.name, 0)
+                    if ok and gain >= 2 and (best is None or gain > best[0]):
+                        best = (gain, src, g, r.name)
+        if best is None:
+            return moves, before
+        _, src, g, dst = best
+        assert g.stream is not None  # only stream groups are in ``led``
+        moves.append(Move(g.stream, src, dst))
+        led[src].remove(g)
+        counts[src] -= 1
+        counts[dst] += 1
+
+
+@cluster.command("balance")
+@click.option("--dry-run", is_flag=True, help="Print the moves; move nothing.")
+@json_option
+@connection_options
+def balance_cmd(conn: Conn, dry_run: bool, as_json: bool) -> None:
+    """Even out stream leaderships across the online nodes.
+
+    After a rolling restart the nodes that stayed up lead every stream (a restarted node
+    comes back as a follower). This moves leaderships, one stream at a time, from nodes
+    that lead more to followers that lead fewer (online and current only), as `step-down
+    --stream S --preferred N` would; consumers move with their stream. Each move is a
+    planned hand-over: publishes and fetches in flight are answered or retried by the
+    clients. Only the streams of your own account are moved; with several accounts, run it
+    as a user of each.
+
+    \b
+    Examples:
+      raftstream cluster balance --dry-run
+      raftstream cluster balance
+    """
+
+    async def body(c: Client) -> tuple[list[Move], dict[str, int], list[str]] | None:
+        info = await c.cluster_info()
+        own = set(await c.stream_names())
+        accounts = {g.account for g in info.groups if g.stream is not None}
+        if len(accounts) > 1:  # a $SYS user sees every account's groups, moves none
+            return None
+        moves, before = plan_balance(info, lambda g: g.stream in own)
+        results = []
+        for m in [] if dry_run else moves:
+            try:
+                leader = await c.stream_leader_stepdown(m.stream, preferred=m.dst)
+            except RaftStreamError as exc:
+                results.append(f"failed: {exc}")
+                continue
+            results.append("moved" if leader == m.dst else f"now led by {leader or 'unknown'}")
+        return moves, before, results
+
+    outcome = run(conn, body)
+    if outcome is None:
+        fail(
+            "this user sees the streams of several accounts, and cluster balance moves only "
+            "the streams of its user's own account: run it as a user of each account"
+        )
+    moves, before, results = outcome
+    after = dict(before)
+    for m in moves:
+        after[m.src] -= 1
+        after[m.dst] += 1
+    if as_json:
+        echo_json(
+            {
+                "moves": [
+                    {"stream": m.stream, "from": m.src, "to": m.dst, "result": r}
+                    for m, r in zip(moves, results or ["planned"] * len(moves), strict=True)
+                ],
+                "leaders_before": before,
+                "leaders_planned": after,
+            }
+        )
+    elif not moves:
+        spread = ", ".join(f"{n} {k}" for n, k in sorted(before.items()))
+        click.echo(f"Balanced: stream leaders per node: {spread or 'no online node'}")
+    else:
+        rows = [
+            (m.stream, m.src, m.dst, r)
+            for m, r in zip(moves, results or ["planned (--dry-run)"] * len(moves), strict=True)
+        ]
+        print_table("Leadership moves", ["Stream", "From", "To", "Result"], rows)
+        counts = [(n, before[n], after[n]) for n in sorted(before)]
+        print_table("Stream leaders per node", ["Node", "Before", "Planned"], counts)
+    if any(r.startswith("failed") for r in results):
+        fail("some moves failed (above); run it again once the cluster is healthy")
 
 
 @cluster.command("peer-remove")
