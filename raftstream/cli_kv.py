@@ -170,6 +170,60 @@ def add_cmd(
     _show_status(run(conn, body), as_json)
 
 
+@kv.command("edit")
+@click.argument("bucket")
+@click.option("--history", type=click.IntRange(1, HISTORY_MAX),
+              help=f"Revisions per key (1-{HISTORY_MAX}); fewer drops older ones.")  # fmt: skip
+@click.option("--ttl", type=DURATION, help="How long a value lives (1h; 0: forever).")
+@click.option("--max-value-size", type=SIZE, help="Largest value (1K; -1 any).")
+@click.option("--max-bytes", type=SIZE, help="Bucket size limit (-1 none).")
+@click.option("--replicas", type=click.IntRange(1, REPLICAS_MAX),
+              help=f"Copies of the bucket on different nodes (1-{REPLICAS_MAX}).")  # fmt: skip
+@click.option("--description", help="Free text describing the bucket.")
+@json_option
+@connection_options
+def edit_cmd(
+    conn: Conn,
+    bucket: str,
+    history: int | None,
+    ttl: int | None,
+    max_value_size: int | None,
+    max_bytes: int | None,
+    replicas: int | None,
+    description: str | None,
+    as_json: bool,
+) -> None:
+    """Change a bucket's settings; the ones not given stay as they are.
+
+    The storage cannot change. Lowering --history drops the older revisions of each key
+    beyond it.
+
+    \b
+    Example:
+      raftstream kv edit CONFIG --history 10 --ttl 0 --replicas 3
+    """
+    given = (history, ttl, max_value_size, max_bytes, replicas, description)
+    if all(v is None for v in given):
+        raise click.UsageError(
+            "nothing to change: give at least one of --history, --ttl, --max-value-size, "
+            "--max-bytes, --replicas, --description"
+        )
+
+    async def body(c: Client) -> KeyValueStatus:
+        bucket_kv = await c.update_key_value(
+            bucket,
+            description=description,
+            history=history,
+            ttl=None if ttl is None else ttl / NS_PER_S,
+            max_value_size=max_value_size,
+            max_bytes=max_bytes,
+            replicas=replicas,
+        )
+        return await bucket_kv.status()
+
+    _show_status(run(conn, body), as_json)
+
+
 @kv.command("info")
 @click.argument("bucket")
 @json_option

@@ -51,6 +51,7 @@ from raftstream.kv import (
     create_bucket,
     delete_bucket,
     open_bucket,
+    update_bucket,
 )
 from raftstream.models import (
     ClusterInfo,
@@ -922,6 +923,37 @@ class Client:
             replicas=replicas,
         )
         return await create_bucket(self, bucket, cfg, timeout=timeout)
+
+    async def update_key_value(
+        self,
+        bucket: str,
+        *,
+        description: str | None = None,
+        history: int | None = None,
+        ttl: float | None = None,
+        max_value_size: int | None = None,
+        max_bytes: int | None = None,
+        replicas: int | None = None,
+        timeout: float | None = None,
+    ) -> KeyValue:
+        """Change a bucket's settings: each argument given (not None) replaces the bucket's,
+        the others stay; ``ttl`` seconds, 0 for forever. Checked as ``create_key_value``
+        checks them (``InvalidArgumentError`` naming the argument; nothing sent).
+        Lowering ``history`` drops the older revisions beyond it, as the stream's
+        ``max_msgs_per_subject`` does; the storage cannot change. ``BucketNotFoundError``
+        when the bucket is missing."""
+        given = {
+            "description": description,
+            "history": history,
+            "ttl": ttl,
+            "max_value_size": max_value_size,
+            "max_bytes": max_bytes,
+            "replicas": replicas,
+        }
+        changes: dict[str, object] = {k: v for k, v in given.items() if v is not None}
+        if "ttl" in changes and changes["ttl"] == 0:
+            changes["ttl"] = None  # forever, as create_key_value spells it
+        return await update_bucket(self, bucket, changes, timeout=timeout)
 
     async def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
         """An existing bucket; ``BucketNotFoundError`` when there is none."""

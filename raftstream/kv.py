@@ -27,6 +27,7 @@ sent). A stream named ``KV_B`` that was not made as a bucket (``bucket_of``) is 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import re
@@ -66,6 +67,7 @@ __all__ = [
     "create_bucket",
     "delete_bucket",
     "open_bucket",
+    "update_bucket",
     "validate_bucket",
     "validate_key",
 ]
@@ -374,6 +376,33 @@ async def create_bucket(
         await client.add_stream(cfg, timeout=timeout)
     except errors.AlreadyExistsError:
         raise await _bucket_exists(client, bucket, cfg, timeout=timeout) from None
+    return KeyValue(client, bucket)
+
+
+async def update_bucket(
+    client: Client, bucket: str, changes: Mapping[str, object], *, timeout: float | None
+) -> KeyValue:
+    """``Client.update_key_value``: change the settings ``changes`` names (``_SETTINGS``'
+    argument names but ``storage``, which a stream cannot change) and keep the others.
+    Every value is checked as ``bucket_stream_config`` checks it (naming the argument)
+    before anything is sent; the bucket's stream keeps every other field it has."""
+    if "storage" in changes:
+        raise errors.InvalidArgumentError(
+            "storage", "cannot be changed: a bucket keeps the storage it was made with"
+        )
+    unknown = sorted(set(changes) - {name for name, _ in _SETTINGS})
+    if unknown:
+        raise errors.InvalidArgumentError(unknown[0], "is not a bucket setting")
+    info = await _bucket_info(client, bucket, timeout=timeout)
+    cur = info.config
+    settings: dict[str, object] = {
+        name: getattr(cur, field) for name, field in _SETTINGS if name != "ttl"
+    }
+    settings["ttl"] = cur.max_age / NS_PER_S if cur.max_age else None
+    settings.update(changes)
+    wanted = bucket_stream_config(bucket, **settings)  # type: ignore[arg-type]
+    fields = {field: getattr(wanted, field) for _, field in _SETTINGS}
+    await client.update_stream(dataclasses.replace(cur, **fields), timeout=timeout)
     return KeyValue(client, bucket)
 
 

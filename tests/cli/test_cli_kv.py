@@ -212,6 +212,24 @@ def test_kv_create_update_and_purge_as_the_nats_cli_names_them(cluster: Any) -> 
     ok(cluster, "kv", "rm", "CUP", "-f")
 
 
+def test_kv_edit_changes_the_settings_given(cluster: Any) -> None:
+    """``kv edit`` as nats has it: the options given change, the others stay; none is a
+    usage error; the storage is not an option (a stream cannot change it)."""
+    ok(cluster, "kv", "add", "KED", "--history", "4", "--ttl", "1h")
+    for i in range(3):
+        ok(cluster, "kv", "put", "KED", "k", f"v{i}")
+    edited = json.loads(ok(cluster, "kv", "edit", "KED", "--history", "2", "--replicas", "3",
+                           "--json"))  # fmt: skip
+    assert (edited["history"], edited["replicas"], edited["ttl"]) == (2, 3, 3600 * 10**9)
+    history = json.loads(ok(cluster, "kv", "history", "KED", "k", "--json"))
+    assert [h["value"] for h in history] == ["v1", "v2"]
+    assert "TTL" in ok(cluster, "kv", "edit", "KED", "--ttl", "0")
+    assert json.loads(ok(cluster, "kv", "info", "KED", "--json"))["ttl"] == 0
+    nothing = rs(cluster, "kv", "edit", "KED")
+    assert nothing.returncode == 2 and "nothing to change" in nothing.stderr
+    ok(cluster, "kv", "rm", "KED", "-f")
+
+
 # -- a bucket no replica answered for ----------------------------------------------------------
 
 

@@ -96,6 +96,38 @@ def test_put_get_revisions_and_bounded_history(cluster: LocalCluster) -> None:
     run(body())
 
 
+def test_update_key_value_changes_what_it_is_given_and_keeps_the_rest(
+    cluster: LocalCluster,
+) -> None:
+    """``update_key_value`` (``kv edit``): the settings given change, the others stay;
+    fewer revisions drop the older ones; ttl 0 is forever; a bad value names its argument
+    and changes nothing; a missing bucket is named."""
+
+    async def body() -> None:
+        async with connected(cluster) as rs:
+            kv = await rs.create_key_value("EDIT", history=5, ttl=3600, description="d")
+            revs = [await kv.put("k", b"v%d" % i) for i in range(4)]
+            await rs.update_key_value("EDIT", history=2, max_value_size=1024)
+            st = await kv.status()
+            assert (st.history, st.max_value_size, st.ttl_ns) == (2, 1024, 3600 * 10**9)
+            assert (st.description, st.replicas) == ("d", 1)
+            assert [e.revision for e in await kv.history("k")] == revs[2:]
+            cfg = (await rs.stream_info("KV_EDIT")).config
+            assert cfg.allow_rollup_hdrs and cfg.deny_delete and cfg.allow_direct
+            await rs.update_key_value("EDIT", ttl=0, description="")
+            st = await kv.status()
+            assert (st.ttl_ns, st.description, st.history) == (0, "", 2)
+            with pytest.raises(errors.InvalidArgumentError, match="history"):
+                await rs.update_key_value("EDIT", history=65)
+            with pytest.raises(errors.InvalidArgumentError, match="ttl"):
+                await rs.update_key_value("EDIT", ttl=-1)
+            assert (await kv.status()).history == 2
+            with pytest.raises(errors.BucketNotFoundError, match="NOPE"):
+                await rs.update_key_value("NOPE", history=2)
+
+    run(body())
+
+
 def test_create_update_delete_and_purge(cluster: LocalCluster) -> None:
     async def body() -> None:
         async with connected(cluster) as rs:
