@@ -1049,6 +1049,9 @@ class Node:
         await self._forwarder.close()
         self._storage.close()
         self._env.close()
+        # Its port is free again (a node stopped in a test's process); shutdown() waits for
+        # the server's poll (0.5 s), so not on the loop.
+        await asyncio.to_thread(self.metrics.close)
         self._unlock_data()
         log.info("node stopped")
 
