@@ -938,7 +938,7 @@ class Client:
     ) -> KeyValue:
         """Change a bucket's settings: each argument given (not None) replaces the bucket's,
         the others stay; ``ttl`` seconds, 0 for forever. Checked as ``create_key_value``
-        checks them (``InvalidArgumentError`` naming the argument; nothing sent).
+        checks them (``InvalidArgumentError`` naming the argument, before anything is sent).
         Lowering ``history`` drops the older revisions beyond it, as the stream's
         ``max_msgs_per_subject`` does; the storage cannot change. ``BucketNotFoundError``
         when the bucket is missing."""

@@ -383,9 +383,9 @@ async def update_bucket(
     client: Client, bucket: str, changes: Mapping[str, object], *, timeout: float | None
 ) -> KeyValue:
     """``Client.update_key_value``: change the settings ``changes`` names (``_SETTINGS``'
-    argument names but ``storage``, which a stream cannot change) and keep the others.
-    Every value is checked as ``bucket_stream_config`` checks it (naming the argument)
-    before anything is sent; the bucket's stream keeps every other field it has."""
+    argument names but ``storage``, which a stream cannot change); every other field of the
+    bucket's stream stays as it is. The values are checked as ``bucket_stream_config``
+    checks them (naming the argument) before anything is sent."""
     if "storage" in changes:
         raise errors.InvalidArgumentError(
             "storage", "cannot be changed: a bucket keeps the storage it was made with"
@@ -393,16 +393,10 @@ async def update_bucket(
     unknown = sorted(set(changes) - {name for name, _ in _SETTINGS})
     if unknown:
         raise errors.InvalidArgumentError(unknown[0], "is not a bucket setting")
+    given = bucket_stream_config(bucket, **changes)  # type: ignore[arg-type]
+    fields = {field: getattr(given, field) for name, field in _SETTINGS if name in changes}
     info = await _bucket_info(client, bucket, timeout=timeout)
-    cur = info.config
-    settings: dict[str, object] = {
-        name: getattr(cur, field) for name, field in _SETTINGS if name != "ttl"
-    }
-    settings["ttl"] = cur.max_age / NS_PER_S if cur.max_age else None
-    settings.update(changes)
-    wanted = bucket_stream_config(bucket, **settings)  # type: ignore[arg-type]
-    fields = {field: getattr(wanted, field) for _, field in _SETTINGS}
-    await client.update_stream(dataclasses.replace(cur, **fields), timeout=timeout)
+    await client.update_stream(dataclasses.replace(info.config, **fields), timeout=timeout)
     return KeyValue(client, bucket)
 
 

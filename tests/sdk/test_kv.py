@@ -124,6 +124,8 @@ def test_update_key_value_changes_what_it_is_given_and_keeps_the_rest(
             assert (await kv.status()).history == 2
             with pytest.raises(errors.BucketNotFoundError, match="NOPE"):
                 await rs.update_key_value("NOPE", history=2)
+            with pytest.raises(errors.InvalidArgumentError, match="history"):
+                await rs.update_key_value("NOPE", history=0)  # checked before it is looked up
 
     run(body())
 
