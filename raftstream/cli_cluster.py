@@ -239,8 +239,10 @@ def balance_cmd(conn: Conn, dry_run: bool, as_json: bool) -> None:
     async def body(c: Client) -> tuple[list[Move], dict[str, int], list[str]] | None:
         info = await c.cluster_info()
         own = set(await c.stream_names())
-        accounts = {g.account for g in info.groups if g.stream is not None}
-        if len(accounts) > 1:  # a $SYS user sees every account's groups, moves none
+        streams = [g for g in info.groups if g.stream is not None]
+        if len({g.account for g in streams}) > 1 or (
+            streams and not any(g.stream in own for g in streams)
+        ):  # a $SYS user: it sees other accounts' groups and can move none of them
             return None
         moves, before = plan_balance(info, lambda g: g.stream in own)
         results = []
@@ -256,8 +258,8 @@ def balance_cmd(conn: Conn, dry_run: bool, as_json: bool) -> None:
     outcome = run(conn, body)
     if outcome is None:
         fail(
-            "this user sees the streams of several accounts, and cluster balance moves only "
-            "the streams of its user's own account: run it as a user of each account"
+            "cluster balance moves the streams of its user's own account, and this user sees "
+            "other accounts' streams (a $SYS user): run it as a user of each account"
         )
     moves, before, results = outcome
     after = dict(before)

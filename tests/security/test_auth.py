@@ -572,6 +572,29 @@ def test_cli_sends_credentials_from_flags_and_environment(cluster: LocalCluster)
     assert by_env.output.split() == ["BONLY", "ORDERS"]
 
 
+def test_cluster_balance_moves_only_its_users_account_and_refuses_a_system_user(
+    cluster: LocalCluster,
+) -> None:
+    """``cluster balance`` steps leaders down by stream name, in its user's account: a
+    ``$SYS`` user sees every account's groups and could move none of them, so it is refused
+    with a sentence saying why (rather than "Balanced" over streams it cannot touch); a
+    user of one account plans over what it sees."""
+    run(_b_world(cluster))
+    servers = ",".join(cluster.servers)
+    runner = CliRunner()
+    admin = {**_NO_CREDS_ENV, "RAFTSTREAM_USER": "admin", "RAFTSTREAM_PASSWORD": PASSWORDS["admin"]}
+    refused = runner.invoke(cli, ["cluster", "balance", "-s", servers], env=admin)
+    assert refused.exit_code == 1, refused.output
+    assert "run it as a user of each account" in refused.output
+    b = runner.invoke(
+        cli,
+        ["cluster", "balance", "--dry-run", "--json", "-s", servers, "--token", B_TOKEN],
+        env=_NO_CREDS_ENV,
+    )
+    assert b.exit_code == 0, b.output
+    assert sum(json.loads(b.output)["leaders_before"].values()) >= 2  # B's BONLY and ORDERS
+
+
 _NO_CREDS_ENV: dict[str, str | None] = {
     "RAFTSTREAM_USER": None,
     "RAFTSTREAM_PASSWORD": None,
