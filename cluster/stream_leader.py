@@ -91,6 +91,7 @@ from raftstream.errors import (
     UnavailableError,
 )
 from raftstream.proto import raftstream_pb2 as pb
+from raftstream.raft.core.errors import TransferInProgressError
 from raftstream.raft.host import RaftHost
 from raftstream.raft.transport.tls import PeerTls
 from raftstream.raft.types import Role
@@ -598,8 +599,9 @@ class StreamGroup:
             fut = self._propose(data)
         except RaftStreamError as exc:
             self.replica.forget_proposed()  # not proposed: the kept entry would never apply
+            hinted = self._hinted(exc)
             for p in live:
-                p.future.set_exception(exc)
+                p.future.set_exception(hinted)
             return
 
         async def resolve() -> None:
@@ -627,6 +629,16 @@ class StreamGroup:
     def _hinted(self, exc: RaftStreamError) -> RaftStreamError:
         if isinstance(exc, DeadlineExceededError):
             return no_commit("publish")
+        if isinstance(exc, TransferInProgressError):
+            # The core refused it while the leadership moves (a step-down, cluster balance,
+            # a planned stop): it is in no log, so it is NOT_LEADER, naming the node taking
+            # over, and clients send it again there, even a publish without a msg id (a
+            # retriable UNAVAILABLE was an ambiguous failure to them).
+            return NotLeaderError(
+                f"not stored: the leadership of stream {self.name!r} is moving to {exc.to}",
+                leader=exc.to,
+                leader_addr=self._d.client_addr(exc.to),
+            )
         return self.not_leader() if isinstance(exc, NotLeaderError) else exc
 
     def _fail_pubs(self, exc: RaftStreamError) -> None:

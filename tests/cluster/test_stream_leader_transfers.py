@@ -16,7 +16,9 @@ Now, while a transfer is in progress:
   before it starts the transfer, so a pull decided just before is not refused either;
 - without it (a transfer started by the stream step-down or a planned stop), that pull is
   kept too: ``RaftHost.transfer_leadership`` puts the proposals queued for the next round
-  into the log before the transfer starts, so the new leader has them.
+  into the log before the transfer starts, so the new leader has them;
+- a publish proposed during the transfer, which the core refuses, is NOT_LEADER naming the
+  node taking over (it is in no log): clients send it there again, even without a msg id.
 
 Three in-process nodes on a memory network (``stream_nodes``), real transfers.
 """
@@ -28,7 +30,7 @@ from pathlib import Path
 from raftstream.cluster.services_consume import undelivered
 from raftstream.cluster.stream_leader import PullHandle
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
-from raftstream.errors import UnavailableError
+from raftstream.errors import NotLeaderError, UnavailableError
 from tests.raft.test_host import run, until
 
 from .one_node import GROUP, Node, leader_of, stream_nodes
@@ -93,6 +95,31 @@ def test_a_pull_during_a_transfer_decides_nothing_and_the_new_leader_serves_it(
             assert got == [] and refused is not None
             again, _ = await taken(await target.g.open_pull("C", PULL_ALL, 5.0))
             assert again == [(s, 1) for s in range(1, MSGS + 1)]
+
+    run(scenario)
+
+
+def test_a_publish_refused_during_a_transfer_is_not_leader_naming_the_new_leader(
+    tmp_path: Path,
+) -> None:
+    """``cluster balance`` under a publish_async load without msg ids failed 20 publishes
+    with a retriable UNAVAILABLE ("leadership is moving to n2"), which a client must take as
+    ambiguous; the publish was in no log. It is NOT_LEADER with the hint now."""
+
+    async def scenario() -> None:
+        async with stream_nodes(tmp_path, NAMES, CONSUMER) as nodes:
+            lead, target = await led_with_messages(nodes)
+            lead.host.transfer_leadership(GROUP, target.name)
+            assert lead.host.transferring(GROUP) is not None
+            fut = lead.g.submit_plain("q.v", b"during")  # proposed at the host's next round
+            try:
+                await fut
+            except NotLeaderError as exc:
+                assert exc.details.get("leader") == target.name, exc.details
+            else:
+                raise AssertionError("a publish proposed during a transfer was stored")
+            await moved_to(nodes, target)
+            await until(lambda: all(n.g.replica.store.state().msgs == MSGS for n in nodes.values()))
 
     run(scenario)
 
