@@ -630,16 +630,19 @@ class StreamGroup:
         if isinstance(exc, DeadlineExceededError):
             return no_commit("publish")
         if isinstance(exc, TransferInProgressError):
-            # The core refused it while the leadership moves (a step-down, cluster balance,
-            # a planned stop): it is in no log, so it is NOT_LEADER, naming the node taking
-            # over, and clients send it again there, even a publish without a msg id (a
-            # retriable UNAVAILABLE was an ambiguous failure to them).
-            return NotLeaderError(
-                f"not stored: the leadership of stream {self.name!r} is moving to {exc.to}",
-                leader=exc.to,
-                leader_addr=self._d.client_addr(exc.to),
-            )
+            return self._moving(exc)
         return self.not_leader() if isinstance(exc, NotLeaderError) else exc
+
+    def _moving(self, exc: TransferInProgressError) -> NotLeaderError:
+        """The core refused a proposal while the leadership moves (a step-down, cluster
+        balance, a planned stop): it is in no log, so the answer is NOT_LEADER naming the
+        node taking over, and clients send it again there, even a publish without a msg id
+        or a message delete (the core's retriable UNAVAILABLE is ambiguous to them)."""
+        return NotLeaderError(
+            f"not done: the leadership of stream {self.name!r} is moving to {exc.to}",
+            leader=exc.to,
+            leader_addr=self._d.client_addr(exc.to),
+        )
 
     def _fail_pubs(self, exc: RaftStreamError) -> None:
         while self._pubs:
@@ -699,6 +702,8 @@ class StreamGroup:
             return await fut
         except NotLeaderError:
             raise self.not_leader() from None
+        except TransferInProgressError as exc:
+            raise self._moving(exc) from None
         except DeadlineExceededError:
             raise no_commit("stream change") from None
 

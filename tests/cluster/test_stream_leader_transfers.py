@@ -17,19 +17,24 @@ Now, while a transfer is in progress:
 - without it (a transfer started by the stream step-down or a planned stop), that pull is
   kept too: ``RaftHost.transfer_leadership`` puts the proposals queued for the next round
   into the log before the transfer starts, so the new leader has them;
-- a publish proposed during the transfer, which the core refuses, is NOT_LEADER naming the
-  node taking over (it is in no log): clients send it there again, even without a msg id.
+- a publish or stream change proposed during the transfer, which the core refuses, is
+  NOT_LEADER naming the node taking over (it is in no log): clients send it there again,
+  even a publish without a msg id.
 
 Three in-process nodes on a memory network (``stream_nodes``), real transfers.
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+
+import pytest
 
 from raftstream.cluster.services_consume import undelivered
 from raftstream.cluster.stream_leader import PullHandle
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
+from raftstream.engine.entries import DeleteMsg
 from raftstream.errors import NotLeaderError, UnavailableError
 from tests.raft.test_host import run, until
 
@@ -104,20 +109,22 @@ def test_a_publish_refused_during_a_transfer_is_not_leader_naming_the_new_leader
 ) -> None:
     """``cluster balance`` under a publish_async load without msg ids failed 20 publishes
     with a retriable UNAVAILABLE ("leadership is moving to n2"), which a client must take as
-    ambiguous; the publish was in no log. It is NOT_LEADER with the hint now."""
+    ambiguous; the publish was in no log. It is NOT_LEADER with the hint now, and so is a
+    stream change (a message delete) refused the same way."""
 
     async def scenario() -> None:
         async with stream_nodes(tmp_path, NAMES, CONSUMER) as nodes:
             lead, target = await led_with_messages(nodes)
             lead.host.transfer_leadership(GROUP, target.name)
             assert lead.host.transferring(GROUP) is not None
-            fut = lead.g.submit_plain("q.v", b"during")  # proposed at the host's next round
-            try:
-                await fut
-            except NotLeaderError as exc:
-                assert exc.details.get("leader") == target.name, exc.details
-            else:
-                raise AssertionError("a publish proposed during a transfer was stored")
+            # Both proposed at the host's next round, while the transfer is in progress: a
+            # publish, and a message delete (a stream change, not retried when ambiguous).
+            publish = lead.g.submit_plain("q.v", b"during")
+            delete = asyncio.ensure_future(lead.g.propose_stream(DeleteMsg(ts_ns=1, seq=1), 5.0))
+            for fut in (publish, delete):
+                with pytest.raises(NotLeaderError) as refused:
+                    await fut
+                assert refused.value.details.get("leader") == target.name, refused.value
             await moved_to(nodes, target)
             await until(lambda: all(n.g.replica.store.state().msgs == MSGS for n in nodes.values()))
 
