@@ -26,6 +26,7 @@ from typing import Any
 
 import lmdb
 
+from raftstream.cluster.meta_entries import split_group_id
 from raftstream.engine.lmdbrecords import (
     ID,
     SEQ,
@@ -70,11 +71,7 @@ def open_named_db(env: Any, name: bytes) -> Any | None:
 def split_group(name: str) -> tuple[str, str]:
     """(account, stream) of a stream group id ``S:<account>:<stream>``; a name of another
     shape (an engine store opened outside the cluster) is its own stream, account ``""``."""
-    if name.startswith("S:"):
-        account, sep, stream = name[2:].partition(":")
-        if sep:
-            return account, stream
-    return "", name
+    return split_group_id(name) or ("", name)
 
 
 def content_hash(subject: str, headers: Any, data: bytes) -> str:
