@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from raftstream.client import Client
     from raftstream.models import ClusterGroup, ClusterInfo, GroupInfo
 
-__all__ = ["Move", "cluster", "plan_balance"]
+__all__ = ["BalancePlan", "Move", "cluster", "plan_balance"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -176,15 +176,21 @@ class Move:
     dst: str
 
 
-def plan_balance(
-    info: ClusterInfo, movable: Callable[[ClusterGroup], bool]
-) -> tuple[list[Move], dict[str, int]]:
-    """The moves that even out how many stream groups each online node leads, and the
-    leader counts before them. Every stream group with a leader counts toward its node's
-    load; only ``movable`` ones are moved, each at most once, and only to a follower that
-    is online and current. A move is planned while it takes a group from a node that leads
-    at least two more than the follower it goes to (so each move makes the spread smaller,
-    and the plan ends)."""
+@dataclass(frozen=True, slots=True)
+class BalancePlan:
+    """The moves, and the stream leaders per online node before and after them."""
+
+    moves: list[Move]
+    before: dict[str, int]
+    after: dict[str, int]
+
+
+def plan_balance(info: ClusterInfo, movable: Callable[[ClusterGroup], bool]) -> BalancePlan:
+    """The moves that even out how many stream groups each online node leads. Every stream
+    group with a leader counts toward its node's load; only ``movable`` ones are moved,
+    each at most once, and only to a follower that is online and current. A move is
+    planned while it takes a group from a node that leads at least two more than the
+    follower it goes to (so each move makes the spread smaller, and the plan ends)."""
     counts = {n.name: 0 for n in info.nodes if n.online and not n.removed}
     led: dict[str, list[ClusterGroup]] = {name: [] for name in counts}
     for g in info.groups:
@@ -206,7 +212,7 @@ def plan_balance(
                     if ok and gain >= 2 and (best is None or gain > best[0]):
                         best = (gain, src, g, r.name)
         if best is None:
-            return moves, before
+            return BalancePlan(moves, before, counts)
         _, src, g, dst = best
         assert g.stream is not None  # only stream groups are in ``led``
         moves.append(Move(g.stream, src, dst))
@@ -236,7 +242,7 @@ def balance_cmd(conn: Conn, dry_run: bool, as_json: bool) -> None:
       raftstream cluster balance
     """
 
-    async def body(c: Client) -> tuple[list[Move], dict[str, int], list[str]] | None:
+    async def body(c: Client) -> tuple[BalancePlan, list[str]] | None:
         info = await c.cluster_info()
         own = set(await c.stream_names())
         streams = [g for g in info.groups if g.stream is not None]
@@ -244,16 +250,16 @@ def balance_cmd(conn: Conn, dry_run: bool, as_json: bool) -> None:
             streams and not any(g.stream in own for g in streams)
         ):  # a $SYS user: it sees other accounts' groups and can move none of them
             return None
-        moves, before = plan_balance(info, lambda g: g.stream in own)
+        plan = plan_balance(info, lambda g: g.stream in own)
         results = []
-        for m in [] if dry_run else moves:
+        for m in [] if dry_run else plan.moves:
             try:
                 leader = await c.stream_leader_stepdown(m.stream, preferred=m.dst)
             except RaftStreamError as exc:
                 results.append(f"failed: {exc}")
                 continue
             results.append("moved" if leader == m.dst else f"now led by {leader or 'unknown'}")
-        return moves, before, results
+        return plan, results
 
     outcome = run(conn, body)
     if outcome is None:
@@ -261,11 +267,8 @@ def balance_cmd(conn: Conn, dry_run: bool, as_json: bool) -> None:
             "cluster balance moves the streams of its user's own account, and this user sees "
             "other accounts' streams (a $SYS user): run it as a user of each account"
         )
-    moves, before, results = outcome
-    after = dict(before)
-    for m in moves:
-        after[m.src] -= 1
-        after[m.dst] += 1
+    plan, results = outcome
+    moves, before, after = plan.moves, plan.before, plan.after
     if as_json:
         echo_json(
             {

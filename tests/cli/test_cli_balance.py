@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from raftstream.cli_cluster import Move, plan_balance
+from raftstream.cli_cluster import BalancePlan, Move, plan_balance
 from raftstream.models import ClusterGroup, ClusterInfo, GroupInfo, NodeInfo, ReplicaInfo
 
 from .runner import ok
@@ -55,26 +55,24 @@ def _info(
     )
 
 
-def _after(before: dict[str, int], moves: list[Move]) -> dict[str, int]:
-    counts = dict(before)
-    for m in moves:
-        counts[m.src] -= 1
-        counts[m.dst] += 1
-    return counts
-
-
 def test_one_node_leading_everything_is_spread_out() -> None:
     info = _info({f"S{i}": "n1" for i in range(7)})
-    moves, before = plan_balance(info, lambda g: True)
-    assert before == {"n1": 7, "n2": 0, "n3": 0}
-    assert sorted(_after(before, moves).values()) == [2, 2, 3]
-    assert len(moves) == 4 and len({m.stream for m in moves}) == 4
-    assert all(m.src == "n1" for m in moves)
+    plan = plan_balance(info, lambda g: True)
+    assert plan.before == {"n1": 7, "n2": 0, "n3": 0}
+    assert sorted(plan.after.values()) == [2, 2, 3]
+    assert len(plan.moves) == 4 and len({m.stream for m in plan.moves}) == 4
+    assert all(m.src == "n1" for m in plan.moves)
+    moved = dict(plan.before)  # the counts after are those of the moves
+    for m in plan.moves:
+        moved[m.src] -= 1
+        moved[m.dst] += 1
+    assert moved == plan.after
 
 
 def test_a_balanced_cluster_moves_nothing() -> None:
     info = _info({"A": "n1", "B": "n2", "C": "n3", "D": "n1"})
-    assert plan_balance(info, lambda g: True) == ([], {"n1": 2, "n2": 1, "n3": 1})
+    counts = {"n1": 2, "n2": 1, "n3": 1}
+    assert plan_balance(info, lambda g: True) == BalancePlan([], counts, counts)
 
 
 def test_only_online_current_followers_take_a_leadership() -> None:
@@ -82,19 +80,18 @@ def test_only_online_current_followers_take_a_leadership() -> None:
     info = _info(
         {"A": "n1", "B": "n1", "C": "n1"}, offline=frozenset({"n3"}), lagging={("B", "n2")}
     )
-    moves, before = plan_balance(info, lambda g: True)
-    assert before == {"n1": 3, "n2": 0}
-    assert [(m.src, m.dst) for m in moves] == [("n1", "n2")]
-    assert moves[0].stream in ("A", "C")
+    plan = plan_balance(info, lambda g: True)
+    assert plan.before == {"n1": 3, "n2": 0}
+    assert [(m.src, m.dst) for m in plan.moves] == [("n1", "n2")]
+    assert plan.moves[0].stream in ("A", "C")
 
 
 def test_streams_that_cannot_move_still_count() -> None:
     # R1 streams have no follower; others' (not movable here) weigh on their leader too.
     info = _info({"R1a": "n1", "R1b": "n1", "X": "n2", "Y": "n1"}, r1=frozenset({"R1a", "R1b"}))
-    moves, before = plan_balance(info, lambda g: g.stream != "Y")
-    assert before == {"n1": 3, "n2": 1, "n3": 0} and moves == []
-    moves, _ = plan_balance(info, lambda g: True)
-    assert moves == [Move("Y", "n1", "n3")]
+    plan = plan_balance(info, lambda g: g.stream != "Y")
+    assert plan.before == {"n1": 3, "n2": 1, "n3": 0} and plan.moves == []
+    assert plan_balance(info, lambda g: True).moves == [Move("Y", "n1", "n3")]
 
 
 def _leaders(cluster: Any, streams: list[str]) -> dict[str, str | None]:
