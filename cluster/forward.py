@@ -54,6 +54,9 @@ RELAY_BATCH_MSGS_MAX = 1024  # requests per PublishBatch written to the leader's
 # ``payload_bytes_max`` plus its headers). 1,024 publishes of 1 MiB made a 132 MB message that
 # gRPC refused, breaking the relay and every publish in it (a user review).
 RELAY_BATCH_BYTES_MAX = 2 * 1024 * 1024
+# How long a relay waits for the leader's node to accept its call before writing anyway (a
+# node of an older version, which sends no initial metadata first): ``PublishRelay``.
+RELAY_ACCEPT_WAIT_S = 1.0
 
 FORWARDED_KEY = "raftstream-forwarded"
 
@@ -193,7 +196,11 @@ class PublishRelay:
     latency). Requests get relay-local ids; each result resolves its future. When the call
     breaks every unanswered future fails with UnavailableError: the outcome is unknown (a
     msg_id makes a retry safe); with NoLeaderError instead when the call never connected, so
-    nothing was sent (module docstring). Owned by the node's event loop.
+    nothing was sent (module docstring). Nothing is written before the leader's node accepts
+    the call (its initial metadata, as for the SDK's calls: ``raftstream/_pipeline.py``), so a
+    call it refuses as a whole (NOT_LEADER while under repair, ``streaming_calls_max``) fails
+    every relayed publish with that refusal, unchanged: nothing was sent. Owned by the node's
+    event loop.
     """
 
     def __init__(
@@ -205,6 +212,7 @@ class PublishRelay:
         self._queue: collections.deque[tuple[pb.PublishRequest, int]] = collections.deque()
         self._wake = asyncio.Event()
         self.broken = False
+        self._accepted = False
         stub = pbg.PublishServiceStub(channel)
         self._call = stub.PublishStream(self._requests(), metadata=metadata)
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -226,6 +234,13 @@ class PublishRelay:
         return fut
 
     async def _requests(self) -> AsyncIterator[pb.PublishBatch]:
+        metadata = asyncio.ensure_future(self._call.initial_metadata())
+        metadata.add_done_callback(lambda f: f.cancelled() or f.exception())
+        with contextlib.suppress(TimeoutError):  # no initial metadata: write anyway
+            await asyncio.wait_for(asyncio.shield(metadata), RELAY_ACCEPT_WAIT_S)
+        if self._call.done():
+            return  # refused: _read fails every relayed publish with the status
+        self._accepted = True
         while not self.broken:
             await self._wake.wait()
             self._wake.clear()
@@ -247,6 +262,8 @@ class PublishRelay:
         except grpc.RpcError as err:
             _log_break(self._addr, str(from_rpc_error(err)))
             unsent = _not_sent(err, self._addr)
+            if unsent is None and not self._accepted:
+                unsent = from_rpc_error(err)  # refused as a whole: nothing was written
         except RaftStreamError as exc:
             _log_break(self._addr, repr(exc))
         finally:

@@ -286,6 +286,8 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
     async def AckStream(
         self, request_iterator: AsyncIterator[pb.AckBatch], context: Any
     ) -> AsyncIterator[pb.AckResultBatch]:
+        # Accepted: the client writes nothing before this (raftstream/_pipeline.py).
+        await context.send_initial_metadata(())
         account = account_of(context)
         forwarded = self._ctx.forwarded(context)
         timeout_s = self._ctx.config.limits.request_timeout_ms / 1000

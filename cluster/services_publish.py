@@ -153,6 +153,8 @@ class PublishServicer(pbg.PublishServiceServicer):
     async def PublishStream(
         self, request_iterator: AsyncIterator[pb.PublishBatch], context: Any
     ) -> AsyncIterator[pb.PublishResultBatch]:
+        # Accepted: the client writes nothing before this (raftstream/_pipeline.py).
+        await context.send_initial_metadata(())
         account = account_of(context)
         forwarded = self._ctx.forwarded(context)
         room = _Room(self._ctx.config.limits.publish_async_pending_max)

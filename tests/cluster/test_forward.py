@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -17,9 +19,12 @@ from raftstream.cluster.forward import (
     Forwarder,
     take_batch,
 )
-from raftstream.errors import NoLeaderError
+from raftstream.errors import NoLeaderError, NotLeaderError
 from raftstream.localnet import free_port
 from raftstream.proto import raftstream_pb2 as pb
+from tests.sdk.fakes import Nodes
+
+REFUSED_RELAYS = 200  # the race was lost by about 1 call in 17 (tests/sdk/test_pipeline_accept)
 
 
 def _nobody() -> str:
@@ -96,3 +101,59 @@ def test_a_relay_to_a_down_peer_says_so_at_info_once_per_interval(
         "publish relay to 127.0.0.1:2 broke: Connection refused",
     ]
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 4
+
+
+def test_relayed_publishes_a_node_refused_as_a_whole_fail_with_its_refusal() -> None:
+    """The leader's node refuses the relay's call before its servicer runs (here NOT_LEADER,
+    as while under repair): nothing was sent, so each publish gets that refusal, which the
+    SDK follows, not "the relay broke; outcome unknown". The relay writes nothing before the
+    call is accepted; writes racing the refusal failed with gRPC core's INTERNAL, which hid
+    it (tests/sdk/test_pipeline_accept.py)."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            def refuse(requests: object, ctx: object) -> object:  # raises: never accepted
+                raise NotLeaderError("rejoining: try n2", leader="n2", leader_addr="b:1")
+
+            node.on("PublishStream", refuse)
+            fwd = Forwarder(channel_options=[])
+            try:
+                for i in range(REFUSED_RELAYS):
+                    relay = fwd.relay(node.addr)
+                    await asyncio.sleep((i % 30) * 0.0002)  # submitted while it is refused
+                    if relay.broken:
+                        continue  # refused before the submit: nothing to send
+                    fut = relay.submit(pb.PublishRequest(subject="a", data=b"x"))
+                    with pytest.raises(NotLeaderError) as refused:
+                        await asyncio.wait_for(fut, 10.0)
+                    assert refused.value.details["leader_addr"] == "b:1"
+                    await relay.close()
+            finally:
+                await fwd.close()
+
+    asyncio.run(main())
+
+
+def test_a_relay_the_node_accepts_answers_each_publish() -> None:
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            async def ack(requests: Any, ctx: object) -> AsyncIterator[pb.PublishResultBatch]:
+                async for batch in requests:
+                    out = pb.PublishResultBatch()
+                    for req in batch.requests:
+                        out.results.add(id=req.id, ack=pb.PubAck(stream="S", seq=req.id))
+                    yield out
+
+            node.on("PublishStream", ack)
+            fwd = Forwarder(channel_options=[])
+            try:
+                relay = fwd.relay(node.addr)
+                futs = [relay.submit(pb.PublishRequest(subject="a")) for _ in range(3)]
+                acks = [await asyncio.wait_for(f, 10.0) for f in futs]
+                assert [a.seq for a in acks] == [1, 2, 3]
+            finally:
+                await fwd.close()
+
+    asyncio.run(main())

@@ -4,8 +4,11 @@ A ``FakeNode`` serves every ``raftstream.v1`` service on a free 127.0.0.1 port. 
 the handler the test installed for it (``node.on("Publish", fn)``), and every call is
 recorded with the deadline the client sent (``time_remaining``). A handler that raises a
 ``RaftStreamError`` ends the call with the mapped status, as the node will. RPCs without a
-handler fail UNIMPLEMENTED. These servers exercise the SDK's own logic (hints, retries,
-pipelining, statuses); they model no stream semantics.
+handler fail UNIMPLEMENTED. A bidirectional RPC is accepted (initial metadata sent) before its
+handler's generator runs, as the node does; a handler that raises when called (not from its
+generator) refuses the call before that, as the node's interceptors do. These servers
+exercise the SDK's own logic (hints, retries, pipelining, statuses); they model no stream
+semantics.
 """
 
 from __future__ import annotations
@@ -62,7 +65,10 @@ def _streaming(node: FakeNode, name: str, client_streaming: bool) -> Callable[..
         if handler is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} not faked")
         try:
-            async for item in handler(request, context):
+            items = handler(request, context)  # raising here: refused as a whole, unaccepted
+            if client_streaming:  # accepted first, as the node's servicers do
+                await context.send_initial_metadata(())
+            async for item in items:
                 yield item
         except errors.RaftStreamError as exc:
             await pe.abort(context, exc)
@@ -129,6 +135,27 @@ class Nodes:
     async def __aexit__(self, *exc: object) -> None:
         for node in self.nodes:
             await node.stop()
+
+
+class AckRecorder:
+    """AckStream that records acks and reports a failure for replies listed in ``fail``."""
+
+    def __init__(self) -> None:
+        self.items: list[pb.AckItem] = []
+        self.fail: dict[str, errors.RaftStreamError] = {}
+
+    async def handler(
+        self, batches: AsyncIterator[pb.AckBatch], ctx: Any
+    ) -> AsyncIterator[pb.AckResultBatch]:
+        async for batch in batches:
+            self.items.extend(batch.acks)
+            failed = [
+                pb.AckResult(id=a.id, error=pe.to_error_message(self.fail[a.reply]))
+                for a in batch.acks
+                if a.reply in self.fail
+            ]
+            if failed:
+                yield pb.AckResultBatch(results=failed)
 
 
 def ack_token(seq: int, *, stream: str = "ORDERS", consumer: str = "C", delivered: int = 1) -> str:

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 import raftstream
-from raftstream import errors
+from raftstream import _pipeline, errors
 from raftstream._conn import NotConnectedError
 from raftstream._pipeline import Entry, Pipeline
 from raftstream.proto import errors as pe
@@ -358,9 +358,9 @@ def test_after_the_stream_breaks_the_next_publish_async_opens_a_new_one():
                 requests: AsyncIterator[pb.PublishBatch], ctx: Any
             ) -> AsyncIterator[pb.PublishResultBatch]:
                 opened[0] += 1
-                if opened[0] == 1:
-                    raise errors.UnavailableError("node shutting down")
                 async for batch in requests:
+                    if opened[0] == 1:  # breaks once it has the publish: outcome unknown
+                        raise errors.UnavailableError("node shutting down")
                     yield _acked(batch, 7)
 
             node.on("PublishStream", handler)
@@ -393,6 +393,12 @@ class _NeverConnectedCall:
     async def write(self, request: Any) -> None:
         self.written.append(request)
 
+    async def initial_metadata(self) -> Any:  # never: as from a server that sends none
+        await asyncio.Event().wait()
+
+    def done(self) -> bool:
+        return False
+
     def __aiter__(self) -> Any:
         return self
 
@@ -404,9 +410,13 @@ class _NeverConnectedCall:
         return True
 
 
-def test_a_pipeline_whose_call_never_connected_fails_its_entries_as_not_sent():
+def test_a_pipeline_whose_call_never_connected_fails_its_entries_as_not_sent(
+    monkeypatch: pytest.MonkeyPatch,
+):
     """Written or not, nothing of such a call reached a server: the entries fail with
-    NotConnectedError, which the publisher takes as safe to send again."""
+    NotConnectedError, which the publisher takes as safe to send again. (Written: the
+    pipeline writes once ``ACCEPT_WAIT_S`` passed without the server accepting the call.)"""
+    monkeypatch.setattr(_pipeline, "ACCEPT_WAIT_S", 0.001)
 
     async def main() -> None:
         failed: list[tuple[Entry, errors.RaftStreamError]] = []

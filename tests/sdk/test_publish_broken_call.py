@@ -115,6 +115,12 @@ class _CoreBreaks:
     async def write(self, request: Any) -> None:
         await self._call.write(request)
 
+    async def initial_metadata(self) -> Any:  # the server accepts the call
+        return await self._call.initial_metadata()
+
+    def done(self) -> bool:
+        return bool(self._call.done())
+
     def __aiter__(self) -> _CoreBreaks:
         return self
 

@@ -18,10 +18,9 @@ import pytest
 
 import raftstream
 from raftstream import errors
-from raftstream.proto import errors as pe
 from raftstream.proto import raftstream_pb2 as pb
 
-from .fakes import FakeNode, Nodes, ack_token, consumer_info_pb, wait_until
+from .fakes import AckRecorder, FakeNode, Nodes, ack_token, consumer_info_pb, wait_until
 
 NS = 1_000_000_000
 
@@ -148,27 +147,6 @@ def test_messages_received_before_a_failure_are_returned():
             assert len(node.calls_to("Fetch")) == 1  # not retried: messages were delivered
 
     run(main())
-
-
-class AckRecorder:
-    """AckStream that records acks and reports a failure for replies listed in ``fail``."""
-
-    def __init__(self) -> None:
-        self.items: list[pb.AckItem] = []
-        self.fail: dict[str, errors.RaftStreamError] = {}
-
-    async def handler(
-        self, batches: AsyncIterator[pb.AckBatch], ctx: Any
-    ) -> AsyncIterator[pb.AckResultBatch]:
-        async for batch in batches:
-            self.items.extend(batch.acks)
-            failed = [
-                pb.AckResult(id=a.id, error=pe.to_error_message(self.fail[a.reply]))
-                for a in batch.acks
-                if a.reply in self.fail
-            ]
-            if failed:
-                yield pb.AckResultBatch(results=failed)
 
 
 def test_ack_kinds_travel_with_their_arguments_and_terminal_acks_happen_once():

@@ -27,7 +27,7 @@ from raftstream.msg import ACK_DELAY_NS_MAX, ACK_REASON_BYTES_MAX, Msg
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.subscribe import PushOptions, attach
 
-from .fakes import FakeNode, Nodes, ack_token, wait_until
+from .fakes import AckRecorder, FakeNode, Nodes, ack_token, wait_until
 
 NS = 1_000_000_000
 
@@ -520,6 +520,8 @@ def test_a_callback_that_raises_goes_to_error_cb_and_the_subscription_goes_on():
         script = Script(pb.ConsumeResponse(messages=[msg(1), msg(2)]))
         async with Nodes(1) as (node,):
             node.on("Consume", script)
+            acks = AckRecorder()
+            node.on("AckStream", acks.handler)
             rs = await raftstream.connect([node.addr], timeout=5, error_cb=errs.append)
             attach(
                 rs,
@@ -533,6 +535,8 @@ def test_a_callback_that_raises_goes_to_error_cb_and_the_subscription_goes_on():
             (err,) = errs
             assert isinstance(err, errors.CallbackError) and isinstance(err.__cause__, ValueError)
             assert "bad order" in str(err) and err.details["consumer"] == "C"
+            await wait_until(lambda: len(acks.items) == 1, what="the second message acked")
+            assert acks.items[0].reply == msg(2).reply
             await rs.close()
 
     run(main())
