@@ -38,7 +38,13 @@ from typing import Any, TypeVar
 import grpc
 
 from raftstream.cluster.auth import caller
-from raftstream.errors import LimitError, NoLeaderError, RaftStreamError, UnavailableError
+from raftstream.errors import (
+    LimitError,
+    NoLeaderError,
+    NotLeaderError,
+    RaftStreamError,
+    UnavailableError,
+)
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_error_message, from_rpc_error
@@ -73,6 +79,20 @@ def _not_sent(err: grpc.RpcError, addr: str) -> RaftStreamError | None:
     if err.code() == grpc.StatusCode.UNAVAILABLE and _NOT_SENT_DETAILS in (err.details() or ""):
         return NoLeaderError(f"cannot reach the leader's node at {addr}; nothing was sent")
     return None
+
+
+def _refused(exc: RaftStreamError, addr: str) -> RaftStreamError:
+    """What a publish relayed on a call ``addr`` refused as a whole fails with (nothing was
+    sent): NOT_LEADER or NO_LEADER as it came (its hint is the caller's to follow), any
+    other refusal (``streaming_calls_max``) as NO_LEADER naming it, so the client sends
+    the publish again, as when the node cannot be reached (``_not_sent``), rather than
+    taking a limit of a node it never called as its own."""
+    if isinstance(exc, NotLeaderError | NoLeaderError):
+        return exc
+    return NoLeaderError(
+        f"the leader's node at {addr} refused the relay ({exc.reason}: {exc.message});"
+        " nothing was sent"
+    )
 
 
 def _forward_metadata() -> tuple[tuple[str, str], ...]:
@@ -199,8 +219,7 @@ class PublishRelay:
     nothing was sent (module docstring). Nothing is written before the leader's node accepts
     the call (its initial metadata, as for the SDK's calls: ``raftstream/_pipeline.py``), so a
     call it refuses as a whole (NOT_LEADER while under repair, ``streaming_calls_max``) fails
-    every relayed publish with that refusal, unchanged: nothing was sent. Owned by the node's
-    event loop.
+    every relayed publish as not sent (``_refused``). Owned by the node's event loop.
     """
 
     def __init__(
@@ -263,7 +282,7 @@ class PublishRelay:
             _log_break(self._addr, str(from_rpc_error(err)))
             unsent = _not_sent(err, self._addr)
             if unsent is None and not self._accepted:
-                unsent = from_rpc_error(err)  # refused as a whole: nothing was written
+                unsent = _refused(from_rpc_error(err), self._addr)
         except RaftStreamError as exc:
             _log_break(self._addr, repr(exc))
         finally:

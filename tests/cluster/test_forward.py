@@ -19,7 +19,7 @@ from raftstream.cluster.forward import (
     Forwarder,
     take_batch,
 )
-from raftstream.errors import NoLeaderError, NotLeaderError
+from raftstream.errors import LimitError, NoLeaderError, NotLeaderError
 from raftstream.localnet import free_port
 from raftstream.proto import raftstream_pb2 as pb
 from tests.sdk.fakes import Nodes
@@ -129,6 +129,30 @@ def test_relayed_publishes_a_node_refused_as_a_whole_fail_with_its_refusal() -> 
                         await asyncio.wait_for(fut, 10.0)
                     assert refused.value.details["leader_addr"] == "b:1"
                     await relay.close()
+            finally:
+                await fwd.close()
+
+    asyncio.run(main())
+
+
+def test_relayed_publishes_refused_for_a_limit_are_no_leader() -> None:
+    """Not the remote's LIMIT (the client never called that node, and a publish_async
+    failed with it is not sent again): NO_LEADER naming it, which the SDK sends again."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+
+            def refuse(requests: object, ctx: object) -> object:
+                raise LimitError("4 streaming calls open", limit="streaming_calls_max")
+
+            node.on("PublishStream", refuse)
+            fwd = Forwarder(channel_options=[])
+            try:
+                fut = fwd.relay(node.addr).submit(pb.PublishRequest(subject="a"))
+                with pytest.raises(NoLeaderError) as refused:
+                    await asyncio.wait_for(fut, 10.0)
+                assert "refused the relay (LIMIT: 4 streaming calls open)" in str(refused.value)
+                assert "nothing was sent" in str(refused.value)
             finally:
                 await fwd.close()
 
