@@ -76,6 +76,13 @@ class WorkloadConfig:
     kv_pause_s: float = 0.05
     churn_pause_s: float = 0.5
     fetch_batch: int = 16
+    # The push consumer's max_ack_pending: what its subscription may hold unacked, which one
+    # worker (an ack_sync each, ~15 ms at R3) must get through within ``ack_wait_s``, as
+    # ``fetch_batch`` bounds a fetch. With JetStream's default 1,000 the buffer held ~15 s of
+    # work against the 2 s ack wait: nearly every message handed out had been delivered again
+    # behind it, and a drain after a kill-stream-leader run ran out of time cycling through
+    # those copies (406 messages reported undelivered; none lost).
+    push_ack_pending: int = 32
     ack_wait_s: float = 2.0
     drain_timeout_s: float = 30.0
 
@@ -186,6 +193,7 @@ class Workloads:
             deliver_subject=f"push.{cfg.push_consumer}",
             deliver_group=PUSH_GROUP,
             ack_wait=int(cfg.ack_wait_s * NS_PER_S),
+            max_ack_pending=cfg.push_ack_pending,
             filter_subject=cfg.queue_subject,
         )
         await self._retry(lambda: admin.add_consumer(cfg.queue_stream, push))
