@@ -45,6 +45,7 @@ from raftstream.errors import (
     RaftStreamError,
     UnavailableError,
 )
+from raftstream.proto import calls
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_error_message, from_rpc_error
@@ -60,9 +61,6 @@ RELAY_BATCH_MSGS_MAX = 1024  # requests per PublishBatch written to the leader's
 # ``payload_bytes_max`` plus its headers). 1,024 publishes of 1 MiB made a 132 MB message that
 # gRPC refused, breaking the relay and every publish in it (a user review).
 RELAY_BATCH_BYTES_MAX = 2 * 1024 * 1024
-# How long a relay waits for the leader's node to accept its call before writing anyway (a
-# node of an older version, which sends no initial metadata first): ``PublishRelay``.
-RELAY_ACCEPT_WAIT_S = 1.0
 
 FORWARDED_KEY = "raftstream-forwarded"
 
@@ -217,9 +215,9 @@ class PublishRelay:
     breaks every unanswered future fails with UnavailableError: the outcome is unknown (a
     msg_id makes a retry safe); with NoLeaderError instead when the call never connected, so
     nothing was sent (module docstring). Nothing is written before the leader's node accepts
-    the call (its initial metadata, as for the SDK's calls: ``raftstream/_pipeline.py``), so a
-    call it refuses as a whole (NOT_LEADER while under repair, ``streaming_calls_max``) fails
-    every relayed publish as not sent (``_refused``). Owned by the node's event loop.
+    the call (``raftstream.proto.calls``), so a call it refuses as a whole (NOT_LEADER while
+    under repair, ``streaming_calls_max``) fails every relayed publish as not sent
+    (``_refused``). Owned by the node's event loop.
     """
 
     def __init__(
@@ -253,11 +251,7 @@ class PublishRelay:
         return fut
 
     async def _requests(self) -> AsyncIterator[pb.PublishBatch]:
-        metadata = asyncio.ensure_future(self._call.initial_metadata())
-        metadata.add_done_callback(lambda f: f.cancelled() or f.exception())
-        with contextlib.suppress(TimeoutError):  # no initial metadata: write anyway
-            await asyncio.wait_for(asyncio.shield(metadata), RELAY_ACCEPT_WAIT_S)
-        if self._call.done():
+        if not await calls.accepted(self._call):
             return  # refused: _read fails every relayed publish with the status
         self._accepted = True
         while not self.broken:

@@ -286,7 +286,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
     async def AckStream(
         self, request_iterator: AsyncIterator[pb.AckBatch], context: Any
     ) -> AsyncIterator[pb.AckResultBatch]:
-        # Accepted: the client writes nothing before this (raftstream/_pipeline.py).
+        # Accepted: the client writes nothing before this (raftstream/proto/calls.py).
         await context.send_initial_metadata(())
         account = account_of(context)
         forwarded = self._ctx.forwarded(context)

@@ -153,7 +153,7 @@ class PublishServicer(pbg.PublishServiceServicer):
     async def PublishStream(
         self, request_iterator: AsyncIterator[pb.PublishBatch], context: Any
     ) -> AsyncIterator[pb.PublishResultBatch]:
-        # Accepted: the client writes nothing before this (raftstream/_pipeline.py).
+        # Accepted: the client writes nothing before this (raftstream/proto/calls.py).
         await context.send_initial_metadata(())
         account = account_of(context)
         forwarded = self._ctx.forwarded(context)

@@ -16,15 +16,10 @@ broke), except where nothing can have reached the server: an entry never handed 
 to connect to all addresses": the error is then ``NotConnectedError``). An owner may send
 those again elsewhere.
 
-Nothing is written before the server accepts the call: its streaming servicers send their
-initial metadata first thing (``cluster/services_publish.py``, ``services_consume.py``),
-while a call refused as a whole (by an interceptor: NOT_LEADER from a node under repair,
-``streaming_calls_max``, authentication) ends with its status instead. Such a refusal fails
-every entry unwritten, with the server's typed error. Written at once, a write racing the
-refusal fails with gRPC core's own INTERNAL ("Internal error from Core"), which replaces
-the server's status in the call for good (grpcio 1.85: 18 calls in 300 of a probe, one in
-a CI run), so the refusal read as a broken call, outcome unknown. A server that sends no
-initial metadata within ``ACCEPT_WAIT_S`` is written to anyway, as before.
+Nothing is written before the server accepts the call (``raftstream.proto.calls``): a call
+refused as a whole (NOT_LEADER from a node under repair, ``streaming_calls_max``,
+authentication) then fails every entry unwritten, with the server's typed error, instead of
+reading as a broken call.
 """
 
 from __future__ import annotations
@@ -40,14 +35,13 @@ import grpc
 
 from raftstream import errors
 from raftstream._conn import not_sent
+from raftstream.proto import calls
 from raftstream.proto.errors import from_rpc_error
 
 __all__ = ["Entry", "Pipeline"]
 
 # After a failed write, how long to wait for the status the server ended the call with.
 ENDED_STATUS_WAIT_S = 1.0
-# How long a new call waits for the server to accept it before writing anyway (module doc).
-ACCEPT_WAIT_S = 1.0
 
 
 @dataclass(slots=True, eq=False)
@@ -68,12 +62,6 @@ class Entry:
     def written(self) -> bool:
         """Whether the entry was handed to a write (it may have reached the server)."""
         return self.sent_at > 0.0
-
-
-def _quietly(fut: asyncio.Future[Any]) -> None:
-    """Retrieve a future's outcome nobody else may read (no "never retrieved" warning)."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 class Pipeline:
@@ -185,19 +173,9 @@ class Pipeline:
             )
 
     async def _accepted(self) -> bool:
-        """Wait, at most ``ACCEPT_WAIT_S``, for the server to accept the call (its initial
-        metadata); False, with the pipeline failed by the server's refusal, when the call
-        ended instead (module docstring)."""
-        metadata = asyncio.ensure_future(self._call.initial_metadata())
-        metadata.add_done_callback(_quietly)
-        try:
-            # Shielded: gRPC's wait for the metadata is left to finish, not cancelled.
-            await asyncio.wait_for(asyncio.shield(metadata), ACCEPT_WAIT_S)
-        except TimeoutError:
-            return True  # a server that does not send it first: write as before
-        except grpc.RpcError:
-            pass  # the call ended: its status says how, below
-        if not self._call.done():
+        """Whether the server accepted the call (``calls.accepted``); when it refused the
+        call instead, the pipeline is failed with the refusal (nothing was written)."""
+        if await calls.accepted(self._call):
             return True
         self._fail(
             await self._ended_with()

@@ -158,6 +158,17 @@ class AckRecorder:
                 yield pb.AckResultBatch(results=failed)
 
 
+async def ack_each(
+    requests: AsyncIterator[pb.PublishBatch], ctx: Any
+) -> AsyncIterator[pb.PublishResultBatch]:
+    """A ``PublishStream`` handler that acks every request as stream S's sequence = its id."""
+    async for batch in requests:
+        out = pb.PublishResultBatch()
+        for req in batch.requests:
+            out.results.add(id=req.id, ack=pb.PubAck(stream="S", seq=req.id))
+        yield out
+
+
 def ack_token(seq: int, *, stream: str = "ORDERS", consumer: str = "C", delivered: int = 1) -> str:
     return f"$JS.ACK._.$G.{stream}.{consumer}.{delivered}.{seq}.{seq}.{1_700_000_000 + seq}.0"
 

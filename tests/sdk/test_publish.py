@@ -15,9 +15,10 @@ import grpc
 import pytest
 
 import raftstream
-from raftstream import _pipeline, errors
+from raftstream import errors
 from raftstream._conn import NotConnectedError
 from raftstream._pipeline import Entry, Pipeline
+from raftstream.proto import calls
 from raftstream.proto import errors as pe
 from raftstream.proto import raftstream_pb2 as pb
 
@@ -416,7 +417,7 @@ def test_a_pipeline_whose_call_never_connected_fails_its_entries_as_not_sent(
     """Written or not, nothing of such a call reached a server: the entries fail with
     NotConnectedError, which the publisher takes as safe to send again. (Written: the
     pipeline writes once ``ACCEPT_WAIT_S`` passed without the server accepting the call.)"""
-    monkeypatch.setattr(_pipeline, "ACCEPT_WAIT_S", 0.001)
+    monkeypatch.setattr(calls, "ACCEPT_WAIT_S", 0.001)
 
     async def main() -> None:
         failed: list[tuple[Entry, errors.RaftStreamError]] = []
