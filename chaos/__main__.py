@@ -14,6 +14,7 @@ never started; its message is in campaign.txt).
 from __future__ import annotations
 
 import random
+import signal
 import sys
 from pathlib import Path
 
@@ -65,6 +66,9 @@ def main(
         root=root,
         snapshot_entries=snapshot_entries,
     )
+    # SIGTERM (``timeout``, a CI job's end) stops a campaign as Ctrl-C does, so it still
+    # stops its node processes and proxies; by default it ended Python at once, leaving them.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     campaign_dir, outcomes = run_campaign(cfg)
     click.echo((campaign_dir / "campaign.txt").read_text())
     click.echo(f"runs, histories and node data under {campaign_dir}")

@@ -1,0 +1,68 @@
+"""SIGTERM stops a chaos campaign with its processes, as Ctrl-C does (``chaos/__main__.py``).
+
+``timeout`` or a CI job ending sends SIGTERM; by default that ended Python at once and left
+the run's three node processes and its proxy server running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+START_WAIT_S = 60.0  # a safety net against hangs, not a timed assertion
+EXIT_WAIT_S = 60.0
+
+
+def _children(pid: int) -> set[int]:
+    """The live processes whose parent is ``pid`` (a campaign's nodes and proxy server)."""
+    out = set()
+    for child in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{child}/stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:  # the field after the state
+            out.add(int(child))
+    return out
+
+
+def _alive(pids: set[int]) -> set[int]:
+    return {p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)}
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_stops_the_campaign_and_its_processes(tmp_path: Path) -> None:
+    campaign = subprocess.Popen(
+        [sys.executable, "-m", "raftstream.chaos", "--time", "60", "--nemeses", "kill-random",
+         "--root", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    children: set[int] = set()
+    try:
+        deadline = time.monotonic() + START_WAIT_S
+        while len(children) < 4:  # three nodes and the proxy server
+            assert campaign.poll() is None, "the campaign ended before its nodes started"
+            assert time.monotonic() < deadline, "the campaign's nodes never started"
+            time.sleep(0.2)
+            children |= _children(campaign.pid)
+        campaign.send_signal(signal.SIGTERM)
+        campaign.wait(EXIT_WAIT_S)
+        assert campaign.returncode != 0
+        assert _alive(children) == set()
+    finally:
+        if campaign.poll() is None:
+            campaign.kill()
+            campaign.wait()
+        for pid in _alive(children):  # never leave one behind, even when this failed
+            os.kill(pid, signal.SIGKILL)
