@@ -53,7 +53,7 @@ from raftstream.cluster.meta import (
 from raftstream.cluster.meta_entries import MetaEntry, encode_entry
 from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.placement import NodeInfo, plan_repairs
-from raftstream.cluster.stream_leader import answer_within, no_commit
+from raftstream.cluster.stream_leader import answer_within, moving_to, no_commit
 from raftstream.errors import DeadlineExceededError, NoLeaderError, NotLeaderError, RaftStreamError
 from raftstream.raft.core.errors import TransferInProgressError
 from raftstream.raft.host import RaftHost
@@ -231,15 +231,8 @@ class MetaGroup:
             self._metrics.proposal_failures.labels("meta").inc()
             raise self.not_leader() from None
         except TransferInProgressError as exc:
-            # Refused while the meta leadership moves (a step-down, a planned stop): in no
-            # log, so NOT_LEADER naming the node taking over, which a client follows even
-            # for a call it does not retry when ambiguous (a stream delete).
             self._metrics.proposal_failures.labels("meta").inc()
-            raise NotLeaderError(
-                f"not done: the meta leadership is moving to {exc.to}",
-                leader=exc.to,
-                leader_addr=self._client_addr(exc.to),
-            ) from None
+            raise moving_to("the meta leadership", exc.to, self._client_addr(exc.to)) from None
         except DeadlineExceededError:
             self._metrics.proposal_failures.labels("meta").inc()
             raise no_commit("meta change") from None

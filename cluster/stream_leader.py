@@ -198,6 +198,15 @@ def no_commit(what: str) -> UnavailableError:
     return UnavailableError(f"{what}: not committed in time (no quorum?); the outcome is unknown")
 
 
+def moving_to(what: str, to: str, to_addr: str | None) -> NotLeaderError:
+    """A proposal the Raft core refused while ``what`` (a group's leadership) moves to node
+    ``to`` (a step-down, cluster balance, a planned stop): it is in no log, so NOT_LEADER
+    naming the node taking over, which clients follow even for a request they never retry
+    when its outcome is unknown (a publish without a msg id, a delete); the core's own
+    refusal is a retriable UNAVAILABLE, which says no such thing."""
+    return NotLeaderError(f"not done: {what} is moving to {to}", leader=to, leader_addr=to_addr)
+
+
 def answered_within(
     fut: asyncio.Future[Any], timeout_s: float | None, what: str
 ) -> asyncio.Future[Any]:
@@ -634,14 +643,8 @@ class StreamGroup:
         return self.not_leader() if isinstance(exc, NotLeaderError) else exc
 
     def _moving(self, exc: TransferInProgressError) -> NotLeaderError:
-        """The core refused a proposal while the leadership moves (a step-down, cluster
-        balance, a planned stop): it is in no log, so the answer is NOT_LEADER naming the
-        node taking over, and clients send it again there, even a publish without a msg id
-        or a message delete (the core's retriable UNAVAILABLE is ambiguous to them)."""
-        return NotLeaderError(
-            f"not done: the leadership of stream {self.name!r} is moving to {exc.to}",
-            leader=exc.to,
-            leader_addr=self._d.client_addr(exc.to),
+        return moving_to(
+            f"the leadership of stream {self.name!r}", exc.to, self._d.client_addr(exc.to)
         )
 
     def _fail_pubs(self, exc: RaftStreamError) -> None:

@@ -20,7 +20,7 @@ from raftstream.cluster.forward import (
 from raftstream.errors import LimitError, NoLeaderError, NotLeaderError
 from raftstream.localnet import free_port
 from raftstream.proto import raftstream_pb2 as pb
-from tests.sdk.fakes import Nodes, ack_each
+from tests.sdk.fakes import Nodes, ack_each, lane_handler
 
 REFUSED_RELAYS = 200  # the race was lost by about 1 call in 17 (tests/sdk/test_pipeline_accept)
 
@@ -160,7 +160,7 @@ def test_relayed_publishes_refused_for_a_limit_are_no_leader() -> None:
 def test_a_relay_the_node_accepts_answers_each_publish() -> None:
     async def main() -> None:
         async with Nodes(1) as (node,):
-            node.on("PublishStream", ack_each)
+            node.on("PublishStream", lane_handler(ack_each))
             fwd = Forwarder(channel_options=[])
             try:
                 relay = fwd.relay(node.addr)

@@ -158,15 +158,37 @@ class AckRecorder:
                 yield pb.AckResultBatch(results=failed)
 
 
-async def ack_each(
-    requests: AsyncIterator[pb.PublishBatch], ctx: Any
-) -> AsyncIterator[pb.PublishResultBatch]:
-    """A ``PublishStream`` handler that acks every request as stream S's sequence = its id."""
-    async for batch in requests:
-        out = pb.PublishResultBatch()
-        for req in batch.requests:
-            out.results.add(id=req.id, ack=pb.PubAck(stream="S", seq=req.id))
-        yield out
+Answer = Callable[[pb.PublishRequest], Any]  # a PubAck, a RaftStreamError, or an awaitable
+
+
+def lane_handler(answer: Answer, seen: list[pb.PublishRequest] | None = None) -> Any:
+    """A PublishStream handler that answers each request with ``answer(req)`` at once
+    (a coroutine result is awaited first; raising ends the call with that status); each
+    request is appended to ``seen`` first, when given."""
+
+    async def handler(
+        requests: AsyncIterator[pb.PublishBatch], ctx: Any
+    ) -> AsyncIterator[pb.PublishResultBatch]:
+        async for batch in requests:
+            out = pb.PublishResultBatch()
+            for req in batch.requests:
+                if seen is not None:
+                    seen.append(req)
+                outcome = answer(req)
+                if asyncio.iscoroutine(outcome):
+                    outcome = await outcome
+                if isinstance(outcome, errors.RaftStreamError):
+                    out.results.add(id=req.id, error=pe.to_error_message(outcome))
+                else:
+                    out.results.add(id=req.id, ack=outcome)
+            yield out
+
+    return handler
+
+
+def ack_each(req: pb.PublishRequest) -> pb.PubAck:
+    """An ``Answer``: stream S's sequence = the request's id."""
+    return pb.PubAck(stream="S", seq=req.id)
 
 
 def ack_token(seq: int, *, stream: str = "ORDERS", consumer: str = "C", delivered: int = 1) -> str:

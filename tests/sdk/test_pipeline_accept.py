@@ -23,7 +23,7 @@ from raftstream._conn import Stubs
 from raftstream._pipeline import Entry, Pipeline
 from raftstream.proto import raftstream_pb2 as pb
 
-from .fakes import Nodes, ack_each
+from .fakes import Nodes, ack_each, lane_handler
 
 CALLS = 300  # the race lost 1 call in 17 in a probe (grpcio 1.85; raftstream/proto/calls.py)
 
@@ -111,7 +111,7 @@ def test_a_call_refused_before_it_is_accepted_fails_its_entries_unwritten_with_t
 def test_an_accepted_call_still_answers_what_it_is_sent():
     async def main() -> None:
         async with Nodes(1) as (node,):
-            node.on("PublishStream", ack_each)
+            node.on("PublishStream", lane_handler(ack_each))
             stubs = Stubs(node.addr, grpc.aio.insecure_channel(node.addr))
             got: list[int] = []
             try:

@@ -10,47 +10,19 @@ broken call is ambiguous.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 import raftstream
 from raftstream import errors
-from raftstream.proto import errors as pe
 from raftstream.proto import raftstream_pb2 as pb
 
-from .fakes import Nodes
+from .fakes import Nodes, lane_handler
 
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-Answer = Callable[[pb.PublishRequest], Any]  # a PubAck, a RaftStreamError, or an awaitable
-
-
-def lane_handler(answer: Answer, seen: list[pb.PublishRequest]) -> Any:
-    """A PublishStream handler that answers each request with ``answer(req)`` at once
-    (a coroutine result is awaited first; raising ends the call with that status)."""
-
-    async def handler(
-        requests: AsyncIterator[pb.PublishBatch], ctx: Any
-    ) -> AsyncIterator[pb.PublishResultBatch]:
-        async for batch in requests:
-            out = pb.PublishResultBatch()
-            for req in batch.requests:
-                seen.append(req)
-                outcome = answer(req)
-                if asyncio.iscoroutine(outcome):
-                    outcome = await outcome
-                if isinstance(outcome, errors.RaftStreamError):
-                    out.results.add(id=req.id, error=pe.to_error_message(outcome))
-                else:
-                    out.results.add(id=req.id, ack=outcome)
-            yield out
-
-    return handler
 
 
 def test_publish_travels_on_the_stream_and_returns_its_ack():
