@@ -321,8 +321,10 @@ class Router:
                 task.add_done_callback(self._closing.discard)
                 return
 
-    def _learn(self, route: str | None, exc: errors.RaftStreamError) -> str | None:
-        """Update hints from a failure; the address the next attempt should use, if any."""
+    def learn(self, route: str | None, exc: errors.RaftStreamError) -> str | None:
+        """Update hints from a failure; the address the next attempt should use, if any.
+        ``call`` learns from its own attempts; an owner of a stream call (``Pipeline``)
+        refused as a whole learns from the refusal with this."""
         if isinstance(exc, errors.NotLeaderError) and exc.leader_addr:
             if route is not None:
                 self._hints[route] = exc.leader_addr
@@ -361,7 +363,7 @@ class Router:
             wait_s = 0.0  # known down: try another server now rather than wait for a retry
         if not await _ready(ch, wait_s, give_up_on_failure=elsewhere):
             exc = NotConnectedError(f"cannot connect to {target}", addr=target)
-            self._learn(route, exc)
+            self.learn(route, exc)
             raise exc
         return stubs
 
@@ -372,8 +374,11 @@ class Router:
         *,
         timeout_s: float,
         idempotent: bool,
+        addr: str | None = None,
     ) -> T:
         """Run ``invoke(stubs, time_left_s)`` with retries (see the module docstring).
+        The first attempt goes to ``addr`` when given (a hint learned outside the call),
+        else as ``connect`` chooses.
 
         ``invoke`` must pass ``time_left_s`` as the RPC's ``timeout``; it may raise
         ``grpc.RpcError`` or a typed error (hints are learned from either). Raises the typed error
@@ -384,7 +389,7 @@ class Router:
         loop = asyncio.get_running_loop()
         self._check_usable(loop)
         deadline = loop.time() + timeout_s
-        next_addr: list[str | None] = [None]
+        next_addr: list[str | None] = [addr]
 
         def should_retry(exc: BaseException) -> bool:
             if not isinstance(exc, errors.RaftStreamError):
@@ -421,7 +426,7 @@ class Router:
             exc.details.setdefault("addr", addr)
             if isinstance(exc, errors.NotLeaderError | errors.NoLeaderError):
                 refusal[:] = [exc]
-            next_addr[0] = self._learn(route, exc)
+            next_addr[0] = self.learn(route, exc)
 
         try:
             async for attempt in retrying:

@@ -7,7 +7,10 @@ JetStream ack kinds for its ack token (``reply``):
   (+TERM) are fire-and-forget: they return once the ack is queued on the client's pipelined
   ``AckStream`` (waiting for room when ``ack_pending_msgs_max`` acks are queued). A failure
   the server reports later goes to the client's ``error_cb``; a lost ack only means the
-  message is delivered again after its ack wait (at-least-once, as in JetStream).
+  message is delivered again after its ack wait (at-least-once, as in JetStream). An ack
+  nothing of which reached a server (its ``AckStream`` was refused as a whole, or never
+  connected) is sent again, within the client's timeout: to the peer a NOT_LEADER refusal
+  names, or as a unary ``Ack`` when the node refused the call for ``streaming_calls_max``.
 - ``ack_sync()`` answers once the ack is replicated: after it returns, the message is never
   redelivered, not even after a leader failover. It raises the typed error otherwise; in
   particular ``PreconditionError`` when the leader has not delivered this message: a
@@ -32,11 +35,18 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol
 
 from raftstream import errors
-from raftstream._conn import Router, Stubs
+from raftstream._conn import (
+    RETRY_WAIT_INITIAL_S,
+    RETRY_WAIT_MAX_S,
+    NotConnectedError,
+    Router,
+    Stubs,
+)
 from raftstream._pipeline import Entry, Pipeline
 from raftstream.models import MsgMetadata
 from raftstream.proto import raftstream_pb2 as pb
@@ -55,6 +65,10 @@ ACK_BATCH_BYTES_MAX = 1024 * 1024
 ACK_OVERHEAD_BYTES = 16
 # How long closing a client waits for queued fire-and-forget acks to reach the server.
 ACK_FLUSH_TIMEOUT_S = 2.0
+# An ack sent again (nothing of it reached a server) waits this long first, doubling per try
+# up to the max: the client's retry waits (_conn.py).
+RESEND_WAIT_INITIAL_S = RETRY_WAIT_INITIAL_S
+RESEND_WAIT_MAX_S = RETRY_WAIT_MAX_S
 
 
 class AckSender(Protocol):
@@ -210,6 +224,8 @@ class Acker:
         pending_msgs_max: int,
         error_cb: ErrorCallback,
     ) -> None:
+        self._closing = False
+        self._again: set[asyncio.Task[None]] = set()  # unsent acks waiting to be sent again
         self._router = router
         self._timeout_s = timeout_s
         self._pending_msgs_max = pending_msgs_max
@@ -228,6 +244,7 @@ class Acker:
             size_bytes=len(item.reply) + len(item.reason) + ACK_OVERHEAD_BYTES,
             expects_result=False,
             future=loop.create_future(),
+            context=_Unsent(stream, loop.time() + self._timeout_s),
         )
         try:
             pipe = self._pipes.get(self._router.target(stream))
@@ -259,10 +276,55 @@ class Acker:
         self._room.release()
 
     def _failed(self, entry: Entry, exc: errors.RaftStreamError) -> None:
+        unsent = not entry.written or isinstance(exc, NotConnectedError)
+        if unsent and not self._closing and _worth_sending_again(exc):
+            task = asyncio.get_running_loop().create_task(self._send_again(entry, exc))
+            self._again.add(task)
+            task.add_done_callback(self._again.discard)
+            return
+        self._given_up(exc)
+
+    def _given_up(self, exc: errors.RaftStreamError) -> None:
+        """An ack is lost (its message comes again after its ack wait): ``error_cb``."""
         self._room.release()
         if exc is not self._last_reported:  # one report per broken pipeline, not per ack
             self._last_reported = exc
             self._error_cb(exc)
+
+    async def _send_again(self, entry: Entry, exc: errors.RaftStreamError) -> None:
+        """Send an ack that cannot have reached the server (its call was refused as a
+        whole, or never connected) again, after a wait that doubles with each try, until the
+        client's timeout from when it was queued: on a new call to the peer a NOT_LEADER
+        refusal named (learned for its stream), or as a unary ``Ack`` when the node refused
+        the call for its ``streaming_calls_max`` (that limit does not count unary calls)."""
+        unsent: _Unsent = entry.context
+        loop = asyncio.get_running_loop()
+        wait_s = min(RESEND_WAIT_MAX_S, RESEND_WAIT_INITIAL_S * 2**unsent.tries)
+        unsent.tries += 1
+        try:
+            if loop.time() + wait_s >= unsent.deadline:
+                raise exc
+            await asyncio.sleep(wait_s)
+            self._router.learn(unsent.stream, exc)
+            if _streaming_refused(exc):
+                await self._send_unary(entry.request, unsent)
+                self._settle(entry, None)
+                return
+            pipe = await self._pipeline(unsent.stream)
+            entry.sent_at = 0.0
+            pipe.submit(entry)
+        except errors.RaftStreamError as failure:
+            self._given_up(failure)
+        except asyncio.CancelledError:
+            self._room.release()  # the client is closing
+            raise
+
+    async def _send_unary(self, item: pb.AckItem, unsent: _Unsent) -> None:
+        async def invoke(stubs: Stubs, left_s: float) -> None:
+            await stubs.consume.Ack(pb.AckRequest(ack=item), timeout=left_s)
+
+        left_s = unsent.deadline - asyncio.get_running_loop().time()
+        await self._router.call(unsent.stream, invoke, timeout_s=left_s, idempotent=True)
 
     def _orphan(self, result: pb.AckResult) -> None:
         if result.HasField("error"):
@@ -301,11 +363,34 @@ class Acker:
         """Send the acks still queued (waiting at most ``flush_timeout_s`` in all), then close.
         An ack that could not be sent in time fails to ``error_cb``; its message will be
         redelivered after its ack wait, as for any lost ack."""
+        self._closing = True  # what the pipelines' close fails is not sent again
+        for task in list(self._again):
+            task.cancel()
         pipes, self._pipes = list(self._pipes.values()), {}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + flush_timeout_s
         for pipe in pipes:
             await pipe.drain(timeout_s=max(0.0, deadline - loop.time()))
+
+
+@dataclass(slots=True, eq=False)
+class _Unsent:
+    """A fire-and-forget ack's way again while nothing of it reached a server: its stream
+    (the route), until when it may be sent, and how often it was."""
+
+    stream: str
+    deadline: float
+    tries: int = 0
+
+
+def _streaming_refused(exc: errors.RaftStreamError) -> bool:
+    return isinstance(exc, errors.LimitError) and exc.details.get("limit") == "streaming_calls_max"
+
+
+def _worth_sending_again(exc: errors.RaftStreamError) -> bool:
+    """Whether an unsent ack refused with ``exc`` may fare better elsewhere or later: not
+    after a refusal for its credentials, or a closed client."""
+    return exc.retriable or _streaming_refused(exc)
 
 
 class ErrorCallback(Protocol):

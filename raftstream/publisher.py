@@ -21,17 +21,19 @@ Resends. A message is sent again, on the pipeline (a new call if the old one bro
 next server if its server is gone), when that is safe: it was refused with
 NOT_LEADER/NO_LEADER (nothing applied; the node relays it to the leader it learns in the
 meantime), it cannot have reached the server (still queued when the call broke, or the call
-never connected), or it has a ``msg_id`` and failed ambiguously (the duplicate window turns a
-second copy into ``duplicate=True``). A broken call is ambiguous however gRPC reports it:
-UNAVAILABLE, CANCELLED by the transport, or INTERNAL "Internal error from Core" (its core
-failing a write when the node died under it; ``raftstream.proto.errors.from_rpc_error``
-maps all three to ``UnavailableError``). Each resend waits first, 10 ms doubling to 100 ms, and
-they stop at the client's timeout from when the message was queued, failing it with its last
-error. So a leader failover under ``publish_async`` costs time, not errors, for messages with
-a ``msg_id``; without one, a message in flight when its call broke fails with the
-(retriable) error, outcome unknown as above. Resent messages may be stored out of order
-relative to later ones; use ``expected_last_seq`` / ``expected_last_subject_seq`` when order
-matters. ``completed()`` waits until nothing is pending.
+never connected), or it has a ``msg_id`` and failed ambiguously (the duplicate window turns
+a second copy into ``duplicate=True``). A call refused as a whole with NOT_LEADER naming a
+peer (a node under repair does that) is opened again at that peer, not at the refusing node.
+A broken call is ambiguous however gRPC reports it: UNAVAILABLE, CANCELLED by the transport,
+or INTERNAL "Internal error from Core" (its core failing a write when the node died under
+it; ``raftstream.proto.errors.from_rpc_error`` maps all three to ``UnavailableError``). Each
+resend waits first, 10 ms doubling to 100 ms, and they stop at the client's timeout from
+when the message was queued, failing it with its last error. So a leader failover under
+``publish_async`` costs time, not errors, for messages with a ``msg_id``; without one, a
+message in flight when its call broke fails with the (retriable) error, outcome unknown as
+above. Resent messages may be stored out of order relative to later ones; use
+``expected_last_seq`` / ``expected_last_subject_seq`` when order matters. ``completed()``
+waits until nothing is pending.
 """
 
 from __future__ import annotations
@@ -327,7 +329,8 @@ class Publisher:
         if self._pending == 0:
             self._idle.set()
 
-    async def _pipeline(self) -> Pipeline:
+    async def _pipeline(self, *, addr: str | None = None) -> Pipeline:
+        """The live PublishStream, else a new one (to ``addr`` first, when given)."""
         pipe = self._pipe
         if pipe is not None and not pipe.dead:
             return pipe
@@ -335,7 +338,7 @@ class Publisher:
             if self._pipe is None or self._pipe.dead:
                 # Through call(): a server that cannot be reached is skipped for the next.
                 stubs = await self._router.call(
-                    None, _connected, timeout_s=self._timeout_s, idempotent=True
+                    None, _connected, timeout_s=self._timeout_s, idempotent=True, addr=addr
                 )
                 self._pipe = Pipeline(
                     stubs.publish.PublishStream(),
@@ -398,7 +401,10 @@ class Publisher:
             if loop.time() + wait_s >= queued.deadline:
                 raise exc
             await asyncio.sleep(wait_s)
-            pipe = await self._pipeline()
+            # A call refused as a whole by a node that names a peer (NOT_LEADER while it is
+            # under repair): a new call goes there, not back to the refusing node.
+            hinted = exc.leader_addr if isinstance(exc, errors.NotLeaderError) else None
+            pipe = await self._pipeline(addr=hinted or None)
             entry.sent_at = 0.0
             pipe.submit(entry)
         except errors.RaftStreamError as failure:
