@@ -84,7 +84,9 @@ def test_an_ack_refused_for_streaming_calls_max_goes_as_a_unary_ack():
             serve_two(node)
             node.on(
                 "AckStream",
-                refusing(errors.LimitError("too many streaming calls", limit="streaming_calls_max")),
+                refusing(
+                    errors.LimitError("too many streaming calls", limit="streaming_calls_max")
+                ),
             )
 
             async def ack(req: Any, ctx: Any) -> pb.AckResponse:
@@ -112,7 +114,7 @@ def test_an_ack_refused_for_its_credentials_is_reported_once_and_not_sent_again(
             reported: list[errors.RaftStreamError] = []
             rs = await raftstream.connect([node.addr], timeout=5, error_cb=reported.append)
             async with rs:
-                m1, m2 = await fetched_two(rs)
+                m1, _ = await fetched_two(rs)
                 await m1.ack()
                 await wait_until(lambda: bool(reported), what="the refusal reported")
                 await asyncio.sleep(RESEND_SETTLE_S)
