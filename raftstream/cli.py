@@ -20,7 +20,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,7 +104,8 @@ def cli() -> None:
     "--local-cluster",
     type=click.IntRange(1, LOCAL_NODES_MAX),
     default=None,
-    help="Start N local nodes on 127.0.0.1:7101.. (data under --data, ./data).",
+    help="Start N local nodes on 127.0.0.1:7101.. (data under --data, ./data); a node that "
+    "fails is started again, the others serving on meanwhile.",
 )
 @click.option(
     "--join",
@@ -214,7 +215,7 @@ def _run_local_cluster(n: int, data: Path, log_level: str, *, tls: bool) -> None
     """Start ``n`` node processes, print how to reach them, stop them on Ctrl-C. ``tls``:
     first make a new throw-away CA and certificates under ``data/certs``."""
     # Imported here: other commands need not load the launcher's health-check stubs.
-    from raftstream.localcluster import NodeLauncher
+    from raftstream.localcluster import Keeper, NodeLauncher
 
     names = [f"n{i + 1}" for i in range(n)]
     addrs = {name: f"127.0.0.1:{LOCAL_FIRST_PORT + i}" for i, name in enumerate(names)}
@@ -230,24 +231,25 @@ def _run_local_cluster(n: int, data: Path, log_level: str, *, tls: bool) -> None
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
+        specs = {}
         for i, name in enumerate(names):
             files = None
             if certs is not None:
                 files = (certs.ca, certs.nodes[name].cert, certs.nodes[name].key)
-            nodes.spawn(
-                nodes.spec(
-                    name,
-                    metrics_listen=f"127.0.0.1:{LOCAL_METRICS_FIRST_PORT + i}",
-                    log_level=log_level,
-                    tls=files,
-                )
+            specs[name] = nodes.spec(
+                name,
+                metrics_listen=f"127.0.0.1:{LOCAL_METRICS_FIRST_PORT + i}",
+                log_level=log_level,
+                tls=files,
             )
-        _print_local_banner(n, data, certs)
-        while len(nodes.running()) == n:
+            nodes.spawn(specs[name])
+        _print_local_banner(n, data, certs, {m: nodes.pid(m) for m in names})
+        # A node that fails is started again; the others serve on (localcluster.Keeper).
+        keeper = Keeper(nodes, specs, say=lambda line: click.echo(f"raftstream: {line}", err=True))
+        while keeper.check():
             time.sleep(0.5)
-        gone = ", ".join(f"{m} (exit code {nodes.exited(m)})" for m in names if not nodes.alive(m))
-        click.echo(f"raftstream: node {gone} exited; stopping the others", err=True)
-        exit_code = 1
+        click.echo("raftstream: no node left running", err=True)
+        exit_code = 1 if keeper.failed else 0
     except KeyboardInterrupt:
         click.echo("\nraftstream: stopping the local cluster...", err=True)
         exit_code = 0
@@ -267,14 +269,17 @@ def _local_certs(n: int, out: Path) -> CertSet:
         sys.exit(2)
 
 
-def _print_local_banner(n: int, data: Path, certs: CertSet | None) -> None:
+def _print_local_banner(n: int, data: Path, certs: CertSet | None, pids: Mapping[str, int]) -> None:
     servers = [f"127.0.0.1:{LOCAL_FIRST_PORT + i}" for i in range(n)]
     tls = "mutual TLS" if certs is not None else "plaintext"
     click.echo(f"raftstream: local cluster of {n} nodes ({tls}), data under {data}")
     for i, s in enumerate(servers):
-        click.echo(
-            f"  n{i + 1}  {s}  metrics http://127.0.0.1:{LOCAL_METRICS_FIRST_PORT + i}/metrics"
-        )
+        metrics = f"http://127.0.0.1:{LOCAL_METRICS_FIRST_PORT + i}/metrics"
+        click.echo(f"  n{i + 1}  {s}  pid {pids[f'n{i + 1}']}  metrics {metrics}")
+    click.echo(
+        "A node that fails (try kill -9 on one) is started again with its data; the others "
+        "serve on meanwhile."
+    )
     tls_args = ""
     if certs is not None:
         client = certs.clients["client"]

@@ -40,11 +40,18 @@ from raftstream.localnet import READY_TIMEOUT_S, wait_for
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 
-__all__ = ["NodeLauncher", "NodeSpec", "config_argv", "die_with_parent"]
+__all__ = ["Keeper", "NodeLauncher", "NodeSpec", "config_argv", "die_with_parent"]
 
 PROBE_TIMEOUT_S = 1.0
 STOP_TIMEOUT_S = 20.0
 LOG_TAIL_LINES = 20
+# Keeper: a node that failed is started again after this long, doubling (up to the max) while
+# it keeps failing within RESTART_STEADY_S of its start; after RESTART_QUICK_FAILS_MAX such
+# failures in a row it is left stopped.
+RESTART_WAIT_S = 1.0
+RESTART_WAIT_MAX_S = 16.0
+RESTART_STEADY_S = 30.0
+RESTART_QUICK_FAILS_MAX = 5
 _PR_SET_PDEATHSIG = 1
 
 Metadata = tuple[tuple[str, str], ...]
@@ -406,3 +413,96 @@ class NodeLauncher:
         url = f"http://{metrics_addr}/metrics"
         with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S * 5) as resp:
             return str(resp.read().decode())
+
+
+@dataclass(slots=True)
+class _Kept:
+    started: float
+    quick_fails: int = 0
+    restart_at: float | None = None
+    done: bool = False  # left stopped: it exited with 0, or kept failing
+
+
+class Keeper:
+    """Keeps the nodes of ``raftstream server --local-cluster`` running, as a service
+    manager does (systemd's ``Restart=on-failure``): a node that exits by itself with a
+    failure (a crash, a kill -9, a refusal to start) is started again with the same settings
+    and data after ``RESTART_WAIT_S``, the wait doubling up to ``RESTART_WAIT_MAX_S`` while it
+    keeps failing within ``RESTART_STEADY_S`` of its start; after ``RESTART_QUICK_FAILS_MAX``
+    such failures in a row it is left stopped (its own output says why). A node that exits
+    with 0 (someone stopped it with SIGTERM) is left stopped. The other nodes serve on
+    throughout: a cluster of three keeps its quorum with one node down.
+
+    ``check()`` looks once (call it every half second or so from the thread that owns
+    ``nodes``); ``say`` gets one line per event. ``clock`` is for tests."""
+
+    def __init__(
+        self,
+        nodes: NodeLauncher,
+        specs: Mapping[str, NodeSpec],
+        *,
+        say: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._nodes = nodes
+        self._specs = dict(specs)
+        self._say = say
+        self._clock = clock
+        now = clock()
+        self._kept = {name: _Kept(started=now) for name in self._specs}
+
+    @property
+    def failed(self) -> list[str]:
+        """Nodes left stopped because they kept failing."""
+        return [n for n, k in self._kept.items() if k.done and k.quick_fails > 0]
+
+    def check(self) -> bool:
+        """Report exits and start again the nodes whose wait is over; False once no node
+        runs or waits to be started again."""
+        now = self._clock()
+        for name, kept in self._kept.items():
+            if kept.done:
+                continue
+            if kept.restart_at is not None:
+                if now >= kept.restart_at:
+                    self._start(name, kept, now)
+                continue
+            code = self._nodes.exited(name)
+            if code is not None:
+                self._exited(name, kept, code, now)
+        return any(not k.done for k in self._kept.values())
+
+    def _exited(self, name: str, kept: _Kept, code: int, now: float) -> None:
+        if code == 0:
+            kept.done = True
+            self._say(f"node {name} stopped (exit code 0); the others keep serving")
+            return
+        quick = now - kept.started < RESTART_STEADY_S
+        kept.quick_fails = kept.quick_fails + 1 if quick else 1
+        how = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
+        if kept.quick_fails >= RESTART_QUICK_FAILS_MAX:
+            kept.done = True
+            self._say(
+                f"node {name} exited ({how}), {kept.quick_fails} times in a row within "
+                f"{RESTART_STEADY_S:.0f} s of starting: left stopped (its output above says "
+                "why); the others keep serving"
+            )
+            return
+        wait_s = min(RESTART_WAIT_MAX_S, RESTART_WAIT_S * 2 ** (kept.quick_fails - 1))
+        kept.restart_at = now + wait_s
+        self._say(
+            f"node {name} exited ({how}); starting it again in {wait_s:g} s with its data "
+            f"under {self._specs[name].data}"
+        )
+
+    def _start(self, name: str, kept: _Kept, now: float) -> None:
+        kept.restart_at, kept.started = None, now
+        proc = self._nodes.spawn(self._specs[name])
+        self._say(f"node {name} started again (pid {proc.pid})")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

@@ -9,6 +9,7 @@ node as the same configuration, which is what ``load_config`` (the node's own pa
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,15 @@ import pytest
 from raftstream.certs import generate
 from raftstream.cluster.config import load_config
 from raftstream.errors import InvalidArgumentError
-from raftstream.localcluster import NodeLauncher, NodeSpec
+from raftstream.localcluster import (
+    RESTART_QUICK_FAILS_MAX,
+    RESTART_STEADY_S,
+    RESTART_WAIT_MAX_S,
+    RESTART_WAIT_S,
+    Keeper,
+    NodeLauncher,
+    NodeSpec,
+)
 from raftstream.localnet import free_port, wait_for
 
 FLAG_KEYS = {
@@ -120,3 +129,119 @@ def test_a_process_that_exits_by_itself_is_reported_with_its_log(launcher: NodeL
     assert "--- n1 (exited 3) ---\nbye" in str(err.value)
     launcher.stop_all()
     assert launcher.procs == {}
+
+
+# -- Keeper: what `server --local-cluster` does when a node exits ----------------------------
+
+
+class _StandIns(NodeLauncher):
+    """Starts a stand-in process for a node spec (no node: fast)."""
+
+    commands: dict[str, list[str]]
+
+    def spawn(self, spec: NodeSpec) -> subprocess.Popen[bytes]:
+        return self.start_process(spec.name, self.commands[spec.name])
+
+
+@pytest.fixture
+def stand_ins(tmp_path: Path) -> Iterator[_StandIns]:
+    nodes = _StandIns(tmp_path, {n: f"127.0.0.1:{free_port()}" for n in ("n1", "n2", "n3")})
+    nodes.commands = {n: SLEEPER for n in nodes.names}
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _keeper(nodes: _StandIns, clock: _Clock, said: list[str]) -> Keeper:
+    for name in nodes.names:
+        nodes.spawn(nodes.spec(name))
+    return Keeper(nodes, {n: nodes.spec(n) for n in nodes.names}, say=said.append, clock=clock)
+
+
+def _exits(nodes: _StandIns, name: str) -> None:
+    wait_for(f"{name} to exit", lambda: nodes.exited(name))
+
+
+def test_a_killed_node_is_started_again_after_a_wait_and_the_others_run_on(
+    stand_ins: _StandIns,
+) -> None:
+    clock, said = _Clock(), []
+    keeper = _keeper(stand_ins, clock, said)
+    clock.now += RESTART_STEADY_S  # it had run steadily
+    first = stand_ins.pid("n3")
+    stand_ins.procs["n3"].kill()
+    _exits(stand_ins, "n3")
+    assert keeper.check()
+    assert said == [
+        f"node n3 exited (killed by SIGKILL); starting it again in 1 s with its data under "
+        f"{stand_ins.root / 'n3'}"
+    ]
+    assert keeper.check() and len(said) == 1  # not before its wait is over
+    clock.now += RESTART_WAIT_S
+    assert keeper.check()
+    assert stand_ins.alive("n3") and stand_ins.pid("n3") != first
+    assert said[1] == f"node n3 started again (pid {stand_ins.pid('n3')})"
+    assert stand_ins.running() == ["n1", "n2", "n3"] and keeper.failed == []
+
+
+def test_a_node_that_keeps_failing_waits_longer_each_time_then_is_left_stopped(
+    stand_ins: _StandIns,
+) -> None:
+    clock, said = _Clock(), []
+    stand_ins.commands["n1"] = EXIT_3
+    keeper = _keeper(stand_ins, clock, said)
+    waits = []
+    for _ in range(RESTART_QUICK_FAILS_MAX - 1):
+        _exits(stand_ins, "n1")
+        assert keeper.check()
+        waits.append(float(said[-1].split("again in ")[1].split(" s")[0]))
+        clock.now += waits[-1]
+        assert keeper.check()  # started again: it fails again at once
+    assert waits == [1.0, 2.0, 4.0, 8.0]
+    _exits(stand_ins, "n1")
+    assert keeper.check()  # n2 and n3 still run
+    assert said[-1].startswith(
+        f"node n1 exited (exit code 3), {RESTART_QUICK_FAILS_MAX} times in a row"
+    )
+    assert keeper.failed == ["n1"]
+    clock.now += RESTART_WAIT_MAX_S
+    assert keeper.check() and not stand_ins.alive("n1")  # left stopped
+    assert stand_ins.running() == ["n2", "n3"]
+
+
+def test_a_node_failing_after_a_steady_run_starts_its_waits_over(stand_ins: _StandIns) -> None:
+    clock, said = _Clock(), []
+    keeper = _keeper(stand_ins, clock, said)
+    for _ in range(3):
+        stand_ins.procs["n2"].kill()
+        _exits(stand_ins, "n2")
+        keeper.check()
+        clock.now += RESTART_WAIT_S
+        keeper.check()  # started again
+        clock.now += RESTART_STEADY_S  # and runs steadily
+    assert [line for line in said if "again in" in line] == [
+        f"node n2 exited (killed by SIGKILL); starting it again in 1 s with its data under "
+        f"{stand_ins.root / 'n2'}"
+    ] * 3
+
+
+def test_a_node_stopped_cleanly_is_left_stopped_and_the_keeper_ends_with_the_last(
+    stand_ins: _StandIns,
+) -> None:
+    clock, said = _Clock(), []
+    stand_ins.commands = {n: [sys.executable, "-c", "pass"] for n in stand_ins.names}
+    keeper = _keeper(stand_ins, clock, said)
+    for name in stand_ins.names:
+        _exits(stand_ins, name)
+    assert not keeper.check()  # nothing runs or waits to be started
+    assert said == [f"node n{i} stopped (exit code 0); the others keep serving" for i in "123"]
+    assert keeper.failed == []
