@@ -550,12 +550,20 @@ class Client:
         return await self._call(stream, invoke, timeout=timeout, idempotent=True)
 
     async def update_consumer(
-        self, stream: str, config: ConsumerConfig, *, timeout: float | None = None
+        self,
+        stream: str,
+        config: ConsumerConfig | None = None,
+        *,
+        timeout: float | None = None,
+        **params: Any,
     ) -> ConsumerInfo:
-        """Change an existing consumer (named in ``config``); immutable fields are refused
-        by name, a missing consumer is ``NotFoundError``."""
-        check_durations_ns(config)
-        req = pb.UpdateConsumerRequest(stream=stream, config_json=json.dumps(config.to_dict()))
+        """Change an existing consumer (named in ``config`` and/or the JetStream field
+        ``params``, as ``add_consumer`` takes them: the complete new config); immutable
+        fields are refused by name, a missing consumer is ``NotFoundError``. A ``params`` key
+        that is no field is ``UnknownFieldError``, raised before anything is sent."""
+        cfg = config_with(ConsumerConfig, config, params)
+        check_durations_ns(cfg)
+        req = pb.UpdateConsumerRequest(stream=stream, config_json=json.dumps(cfg.to_dict()))
 
         async def invoke(stubs: Stubs, left_s: float) -> ConsumerInfo:
             return ConsumerInfo.from_pb(await stubs.consumers.UpdateConsumer(req, timeout=left_s))

@@ -20,6 +20,7 @@ import pytest
 import raftstream
 from raftstream import errors
 from raftstream._conn import ATTEMPT_TIME_MIN_S, NotConnectedError, _telling, not_sent
+from raftstream.config import UnknownFieldError
 from raftstream.msg import Msg
 from raftstream.proto import raftstream_pb2 as pb
 
@@ -669,5 +670,28 @@ def test_a_bytearray_or_memoryview_payload_is_published_as_its_bytes():
                     assert (await rs.publish("s", payload)).seq == 1
             sent = [c.request.data for c in node.calls_to("Publish")]
             assert sent and all(d == b"ab" for d in sent), sent
+
+    run(main())
+
+
+def test_update_consumer_takes_its_fields_as_keywords_like_add_consumer():
+    """The README: configs are given as a config object and/or their fields as keywords;
+    ``update_consumer`` took only the object (a TypeError for keywords, found by a user
+    review). An unknown keyword is refused by name before anything is sent."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            cinfo = consumer_info_pb("ORDERS", "C", {"durable_name": "C"})
+            node.on("UpdateConsumer", _answer(cinfo))
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                await rs.update_consumer("ORDERS", durable_name="C", max_deliver=3)
+                base = raftstream.ConsumerConfig(durable_name="C", ack_wait=5_000_000_000)
+                await rs.update_consumer("ORDERS", base, max_deliver=4)
+                with pytest.raises(UnknownFieldError) as err:
+                    await rs.update_consumer("ORDERS", durable_name="C", max_delivr=3)
+                assert err.value.field == "max_delivr" and "max_deliver" in str(err.value)
+            sent = [json.loads(c.request.config_json) for c in node.calls_to("UpdateConsumer")]
+            assert [(s["durable_name"], s["max_deliver"]) for s in sent] == [("C", 3), ("C", 4)]
+            assert sent[1]["ack_wait"] == 5_000_000_000
 
     run(main())
