@@ -147,6 +147,11 @@ def check_address(field: str, addr: object) -> str:
     """One ``host:port`` (``[::1]:7101`` for IPv6), as the node parses its own addresses."""
     if not isinstance(addr, str) or not addr:
         raise errors.InvalidArgumentError(field, f"an empty or non-string address: {addr!r}")
+    scheme, sep, _ = addr.partition("://")
+    if sep:  # nats://host:port, grpc://...: said as such, not as a misplaced IPv6 host
+        raise errors.InvalidArgumentError(
+            field, f"a host:port without a scheme ({scheme}:// is not spoken here), got {addr!r}"
+        )
     host, sep, port = addr.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

@@ -95,6 +95,11 @@ def _headers(items: tuple[str, ...], count: int) -> dict[str, str]:
         key, sep, value = item.partition(":")
         if not sep or not key.strip():
             raise click.BadParameter(f"expected KEY:VALUE, got {item!r}", param_hint="--header")
+        if key.strip() in out:  # the last would win silently
+            raise click.BadParameter(
+                f"{key.strip()!r} given twice: a message holds one value per header name",
+                param_hint="--header",
+            )
         out[key.strip()] = render(value.strip(), count)
     return out
 
@@ -228,6 +233,7 @@ def pub(
     payload = message_data(data, "DATA")
     for item in headers:
         text_arg(item, "--header")
+    _headers(headers, 1)  # refused before anything is sent
     if msg_id is not None:
         text_arg(msg_id, "--msg-id")
 

@@ -144,6 +144,17 @@ def test_a_malformed_server_address_is_a_usage_error_naming_where_it_came_from(
     usage_error(invoke(*args, env=env), flag)
 
 
+@pytest.mark.parametrize("url", ["nats://127.0.0.1:7101", "grpc://localhost:7101"])
+def test_a_url_is_refused_for_its_scheme_not_as_an_ipv6_host(url: str) -> None:
+    """A NATS user's habit (``-s nats://...``) was told "IPv6 hosts go in brackets"."""
+    usage_error(invoke("-s", url, "stream", "ls"), "--server", "without a scheme")
+
+
+def test_pub_refuses_a_header_given_twice_rather_than_keep_the_last() -> None:
+    res = invoke("pub", "orders.t", "x", "-H", "A:1", "-H", "A:2")
+    usage_error(res, "--header", "'A' given twice")
+
+
 def test_servers_from_flags_env_or_default_are_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAFTSTREAM_SERVERS", "")  # set but empty: as if unset
     assert Conn.from_options((), 5).servers == ("127.0.0.1:7101",)

@@ -441,6 +441,7 @@ def test_pause_consumer_refuses_a_time_that_is_not_in_the_future() -> None:
         ["127.0.0.1:"],
         [":7101"],
         ["::1:7101"],  # IPv6 without brackets
+        ["nats://127.0.0.1:7101"],  # a URL: refused for its scheme (was "IPv6 ... brackets")
         ["host name:7101"],
         [""],
         [],
