@@ -403,6 +403,9 @@ def _check_acks(cfg: ConsumerConfig) -> None:
         _set(cfg, "max_deliver", UNLIMITED)
     if cfg.max_deliver < UNLIMITED:
         raise _bad("max_deliver", "must be positive or -1 (unlimited)")
+    # JetStream (nats-server 2.10.23+, 2.11; PR #6154) refuses only fewer deliveries than
+    # backoff values: max_deliver == len(backoff) is accepted, although its error text still
+    # reads "max deliver is required to be > length of backoff values".
     if cfg.backoff and cfg.max_deliver != UNLIMITED and cfg.max_deliver < len(cfg.backoff):
         raise _bad("max_deliver", "must be >= the number of backoff values")
     _check_max_ack_pending(cfg)

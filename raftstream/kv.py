@@ -384,8 +384,9 @@ async def update_bucket(
 ) -> KeyValue:
     """``Client.update_key_value``: change the settings ``changes`` names (``_SETTINGS``'
     argument names but ``storage``, which a stream cannot change); every other field of the
-    bucket's stream stays as it is. The values are checked as ``bucket_stream_config``
-    checks them (naming the argument) before anything is sent."""
+    bucket's stream stays as it is, but for the duplicate window, which a new ``ttl`` sets
+    as a create sets it (2 minutes, or the TTL when shorter). The values are checked as
+    ``bucket_stream_config`` checks them (naming the argument) before anything is sent."""
     if "storage" in changes:
         raise errors.InvalidArgumentError(
             "storage", "cannot be changed: a bucket keeps the storage it was made with"
@@ -395,6 +396,11 @@ async def update_bucket(
         raise errors.InvalidArgumentError(unknown[0], "is not a bucket setting")
     given = bucket_stream_config(bucket, **changes)  # type: ignore[arg-type]
     fields = {field: getattr(given, field) for name, field in _SETTINGS if name in changes}
+    if "ttl" in changes:
+        # The duplicate window follows the TTL as on create: bucket_stream_config leaves it 0,
+        # which the node fills in by its one rule (2 min, or the TTL when shorter). Keeping
+        # the stored window instead would refuse a TTL under it, naming duplicate_window.
+        fields["duplicate_window"] = given.duplicate_window
     info = await _bucket_info(client, bucket, timeout=timeout)
     await client.update_stream(dataclasses.replace(info.config, **fields), timeout=timeout)
     return KeyValue(client, bucket)

@@ -230,6 +230,16 @@ def test_kv_edit_changes_the_settings_given(cluster: Any) -> None:
     ok(cluster, "kv", "rm", "KED", "-f")
 
 
+def test_kv_edit_takes_a_ttl_under_two_minutes_as_kv_add_does(cluster: Any) -> None:
+    """``kv add TTL2 --ttl 10m; kv edit TTL2 --ttl 30s`` was refused 'duplicate_window: must
+    not be larger than max_age' (a stream field the user never set) while ``kv add --ttl 1s``
+    worked: an edit of the TTL sets the duplicate window as ``add`` does (docs/cli.md)."""
+    ok(cluster, "kv", "add", "TTL2", "--ttl", "10m")
+    edited = json.loads(ok(cluster, "kv", "edit", "TTL2", "--ttl", "30s", "--json"))
+    assert edited["ttl"] == 30 * 10**9
+    ok(cluster, "kv", "rm", "TTL2", "-f")
+
+
 # -- a bucket no replica answered for ----------------------------------------------------------
 
 

@@ -156,7 +156,9 @@ def test_unknown_enum_value_is_refused() -> None:
 
 
 def test_backoff_rules() -> None:
-    """Backoff needs acks, positive values, and max_deliver >= its length."""
+    """Backoff needs acks, positive values, and max_deliver >= its length: equal is
+    accepted, as nats-server has it since 2.10.23 (TestJetStreamConsumerBackOff,
+    "backoff_with_max_deliver_equal"), despite its error text saying '>'."""
     refused("backoff[0]", backoff=(0,))
     refused("backoff", backoff=(NS_PER_S,), ack_policy="none")
     refused("max_deliver", backoff=(1, 2, 3), max_deliver=2)

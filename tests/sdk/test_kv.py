@@ -130,6 +130,34 @@ def test_update_key_value_changes_what_it_is_given_and_keeps_the_rest(
     run(body())
 
 
+def test_update_key_value_takes_a_ttl_under_the_two_minute_duplicate_window(
+    cluster: LocalCluster,
+) -> None:
+    """``kv add TTL2 --ttl 10m; kv edit TTL2 --ttl 30s`` and ``kv edit --ttl 1s`` of a bucket
+    kept forever (both were refused 'duplicate_window: must not be larger than max_age'): an
+    update of the TTL sets the duplicate window as a create does (2 min, or the TTL when
+    shorter), so the bucket is the one ``kv add --ttl`` makes."""
+
+    async def body() -> None:
+        async with connected(cluster) as rs:
+
+            async def ttl_and_window(bucket: str) -> tuple[int, int]:
+                cfg = (await rs.stream_info(f"KV_{bucket}")).config
+                return cfg.max_age, cfg.duplicate_window
+
+            await rs.create_key_value("TTL2", ttl=600)
+            await rs.update_key_value("TTL2", ttl=30)
+            assert await ttl_and_window("TTL2") == (30 * NS, 30 * NS)
+            await rs.update_key_value("TTL2", ttl=0)
+            assert await ttl_and_window("TTL2") == (0, 120 * NS)
+            await rs.create_key_value("FOREVER")
+            await rs.update_key_value("FOREVER", ttl=1)
+            await rs.create_key_value("TTL1", ttl=1)
+            assert await ttl_and_window("FOREVER") == await ttl_and_window("TTL1") == (NS, NS)
+
+    run(body())
+
+
 def test_create_update_delete_and_purge(cluster: LocalCluster) -> None:
     async def body() -> None:
         async with connected(cluster) as rs:

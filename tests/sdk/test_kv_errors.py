@@ -8,12 +8,15 @@ bucket is ``BucketNotFoundError`` naming the bucket on every path (open, delete,
 update, create, delete/purge markers, status, watch), never the ``KV_`` stream; a bucket
 that exists with other settings is ``AlreadyExistsError`` naming the bucket and the settings
 that differ; every bad ``create_key_value`` argument is ``InvalidArgumentError`` naming the
-argument, and nothing is sent; only streams made as buckets are buckets.
+argument, and nothing is sent; an update of the TTL sets the duplicate window as a create
+does (any TTL a create takes, an update takes), and a bad one names ``ttl``; only streams
+made as buckets are buckets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 from collections.abc import Awaitable, Callable
@@ -25,7 +28,8 @@ import raftstream
 from raftstream import errors
 from raftstream.client import Client
 from raftstream.config import StreamConfig
-from raftstream.kv import bucket_of, bucket_statuses, bucket_stream_config
+from raftstream.engine import stream_config as eng_stream
+from raftstream.kv import NS_PER_S, bucket_of, bucket_statuses, bucket_stream_config
 from raftstream.proto import raftstream_pb2 as pb
 
 from .fakes import FakeNode, Nodes
@@ -278,6 +282,86 @@ def test_good_create_arguments_pass_the_checks():
     )
     assert (cfg.max_age, cfg.storage.value, cfg.max_msgs_per_subject) == (10**8, "memory", 64)
     assert bucket_stream_config("OK", ttl=0).max_age == 0  # 0 and None: forever
+
+
+# -- 4. update_key_value: the duplicate window follows the ttl --------------------------------
+
+
+def _eng(cfg: StreamConfig) -> eng_stream.StreamConfig:
+    return eng_stream.StreamConfig.from_dict(cfg.to_dict())
+
+
+def _node_made(cfg: StreamConfig) -> StreamConfig:
+    """``cfg`` as the node stores it once created: its defaults (the duplicate window among
+    them) filled in by the engine's own rules."""
+    return StreamConfig.from_dict(eng_stream.check_create(_eng(cfg)).to_dict())
+
+
+@pytest.mark.parametrize(
+    ("made_ttl", "new_ttl", "window_s"),
+    [(600, 30, 30), (None, 1, 1), (600, 0.1, 0.1), (30, 600, 120), (30, 0, 120), (1, 90, 90)],
+)
+def test_an_update_of_the_ttl_sets_the_duplicate_window_as_a_create_does(
+    made_ttl: float | None, new_ttl: float, window_s: float
+) -> None:
+    """``kv add TTL2 --ttl 10m; kv edit TTL2 --ttl 30s`` (and ``kv edit --ttl 1s`` of a
+    bucket kept forever) was refused 'duplicate_window: must not be larger than max_age': the
+    update kept the 2-minute window the node gave the bucket at create. A create leaves the
+    window to the node's default (2 min, or the TTL when shorter, as nats.go's KV sets it),
+    and so does an update of the TTL: it leaves the bucket a create with that TTL makes. The
+    fake node answers by the engine's own update rules (``check_update``)."""
+    stored = _node_made(bucket_stream_config("TTL2", ttl=made_ttl, history=3))
+    updated: list[StreamConfig] = []
+
+    async def update(req: Any, ctx: Any) -> pb.StreamInfo:
+        new = eng_stream.StreamConfig.from_dict(json.loads(req.config_json))
+        cfg = eng_stream.check_update(_eng(stored), new)
+        updated.append(StreamConfig.from_dict(cfg.to_dict()))
+        return info_pb(updated[-1])
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            serve_info(node, stored)
+            node.on("UpdateStream", update)
+            async with await connected(node) as rs:
+                await rs.update_key_value("TTL2", ttl=new_ttl)
+
+    run(main())
+    assert updated == [_node_made(bucket_stream_config("TTL2", ttl=new_ttl or None, history=3))]
+    assert updated[0].duplicate_window == int(window_s * NS_PER_S)
+
+
+def test_an_update_that_changes_no_ttl_keeps_the_duplicate_window():
+    """``kv edit --history 4`` changes no TTL: the stream's window stays as it is."""
+    stored = dataclasses.replace(
+        _node_made(bucket_stream_config("W", ttl=600)), duplicate_window=5 * NS_PER_S
+    )
+
+    async def main() -> Any:
+        async with Nodes(1) as (node,):
+            serve_info(node, stored)
+            node.on("UpdateStream", lambda req, ctx: asyncio.sleep(0, info_pb(stored)))
+            async with await connected(node) as rs:
+                await rs.update_key_value("W", history=4)
+            (call,) = node.calls_to("UpdateStream")
+            return json.loads(call.request.config_json)
+
+    sent = run(main())
+    assert (sent["duplicate_window"], sent["max_msgs_per_subject"]) == (5 * NS_PER_S, 4)
+
+
+def test_a_bad_ttl_in_an_update_names_ttl_and_nothing_is_sent():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            serve_info(node, _node_made(bucket_stream_config("TTL2", ttl=600)))
+            async with await connected(node) as rs:
+                for value in [v for f, v, _ in BAD_ARGUMENTS if f == "ttl"]:
+                    with pytest.raises(errors.InvalidArgumentError) as e:
+                        await rs.update_key_value("TTL2", ttl=value)
+                    assert e.value.field == "ttl", value
+            assert node.calls_to("UpdateStream") == []
+
+    run(main())
 
 
 # -- 5. which streams are buckets ---------------------------------------------------------------
