@@ -3,12 +3,16 @@
 The client's first request names a push consumer (``ConsumeStart``; its ``queue`` must be
 the consumer's ``deliver_group``); the call must reach the stream leader (NOT_LEADER
 otherwise, before any response). An attached call is the consumer's interest: only attached
-calls drive delivery. Several calls on one consumer (a queue group) share its deliveries:
-each step hands out messages no other step handed out. They take turns: the stream wakes
-its attached calls in a rotating order, and while more than one is attached a step holds
-at most ``QUEUE_STEP_MSGS_MAX`` (32) deliveries, then lets the others go. Before, the call
-woken first took everything an apply brought (up to 256), every time: one member of a
-queue group got all the messages.
+calls drive delivery. Several calls on one consumer (a queue group's members) share its
+deliveries one message at a time in turn (``PushMembers``): the call that takes a step
+deals its deliveries round robin to every attached call, itself included, and each call
+sends what was dealt to it, in the order dealt. Every apply wakes every attached call and
+the first to run takes all there is, so without dealing one member of a queue group got a
+whole burst (smaller steps only split bursts larger than a step). A member whose client
+reads slowly holds what was dealt to it; with ``DEALT_MSGS_MAX`` unsent it is passed over
+until it catches up. What a call holds when it ends is not sent: like any unacked
+delivery, it is redelivered (to a member still attached) after ack wait. With one call
+attached a step is sent as it is, nothing dealt.
 
 A ``PushSession`` runs two tasks on the node's loop: the driver, which asks the leader copy
 for a push step (deliveries, a flow-control request when the window is used up, an idle
@@ -32,14 +36,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from raftstream.cluster.context import ServiceContext, account_of, caller_of
 from raftstream.cluster.convert import add_bounded
 from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.engine.consumer import Consumer
+from raftstream.engine.consumer_pull import Delivery
 from raftstream.engine.consumer_push import PushStep
 from raftstream.errors import (
     InvalidArgumentError,
@@ -50,18 +58,69 @@ from raftstream.errors import (
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import to_error_message
 
-__all__ = ["PushSession"]
+__all__ = ["PushMembers", "PushSession"]
 
 PUSH_QUEUE_RESPONSES_MAX = 64  # responses waiting for a slow client, per call
 PUSH_STEP_MSGS_MAX = 256  # deliveries per step (at most per response)
-# A step's deliveries while several calls are attached (a queue group): members take turns
-# in steps this small, so a backlog is shared rather than taken whole by the first woken.
-QUEUE_STEP_MSGS_MAX = 32
+# Deliveries dealt to a queue group's member and not yet sent: one this far behind is
+# passed over (a slow client slows its own share, not the group's).
+DEALT_MSGS_MAX = PUSH_STEP_MSGS_MAX
 PUSH_STEPS_UNCOMMITTED_MAX = 2  # steps sent before their Deliver ops committed, per call
 IDLE_WAIT_S_MAX = 1.0  # the driver looks at leadership at least this often
 STATUS_CONFLICT = 409
 
 AckOne = Callable[[pb.AckItem, str, float | None, bool], Awaitable[Any]]
+
+
+class PushMembers:
+    """The Consume calls attached to one leader copy of a push consumer (a queue group's
+    members), in the order they attached, and whose turn the next delivery is. Owned by the
+    node's loop; a rebuilt copy starts a new one (its old calls end: module docstring)."""
+
+    def __init__(self) -> None:
+        self._calls: list[PushSession] = []
+        self._turn = 0  # index in _calls of the call the next delivery goes to
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def join(self, call: PushSession) -> None:
+        self._calls.append(call)
+
+    def leave(self, call: PushSession) -> None:
+        """Idempotent. What was dealt to ``call`` stays with it (unsent, redelivered after
+        ack wait); the turn stays with the call that was next."""
+        with contextlib.suppress(ValueError):
+            i = self._calls.index(call)
+            del self._calls[i]
+            if i < self._turn:
+                self._turn -= 1
+            if self._turn >= len(self._calls):
+                self._turn = 0
+
+    def deal(self, deliveries: Sequence[Delivery], dealer: PushSession) -> None:
+        """Deal ``deliveries`` (in order) one at a time in turn onto the calls' ``_dealt``,
+        passing over a call holding ``DEALT_MSGS_MAX`` unsent but never ``dealer`` (it sends
+        its share right away; it also takes what no call has room for: these are handed out
+        already), and wake the calls dealt to."""
+        calls = self._calls
+        n = len(calls)
+        for d in deliveries:
+            to = dealer
+            for _ in range(n):
+                call = calls[self._turn]
+                self._turn = (self._turn + 1) % n
+                if call is dealer or len(call._dealt) < DEALT_MSGS_MAX:
+                    to = call
+                    break
+            to._dealt.append(d)
+        for call in calls:
+            if call is not dealer and call._dealt:
+                call._nudge.set()
+
+
+# The members of each leader copy attached to on this node (gone with the copy).
+_MEMBERS: weakref.WeakKeyDictionary[Consumer, PushMembers] = weakref.WeakKeyDictionary()
 
 
 class PushSession:
@@ -72,6 +131,8 @@ class PushSession:
         self._ack_one = ack_one
         self._out: asyncio.Queue[pb.ConsumeResponse] = asyncio.Queue(PUSH_QUEUE_RESPONSES_MAX)
         self._nudge = asyncio.Event()
+        # Deliveries dealt to this call by any member's step (its own too), sent in order.
+        self._dealt: collections.deque[Delivery] = collections.deque()
 
     async def run(
         self, requests: AsyncIterator[pb.ConsumeRequest], context: Any
@@ -109,30 +170,47 @@ class PushSession:
     async def _drive(
         self, g: StreamGroup, c: Consumer, waker: asyncio.Event, timeout_s: float
     ) -> None:
-        uncommitted: collections.deque[asyncio.Future[Any]] = collections.deque()
+        members = _MEMBERS.setdefault(c, PushMembers())
+        members.join(self)
         try:
-            while True:
-                await self._committed(uncommitted, PUSH_STEPS_UNCOMMITTED_MAX - 1)
-                if c.deleted or not g.ready or g.leader_consumer(c.name) is not c:
-                    raise PreconditionError("leadership changed or consumer deleted")
-                waker.clear()
-                self._nudge.clear()
-                shared = g.push_attached(c.name) > 1
-                step_max = QUEUE_STEP_MSGS_MAX if shared else PUSH_STEP_MSGS_MAX
-                step, commit = await g.push_step(c, step_max, timeout_s)
-                if commit is not None:
-                    uncommitted.append(commit)
-                await self._send(step)
-                if len(step.deliveries) < step_max:
-                    await self._wait(waker, step.wake_at_ns)
-                else:  # a full step: there may be more now (no apply will say so); the
-                    # other members' turns come first
-                    await asyncio.sleep(0)
+            await self._steps(g, c, waker, timeout_s, members)
         except RaftStreamError as exc:
+            members.leave(self)  # before the terminal status: nothing more is dealt to it
             reason = "Consumer Deleted" if c.deleted else f"Leadership Change ({exc.reason})"
             await self._out.put(
                 pb.ConsumeResponse(status=pb.PullStatus(code=STATUS_CONFLICT, description=reason))
             )
+        finally:
+            members.leave(self)
+
+    async def _steps(
+        self,
+        g: StreamGroup,
+        c: Consumer,
+        waker: asyncio.Event,
+        timeout_s: float,
+        members: PushMembers,
+    ) -> None:
+        uncommitted: collections.deque[asyncio.Future[Any]] = collections.deque()
+        while True:
+            await self._committed(uncommitted, PUSH_STEPS_UNCOMMITTED_MAX - 1)
+            if c.deleted or not g.ready or g.leader_consumer(c.name) is not c:
+                raise PreconditionError("leadership changed or consumer deleted")
+            waker.clear()
+            self._nudge.clear()
+            step, commit = await g.push_step(c, PUSH_STEP_MSGS_MAX, timeout_s)
+            if commit is not None:
+                uncommitted.append(commit)
+            taken = len(step.deliveries)
+            if len(members) > 1 or self._dealt:  # one call alone sends its step as it is
+                members.deal(step.deliveries, self)
+                step = dataclasses.replace(step, deliveries=tuple(self._dealt))
+                self._dealt.clear()
+            await self._send(step)
+            if taken < PUSH_STEP_MSGS_MAX:
+                await self._wait(waker, step.wake_at_ns)
+            else:  # a full step: there may be more now (no apply will say so)
+                await asyncio.sleep(0)
 
     @staticmethod
     async def _committed(uncommitted: collections.deque[asyncio.Future[Any]], left: int) -> None:

@@ -289,9 +289,9 @@ class StreamGroup:
         self._hand_over_began = False  # a transfer was seen since the hand-over started
         self._ops_inflight: set[asyncio.Future[Any]] = set()
         self._transfer_over = asyncio.Event()
-        # One per attached Consume call, woken in turn: the first woken takes what an apply
-        # brought, so the order rotates, and a queue group's members share the deliveries.
-        self._push_wakers: list[asyncio.Event] = []
+        # One per attached Consume call, set on every apply. Which call sends what a step
+        # takes is the calls' own business (a queue group deals it: services_push.py).
+        self._push_wakers: set[asyncio.Event] = set()
         self._attached: dict[str, int] = {}  # consumer -> attached Consume calls
         self._active_ns: dict[str, int] = {}  # consumer -> last request, ack or push step
         self._reaping: set[str] = set()  # inactive consumers whose deletion is in flight
@@ -448,10 +448,7 @@ class StreamGroup:
 
     def _applied(self) -> None:
         self._wake.set()
-        wakers = self._push_wakers
-        if len(wakers) > 1:
-            wakers.append(wakers.pop(0))
-        for w in wakers:
+        for w in self._push_wakers:
             w.set()
         if self._lead_term:
             self._sync_leader_copies()
@@ -848,13 +845,12 @@ class StreamGroup:
         """Attach a Consume call to ``consumer``: an event set on every apply (new
         messages, acks) that its session waits on. Detach with ``drop_push_waker``."""
         w = asyncio.Event()
-        self._push_wakers.append(w)
+        self._push_wakers.add(w)
         self._attached[consumer] = self._attached.get(consumer, 0) + 1
         return w
 
     def drop_push_waker(self, consumer: str, w: asyncio.Event) -> None:
-        with contextlib.suppress(ValueError):
-            self._push_wakers.remove(w)
+        self._push_wakers.discard(w)
         left = self._attached.get(consumer, 0) - 1
         if left > 0:
             self._attached[consumer] = left
@@ -864,10 +860,6 @@ class StreamGroup:
 
     def push_bound(self, consumer: str) -> bool:
         return self._attached.get(consumer, 0) > 0
-
-    def push_attached(self, consumer: str) -> int:
-        """Consume calls attached to ``consumer`` now (a queue group's members)."""
-        return self._attached.get(consumer, 0)
 
     async def push_step(
         self, c: Consumer, max_msgs: int, timeout_s: float | None
