@@ -397,10 +397,14 @@ def msg_json(msg: Msg) -> dict[str, Any]:
 async def _next(
     c: Client, stream: str, name: str, *, count: int, ack: bool, wait_s: float, as_json: bool
 ) -> None:
-    """Fetch up to ``count`` messages (one pull request per batch), print each (or one JSON
-    list at the end), ack when asked: acks are confirmed, so an acked message is not
-    delivered again. No message within ``wait_s`` is a TIMEOUT error. The consumer must
-    exist (NOT_FOUND otherwise: a mistyped name must not create a durable consumer)."""
+    """Fetch up to ``count`` messages, one pull request each, printing each as it comes (or
+    one JSON list at the end), ack when asked: acks are confirmed, so an acked message is
+    not delivered again. No message within ``wait_s`` is a TIMEOUT error. The consumer must
+    exist (NOT_FOUND otherwise: a mistyped name must not create a durable consumer).
+
+    One message per request, as the nats CLI does: a request for all ``count`` waited for
+    all of them, so 17 available of 1000 asked showed nothing until ``--wait`` passed, and
+    a Ctrl-C meanwhile left the 17 delivered but never shown (a user review)."""
     sub = await c.pull_subscribe_bind(stream, name)
     received: list[dict[str, Any]] = []
     # One wait for the whole command: a fetch that came back short was asked again with a
@@ -411,7 +415,7 @@ async def _next(
         if received and left_s < FETCH_LEFT_MIN_S:
             break  # fewer than asked: show what came
         try:
-            msgs = await sub.fetch(count - len(received), timeout=max(left_s, FETCH_LEFT_MIN_S))
+            msgs = await sub.fetch(1, timeout=max(left_s, FETCH_LEFT_MIN_S))
         except errors.DeadlineExceededError:
             if received:
                 break

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from raftstream.cli import cli
 
-from .runner import ok, rs
+from .runner import RAFTSTREAM, cli_env, ok, rs
 
 pytestmark = pytest.mark.integration
 
@@ -156,6 +156,32 @@ def test_consumer_add_next_ack_info_ls_rm(cluster: Any) -> None:
     assert "Deleted consumer WORK > worker" in ok(cluster, "consumer", "rm", "WORK", "worker", "-f")
     assert "No consumers on stream WORK" in ok(cluster, "consumer", "ls", "WORK")
     ok(cluster, "stream", "rm", "WORK", "-f")
+
+
+def test_consumer_next_prints_each_message_as_it_comes(cluster: Any) -> None:
+    """Two available of 100 asked, with a long --wait: both are on screen while the command
+    still waits for more, and a third published then is shown too (it printed nothing until
+    --wait passed, a user review)."""
+    ok(cluster, "stream", "add", "TRICKLE", "--subjects", "trickle.>", "--replicas", "3")
+    ok(cluster, "pub", "trickle.1", "drop {{Count}}", "--count", "2", "--quiet")
+    ok(cluster, "consumer", "add", "TRICKLE", "reader")
+    proc = subprocess.Popen(
+        [str(RAFTSTREAM), "consumer", "next", "TRICKLE", "reader", "--count", "100",
+         "--wait", "25"],  # one request within a node's 30 s cap: it ended only then
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        text=True, env=cli_env(cluster),
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(4)]  # a header line and a body each
+        assert [line.strip() for line in lines[1::2]] == ["drop 1", "drop 2"]
+        # Still waiting for the other 98: one published now comes (the whole request's
+        # answer came only when its wait was over, and the command ended with it).
+        ok(cluster, "pub", "trickle.1", "drop 3", "--quiet")
+        assert [proc.stdout.readline() for _ in range(2)][1].strip() == "drop 3"
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_consumer_push_config_file_pause_resume(cluster: Any, tmp_path: Path) -> None:
