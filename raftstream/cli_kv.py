@@ -327,13 +327,14 @@ def update_cmd(conn: Conn, bucket: str, key: str, value: str, revision: int, as_
 
 def _entry_json(e: KeyValueEntry) -> dict[str, Any]:
     """A key revision as JSON data: the value as ``stream get --json`` gives message data
-    (text when it is UTF-8, else base64: ``jsonable``)."""
+    (text when it is UTF-8, else base64: ``jsonable``); its time in ``created_ns``, as every
+    other time in the CLI's JSON (docs/cli.md "Output")."""
     return {
         "bucket": e.bucket,
         "key": e.key,
         "revision": e.revision,
         "operation": e.operation.value,
-        "created": fmt_time_ns(e.created_ns),
+        "created_ns": e.created_ns,
         "value": jsonable(e.value),
     }
 

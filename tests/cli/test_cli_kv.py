@@ -277,3 +277,17 @@ def test_a_bucket_no_replica_answered_for_is_not_shown_empty(monkeypatch: Any) -
     assert listed.exit_code == 0, listed.output
     (row,) = [line for line in listed.output.splitlines() if "LONE" in line]
     assert row.split()[1:2] == ["?"] and "offline: no replica answered" in row, row
+
+
+def test_kv_json_gives_a_revision_time_in_created_ns_as_every_other_json_time() -> None:
+    """docs/cli.md "Output": times are nanoseconds in ``..._ns`` fields, not JetStream's RFC
+    3339 ``created``; kv get/history/watch printed ``"created": "2026-...Z"`` (a user
+    review)."""
+    import raftstream.cli_kv as cli_kv
+    from raftstream.kv import KeyValueEntry
+
+    entry = KeyValueEntry(
+        bucket="CONFIG", key="a", value=b"1", revision=3, created_ns=1_700_000_000_123_456_789
+    )
+    as_json = cli_kv._entry_json(entry)
+    assert as_json["created_ns"] == 1_700_000_000_123_456_789 and "created" not in as_json
