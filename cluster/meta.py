@@ -701,7 +701,7 @@ def stream_exists_error(have: StreamConfig, asked: StreamConfig) -> AlreadyExist
     return AlreadyExistsError(
         f"stream {asked.name!r} already exists with a different configuration "
         f"({', '.join(differs)} differ{'s' if len(differs) == 1 else ''}: "
-        "update_stream changes a stream)",
+        "update the stream to change it: raftstream stream edit, or the SDK's update_stream)",
         field="name",
         differs=",".join(differs),
     )

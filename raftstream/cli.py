@@ -324,6 +324,8 @@ def certs(out_dir: str, nodes: str, clients: str, hosts: str, days: int, force: 
     def names(text: str) -> list[str]:
         return [v.strip() for v in text.split(",") if v.strip()]
 
+    if not names(nodes):  # it made a CA and no node certificate, and said nothing
+        raise click.BadParameter("at least one node name (n1,n2,n3)", param_hint="--nodes")
     try:
         made = generate(
             out_dir,

@@ -320,8 +320,8 @@ def peer_remove_cmd(conn: Conn, name: str, force: bool, allow_online: bool) -> N
             info = await c.cluster_info()
             if any(n.name == name and n.online for n in info.nodes):
                 fail(
-                    f"node {name} is online: peer-remove is for a dead node (stop it first, or"
-                    " pass --online to remove it anyway)"
+                    f"FAILED_PRECONDITION: node {name} is online: peer-remove is for a dead "
+                    "node (stop it first, or pass --online to remove it anyway)"
                 )
         confirm_or_refuse(f"remove node {name} from the cluster", force)
         return await c.remove_peer(name)

@@ -155,6 +155,14 @@ def test_pub_refuses_a_header_given_twice_rather_than_keep_the_last() -> None:
     usage_error(res, "--header", "'A' given twice")
 
 
+@pytest.mark.parametrize("nodes", ["", ",", " , "])
+def test_certs_without_a_node_name_is_a_usage_error(tmp_path: Path, nodes: str) -> None:
+    """It made a CA and no node certificate, and exited 0 (a user review)."""
+    out = tmp_path / "certs"
+    usage_error(invoke("certs", "--dir", str(out), "--nodes", nodes), "--nodes", "node name")
+    assert not out.exists()  # nothing made
+
+
 def test_servers_from_flags_env_or_default_are_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAFTSTREAM_SERVERS", "")  # set but empty: as if unset
     assert Conn.from_options((), 5).servers == ("127.0.0.1:7101",)

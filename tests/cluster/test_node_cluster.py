@@ -467,7 +467,10 @@ def test_creating_an_existing_stream_again_needs_no_live_nodes(cluster3: LocalCl
                 await js.add_stream(
                     StreamConfig(name="IDEM", subjects=("other.>",), num_replicas=3)
                 )
-            assert "(subjects differs: update_stream changes a stream)" in str(err.value)
+            assert (
+                "(subjects differs: update the stream to change it: raftstream stream edit, "
+                "or the SDK's update_stream)"
+            ) in str(err.value)
         finally:
             await js.close()
 
