@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.auth import AccountLimits
@@ -360,10 +360,7 @@ class MetaState:
         if existing is not None:
             if existing.config == e.config:
                 return ConsumerAdded(existing, created=False)
-            field = "durable_name" if e.config.durable_name else "name"
-            raise AlreadyExistsError(
-                f"consumer {name!r} already exists with a different configuration", field=field
-            )
+            raise consumer_exists_error(name, existing.config, e.config)
         limit = sa.config.max_consumers
         if limit > 0 and len(consumers) >= limit:
             raise LimitError(
@@ -695,9 +692,7 @@ def _page(items: list[_T], offset: int, limit: int) -> Page[_T]:
 def stream_exists_error(have: StreamConfig, asked: StreamConfig) -> AlreadyExistsError:
     """A create of stream ``asked`` refused because it exists as ``have``: names the fields
     that differ (both configs normalised by ``check_create``)."""
-    differs = [
-        f.name for f in dataclasses.fields(asked) if getattr(asked, f.name) != getattr(have, f.name)
-    ]
+    differs = _differing(have, asked)
     return AlreadyExistsError(
         f"stream {asked.name!r} already exists with a different configuration "
         f"({', '.join(differs)} differ{'s' if len(differs) == 1 else ''}: "
@@ -705,6 +700,29 @@ def stream_exists_error(have: StreamConfig, asked: StreamConfig) -> AlreadyExist
         field="name",
         differs=",".join(differs),
     )
+
+
+def consumer_exists_error(
+    name: str, have: ConsumerConfig, asked: ConsumerConfig
+) -> AlreadyExistsError:
+    """A create of consumer ``name`` as ``asked`` refused because it exists as ``have``:
+    names the fields that differ, as ``stream_exists_error`` does."""
+    differs = _differing(have, asked)
+    return AlreadyExistsError(
+        f"consumer {name!r} already exists with a different configuration "
+        f"({', '.join(differs)} differ{'s' if len(differs) == 1 else ''}: "
+        "update the consumer to change it: raftstream consumer edit, or the SDK's "
+        "update_consumer)",
+        field="durable_name" if asked.durable_name else "name",
+        differs=",".join(differs),
+    )
+
+
+def _differing(have: Any, asked: Any) -> list[str]:
+    """The fields of two configs of one dataclass whose values differ, in field order."""
+    return [
+        f.name for f in dataclasses.fields(asked) if getattr(asked, f.name) != getattr(have, f.name)
+    ]
 
 
 def check_account_limits(

@@ -274,6 +274,9 @@ def test_durable_names_are_unique_per_stream() -> None:
     assert again.assignment.created_ns == 4
     err = refused(state, add_consumer("S", "C", max_deliver=3), AlreadyExistsError)
     assert field_of(err) == "durable_name"
+    # It says which fields differ, as a stream's does (a user review).
+    assert "(max_deliver differs: update the consumer to change it" in str(err)
+    assert err.details["differs"] == "max_deliver"
 
 
 def test_same_consumer_name_on_two_streams_is_allowed() -> None:
