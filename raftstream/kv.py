@@ -595,6 +595,17 @@ class KeyValue:
             raise _wrong_last(key, last, exc) from None
         except errors.NotFoundError as exc:
             raise _as_bucket_error(self.bucket, exc) from None
+        except errors.LimitError as exc:
+            if exc.details.get("limit") != "max_msg_size":
+                raise
+            # Said in the bucket's terms: its stream's max_msg_size is the bucket's
+            # max_value_size (kv edit --max-value-size), which the user set by that name.
+            raise errors.LimitError(
+                f"the value of key {key!r} is larger than bucket {self.bucket!r}'s "
+                f"max_value_size allows ({exc})",
+                limit="max_value_size",
+                bucket=self.bucket,
+            ) from None
         return ack.seq
 
     async def put(self, key: str, value: bytes) -> int:

@@ -51,8 +51,11 @@ def test_buckets_are_streams_laid_out_as_jetstream_lays_them_out(cluster: LocalC
                 3600.0,
                 0,
             )
-            with pytest.raises(errors.LimitError):
+            with pytest.raises(errors.LimitError) as too_big:
                 await kv.put("k", b"x" * 2000)  # over max_value_size
+            # Named as the bucket's setting, not its stream's max_msg_size (a user review).
+            assert too_big.value.details["limit"] == "max_value_size"
+            assert "bucket 'CFG''s max_value_size" in str(too_big.value)
             await rs.delete_key_value("CFG")
 
             async def gone() -> bool | None:
