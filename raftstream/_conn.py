@@ -188,6 +188,9 @@ def not_sent(err: grpc.RpcError, addr: str) -> NotConnectedError | None:
     return None
 
 
+GRPC_DEADLINE = "Deadline Exceeded"  # the details of a call whose deadline gRPC enforced
+
+
 def _telling(last: errors.RaftStreamError, refusal: errors.RaftStreamError | None) -> Exception:
     """What a call whose attempts stopped raises: its last error, unless that says less than
     an earlier server's refusal (NOT_LEADER/NO_LEADER: nothing applied). A last attempt
@@ -466,6 +469,10 @@ class Router:
                     finally:
                         took[0] = loop.time() - started
         except errors.RaftStreamError as last:
+            if isinstance(last, errors.DeadlineExceededError) and last.message == GRPC_DEADLINE:
+                # gRPC's own words say neither whose answer was late nor after how long.
+                where = last.details.get("addr", "the server")
+                last.message = f"no answer from {where} within {timeout_s:g}s (the timeout)"
             raise _telling(last, refusal[0] if refusal else None) from None
         raise errors.InvariantError("tenacity ended without a result")  # pragma: no cover
 

@@ -239,8 +239,10 @@ def test_a_server_that_does_not_answer_loses_its_hint_and_its_turn_as_seed():
             silent.on("GetStreamInfo", hang)
             alive.on("GetStreamInfo", lambda req, ctx: _info(req.name))
             async with await raftstream.connect([silent.addr, alive.addr], timeout=5) as rs:
-                with pytest.raises(errors.DeadlineExceededError):
+                with pytest.raises(errors.DeadlineExceededError) as late:
                     await rs.stream_info("ORDERS", timeout=0.5)
+                # Whose answer was late and the timeout, not gRPC's bare "Deadline Exceeded".
+                assert str(late.value) == f"no answer from {silent.addr} within 0.5s (the timeout)"
                 await rs.stream_info("ORDERS", timeout=2)
             assert len(silent.calls_to("GetStreamInfo")) == 1
             assert len(alive.calls_to("GetStreamInfo")) == 1
