@@ -38,10 +38,16 @@ from raftstream._conn import not_sent
 from raftstream.proto import calls
 from raftstream.proto.errors import from_rpc_error
 
-__all__ = ["Entry", "Pipeline"]
+__all__ = ["Entry", "Pipeline", "streaming_refused"]
 
 # After a failed write, how long to wait for the status the server ended the call with.
 ENDED_STATUS_WAIT_S = 1.0
+
+
+def streaming_refused(exc: errors.RaftStreamError) -> bool:
+    """Whether a call was refused as a whole for the node's ``streaming_calls_max`` (nothing
+    applied; that limit does not count unary calls, so the owner may send unary instead)."""
+    return isinstance(exc, errors.LimitError) and exc.details.get("limit") == "streaming_calls_max"
 
 
 @dataclass(slots=True, eq=False)

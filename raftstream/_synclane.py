@@ -36,7 +36,7 @@ from typing import Any
 
 from raftstream import errors
 from raftstream._conn import Stubs
-from raftstream._pipeline import Entry, Pipeline
+from raftstream._pipeline import Entry, Pipeline, streaming_refused
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import from_error_message
 
@@ -172,6 +172,6 @@ def _fail(entry: Entry, exc: errors.RaftStreamError) -> None:
     docstring), or was refused as a whole before anything was read (``LaneRefused``)."""
     if entry.future.done():
         return
-    if isinstance(exc, errors.LimitError) and exc.details.get("limit") == "streaming_calls_max":
+    if streaming_refused(exc):
         exc = LaneRefused(str(exc))
     entry.future.set_exception(exc)

@@ -47,7 +47,7 @@ from raftstream._conn import (
     Router,
     Stubs,
 )
-from raftstream._pipeline import Entry, Pipeline
+from raftstream._pipeline import Entry, Pipeline, streaming_refused
 from raftstream.models import MsgMetadata
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import from_error_message
@@ -306,7 +306,7 @@ class Acker:
                 raise exc
             await asyncio.sleep(wait_s)
             self._router.learn(unsent.stream, exc)
-            if _streaming_refused(exc):
+            if streaming_refused(exc):
                 await self._send_unary(entry.request, unsent)
                 self._settle(entry, None)
                 return
@@ -383,14 +383,10 @@ class _Unsent:
     tries: int = 0
 
 
-def _streaming_refused(exc: errors.RaftStreamError) -> bool:
-    return isinstance(exc, errors.LimitError) and exc.details.get("limit") == "streaming_calls_max"
-
-
 def _worth_sending_again(exc: errors.RaftStreamError) -> bool:
     """Whether an unsent ack refused with ``exc`` may fare better elsewhere or later: not
     after a refusal for its credentials, or a closed client."""
-    return exc.retriable or _streaming_refused(exc)
+    return exc.retriable or streaming_refused(exc)
 
 
 class ErrorCallback(Protocol):
