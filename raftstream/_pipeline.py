@@ -34,14 +34,29 @@ from typing import Any
 import grpc
 
 from raftstream import errors
-from raftstream._conn import not_sent
+from raftstream._conn import RETRY_WAIT_INITIAL_S, RETRY_WAIT_MAX_S, not_sent
 from raftstream.proto import calls
 from raftstream.proto.errors import from_rpc_error
 
-__all__ = ["Entry", "Pipeline", "streaming_refused"]
+__all__ = ["Entry", "Pipeline", "streaming_refused", "wait_to_send_again"]
 
 # After a failed write, how long to wait for the status the server ended the call with.
 ENDED_STATUS_WAIT_S = 1.0
+# An entry an owner sends again waits this long first, doubling per earlier try up to the
+# max: the client's retry waits (_conn.py).
+RESEND_WAIT_INITIAL_S = RETRY_WAIT_INITIAL_S
+RESEND_WAIT_MAX_S = RETRY_WAIT_MAX_S
+
+
+async def wait_to_send_again(tries: int, deadline: float, last: errors.RaftStreamError) -> None:
+    """Before an owner sends an entry again (``tries`` times before): wait
+    ``RESEND_WAIT_INITIAL_S`` doubled per try, up to ``RESEND_WAIT_MAX_S``; raises ``last``,
+    the entry's latest failure, when that wait would pass its ``deadline`` (loop time)."""
+    loop = asyncio.get_running_loop()
+    wait_s = min(RESEND_WAIT_MAX_S, RESEND_WAIT_INITIAL_S * 2**tries)
+    if loop.time() + wait_s >= deadline:
+        raise last
+    await asyncio.sleep(wait_s)
 
 
 def streaming_refused(exc: errors.RaftStreamError) -> bool:

@@ -40,14 +40,8 @@ from types import MappingProxyType
 from typing import Protocol
 
 from raftstream import errors
-from raftstream._conn import (
-    RETRY_WAIT_INITIAL_S,
-    RETRY_WAIT_MAX_S,
-    NotConnectedError,
-    Router,
-    Stubs,
-)
-from raftstream._pipeline import Entry, Pipeline, streaming_refused
+from raftstream._conn import NotConnectedError, Router, Stubs
+from raftstream._pipeline import Entry, Pipeline, streaming_refused, wait_to_send_again
 from raftstream.models import MsgMetadata
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import from_error_message
@@ -65,10 +59,6 @@ ACK_BATCH_BYTES_MAX = 1024 * 1024
 ACK_OVERHEAD_BYTES = 16
 # How long closing a client waits for queued fire-and-forget acks to reach the server.
 ACK_FLUSH_TIMEOUT_S = 2.0
-# An ack sent again (nothing of it reached a server) waits this long first, doubling per try
-# up to the max: the client's retry waits (_conn.py).
-RESEND_WAIT_INITIAL_S = RETRY_WAIT_INITIAL_S
-RESEND_WAIT_MAX_S = RETRY_WAIT_MAX_S
 
 
 class AckSender(Protocol):
@@ -298,13 +288,9 @@ class Acker:
         refusal named (learned for its stream), or as a unary ``Ack`` when the node refused
         the call for its ``streaming_calls_max`` (that limit does not count unary calls)."""
         unsent: _Unsent = entry.context
-        loop = asyncio.get_running_loop()
-        wait_s = min(RESEND_WAIT_MAX_S, RESEND_WAIT_INITIAL_S * 2**unsent.tries)
         unsent.tries += 1
         try:
-            if loop.time() + wait_s >= unsent.deadline:
-                raise exc
-            await asyncio.sleep(wait_s)
+            await wait_to_send_again(unsent.tries - 1, unsent.deadline, exc)
             self._router.learn(unsent.stream, exc)
             if streaming_refused(exc):
                 await self._send_unary(entry.request, unsent)

@@ -44,14 +44,8 @@ from dataclasses import dataclass
 
 from raftstream import errors
 from raftstream._args import check_headers, check_int
-from raftstream._conn import (
-    RETRY_WAIT_INITIAL_S,
-    RETRY_WAIT_MAX_S,
-    NotConnectedError,
-    Router,
-    Stubs,
-)
-from raftstream._pipeline import Entry, Pipeline
+from raftstream._conn import NotConnectedError, Router, Stubs
+from raftstream._pipeline import Entry, Pipeline, wait_to_send_again
 from raftstream._places import Places
 from raftstream._synclane import NotImplementedLane, SyncLane
 from raftstream.models import PubAck
@@ -66,10 +60,6 @@ PAYLOAD_BYTES_CEILING = 64 * 1024 * 1024
 BATCH_MSGS_MAX = 1024
 BATCH_BYTES_MAX = 1024 * 1024
 REQUEST_OVERHEAD_BYTES = 32
-# A publish_async message sent again (refused NOT_LEADER/NO_LEADER, or its call broke) waits
-# this long first, doubling per resend up to the max: the client's retry waits (_conn.py).
-RESEND_WAIT_INITIAL_S = RETRY_WAIT_INITIAL_S
-RESEND_WAIT_MAX_S = RETRY_WAIT_MAX_S
 
 
 @dataclass(slots=True, kw_only=True)
@@ -388,19 +378,15 @@ class Publisher:
         task.add_done_callback(self._retries.discard)
 
     async def _resend(self, entry: Entry, exc: errors.RaftStreamError) -> None:
-        """After a wait that doubles with each resend of ``entry`` (``RESEND_WAIT_*``, as the
-        client's retries wait), submit it again to the pipeline (a new one if the call
+        """After a wait that doubles with each resend of ``entry`` (``wait_to_send_again``, as
+        the client's retries wait), submit it again to the pipeline (a new one if the call
         broke, on the next server when its server is gone): the node it reaches relays it
         to the stream's leader, which it has learned meanwhile. Failed with ``exc``, the
         last refusal, when the wait would pass the message's deadline."""
         queued: _Queued = entry.context
-        loop = asyncio.get_running_loop()
-        wait_s = min(RESEND_WAIT_MAX_S, RESEND_WAIT_INITIAL_S * 2**queued.resends)
         queued.resends += 1
         try:
-            if loop.time() + wait_s >= queued.deadline:
-                raise exc
-            await asyncio.sleep(wait_s)
+            await wait_to_send_again(queued.resends - 1, queued.deadline, exc)
             # A call refused as a whole by a node that names a peer (NOT_LEADER while it is
             # under repair): a new call goes there, not back to the refusing node.
             hinted = exc.leader_addr if isinstance(exc, errors.NotLeaderError) else None
