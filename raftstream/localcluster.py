@@ -420,7 +420,8 @@ class _Kept:
     started: float
     quick_fails: int = 0
     restart_at: float | None = None
-    done: bool = False  # left stopped: it exited with 0, or kept failing
+    # Left stopped: "stopped" (it exited with 0) or "failed" (it kept failing); "" while kept.
+    end: str = ""
 
 
 class Keeper:
@@ -454,14 +455,14 @@ class Keeper:
     @property
     def failed(self) -> list[str]:
         """Nodes left stopped because they kept failing."""
-        return [n for n, k in self._kept.items() if k.done and k.quick_fails > 0]
+        return [n for n, k in self._kept.items() if k.end == "failed"]
 
     def check(self) -> bool:
         """Report exits and start again the nodes whose wait is over; False once no node
         runs or waits to be started again."""
         now = self._clock()
         for name, kept in self._kept.items():
-            if kept.done:
+            if kept.end:
                 continue
             if kept.restart_at is not None:
                 if now >= kept.restart_at:
@@ -470,18 +471,18 @@ class Keeper:
             code = self._nodes.exited(name)
             if code is not None:
                 self._exited(name, kept, code, now)
-        return any(not k.done for k in self._kept.values())
+        return any(not k.end for k in self._kept.values())
 
     def _exited(self, name: str, kept: _Kept, code: int, now: float) -> None:
         if code == 0:
-            kept.done = True
+            kept.end = "stopped"
             self._say(f"node {name} stopped (exit code 0); the others keep serving")
             return
         quick = now - kept.started < RESTART_STEADY_S
         kept.quick_fails = kept.quick_fails + 1 if quick else 1
         how = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
         if kept.quick_fails >= RESTART_QUICK_FAILS_MAX:
-            kept.done = True
+            kept.end = "failed"
             self._say(
                 f"node {name} exited ({how}), {kept.quick_fails} times in a row within "
                 f"{RESTART_STEADY_S:.0f} s of starting: left stopped (its output above says "

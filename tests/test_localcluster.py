@@ -245,3 +245,20 @@ def test_a_node_stopped_cleanly_is_left_stopped_and_the_keeper_ends_with_the_las
     assert not keeper.check()  # nothing runs or waits to be started
     assert said == [f"node n{i} stopped (exit code 0); the others keep serving" for i in "123"]
     assert keeper.failed == []
+
+
+def test_a_node_stopped_cleanly_after_a_restart_is_not_counted_as_failed(
+    stand_ins: _StandIns,
+) -> None:
+    clock, said = _Clock(), []
+    keeper = _keeper(stand_ins, clock, said)
+    stand_ins.procs["n1"].kill()
+    _exits(stand_ins, "n1")
+    keeper.check()
+    clock.now += RESTART_WAIT_S
+    stand_ins.commands["n1"] = [sys.executable, "-c", "pass"]  # this time it stops cleanly
+    keeper.check()
+    _exits(stand_ins, "n1")
+    assert keeper.check()  # n2 and n3 run on
+    assert said[-1] == "node n1 stopped (exit code 0); the others keep serving"
+    assert keeper.failed == []

@@ -37,6 +37,13 @@ def serve_two(node: FakeNode) -> None:
     node.on("Fetch", fetch)
 
 
+def under_repair(peer: FakeNode) -> errors.NotLeaderError:
+    """The refusal of a node under repair: NOT_LEADER naming a peer to try."""
+    return errors.NotLeaderError(
+        "this node is rejoining the cluster: try n2", leader="n2", leader_addr=peer.addr
+    )
+
+
 def refusing(exc: errors.RaftStreamError) -> Any:
     def refuse(requests: Any, ctx: Any) -> Any:  # raises when called: the call is unaccepted
         raise exc
@@ -53,16 +60,7 @@ def test_an_ack_refused_with_its_call_goes_to_the_peer_the_refusal_names():
     async def main() -> None:
         async with Nodes(2) as (repairing, peer):
             serve_two(repairing)
-            repairing.on(
-                "AckStream",
-                refusing(
-                    errors.NotLeaderError(
-                        "this node is rejoining the cluster: try n2",
-                        leader="n2",
-                        leader_addr=peer.addr,
-                    )
-                ),
-            )
+            repairing.on("AckStream", refusing(under_repair(peer)))
             recorder = AckRecorder()
             peer.on("AckStream", recorder.handler)
             reported: list[errors.RaftStreamError] = []
@@ -127,16 +125,7 @@ def test_an_ack_refused_for_its_credentials_is_reported_once_and_not_sent_again(
 def test_publish_async_refused_with_its_call_is_sent_to_the_peer_the_refusal_names():
     async def main() -> None:
         async with Nodes(2) as (repairing, peer):
-            repairing.on(
-                "PublishStream",
-                refusing(
-                    errors.NotLeaderError(
-                        "this node is rejoining the cluster: try n2",
-                        leader="n2",
-                        leader_addr=peer.addr,
-                    )
-                ),
-            )
+            repairing.on("PublishStream", refusing(under_repair(peer)))
             peer.on("PublishStream", lane_handler(lambda req: pb.PubAck(stream="S", seq=7)))
             async with await raftstream.connect([repairing.addr], timeout=5) as rs:
                 ack = await asyncio.wait_for(await rs.publish_async("orders.1", b"x"), 5)
