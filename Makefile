@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/*.proto)
 SEEDS ?= 200
 
-.PHONY: install test test-spark-connect test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim chaos audit run certs fuzz clean
+.PHONY: install test test-spark-connect test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim chaos soak audit run certs fuzz clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "installing a Java runtime for Spark (apt)"; \
@@ -73,6 +73,12 @@ NODES ?= $(or $(CHAOS_SIZE),3)
 RUNS ?= $(or $(CHAOS_RUNS),1)
 chaos: install
 	CHAOS_SIZE=$(NODES) CHAOS_RUNS=$(RUNS) $(PY) -m raftstream.chaos
+
+# A soak: a local cluster under a steady mixed load for SOAK_TIME seconds (default 3600),
+# every process sampled; reports what grew (memory, fds, threads, CPU, data, backlogs) and
+# exits 1 if anything did or the client saw an error. Runs land in ./soak-runs (docs/chaos.md).
+soak: install
+	$(PY) -m raftstream.chaos.soak
 
 # The audit through a Spark Connect server (--remote sc://): a third Spark JVM, so not in `make test`.
 test-spark-connect: install
