@@ -793,9 +793,14 @@ class Client:
         when it is missing, ``ConsumerMismatchError`` when it is a push consumer."""
         return await _workflow.pull_subscribe_bind(self, stream, durable, timeout=timeout)
 
-    def _pull_subscription(self, stream: str, consumer: str) -> PullSubscription:
+    def _pull_subscription(
+        self, stream: str, consumer: str, *, ephemeral_created: bool = False
+    ) -> PullSubscription:
         async def consumer_info() -> ConsumerInfo:
             return await self.consumer_info(stream, consumer)
+
+        async def delete() -> bool:
+            return await self.delete_consumer(stream, consumer)
 
         return PullSubscription(
             router=self._router,
@@ -804,6 +809,7 @@ class Client:
             consumer=consumer,
             timeout_s=self._timeout_s,
             consumer_info=consumer_info,
+            delete=delete if ephemeral_created else None,
         )
 
     # -- push ---------------------------------------------------------------------------------

@@ -206,8 +206,11 @@ class PullSubscription:
         consumer: str,
         timeout_s: float,
         consumer_info: Callable[[], Awaitable[ConsumerInfo]],
+        delete: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self._router = router
+        self._delete = delete  # deletes the consumer at unsubscribe (an ephemeral we made)
+        self._closed = False
         self._acker = acker
         self._stream = stream
         self._consumer = consumer
@@ -254,6 +257,8 @@ class PullSubscription:
         """
         _check_batch(batch)
         timeout_s = check_seconds("timeout", timeout if timeout is not None else self._timeout_s)
+        if self._closed:
+            raise errors.SubscriptionClosedError("the subscription was unsubscribed")
         if heartbeat is not None:
             _check_heartbeat(heartbeat, timeout_s)
         loop = asyncio.get_running_loop()
@@ -336,6 +341,22 @@ class PullSubscription:
         for m in ahead.out.msgs:
             await m.nak()
         ahead.out.msgs.clear()
+
+    async def unsubscribe(self) -> None:
+        """End the subscription: the prefetched request is cancelled as by
+        ``cancel_prefetch``, and an ephemeral consumer that ``pull_subscribe`` created is
+        deleted (at once, rather than after its ``inactive_threshold``). A durable
+        consumer is kept, even one this subscription created: other workers may share it
+        (delete it with ``delete_consumer``). Later fetches raise
+        ``SubscriptionClosedError``. Raises the delete's error (the subscription is closed
+        either way); a consumer already gone is no error. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.cancel_prefetch()
+        if self._delete is not None:
+            with contextlib.suppress(errors.NotFoundError):
+                await self._delete()
 
     def _request_pb(self, batch: int, left_s: float, heartbeat: float | None) -> pb.FetchRequest:
         margin_s = min(left_s * EXPIRES_MARGIN_FRACTION, EXPIRES_MARGIN_MAX_S)

@@ -454,7 +454,9 @@ async def pull_subscribe(
             filter_subject=cfg.filter_subject
             or (subject if subject and not cfg.filter_subjects else None),
         )
-        info, _ = await create_or_bind(client, stream, new, fits, timeout)
+        info, created = await create_or_bind(client, stream, new, fits, timeout)
+        if created and not info.config.durable_name:
+            return client._pull_subscription(stream, info.name, ephemeral_created=True)
     return client._pull_subscription(stream, info.name)
 
 

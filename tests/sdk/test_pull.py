@@ -441,3 +441,74 @@ def test_a_fetch_longer_than_one_request_may_wait_is_a_series_of_requests(
             assert all(0 < r.expires_ns <= 0.3 * NS for r in requests)
 
     run(main())
+
+
+def _subscribe_node(node: FakeNode, *, missing: bool = False) -> None:
+    """ORDERS captures orders.new; CreateConsumer answers with the config it got (an
+    ephemeral gets the name "eph1"); DeleteConsumer answers NOT_FOUND when ``missing``."""
+
+    async def names(req: Any, ctx: Any) -> pb.StreamNamesResponse:
+        return pb.StreamNamesResponse(names=["ORDERS"], page=pb.Page(total=1))
+
+    async def info(req: Any, ctx: Any) -> Any:
+        raise errors.NotFoundError(f"consumer {req.consumer} not found")
+
+    async def create(req: Any, ctx: Any) -> pb.ConsumerInfo:
+        cfg = json.loads(req.config_json)
+        return consumer_info_pb(req.stream, cfg.get("durable_name") or "eph1", cfg)
+
+    async def delete(req: Any, ctx: Any) -> pb.DeleteConsumerResponse:
+        if missing:
+            raise errors.NotFoundError(f"consumer {req.consumer} not found")
+        return pb.DeleteConsumerResponse()
+
+    node.on("StreamNames", names)
+    node.on("GetConsumerInfo", info)
+    node.on("CreateConsumer", create)
+    node.on("DeleteConsumer", delete)
+
+
+def test_unsubscribe_deletes_the_ephemeral_consumer_it_created_and_closes():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            _subscribe_node(node)
+            fetches = FetchSequence([1], [2])
+            node.on("Fetch", fetches.handler)
+            recorder = AckRecorder()
+            node.on("AckStream", recorder.handler)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                sub = await rs.pull_subscribe("orders.new")
+                assert sub.consumer == "eph1"
+                await sub.fetch(1, timeout=5.0, prefetch=True)
+                await wait_until(lambda: len(fetches.requests) == 2, what="prefetch sent")
+                await asyncio.sleep(0.1)  # message 2 arrives on the outstanding request
+                await sub.unsubscribe()
+                await sub.unsubscribe()  # idempotent: one delete
+                with pytest.raises(errors.SubscriptionClosedError):
+                    await sub.fetch(1, timeout=1.0)
+                await wait_until(lambda: len(recorder.items) == 1, what="nak sent")
+            deletes = [
+                (c.request.stream, c.request.consumer) for c in node.calls_to("DeleteConsumer")
+            ]
+            assert deletes == [("ORDERS", "eph1")]
+            # What the prefetch brought goes back at once, as with cancel_prefetch.
+            assert [(a.reply, a.kind) for a in recorder.items] == [(ack_token(2), pb.ACK_KIND_NAK)]
+
+    run(main())
+
+
+def test_unsubscribe_keeps_a_durable_and_a_consumer_already_gone_is_no_error():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            _subscribe_node(node, missing=True)
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                durable = await rs.pull_subscribe("orders.new", "worker")
+                await durable.unsubscribe()  # created here, but others may share it
+                assert node.calls_to("DeleteConsumer") == []
+                with pytest.raises(errors.SubscriptionClosedError):
+                    await durable.fetch(1, timeout=1.0)
+                ephemeral = await rs.pull_subscribe("orders.new")
+                await ephemeral.unsubscribe()  # NOT_FOUND: removed meanwhile (inactivity)
+            assert len(node.calls_to("DeleteConsumer")) == 1
+
+    run(main())
