@@ -219,7 +219,7 @@ class _Load:
     async def churn(self) -> None:
         rs, name = self.rs, "SOAK_CHURN"
         await rs.add_stream(name=name, subjects=["churn.>"], num_replicas=min(3, self.cfg.size))
-        try:  # the ephemeral consumer goes with the stream
+        try:
             for i in range(100):
                 await rs.publish_async("churn.x", PAYLOAD, msg_id=f"churn-{i}")
             await rs.publish_async_completed()
@@ -230,6 +230,7 @@ class _Load:
                 for m in msgs:
                     await m.ack()
                 got += len(msgs)
+            await sub.unsubscribe()  # deletes the ephemeral consumer
         finally:
             await rs.delete_stream(name)
         self.result.counts["churn cycles"] += 1
