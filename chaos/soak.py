@@ -228,7 +228,7 @@ class _Load:
             while got < 100:
                 msgs = await sub.fetch(100 - got, timeout=5.0)
                 for m in msgs:
-                    await m.ack()
+                    await m.ack_sync()  # settled before the stream goes: no ack left in flight
                 got += len(msgs)
             await sub.unsubscribe()  # deletes the ephemeral consumer
         finally:
@@ -317,7 +317,13 @@ class _Sampler:
 async def _drive(cfg: SoakConfig, nodes: NodeLauncher, result: SoakResult) -> None:
     import raftstream
 
-    rs = await raftstream.connect(nodes.servers, timeout=10.0)
+    load: _Load | None = None
+
+    def failed_in_background(exc: errors.RaftStreamError) -> None:
+        if load is not None:  # a fire-and-forget ack or a subscription's failure
+            load.error("error_cb", exc)
+
+    rs = await raftstream.connect(nodes.servers, timeout=10.0, error_cb=failed_in_background)
     load = _Load(rs, cfg, result)
     started = time.monotonic()
     try:
