@@ -194,6 +194,9 @@ class ServiceContext:
 
     def hint_for(self, sa: StreamAssignment) -> UnavailableError:
         """NOT_LEADER (or NO_LEADER) for a request about ``sa`` that needs its leader."""
+        lost = self._lost(sa)
+        if lost is not None:
+            return lost
         g = self.groups.get(sa.group)
         if g is not None:
             err = g.not_leader()
@@ -206,18 +209,58 @@ class ServiceContext:
                 return self._without_quorum(sa) or err
         live = [p for p in sa.peers if not self.peer_down(p)]
         if not live:  # pointing at a node known down would only send the client there
-            nodes = ", ".join(sa.peers)
-            return NoLeaderError(
-                f"stream {sa.name!r} has no replica online: "
-                f"{'its node' if len(sa.peers) == 1 else 'its nodes'} {nodes} "
-                f"{'is' if len(sa.peers) == 1 else 'are'} offline",
-                group=sa.group,
-            )
+            return self._offline(sa)
         peer = live[0]
         return NotLeaderError(
             f"stream {sa.name!r} is not hosted here",
             leader=peer,
             leader_addr=self.client_addr(peer),
+        )
+
+    def unreachable(self, sa: StreamAssignment) -> NoLeaderError | None:
+        """NO_LEADER saying why, when as far as this node knows the stream's group cannot
+        have a leader now (its replicas lost to removed nodes, none of them online, or too
+        few for an election); None otherwise. Checked before a change that must reach the
+        group (a consumer's creation): refused at once, nothing proposed, where a proposal
+        would commit and then wait for the group until the client's timeout."""
+        if (lost := self._lost(sa)) is not None:
+            return lost
+        if not any(p == self.node_id or not self.peer_down(p) for p in sa.peers):
+            return self._offline(sa)
+        return self._without_quorum(sa)
+
+    def _offline(self, sa: StreamAssignment) -> NoLeaderError:
+        nodes = ", ".join(sa.peers)
+        return NoLeaderError(
+            f"stream {sa.name!r} has no replica online: "
+            f"{'its node' if len(sa.peers) == 1 else 'its nodes'} {nodes} "
+            f"{'is' if len(sa.peers) == 1 else 'are'} offline",
+            group=sa.group,
+        )
+
+    def _lost(self, sa: StreamAssignment) -> NoLeaderError | None:
+        """NO_LEADER for a group that lost a majority of its replicas to nodes removed from
+        the cluster (``peer-remove``) and down: no election can win and no repair can move
+        it (a membership change needs the old majority; ``cluster/placement.py``
+        ``plan_repairs``), so it says what brings the stream back."""
+        removed = [p for p in sa.peers if p in self.meta.state.removed_peers and self.peer_down(p)]
+        if len(sa.peers) - len(removed) >= len(sa.peers) // 2 + 1:
+            return None
+        which = ", ".join(removed)
+        what = (
+            f"its only replica was on node {which}, removed from the cluster"
+            if len(sa.peers) == 1
+            else f"{len(removed)} of its {len(sa.peers)} replicas "
+            f"{'was on a node' if len(removed) == 1 else 'were on nodes'} removed from the "
+            f"cluster ({which})"
+        )
+        them, it, its = (
+            ("the node", "it", "its") if len(removed) == 1 else ("them",) * 2 + ("their",)
+        )
+        return NoLeaderError(
+            f"stream {sa.name!r} is unavailable: {what}; to bring it back, `cluster peer-add`"
+            f" {them} and start {it} with {its} data, or delete the stream",
+            group=sa.group,
         )
 
     def _without_quorum(self, sa: StreamAssignment) -> NoLeaderError | None:

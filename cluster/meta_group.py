@@ -186,6 +186,14 @@ class MetaGroup:
         """Meta leader: propose the ``ReassignGroup`` entries that restore replica counts
         (one at a time, in order; a refused one is planned again on the next trigger)."""
         plan = plan_repairs(state=self.state, nodes=self._nodes(), ts_ns=now_ns())
+        for group in plan.stuck:
+            log.warning(
+                "not re-placing %s: a majority of its replicas were on removed nodes, so no"
+                " leader can move it; peer-add them and start them with their data, or"
+                " delete the stream",
+                group,
+                extra={"node": self.node_id},
+            )
         for entry in plan.entries:
             log.info("re-placing %s on %s", entry.stream, ",".join(entry.peers))
             await self.propose(entry, None)

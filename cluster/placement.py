@@ -233,8 +233,14 @@ def _too_few_live(replicas: int, up: int) -> LimitError:
 class RepairPlan:
     """``entries`` to propose, in order; ``short`` lists the groups that stay under their
     replica count after them (no qualifying live node to take a replica; plan again when
-    one comes back), and ``stuck`` the groups left with no peer at all, for which no entry
-    can be proposed (an R1 stream whose only node was removed, with no node to take it)."""
+    one comes back), and ``stuck`` the groups that lost a majority of their replicas to
+    removed nodes (an R1 stream whose only node was removed), for which no entry is
+    proposed: a membership change is made by the group's leader, and without a majority
+    of its members none can be elected, so new peers would only join a group that never
+    answers (and a stream would look empty on them). A removed node that still runs
+    (removed with ``--online``) counts as a member: it votes until its group moves off it.
+    Such a stream comes back when its nodes are re-admitted (``PeerAdd``) with their data,
+    or is deleted."""
 
     entries: tuple[ReassignGroup, ...]
     short: tuple[str, ...]
@@ -256,11 +262,15 @@ def plan_repairs(*, state: MetaState, nodes: Sequence[NodeInfo], ts_ns: int) -> 
     entries: list[ReassignGroup] = []
     short: list[str] = []
     stuck: list[str] = []
+    live = {n.name for n in nodes if n.live}
     for sa in state.all_streams():
-        peers = _repaired_peers(sa, nodes, assets, removed)
-        if not peers:
+        # A removed peer still running (``peer-remove --online``, a decommission) still
+        # votes, so its group's leader can move the replica away; a dead one never will.
+        voters = [p for p in sa.peers if p not in removed or p in live]
+        if len(voters) < len(sa.peers) // 2 + 1:
             stuck.append(sa.group)
             continue
+        peers = _repaired_peers(sa, nodes, assets, removed)
         if len(peers) < sa.config.num_replicas:
             short.append(sa.group)
         if peers == sa.peers:

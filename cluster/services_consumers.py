@@ -126,6 +126,20 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
                 check_update_dict(old, raw)
             raise
 
+    def _reachable(self, account: str, stream: str) -> None:
+        """Refuse at once, proposing nothing, a consumer change whose stream's group cannot
+        have a leader now (``ServerContext.unreachable``: its replicas offline or lost).
+        Proposed, it committed in the meta group and then waited for the group until the
+        client's timeout: the client was told TIMEOUT while the consumer was made once
+        the stream came back (a user review)."""
+        try:
+            sa = self._ctx.stream(account, stream)
+        except NotFoundError:
+            return  # the proposal answers NOT_FOUND, as before
+        err = self._ctx.unreachable(sa)
+        if err is not None:
+            raise err
+
     def _existing(self, account: str, stream: str, raw: Any) -> ConsumerConfig | None:
         if not isinstance(raw, dict):
             return None
@@ -154,6 +168,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         self._check(context, request.stream, manage=cfg.is_durable)
         if cfg.consumer_name is None:  # ephemeral: the leader names it before proposing
             cfg = with_changes(cfg, name=secrets.token_hex(EPHEMERAL_NAME_BYTES // 2).upper())
+        self._reachable(account, request.stream)
         name = cfg.consumer_name or ""
         exists = name in meta.state.consumer_names(account, request.stream).items
         now = time.time_ns()
@@ -185,6 +200,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         cfg = self._parsed(account_of(context), request.stream, parse_json(request.config_json))
         cfg = bound_consumer(cfg, self._ctx.config.limits)  # within the node's pull limits
         self._check(context, request.stream, manage=cfg.is_durable)
+        self._reachable(account_of(context), request.stream)
         entry = UpdateConsumer(
             account=account_of(context), stream=request.stream, config=cfg, ts_ns=time.time_ns()
         )

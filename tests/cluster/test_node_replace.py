@@ -174,3 +174,75 @@ def test_a_wiped_node_is_caught_when_the_whole_cluster_starts_at_once(
     assert not (cluster3.root / victim / CHECKING_MARKER).exists()
     cluster3.start(victim, "--join")
     cluster3.wait_serving(victim)
+
+
+def test_a_stream_whose_only_replica_went_with_a_removed_node_waits_for_it(
+    cluster3: LocalCluster,
+) -> None:
+    """An R1 stream on a node that dies and is removed (a user review): it was re-placed on
+    another node as an empty group that could never elect a leader (its only voter gone),
+    listed as a known, empty stream, with "no leader yet" errors; a consumer added while
+    its node was down answered TIMEOUT and was created once the node came back. Now: the
+    consumer is refused at once and never made, the stream is not re-placed, its errors say
+    what brings it back, and readmitting the node with its data does."""
+
+    def _meta_leader_not(host: str) -> str | None:
+        leader = cluster3.wait_meta_leader()
+        return leader if leader != host else None
+
+    async def body() -> None:
+        js = await raftstream.connect(servers=cluster3.servers, timeout=20)
+        try:
+            await js.add_stream(StreamConfig(name="LONE", subjects=("lone.>",)))
+            for i in range(3):
+                await js.publish("lone.x", b"%d" % i)
+            host = cluster3.stream_leader("LONE")
+            assert host is not None
+            others = [n for n in cluster3.names if n != host]
+            if cluster3.wait_meta_leader() == host:  # the meta leader must see it go
+                await js.meta_leader_stepdown(preferred=others[0])
+            leader = wait_for("a meta leader besides the host", lambda: _meta_leader_not(host))
+            cluster3.kill(host)
+            # The refusal rests on the meta leader's view; until it has seen the node down,
+            # a consumer may still be proposed (and made once the stream is back).
+            _wait_log(cluster3, leader, f"peer {host} (")
+            quick = await raftstream.connect(servers=[cluster3.addr(n) for n in others], timeout=2)
+            try:
+
+                async def consumer_refused(why: str) -> None:
+                    with pytest.raises(raftstream.errors.NoLeaderError) as err:
+                        await quick.add_consumer("LONE", durable_name="late")
+                    assert why in str(err.value), err.value
+
+                await retry_async(lambda: consumer_refused(f"its node {host} is offline"))
+                await retry_async(lambda: js.remove_peer(host))
+                removed = f"its only replica was on node {host}, removed from the cluster"
+
+                async def says_removed() -> None:
+                    with pytest.raises(raftstream.errors.NoLeaderError) as err:
+                        await quick.stream_info("LONE")
+                    assert removed in str(err.value) and "peer-add" in str(err.value)
+
+                await retry_async(says_removed)
+                await consumer_refused(removed)
+                (info,) = await quick.streams_info()  # not an empty stream on another node
+                assert (info.config.name, info.state_known) == ("LONE", False)
+            finally:
+                await quick.close()
+            _wait_log(cluster3, leader, "not re-placing S:$G:LONE")
+            assert "re-placing LONE" not in cluster3.nodes.log_tail(leader, 400)
+
+            cluster3.start(host)
+            _wait_log(cluster3, host, "this node was removed from the cluster")
+            assert await js.add_peer(host) is True
+            cluster3.wait_serving(host)
+
+            async def back() -> None:
+                assert (await js.stream_info("LONE")).state.messages == 3
+
+            await retry_async(back)
+            assert await js.consumer_names("LONE") == []  # the refused one was never made
+        finally:
+            await js.close()
+
+    run(body())

@@ -400,6 +400,8 @@ def test_repairs_respect_the_streams_placement() -> None:
     assert state.stream(ACC, "A").config == cfg.validate()
     state.apply(PeerRemove(peer="n1", ts_ns=5))
     ns = [
+        # n1 still runs (an R2 group with a dead member could not move: see below)
+        NodeInfo(name="n1", cluster="c1", tags=frozenset({"ssd"})),
         NodeInfo(name="n2", cluster="c1", tags=frozenset({"ssd"})),
         NodeInfo(name="n3", cluster="c1"),
         NodeInfo(name="n4", cluster="c1", tags=frozenset({"ssd"})),
@@ -419,6 +421,26 @@ def test_no_replacement_leaves_the_group_short_but_without_the_removed_peer() ->
     (entry,) = plan.entries
     assert entry.stream == "A" and entry.peers == ("n1", "n2")
     assert plan.short == ("S:$G:A",) and plan.stuck == ("S:$G:B",)
+
+
+def test_a_group_that_lost_a_majority_to_a_dead_removed_node_is_not_re_placed() -> None:
+    """New peers could only join a group that can never elect a leader (a membership change
+    needs the old majority): R1 and R2 groups on a removed node that is down are stuck
+    (no entry, the assignment kept, so the node's data brings them back after a PeerAdd);
+    an R3 group keeps its majority and is repaired; a removed node still running (a
+    decommission with --online) still votes, so even its R1 group is moved."""
+    state = MetaState()
+    state.apply(add_stream("ONE", "one", peers=("n3",)))
+    state.apply(add_stream("TWO", "two", peers=("n3", "n1")))
+    state.apply(add_stream("THREE", "three", peers=("n1", "n2", "n3")))
+    state.apply(PeerRemove(peer="n3", ts_ns=10))
+    down = [NodeInfo(name=f"n{i}", cluster="c1", live=i != 3) for i in range(1, 5)]
+    plan = plan_repairs(state=state, nodes=down, ts_ns=20)
+    assert [e.stream for e in plan.entries] == ["THREE"]
+    assert set(plan.stuck) == {"S:$G:ONE", "S:$G:TWO"}
+    running = plan_repairs(state=state, nodes=nodes(4), ts_ns=20)
+    assert {e.stream for e in running.entries} == {"ONE", "TWO", "THREE"}
+    assert running.stuck == ()
 
 
 def test_a_stale_repair_is_refused_on_apply() -> None:
@@ -458,9 +480,11 @@ def test_repair_plans_always_apply_and_never_name_a_removed_peer(
     for entry in plan.entries:
         state.apply(entry)
     state.check_invariants()
+    removed_live = removed in {n.name for n in ns}
     for sa in state.all_streams():
-        if sa.group in plan.stuck:
-            assert sa.peers == (removed,)
+        if sa.group in plan.stuck:  # left as it was: a majority of it on a dead node
+            assert not removed_live and removed in sa.peers
+            assert len(sa.peers) - 1 < len(sa.peers) // 2 + 1
             continue
         assert removed not in sa.peers
         assert sa.under_replicated == (sa.group in plan.short)
