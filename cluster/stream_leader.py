@@ -765,12 +765,15 @@ class StreamGroup:
         return c
 
     def _stale(self, c: Consumer) -> bool:
-        """Whether ``c`` is a copy this leader dropped and rebuilt since (a failed
-        proposal). A stale copy must decide nothing more: its ops would be proposed after
-        the new barrier, so the new copy, built from a replica that had not applied them
-        yet, would decide the same deliveries again, and applying both halts every replica
-        ("new delivery N is behind the cursor")."""
-        return bool(self._lead_term) and self._leaders.get(c.name) is not c
+        """Whether ``c`` is not the current leader copy: one this leader dropped (a failed
+        proposal, a change of term or leadership), rebuilt since or not yet. A stale copy
+        must decide nothing more: its ops would be proposed after the new barrier, so the
+        new copy, built from a replica that had not applied them yet, would decide the same
+        deliveries again, and applying both halts every replica ("new delivery N is behind
+        the cursor"). That includes the time between the drop and the new barrier's apply,
+        when there is no copy at all: a push call holds its copy across awaits (found by
+        the soak, ``chaos/soak.py``, with every replica halted)."""
+        return self._leaders.get(c.name) is not c
 
     def _stale_copy(self) -> UnavailableError:
         return UnavailableError("the consumer's leader state was rebuilt; retry")
@@ -793,7 +796,7 @@ class StreamGroup:
         NOT_LEADER, with nothing decided, when leadership moved)."""
         await self._await_transfer(timeout_s)
         if self._stale(c):
-            raise self._stale_copy()
+            raise self._stale_copy() if self.is_leader else self.not_leader()
         now = _now_ns()
         events = decide(now)
         self._active_ns[c.name] = now

@@ -32,7 +32,7 @@ from raftstream.cluster.services_consume import undelivered
 from raftstream.cluster.services_push import PUSH_STEPS_UNCOMMITTED_MAX, PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
-from raftstream.errors import NotLeaderError
+from raftstream.errors import NotLeaderError, UnavailableError
 from raftstream.raft.host import RaftHost
 from tests.raft.test_host import run, until
 
@@ -174,5 +174,43 @@ def test_push_steps_leave_before_their_deliver_ops_commit_two_at_most(
                 driver.cancel()
                 await asyncio.gather(driver, return_exceptions=True)
                 g.drop_push_waker("P", waker)
+
+    run(scenario)
+
+
+def test_a_dropped_copy_decides_nothing_while_the_new_one_is_being_built(
+    tmp_path: Path,
+) -> None:
+    """Regression (the soak, ``make soak``: every replica halted on "new delivery N is
+    behind the cursor" after 28 minutes). A push call holds its leader copy across awaits.
+    After a failed proposal dropped the copies, and before the new barrier applied, the
+    stale copy still counted as current (no copies at all then), so its next step decided
+    and proposed deliveries after the new barrier; the copy built at that barrier never
+    saw them, delivered the same messages again, and applying that halted the group."""
+
+    async def scenario() -> None:
+        async with single_node(tmp_path) as (host, g):
+            real = host.propose
+            held = held_proposals(host)
+            stale = g.leader_consumer("P")
+            pull = await g.open_pull("C", {"batch": 1, "no_wait": True}, 5.0)
+            pull.close()
+            host.propose = real  # type: ignore[method-assign]
+            held[0].set_exception(NotLeaderError("lost with a leader change"))
+            await until(lambda: not g.ready)  # the copies are dropped
+            g.check_leadership()  # the new barrier is proposed; it has not applied yet
+            with pytest.raises(UnavailableError):
+                await g.push_step(stale, 2, 5.0)
+            await until(lambda: leading(g))
+            fresh = g.leader_consumer("P")
+            replica = g.replica.consumers["P"]
+            assert fresh is not stale
+            assert replica.state.delivered_stream_seq == fresh.state.delivered_stream_seq == 0
+            step, commit = await g.push_step(fresh, 2, 5.0)
+            assert [d.stream_seq for d in step.deliveries] == [1, 2]
+            assert commit is not None
+            await commit
+            assert replica.state.delivered_stream_seq == 2
+            assert not host.status(g.group).halted
 
     run(scenario)
