@@ -23,9 +23,13 @@ and the growth verdict per series (``soak_samples.judge``; the first ``warmup_s`
 out, and a run whose window after it is under ``MIN_WINDOW_S`` gets no verdict). The node
 data directories are removed unless ``keep_data`` (the logs stay).
 
-Exit status: 0 when nothing grew and the client saw no error, 1 when a series grew, the
-client saw an error or a node exited, 2 when the run could not be carried out (a node
-that never started).
+A node log line at ERROR (a halted group, a failed task) fails the run too: the soak found
+a halted stream group that way. Ctrl-C or SIGTERM during the load stops it early; the
+report is still written, over what ran, and says so.
+
+Exit status: 0 when nothing grew, the client saw no error and the nodes logged none; 1
+when a series grew, the client saw an error, a node logged one or exited; 2 when the run
+could not be carried out (a node that never started) or was interrupted.
 """
 
 from __future__ import annotations
@@ -91,6 +95,8 @@ class SoakResult:
     error_examples: dict[str, list[str]] = field(default_factory=dict)
     trends: list[Trend] = field(default_factory=list)
     node_exits: dict[str, int] = field(default_factory=dict)
+    node_errors: list[str] = field(default_factory=list)  # ERROR lines of the nodes' logs
+    interrupted: bool = False
     elapsed_s: float = 0.0
 
     @property
@@ -99,7 +105,9 @@ class SoakResult:
 
     @property
     def ok(self) -> bool:
-        return not self.growing and not self.errors and not self.node_exits
+        return not (
+            self.growing or self.errors or self.node_exits or self.node_errors or self.interrupted
+        )
 
 
 class _Load:
@@ -118,8 +126,19 @@ class _Load:
         if len(kept) < ERRORS_KEPT:
             kept.append(f"{time.strftime('%H:%M:%S')} {exc}")
 
-    async def every(self, where: str, period_s: float, step: Callable[[], Awaitable[None]]) -> None:
-        """Run ``step`` every ``period_s`` until stopping; an error is counted, not fatal."""
+    async def every(
+        self,
+        where: str,
+        period_s: float,
+        step: Callable[[], Awaitable[None]],
+        *,
+        wait_first: bool = False,
+    ) -> None:
+        """Run ``step`` every ``period_s`` until stopping (``wait_first``: a period from
+        now first); an error is counted, not fatal."""
+        if wait_first:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), period_s)
         while not self.stopping.is_set():
             started = time.monotonic()
             try:
@@ -259,9 +278,9 @@ class _Load:
             self.every("kv", 0.05, self.kv_ops),
         ]
         if cfg.churn_s:
-            work.append(self.every("churn", cfg.churn_s, self.churn))
+            work.append(self.every("churn", cfg.churn_s, self.churn, wait_first=True))
         if cfg.step_down_s:
-            work.append(self.every("step-down", cfg.step_down_s, self.step_down))
+            work.append(self.every("step-down", cfg.step_down_s, self.step_down, wait_first=True))
         return work
 
 
@@ -326,6 +345,10 @@ async def _drive(cfg: SoakConfig, nodes: NodeLauncher, result: SoakResult) -> No
     rs = await raftstream.connect(nodes.servers, timeout=10.0, error_cb=failed_in_background)
     load = _Load(rs, cfg, result)
     started = time.monotonic()
+    interrupt = asyncio.Event()  # Ctrl-C or SIGTERM: stop early, still report
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupt.set)
     try:
         await load.setup()
         with (result.run_dir / "samples.csv").open("w", newline="") as out:
@@ -338,7 +361,12 @@ async def _drive(cfg: SoakConfig, nodes: NodeLauncher, result: SoakResult) -> No
                     if exits:
                         result.node_exits.update(exits)
                         break
-                    await asyncio.sleep(min(cfg.sample_s, max(0.0, cfg.duration_s - t)))
+                    with contextlib.suppress(TimeoutError):
+                        wait_s = min(cfg.sample_s, max(0.0, cfg.duration_s - t))
+                        await asyncio.wait_for(interrupt.wait(), wait_s)
+                    if interrupt.is_set():
+                        result.interrupted = True
+                        break
             finally:
                 load.stopping.set()
                 _, slow = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
@@ -351,6 +379,8 @@ async def _drive(cfg: SoakConfig, nodes: NodeLauncher, result: SoakResult) -> No
         for sub in load.push:
             await sub.unsubscribe()
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
         result.elapsed_s = time.monotonic() - started
         await rs.close()
 
@@ -374,11 +404,24 @@ def run_soak(cfg: SoakConfig) -> SoakResult:
         asyncio.run(_drive(cfg, nodes, result))
     finally:
         nodes.close()
+        result.node_errors = _log_errors(run_dir, names)
         if not cfg.keep_data:
             for name in names:
                 shutil.rmtree(run_dir / name, ignore_errors=True)
     _write_report(cfg, result)
     return result
+
+
+def _log_errors(run_dir: Path, names: list[str]) -> list[str]:
+    """The ERROR lines of the nodes' logs (a halted group, a failed task), each prefixed
+    with its node's name."""
+    out = []
+    for name in names:
+        path = run_dir / f"{name}.log"
+        if path.exists():
+            with path.open(errors="replace") as f:
+                out += [f"{name}: {line.rstrip()}" for line in f if " ERROR " in line]
+    return out
 
 
 def _human(metric: str, value: float) -> str:
@@ -397,8 +440,13 @@ def _write_report(cfg: SoakConfig, result: SoakResult) -> None:
         "",
         "workload: " + ", ".join(f"{k} {v:,}" for k, v in sorted(result.counts.items())),
     ]
+    if result.interrupted:
+        lines.append("INTERRUPTED before the end (Ctrl-C or SIGTERM)")
     if result.node_exits:
         lines.append(f"NODES EXITED: {result.node_exits}")
+    if result.node_errors:
+        lines.append(f"ERRORS in the node logs: {len(result.node_errors)}, the first:")
+        lines += [f"  {line[:300]}" for line in result.node_errors[:ERRORS_KEPT]]
     if result.errors:
         lines.append("ERRORS the client saw:")
         for kind, n in result.errors.most_common():
@@ -424,6 +472,8 @@ def _write_report(cfg: SoakConfig, result: SoakResult) -> None:
         "errors": dict(result.errors),
         "error_examples": result.error_examples,
         "node_exits": result.node_exits,
+        "node_errors": result.node_errors,
+        "interrupted": result.interrupted,
         "trends": [{**asdict(t), "growth": t.growth} for t in result.trends],
     }
     (result.run_dir / "report.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -499,8 +549,9 @@ def _write_report(cfg: SoakConfig, result: SoakResult) -> None:
 @click.option("--keep-data", is_flag=True, help="Keep the nodes' data directories.")
 def main(**options: Any) -> None:
     """Run a local cluster under a steady mixed load for --time seconds, sampling every
-    process, and report what grew. Exit 0: nothing grew and no error; 1: a series grew, an
-    error, or a node exited; 2: the run could not be carried out."""
+    process, and report what grew. Exit 0: nothing grew and no error; 1: a series grew, the
+    client saw an error, a node logged one or exited; 2: the run could not be carried out,
+    or was interrupted (Ctrl-C, SIGTERM: the report covers what ran)."""
     cfg = SoakConfig(**options)
     # SIGTERM (``timeout``, a CI job's end) stops a soak as Ctrl-C does, so it still stops
     # its node processes.
@@ -512,6 +563,8 @@ def main(**options: Any) -> None:
         sys.exit(2)
     click.echo((result.run_dir / "report.txt").read_text())
     click.echo(f"samples, report and node logs under {result.run_dir}")
+    if result.interrupted:
+        sys.exit(2)
     if not result.ok:
         sys.exit(1)
 

@@ -79,6 +79,7 @@ def test_a_short_soak_runs_every_part_and_cleans_up(tmp_path: Path) -> None:
     report = (result.run_dir / "report.txt").read_text()
     assert result.errors == {}, report
     assert result.node_exits == {}, report
+    assert result.node_errors == [] and not result.interrupted, report
     for part in ("published", "published sync", "pull acked", "push acked", "kv puts",
                  "churn cycles", "step-downs"):  # fmt: skip
         assert result.counts[part] > 0, (part, report)
