@@ -8,7 +8,8 @@ from ``finally``, from ``atexit`` and, on Linux, the kernel kills the nodes by i
 driver dies first (``PR_SET_PDEATHSIG``), so no node outlives a benchmark.
 
 What is the benchmark's own here: a metrics port per node and the pids and CPU time of the
-nodes for CPU accounting. (Not ``raftstream server --local-cluster``: fixed ports 7101..)
+nodes for CPU accounting. (Not ``raftstream server --local-cluster``: its ports are given,
+these are free ones.)
 """
 
 from __future__ import annotations

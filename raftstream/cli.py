@@ -6,11 +6,12 @@ node code (``raftstream.cluster``) is imported lazily inside ``server``: the SDK
 other commands never load it.
 
 ``raftstream server`` runs one node (flags, or ``--config node.toml``, or both: flags win),
-or with ``--local-cluster N`` starts N node processes on 127.0.0.1 for development, prints
+or with ``--local-cluster N`` starts N node processes on this machine for development, prints
 how to reach them and stops them all on Ctrl-C (``--tls``: with throw-away certificates
 made under ``<data>/certs``). ``raftstream certs`` makes such certificates (docs/tls.md).
 The processes are started and stopped by ``raftstream.localcluster`` (the launcher the
-benchmark, the tests and the chaos harness share); the fixed ports, the banner, the
+benchmark, the tests and the chaos harness share); the ports (n1 on ``--listen``, default
+127.0.0.1:7101, the others on the next ones; metrics 2000 above), the banner, the
 certificates and Ctrl-C are this command's own.
 """
 
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from raftstream._args import PORT_MAX, check_address
 from raftstream.audit.cli import audit
 from raftstream.cli_auth import auth
 from raftstream.cli_bench import bench
@@ -42,8 +44,10 @@ if TYPE_CHECKING:
 
 __all__ = ["cli", "main"]
 
+LOCAL_HOST = "127.0.0.1"
 LOCAL_FIRST_PORT = 7101
-LOCAL_METRICS_FIRST_PORT = 9101
+# Each local node's metrics port is this far above its client port (7101 -> 9101).
+LOCAL_METRICS_PORT_OFFSET = 2000
 LOCAL_STOP_WAIT_S = 10.0
 LOCAL_NODES_MAX = 7
 
@@ -56,8 +60,11 @@ Example (a 3-node cluster; run the same with n2 and n3 on their own addresses):
       --metrics-listen 127.0.0.1:9101
 \b
 Or everything on this machine at once (--tls: mutual TLS, certificates made under
-./data/certs):
-  raftstream server --local-cluster 3 --data ./data [--tls]
+./data/certs), n1 on 127.0.0.1:7101 and the others on the next ports (metrics on
+9101..), or from another first address with --listen (n1 on 127.0.0.1:7201, n2 on 7202,
+... metrics on 9201..); --name, --peers, --config, --join, --cluster-name, --tags and
+--tls-ca/--tls-cert/--tls-key are for one node:
+  raftstream server --local-cluster 3 --data ./data [--tls] [--listen 127.0.0.1:7201]
 \b
 A node whose data was lost (or a new machine under its name) comes back empty with --join:
 it rejoins every group as a new member (docs/operations.md).
@@ -84,10 +91,18 @@ def cli() -> None:
 
 @cli.command(help=SERVER_HELP)
 @click.option("--name", help="This node's name (must appear in --peers).")
-@click.option("--listen", help="host:port for the client API and the Raft service.")
+@click.option(
+    "--listen",
+    help="host:port for the client API and the Raft service (with --local-cluster: n1's; "
+    "the other nodes take the next ports).",
+)
 @click.option("--data", type=click.Path(file_okay=False), help="Data directory.")
 @click.option("--peers", help="Every node: n1=host:port,n2=host:port,...")
-@click.option("--metrics-listen", help="host:port for Prometheus /metrics.")
+@click.option(
+    "--metrics-listen",
+    help="host:port for Prometheus /metrics (with --local-cluster: n1's, the others on the "
+    "next ports; default 2000 above each node's --listen port).",
+)
 @click.option("--cluster-name", help="The cluster's name (placement.cluster matches it).")
 @click.option("--tags", help="This node's placement tags, comma-separated.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file.")
@@ -104,8 +119,9 @@ def cli() -> None:
     "--local-cluster",
     type=click.IntRange(1, LOCAL_NODES_MAX),
     default=None,
-    help="Start N local nodes on 127.0.0.1:7101.. (data under --data, ./data); a node that "
-    "fails is started again, the others serving on meanwhile.",
+    help="Start N local nodes, n1 on --listen (default 127.0.0.1:7101), the others on the "
+    "next ports (data under --data, ./data); a node that fails is started again, the others "
+    "serving on meanwhile.",
 )
 @click.option(
     "--join",
@@ -139,13 +155,28 @@ def server(
     log_level: str,
 ) -> None:
     if local_cluster is not None:
-        _run_local_cluster(local_cluster, Path(data or "./data"), log_level, tls=local_tls)
+        one_node = {
+            "--name": name,
+            "--peers": peers,
+            "--config": config_path,
+            "--join": join,
+            "--cluster-name": cluster_name,
+            "--tags": tags,
+            "--tls-ca": tls_ca,
+            "--tls-cert": tls_cert,
+            "--tls-key": tls_key,
+        }
+        for flag, given in one_node.items():
+            if given:  # it was ignored: the local cluster names and configures its nodes
+                hint = " (--tls makes the local cluster's certificates)" if "tls" in flag else ""
+                raise click.UsageError(f"{flag} is for one node, not --local-cluster{hint}")
+        addrs, metrics = local_addresses(local_cluster, listen, metrics_listen)
+        _run_local_cluster(
+            Path(data or "./data"), addrs, metrics, log_level=log_level, tls=local_tls
+        )
         return
     if local_tls:
         click.echo("raftstream server: --tls goes with --local-cluster", err=True)
-        sys.exit(2)
-    if join and local_cluster is not None:
-        click.echo("raftstream server: --join is for one node, not --local-cluster", err=True)
         sys.exit(2)
     # Imported here: the node is not part of the SDK (layering: the SDK never loads it).
     import asyncio
@@ -211,15 +242,64 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _run_local_cluster(n: int, data: Path, log_level: str, *, tls: bool) -> None:
-    """Start ``n`` node processes, print how to reach them, stop them on Ctrl-C. ``tls``:
-    first make a new throw-away CA and certificates under ``data/certs``."""
+def local_addresses(
+    n: int, listen: str | None, metrics_listen: str | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The client and metrics addresses of the ``n`` local nodes, by name (n1, n2, ...): n1
+    on ``listen`` (default 127.0.0.1:7101), the others on the next ports of its host;
+    metrics likewise from ``metrics_listen``, by default 2000 above each client port on
+    the same host. A malformed address, ports beyond 65535, or an address that would be
+    both a node's and a metrics one, is a usage error naming the flag."""
+    host, first = _first_port("--listen", listen or f"{LOCAL_HOST}:{LOCAL_FIRST_PORT}", n)
+    if metrics_listen is None:
+        metrics_host, metrics_first = host, first + LOCAL_METRICS_PORT_OFFSET
+        if metrics_first + n - 1 > PORT_MAX:
+            raise click.BadParameter(
+                f"the metrics ports ({LOCAL_METRICS_PORT_OFFSET} above the nodes' ports) "
+                f"would go beyond {PORT_MAX}: give --metrics-listen HOST:PORT too",
+                param_hint="--listen",
+            )
+    else:
+        metrics_host, metrics_first = _first_port("--metrics-listen", metrics_listen, n)
+    names = [f"n{i + 1}" for i in range(n)]
+    addrs = {name: f"{host}:{first + i}" for i, name in enumerate(names)}
+    metrics = {name: f"{metrics_host}:{metrics_first + i}" for i, name in enumerate(names)}
+    shared = sorted(set(addrs.values()) & set(metrics.values()))
+    if shared:
+        raise click.BadParameter(
+            f"{shared[0]} would be both a node's address and a node's metrics address",
+            param_hint="--metrics-listen",
+        )
+    return addrs, metrics
+
+
+def _first_port(flag: str, addr: str, n: int) -> tuple[str, int]:
+    """The host and port of ``addr`` (``HOST:PORT``, IPv6 in brackets), whose port and the
+    ``n - 1`` after it are ports; else a usage error naming ``flag``."""
+    try:
+        check_address(flag, addr)
+    except InvalidArgumentError as exc:
+        raise click.BadParameter(exc.rule, param_hint=flag) from None
+    host, _, port = addr.rpartition(":")
+    if int(port) + n - 1 > PORT_MAX:
+        raise click.BadParameter(
+            f"{n} nodes from port {port} go beyond {PORT_MAX}", param_hint=flag
+        )
+    return host, int(port)
+
+
+def _run_local_cluster(
+    data: Path, addrs: Mapping[str, str], metrics: Mapping[str, str], *, log_level: str, tls: bool
+) -> None:
+    """Start a node process per entry of ``addrs`` (name -> client address; ``metrics``:
+    name -> metrics address), print how to reach them, stop them on Ctrl-C. ``tls``: first
+    make a new throw-away CA and certificates under ``data/certs``."""
     # Imported here: other commands need not load the launcher's health-check stubs.
     from raftstream.localcluster import Keeper, NodeLauncher
 
-    names = [f"n{i + 1}" for i in range(n)]
-    addrs = {name: f"127.0.0.1:{LOCAL_FIRST_PORT + i}" for i, name in enumerate(names)}
-    certs = _local_certs(n, data / "certs") if tls else None
+    names = list(addrs)
+    host = addrs[names[0]].rpartition(":")[0].strip("[]")
+    certs = _local_certs(names, host, data / "certs") if tls else None
     # The nodes' output goes to this terminal; the data directory is the user's to keep.
     # They die with this process, even a kill -9 of it (else they would hold the ports and
     # the data directories, and the next start would fail on them).
@@ -232,18 +312,18 @@ def _run_local_cluster(n: int, data: Path, log_level: str, *, tls: bool) -> None
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         specs = {}
-        for i, name in enumerate(names):
+        for name in names:
             files = None
             if certs is not None:
                 files = (certs.ca, certs.nodes[name].cert, certs.nodes[name].key)
             specs[name] = nodes.spec(
                 name,
-                metrics_listen=f"127.0.0.1:{LOCAL_METRICS_FIRST_PORT + i}",
+                metrics_listen=metrics[name],
                 log_level=log_level,
                 tls=files,
             )
             nodes.spawn(specs[name])
-        _print_local_banner(n, data, certs, {m: nodes.pid(m) for m in names})
+        _print_local_banner(data, addrs, metrics, certs, {m: nodes.pid(m) for m in names})
         # A node that fails is started again; the others serve on (localcluster.Keeper).
         keeper = Keeper(nodes, specs, say=lambda line: click.echo(f"raftstream: {line}", err=True))
         while keeper.check():
@@ -258,24 +338,31 @@ def _run_local_cluster(n: int, data: Path, log_level: str, *, tls: bool) -> None
     sys.exit(exit_code)
 
 
-def _local_certs(n: int, out: Path) -> CertSet:
-    """A new CA, a certificate per local node and one client certificate (``client``)."""
-    from raftstream.certs import generate  # cryptography: only when asked for
+def _local_certs(names: list[str], host: str, out: Path) -> CertSet:
+    """A new CA, a certificate per local node and one client certificate (``client``), for
+    127.0.0.1, localhost and ``host`` (the nodes' ``--listen`` host)."""
+    from raftstream.certs import DEFAULT_HOSTS, generate  # cryptography: only when asked for
 
+    hosts = list(DEFAULT_HOSTS) + ([host] if host not in DEFAULT_HOSTS else [])
     try:
-        return generate(out, nodes=[f"n{i + 1}" for i in range(n)], overwrite=True)
+        return generate(out, nodes=names, hosts=hosts, overwrite=True)
     except InvalidArgumentError as exc:
         click.echo(f"raftstream server: cannot make certificates: {exc}", err=True)
         sys.exit(2)
 
 
-def _print_local_banner(n: int, data: Path, certs: CertSet | None, pids: Mapping[str, int]) -> None:
-    servers = [f"127.0.0.1:{LOCAL_FIRST_PORT + i}" for i in range(n)]
+def _print_local_banner(
+    data: Path,
+    addrs: Mapping[str, str],
+    metrics: Mapping[str, str],
+    certs: CertSet | None,
+    pids: Mapping[str, int],
+) -> None:
+    servers = list(addrs.values())
     tls = "mutual TLS" if certs is not None else "plaintext"
-    click.echo(f"raftstream: local cluster of {n} nodes ({tls}), data under {data}")
-    for i, s in enumerate(servers):
-        metrics = f"http://127.0.0.1:{LOCAL_METRICS_FIRST_PORT + i}/metrics"
-        click.echo(f"  n{i + 1}  {s}  pid {pids[f'n{i + 1}']}  metrics {metrics}")
+    click.echo(f"raftstream: local cluster of {len(addrs)} nodes ({tls}), data under {data}")
+    for name, addr in addrs.items():
+        click.echo(f"  {name}  {addr}  pid {pids[name]}  metrics http://{metrics[name]}/metrics")
     click.echo(
         "A node that fails (try kill -9 on one) is started again with its data; the others "
         "serve on meanwhile."

@@ -21,6 +21,7 @@ loopback: compare runs with each other, not with other systems.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sys
 import time
@@ -197,9 +198,14 @@ async def _with_progress(total: int, done: Callable[[], int], work: Awaitable[An
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         bar = progress.add_task("bench", total=total)
         task = asyncio.ensure_future(work)
-        while not task.done():
-            progress.update(bar, completed=done())
-            await asyncio.wait({task}, timeout=PROGRESS_REFRESH_S)
+        try:
+            while not task.done():
+                progress.update(bar, completed=done())
+                await asyncio.wait({task}, timeout=PROGRESS_REFRESH_S)
+        finally:
+            if not task.done():  # Ctrl-C, SIGTERM: stop the clients before the stream goes
+                task.cancel()
+                await asyncio.wait({task})
         await task
 
 
@@ -234,8 +240,19 @@ async def _bench(conn: Conn, spec: BenchSpec, mode: str) -> list[Role]:
 
 
 async def _run(c: Client, conn: Conn, spec: BenchSpec, mode: str) -> list[Role]:
-    """Create the bench stream, run, remove the stream (unless ``keep``)."""
-    await c.add_stream(name=spec.stream, subjects=[spec.subject], num_replicas=spec.replicas)
+    """Create the bench stream, run, remove the stream (unless ``keep``), also when Ctrl-C
+    or SIGTERM cancels the run."""
+    try:
+        await c.add_stream(name=spec.stream, subjects=[spec.subject], num_replicas=spec.replicas)
+    except asyncio.CancelledError:
+        # Cancelled while the stream was being made: it may exist all the same. Removed as
+        # at the end, if it is the one asked for (add_stream refuses another of that name).
+        if not spec.keep:
+            with contextlib.suppress(errors.NotFoundError):
+                have = (await c.stream_info(spec.stream)).config
+                if list(have.subjects) == [spec.subject] and have.num_replicas == spec.replicas:
+                    await c.delete_stream(spec.stream)
+        raise
     try:
         return await _bench(conn, spec, mode)
     finally:

@@ -3,7 +3,9 @@ error reporting, value parsing (durations, sizes, times) and output (tables, JSO
 
 Exit codes (documented in docs/cli.md): 0 success, 1 an error (the server refused, a value
 was rejected, nothing found, the cluster could not be reached), 2 a usage error (click's
-own, or a confirmation that cannot be asked because stdin is not a terminal).
+own, or a confirmation that cannot be asked because stdin is not a terminal), 130 Ctrl-C
+and 143 SIGTERM (128 + the signal, as a shell reports it; both end the command the same
+way, its consumers and bench streams removed).
 
 Human output is rich tables on a terminal and plain aligned columns otherwise (pipes, CI);
 ``--json`` prints JSON on every read command. This module imports the SDK only (never the
@@ -20,7 +22,9 @@ import functools
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +92,8 @@ TLS_ENV = {
 NS_PER_S = 1_000_000_000
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, Ctrl-C
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143: systemd, timeout, kubernetes stopping it
 
 _DURATION_UNITS_NS = {
     "ns": 1,
@@ -172,10 +178,9 @@ class Conn:
             name: given.get(name) or meta.get(_META_AUTH + name) or os.environ.get(env) or None
             for name, env in AUTH_ENV.items()
         }
-        tls = {
-            name: given.get(name) or meta.get(_META_TLS + name) or os.environ.get(env) or None
-            for name, env in TLS_ENV.items()
-        }
+        flagged = {name: given.get(name) or meta.get(_META_TLS + name) for name in TLS_ENV}
+        tls = {name: flagged[name] or os.environ.get(env) or None for name, env in TLS_ENV.items()}
+        _check_tls(tls, from_env={n for n in TLS_ENV if tls[n] and not flagged[n]})
         env = os.environ.get(SERVERS_ENV, "").strip()  # set but empty: as if unset
         listed = (
             _servers(servers, "--server")
@@ -202,6 +207,22 @@ class Conn:
             password=self.password,
             token=self.token,
         )
+
+
+def _check_tls(tls: Mapping[str, str | None], from_env: set[str]) -> None:
+    """The TLS files as the SDK's ``connect`` reads them, read here first: one that cannot
+    be read, is no PEM, or a certificate without its key (or a key that is not the
+    certificate's) is a usage error naming the flag, or the variable it came from
+    (``from_env``), with the SDK's rule; not exit 1 as a refusal."""
+    if not any(tls.values()):
+        return
+    from raftstream._conn import tls_credentials  # grpc: only when TLS is asked for
+
+    try:
+        tls_credentials(ca=tls["tls_ca"], cert=tls["tls_cert"], key=tls["tls_key"])
+    except errors.InvalidArgumentError as exc:
+        hint = f"${TLS_ENV[exc.field]}" if exc.field in from_env else _tls_decl(exc.field)
+        raise click.BadParameter(exc.rule, param_hint=hint) from None
 
 
 def connection_options(f: Callable[..., R]) -> Callable[..., R]:
@@ -332,9 +353,24 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON."
 
 def run(conn: Conn, body: Callable[[Client], Awaitable[T]]) -> T:
     """Connect, run ``body(client)``, close; a raftstream error becomes one line on stderr
-    and exit code 1 (Ctrl-C exits 130)."""
+    and exit code 1. Ctrl-C exits 130, SIGTERM 143: either cancels ``body`` first, so what
+    it made for the command alone is removed on the way out as when it ends by itself (the
+    ephemeral consumer of ``sub``, the ordered one of ``kv watch``, the stream of
+    ``bench``); a second SIGTERM kills at once."""
+    terminated = False
 
     async def main() -> T:
+        if threading.current_thread() is threading.main_thread():
+            loop, task = asyncio.get_running_loop(), asyncio.current_task()
+
+            def on_sigterm() -> None:
+                nonlocal terminated
+                terminated = True
+                loop.remove_signal_handler(signal.SIGTERM)  # the next one: the default
+                if task is not None:
+                    task.cancel()
+
+            loop.add_signal_handler(signal.SIGTERM, on_sigterm)
         client = await conn.connect()
         try:
             return await body(client)
@@ -347,7 +383,12 @@ def run(conn: Conn, body: Callable[[Client], Awaitable[T]]) -> T:
         fail(describe_error(exc))
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    except asyncio.CancelledError:
+        if not terminated:
+            raise
+        click.echo("terminated", err=True)
+        sys.exit(EXIT_TERMINATED)
 
 
 def describe_error(exc: errors.RaftStreamError) -> str:

@@ -372,7 +372,7 @@ async def _sub(
     """A durable alone: pull (``_ensure_durable``) unless it exists as a push consumer;
     everything else (ephemeral, queue, ordered): the SDK's push subscribe."""
     cfg = _sub_config(deliver)
-    if durable and not queue:
+    if durable:
         stream, info = await _ensure_durable(c, subject, stream, durable, cfg)
         if info.config.is_pull:
             await _sub_pull(c, stream, durable, count=count, ack=ack, show=show)
@@ -429,6 +429,12 @@ def sub(
     """
     if ordered and (durable or queue):
         raise click.UsageError("--ordered cannot be combined with --durable or --queue")
+    if durable is not None and queue is not None:
+        # The SDK would bind the group to the durable; the docs promise a durable named GROUP.
+        raise click.UsageError(
+            "--durable cannot be combined with --queue: a queue group's consumer is the "
+            "durable named GROUP"
+        )
     if queue is not None:
         try:
             check_queue_name(queue)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from raftstream import errors
+from raftstream._args import INT64_MAX
 from raftstream.cli_common import (
     DURATION,
     SIZE,
@@ -116,7 +117,7 @@ STREAM_FLAGS: tuple[Flag, ...] = (
     Flag("--sealed", "sealed", "Seal the stream (no more writes or deletes; edit only).",
          is_bool=True),
     Flag("--first-seq", "first_seq", "The first sequence of a new stream.",
-         click.IntRange(min=0)),
+         click.IntRange(0, INT64_MAX)),
     Flag("--metadata", "metadata", "Metadata KEY=VALUE (repeatable).", multiple=True),
     Flag("--transform-src", "transform_src", "Subject transform source (with --transform-dest)."),
     Flag("--transform-dest", "transform_dest", "Subject transform destination."),
@@ -207,22 +208,29 @@ def load_config_file(path: str | None, of: type[Any] | None = None) -> dict[str,
     """The JSON object in ``path`` (JetStream's config JSON), or {} without one. With
     ``of`` (a config dataclass), a key that is none of its fields is an error naming it:
     the SDK's ``from_dict`` skips unknown keys (a newer server's answers), which would drop
-    a misspelt limit, or a JetStream field raftstream lacks (``no_ack``), without a word."""
+    a misspelt limit, or a JetStream field raftstream lacks (``no_ack``), without a word.
+    A file that cannot be read, is no JSON object or has such a key is a usage error naming
+    ``--config`` (exit 2), found before anything is sent."""
     if path is None:
         return {}
     try:
         raw = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        fail(f"--config {path}: {exc}")
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot read {path!r}: {exc.strerror or exc}", param_hint="--config"
+        ) from None
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        raise click.BadParameter(f"{path!r} is not JSON: {exc}", param_hint="--config") from None
     if not isinstance(raw, dict):
-        fail(f"--config {path}: expected a JSON object")
+        raise click.BadParameter(f"{path!r}: expected a JSON object", param_hint="--config")
     if of is not None:
         unknown = sorted(set(raw) - {f.name for f in fields(of)})
         if unknown:
-            fail(
-                f"--config {path}: {', '.join(map(repr, unknown))}: not "
+            raise click.BadParameter(
+                f"{path!r}: {', '.join(map(repr, unknown))}: not "
                 f"{'a field' if len(unknown) == 1 else 'fields'} of raftstream's "
-                f"{of.__name__} (docs/cli.md)"
+                f"{of.__name__} (docs/cli.md)",
+                param_hint="--config",
             )
     return raw
 
@@ -550,8 +558,8 @@ def rm_cmd(conn: Conn, name: str, force: bool) -> None:
 @stream.command("purge")
 @click.argument("name")
 @click.option("--subject", help="Only messages on this subject (wildcards allowed).")
-@click.option("--seq", type=click.IntRange(min=1), help="Only messages below this sequence.")
-@click.option("--keep", type=click.IntRange(min=0), help="Keep the newest N messages.")
+@click.option("--seq", type=click.IntRange(1, INT64_MAX), help="Only messages below this sequence.")
+@click.option("--keep", type=click.IntRange(0, INT64_MAX), help="Keep the newest N messages.")
 @click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
 @json_option
 @connection_options
@@ -595,7 +603,7 @@ def show_msg(msg: RawStreamMsg, as_json: bool) -> None:
 
 @stream.command("get")
 @click.argument("name")
-@click.argument("seq", type=click.IntRange(min=1), required=False)
+@click.argument("seq", type=click.IntRange(1, INT64_MAX), required=False)
 @click.option("--last-for", "last_for", metavar="SUBJECT", help="The newest on this subject.")
 @json_option
 @connection_options
@@ -615,7 +623,7 @@ def get_cmd(conn: Conn, name: str, seq: int | None, last_for: str | None, as_jso
 
 @stream.command("rmm")
 @click.argument("name")
-@click.argument("seq", type=click.IntRange(min=1))
+@click.argument("seq", type=click.IntRange(1, INT64_MAX))
 @click.option("--no-erase", is_flag=True, help="Remove without overwriting the bytes.")
 @click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
 @connection_options

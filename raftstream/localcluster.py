@@ -9,8 +9,8 @@ all of them and live here, once: a node's settings as flags or as a TOML file
 until a node serves and the nodes agree on a meta leader, pausing, killing or stopping a
 node and reaping it, log tails for failure messages, and a ``close()`` that leaves no
 process running. What differs stays with each user: which peer addresses a node is given
-(chaos: proxies), which ports (CLI: fixed 7101..; others: free ones), whether the directory
-is removed afterwards, CPU accounting, Ctrl-C handling.
+(chaos: proxies), which ports (CLI: 7101.. or from --listen; others: free ones), whether
+the directory is removed afterwards, CPU accounting, Ctrl-C handling.
 
 Not in ``localnet``: that module is standard library only so that any layer may import it;
 this one probes nodes over gRPC. It imports no node code (``raftstream.cluster``), only the

@@ -16,6 +16,11 @@ is reached (no cluster):
 - a ``--config`` file value the SDK refuses (a time that is no date, ``"headers_only":
   "yes"``) is one error line naming the field, exit 1, not a Python traceback (P3, P7);
 - a bench mode refuses the options it would ignore (``bench pub --subs``);
+- a TLS file that cannot be read, or a certificate without its key, names the flag (or
+  the variable) with the SDK's rule; a ``--config`` file that cannot be read, is no JSON
+  or has a key that is no field names ``--config``; a sequence above 2**63-1 names its
+  argument (``stream get``, ``rmm``, ``purge``): usage errors, exit 2, where they exited 1;
+- ``sub --queue G --durable D`` is refused (the group's consumer is the durable G);
 - docs/cli.md names only options that exist (it named ``consumer edit --config``).
 """
 
@@ -117,6 +122,13 @@ def test_sub_queue_states_the_rule(queue: str) -> None:
     usage_error(invoke("sub", "s.x", "--queue", queue), "--queue", "whitespace", "'.'")
 
 
+def test_sub_queue_with_durable_is_a_usage_error() -> None:
+    """It created a push consumer d2 with deliver group g2: the usage line shows them as
+    alternatives, and the group's consumer is the durable named GROUP (a user review)."""
+    res = invoke("sub", "q.>", "--queue", "g2", "--durable", "d2")
+    usage_error(res, "--durable", "--queue", "durable named GROUP")
+
+
 def test_help_texts_state_the_new_bounds() -> None:
     sub_help = invoke("sub", "--help").output
     assert "2**63-1" in sub_help and "whitespace" in sub_help
@@ -186,6 +198,91 @@ def test_servers_from_flags_env_or_default_are_unchanged(monkeypatch: pytest.Mon
 )
 def test_kv_revisions_above_int64_are_usage_errors(args: tuple[str, ...], flag: str) -> None:
     usage_error(invoke(*args), flag, str(INT64_MAX))
+
+
+# -- TLS files, --config files, sequences: caught locally, so usage errors -----------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "flag", "rule"),
+    [
+        (("--tls-ca", "CA", "--tls-cert", "CERT"), {}, "--tls-key", "tls_cert and tls_key go"),
+        (("--tls-key", "KEY"), {}, "--tls-cert", "tls_cert and tls_key go together"),
+        (("--tls-ca", "/nonexist"), {}, "--tls-ca", "cannot read '/nonexist'"),
+        ((), {"RAFTSTREAM_TLS_CA": "/nonexist"}, "$RAFTSTREAM_TLS_CA", "cannot read"),
+    ],
+)
+def test_a_tls_file_the_client_cannot_use_is_a_usage_error(
+    args: tuple[str, ...], env: dict[str, str], flag: str, rule: str
+) -> None:
+    """They exited 1 (``INVALID_ARGUMENT: tls_key: ...``), as a refusal by the server."""
+    usage_error(invoke("stream", "ls", *args, env=env), flag, rule)
+    usage_error(invoke(*args, "stream", "ls", env=env), flag, rule)  # before the command
+
+
+def test_the_tls_file_checked_is_the_one_that_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command's own flag, else the group's, else the variable (docs/cli.md), named as
+    such."""
+    env_ca, group_ca, own_ca = (str(tmp_path / f"{n}.pem") for n in ("env", "group", "own"))
+    monkeypatch.setenv("RAFTSTREAM_TLS_CA", env_ca)
+    usage_error(invoke("stream", "ls"), "$RAFTSTREAM_TLS_CA", env_ca)
+    usage_error(invoke("--tls-ca", group_ca, "stream", "ls"), "--tls-ca", group_ca)
+    res = invoke("--tls-ca", group_ca, "stream", "ls", "--tls-ca", own_ca)
+    usage_error(res, "--tls-ca", own_ca)
+
+
+def test_a_tls_file_that_is_no_pem_names_its_flag(tmp_path: Path) -> None:
+    text = tmp_path / "ca.txt"
+    text.write_text("not a certificate\n")
+    usage_error(invoke("stream", "ls", "--tls-ca", str(text)), "--tls-ca", "is not a PEM file")
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (None, ("cannot read", "No such file or directory")),
+        ("{not json", ("is not JSON",)),
+        ("[1, 2]", ("expected a JSON object",)),
+        (json.dumps({"name": "X3", "no_ack": True}), ("'no_ack': not a field of",)),
+        (json.dumps({"name": "X3", "max_msg": 5, "no_ack": True}), ("'max_msg', 'no_ack'",)),
+    ],
+)
+@pytest.mark.parametrize(
+    "command", [("stream", "add", "X3"), ("stream", "edit", "X3"), ("consumer", "add", "S")]
+)
+def test_a_config_file_that_is_unreadable_or_no_config_is_a_usage_error(
+    tmp_path: Path, command: tuple[str, ...], body: str | None, words: tuple[str, ...]
+) -> None:
+    """They exited 1 with ``raftstream: error: --config ...``."""
+    path = tmp_path / "bad.json"
+    if body is not None:
+        path.write_text(body.replace("name", "durable_name") if command[0] == "consumer" else body)
+    usage_error(invoke(*command, "--config", str(path)), "--config", *words)
+
+
+@pytest.mark.parametrize(
+    ("args", "param"),
+    [
+        (("stream", "get", "P", "{seq}"), "SEQ"),  # SG: INVALID_ARGUMENT: seq: ..., exit 1
+        (("stream", "rmm", "P", "{seq}", "-f"), "SEQ"),
+        (("stream", "purge", "P", "--seq", "{seq}", "-f"), "--seq"),
+        (("stream", "purge", "P", "--keep", "{seq}", "-f"), "--keep"),
+        (("stream", "add", "P", "--first-seq", "{seq}"), "--first-seq"),
+    ],
+)
+@pytest.mark.parametrize("seq", [str(INT64_MAX + 1), "99999999999999999999"])
+def test_a_sequence_above_int64_is_a_usage_error_as_0_is(
+    args: tuple[str, ...], param: str, seq: str
+) -> None:
+    usage_error(invoke(*(a.format(seq=seq) for a in args)), param, str(INT64_MAX))
+
+
+def test_stream_get_0_is_still_refused_and_int64_max_accepted() -> None:
+    usage_error(invoke("stream", "get", "P", "0"), "SEQ", "1<=x")
+    res = invoke("stream", "get", "P", str(INT64_MAX))  # valid: goes on to connect
+    assert isinstance(res.exception, AssertionError) and "connected to" in str(res.exception)
 
 
 # -- --config values the SDK refuses (P3, P7) ---------------------------------------------------

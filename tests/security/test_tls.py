@@ -214,7 +214,7 @@ def test_sdk_tls_arguments_are_checked(good: CertSet, rogue: CertSet) -> None:
 def test_cli_tls_options_reach_the_sdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--tls-* after the command, before it, or from $RAFTSTREAM_TLS_*: the command's own
     wins, then the group's, then the environment (docs/cli.md). Checked through the error
-    an unreadable file gives, before anything is sent."""
+    an unreadable file gives, before anything is sent: a usage error (exit 2)."""
     from click.testing import CliRunner
 
     from raftstream.cli import cli
@@ -223,7 +223,7 @@ def test_cli_tls_options_reach_the_sdk(tmp_path: Path, monkeypatch: pytest.Monke
 
     def error(args: list[str]) -> str:
         result = runner.invoke(cli, args)
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == 2, result.output
         return str(result.output)
 
     env_ca, group_ca, own_ca = (str(tmp_path / f"{n}.pem") for n in ("env", "group", "own"))
