@@ -222,7 +222,8 @@ async def _ready(ch: grpc.aio.Channel, wait_s: float, *, give_up_on_failure: boo
         if left <= 0:
             return False
         try:
-            await asyncio.wait_for(ch.wait_for_state_change(state), timeout=left)
+            async with asyncio.timeout(left):
+                await ch.wait_for_state_change(state)
         except TimeoutError:
             return False
         state = ch.get_state(try_to_connect=True)

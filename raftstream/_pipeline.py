@@ -212,7 +212,8 @@ class Pipeline:
         falling back to the unary call, or following the hint); None when the call did not
         end with one in ``ENDED_STATUS_WAIT_S``."""
         try:
-            code = await asyncio.wait_for(self._call.code(), ENDED_STATUS_WAIT_S)
+            async with asyncio.timeout(ENDED_STATUS_WAIT_S):
+                code = await self._call.code()
             if code is None or code == grpc.StatusCode.OK:
                 return None
             err = grpc.aio.AioRpcError(

@@ -37,10 +37,14 @@ class Places:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         try:
-            await asyncio.wait_for(fut, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await fut
             return True
         except TimeoutError:
-            return False
+            # Handed a place just as the time ran out: it is taken. (asyncio.timeout, not
+            # wait_for: on 3.11 wait_for may swallow a cancellation that races the result,
+            # and a Ctrl-C was lost so.)
+            return fut.done() and not fut.cancelled()
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
                 self.give()

@@ -342,7 +342,8 @@ class PushSubscription:
 
     async def _drain_rest(self, timeout: float | None) -> None:
         try:
-            await asyncio.wait_for(self._drained(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._drained()
         except TimeoutError:
             left = self._buffer.msgs
             self._buffer.clear()

@@ -67,6 +67,7 @@ async def _end(sub: PushSubscription, delete: bool) -> None:
         await sub.shutdown()
         return
     try:
-        await asyncio.wait_for(sub.unsubscribe(), CLOSE_DELETE_WAIT_S)
+        async with asyncio.timeout(CLOSE_DELETE_WAIT_S):
+            await sub.unsubscribe()
     except (errors.RaftStreamError, TimeoutError):
         await sub.shutdown()

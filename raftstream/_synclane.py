@@ -78,13 +78,16 @@ class SyncLane:
             fut: asyncio.Future[pb.PubAck] = asyncio.get_running_loop().create_future()
             pipe.submit(Entry(request=req, size_bytes=0, expects_result=True, future=fut))
             try:
-                return await asyncio.wait_for(fut, left_s)
+                async with asyncio.timeout(left_s):
+                    return await fut
             except errors.RaftStreamError as exc:  # the answer (DeadlineExceeded included)
                 if exc.details.get("grpc_code") == "UNIMPLEMENTED":
                     self._unsupported.add(stubs.addr)
                     raise NotImplementedLane(str(exc)) from None
                 raise
-            except TimeoutError:  # wait_for's own: no answer in time
+            except TimeoutError:  # the timeout's own: no answer in time
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    return fut.result()  # answered just as the time ran out
                 self._retire()
                 raise errors.DeadlineExceededError(
                     f"no answer from {stubs.addr} in the {left_s:.3f}s left of the call's"

@@ -404,7 +404,8 @@ class Publisher:
         takes longer than ``timeout_s`` (None: the client's timeout)."""
         limit_s = timeout_s if timeout_s is not None else self._timeout_s
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout=limit_s)
+            async with asyncio.timeout(limit_s):
+                await self._idle.wait()
         except TimeoutError:
             raise errors.DeadlineExceededError(
                 f"{self._pending} publishes still pending after {limit_s:.3f}s",

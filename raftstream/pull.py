@@ -392,7 +392,11 @@ class PullSubscription:
         idle_s = heartbeat * HEARTBEAT_MISSES_MAX if heartbeat else None
         while True:
             try:
-                resp = await asyncio.wait_for(call.read(), timeout=idle_s)
+                if idle_s is None:
+                    resp = await call.read()
+                else:
+                    async with asyncio.timeout(idle_s):
+                        resp = await call.read()
             except TimeoutError:
                 out.error = errors.UnavailableError(
                     f"fetch: no heartbeat for {idle_s:.3f}s", stream=self._stream
