@@ -107,6 +107,9 @@ AUTHORIZATION_KEY = "authorization"
 # cluster info) are for users of this account when auth is configured.
 SYSTEM_ACCOUNT = "$SYS"
 VERIFIED_CACHE_ENTRIES_MAX = 4096
+# Integer keys of [auth] are at most int64, as cluster/config.py's: tomllib reads any size,
+# and the counts and bytes they bound are int64.
+_INT64_MAX = 2**63 - 1
 CREDENTIALS_BYTES_MAX = 4096  # an authorization value longer than this is refused unread
 # bcrypt checks running at once (worker threads): a storm of bad credentials queues here
 # instead of taking every core from the node's Raft and client work.
@@ -445,6 +448,8 @@ def _count(where: str, value: object, *, minimum: int = 0) -> None:
         raise InvalidArgumentError(where, "must be an integer")
     if value < minimum:
         raise InvalidArgumentError(where, f"must be at least {minimum}")
+    if value > _INT64_MAX:
+        raise InvalidArgumentError(where, f"must be at most {_INT64_MAX} (int64)")
 
 
 def _limits(where: str, raw: object) -> AccountLimits:

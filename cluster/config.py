@@ -39,7 +39,9 @@ from raftstream.cluster.tls import TlsSettings, parse_tls
 from raftstream.errors import InvalidArgumentError
 
 __all__ = [
+    "CALL_TIMEOUT_MS_CEILING",
     "HEADERS_BYTES_CEILING",
+    "INT64_MAX",
     "KIB",
     "MIB",
     "PAYLOAD_BYTES_CEILING",
@@ -59,6 +61,12 @@ STORAGE_BYTES_MIN = 1 * MIB
 # Issue 10: the payload limit is configurable but never above 64 MiB.
 PAYLOAD_BYTES_CEILING = 64 * MIB
 HEADERS_BYTES_CEILING = 1 * MIB
+# Every integer key is at most int64: tomllib reads integers of any size, and the node keeps
+# sizes, counts and times as int64 (protobuf fields, the meta log) or size_t (LMDB's map).
+INT64_MAX = 2**63 - 1
+# A call's time becomes a gRPC deadline, an int64 count of ns since the epoch (year 2262):
+# a longer one fails every forwarded call at once with DEADLINE_EXCEEDED. One year.
+CALL_TIMEOUT_MS_CEILING = 365 * 24 * 3600 * 1000
 # Room a gRPC message needs beyond payload and headers (subject, ids, framing).
 _ENVELOPE_BYTES = 64 * KIB
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
@@ -175,6 +183,11 @@ class Limits:
                 "limits.publish_batch_bytes_max",
                 "must hold one largest message: payload_bytes_max + headers_bytes_max",
             )
+        if self.call_timeout_max_ms > CALL_TIMEOUT_MS_CEILING:
+            raise InvalidArgumentError(
+                "limits.call_timeout_max_ms",
+                f"must be at most {CALL_TIMEOUT_MS_CEILING} (1 year)",
+            )
         if self.request_timeout_ms > self.call_timeout_max_ms:
             raise InvalidArgumentError(
                 "limits.request_timeout_ms", "must be at most limits.call_timeout_max_ms"
@@ -249,6 +262,8 @@ def _positive(field_name: str, value: object) -> None:
         raise InvalidArgumentError(field_name, "must be an integer")
     if value <= 0:
         raise InvalidArgumentError(field_name, "must be positive")
+    if value > INT64_MAX:
+        raise InvalidArgumentError(field_name, f"must be at most {INT64_MAX} (int64)")
 
 
 def _check_label(field_name: str, value: object) -> None:

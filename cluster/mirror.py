@@ -246,6 +246,7 @@ class MirrorLink:
         self._servers = servers
         self._extra = log_extra
         self._task: asyncio.Task[None] | None = None
+        self._ending: asyncio.Task[None] | None = None  # the session ``stop`` cancelled
         self._lag: int | None = None  # None: not learnt yet (kept across sessions)
         self._lag_seq = 0  # the origin sequence the lag was learnt after (this session)
         self._active_mono: float | None = None
@@ -258,10 +259,22 @@ class MirrorLink:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
+        """Cancel the session and wait for it to end: its cleanup deletes the ordered
+        consumer it made on the origin (best effort: the SDK waits seconds for an origin
+        that does not answer). ``abandon`` cuts that wait short."""
         task, self._task = self._task, None
         if task is not None:
+            self._ending = task
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+    def abandon(self) -> None:
+        """Interrupt a stopping session's cleanup where it waits now (call again for its
+        next wait). Nothing copied depends on it: a consumer left on the origin expires
+        there (``INACTIVE_THRESHOLD_NS``), acks not sent are released by the next session's
+        reset of its consumer, and the client's channels close when freed."""
+        if self._ending is not None and not self._ending.done():
+            self._ending.cancel()
 
     def info(self) -> LinkInfo:
         active = -1
@@ -273,7 +286,7 @@ class MirrorLink:
     async def _run(self) -> None:
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(Exception),
-            wait=wait_exponential_jitter(initial=RECONNECT_WAIT_MIN_S, max=RECONNECT_WAIT_MAX_S),
+            wait=wait_exponential_jitter(multiplier=RECONNECT_WAIT_MIN_S, max=RECONNECT_WAIT_MAX_S),
             before_sleep=self._report,
         )
         # Never gives up while started: the link is stopped by its stream group. A session

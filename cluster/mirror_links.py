@@ -3,16 +3,19 @@
 ``StreamGroup`` owns one ``LinkSet``: ``sync`` (called when its leader barrier applies and
 after every apply while it leads; cheap when the config did not change) starts a
 ``MirrorLink`` per origin of the current config and stops those the config dropped;
-``stop_all`` runs when leadership is lost or the group closes. ``source_infos`` builds the
-``StreamSourceInfo`` of ``GetStreamInfo`` from the replicated positions plus, where a link
-runs here, its leader-local lag, activity and error. The proto's ``lag`` has no "unknown":
-while a link has learnt nothing of its origin (or none runs here yet) it is sent as 0 with
-an ``error`` saying the lag is not known, never as a plain 0. Owned by the node's event loop.
+``stop_all`` runs when leadership is lost, ``close`` when the group closes (it waits for the
+links to end, ``LINK_CLOSE_WAIT_S`` at most, then abandons their cleanup). ``source_infos``
+builds the ``StreamSourceInfo`` of ``GetStreamInfo`` from the replicated positions plus,
+where a link runs here, its leader-local lag, activity and error. The proto's ``lag`` has
+no "unknown": while a link has learnt nothing of its origin (or none runs here yet) it is
+sent as 0 with an ``error`` saying the lag is not known, never as a plain 0. Owned by the
+node's event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 
 from raftstream.cluster.mirror import LinkHost, LinkInfo, MirrorLink, link_consumer_name
@@ -27,6 +30,14 @@ __all__ = ["LinkSet", "links_of"]
 # The error shown with lag 0 while the lag is not known (and the link has no error of its own).
 LAG_UNKNOWN_STARTING = "the link has not reached its origin yet: lag not known"
 LAG_UNKNOWN_NOT_RUNNING = "no link runs on this leader yet: lag not known"
+# How long ``close`` (the group closes: its node stops, or the group left it) waits for its
+# links' sessions to end before abandoning their cleanup (``MirrorLink.abandon``). Against
+# an origin that answers, a session ends in milliseconds; when the whole cluster stops at
+# once the origin answers nothing, and each link waited about 4 s for it.
+LINK_CLOSE_WAIT_S = 0.5
+ABANDON_POLL_S = 0.05  # how often an abandoned cleanup is interrupted again
+ABANDON_TRIES_MAX = 40  # then ``close`` returns anyway, logging the links still ending
+log = logging.getLogger(__name__)
 
 
 def links_of(config: StreamConfig) -> tuple[StreamSource, ...]:
@@ -57,7 +68,7 @@ class LinkSet:
         self._extra = log_extra
         self._links: dict[str, MirrorLink] = {}
         self._config: StreamConfig | None = None
-        self._stopping: set[asyncio.Task[None]] = set()
+        self._stopping: dict[asyncio.Task[None], MirrorLink] = {}  # link.stop() running
 
     def sync(self, config: StreamConfig) -> None:
         """Start the links ``config`` asks for, stop the others (this node leads)."""
@@ -92,13 +103,27 @@ class LinkSet:
         self._links.clear()
 
     async def close(self) -> None:
+        """Stop every link and wait for them, ``LINK_CLOSE_WAIT_S`` at most: then their
+        cleanup is abandoned (a stop must not wait on an origin that does not answer)."""
         self.stop_all()
-        await asyncio.gather(*self._stopping, return_exceptions=True)
+        stopping = dict(self._stopping)
+        if not stopping:
+            return
+        _, late = await asyncio.wait(stopping, timeout=LINK_CLOSE_WAIT_S)
+        for _ in range(ABANDON_TRIES_MAX):
+            if not late:
+                return
+            for task in late:
+                stopping[task].abandon()
+            _, late = await asyncio.wait(late, timeout=ABANDON_POLL_S)
+        if late:
+            keys = ", ".join(sorted(stopping[t].key for t in late))
+            log.warning("links to %s did not end; closing anyway", keys, extra=self._extra)
 
     def _stop_later(self, link: MirrorLink) -> None:
         task = asyncio.get_running_loop().create_task(link.stop())
-        self._stopping.add(task)
-        task.add_done_callback(self._stopping.discard)
+        self._stopping[task] = link
+        task.add_done_callback(lambda t: self._stopping.pop(t, None))
 
     def source_infos(
         self, config: StreamConfig, origins: Mapping[str, OriginState]

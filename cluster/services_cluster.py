@@ -41,7 +41,7 @@ from raftstream.cluster.meta import PeerAdded, PeerRemoved
 from raftstream.cluster.meta_entries import PeerAdd, PeerRemove
 from raftstream.cluster.meta_group import META_GROUP
 from raftstream.cluster.services_streams import group_info, step_down
-from raftstream.errors import InvalidArgumentError
+from raftstream.errors import InvalidArgumentError, PreconditionError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import map_errors
@@ -205,6 +205,13 @@ class ClusterServicer(pbg.ClusterServiceServicer):
                 _SVC + "RemovePeer", request, pb.RemovePeerResponse.FromString, time_left(context)
             )
         _check_peer(ctx, request.peer)
+        if request.refuse_online and ctx.peer_live(request.peer):
+            # After the permission check: a user who may not remove peers is told that,
+            # not advice about a flag (a user review).
+            raise PreconditionError(
+                f"node {request.peer} is online: peer-remove is for a dead node (stop it "
+                "first, or remove it anyway: raftstream cluster peer-remove --online)"
+            )
         if request.peer == ctx.node_id:
             raise InvalidArgumentError(
                 "peer",

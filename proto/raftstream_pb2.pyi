@@ -2194,16 +2194,22 @@ class RemovePeerRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PEER_FIELD_NUMBER: _builtins.int
+    REFUSE_ONLINE_FIELD_NUMBER: _builtins.int
     peer: _builtins.str
     """node name"""
+    refuse_online: _builtins.bool
+    """Refuse (FAILED_PRECONDITION) when the meta leader sees the node online: peer-remove is
+    for a dead node. Checked after the caller's permission.
+    """
     def __init__(
         self,
         *,
         peer: _builtins.str = ...,
+        refuse_online: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["peer", b"peer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["peer", b"peer", "refuse_online", b"refuse_online"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

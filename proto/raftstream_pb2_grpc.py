@@ -1022,6 +1022,10 @@ class PublishServiceServicer:
         requests of one stream come in the order they were sent; across streams they may
         interleave. A failed request does not end the call (its result carries an Error); a call
         that ends with a status leaves every unanswered request's outcome unknown, as above.
+        The server sends its initial metadata as it accepts the call; a call refused as a whole
+        (NOT_LEADER while the node is under repair, streaming_calls_max, authentication) ends
+        with its status instead, nothing applied. Write nothing before the initial metadata: a
+        write racing such a refusal can make gRPC replace its status with its own INTERNAL.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -1182,6 +1186,7 @@ class ConsumeServiceServicer:
 
     def AckStream(self, request_iterator, context):
         """Pipelined acks: batches in, a result for every item that failed or asked for `sync`.
+        Accepted with initial metadata first, as PublishStream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -383,6 +383,10 @@ class PublishServiceStub:
     requests of one stream come in the order they were sent; across streams they may
     interleave. A failed request does not end the call (its result carries an Error); a call
     that ends with a status leaves every unanswered request's outcome unknown, as above.
+    The server sends its initial metadata as it accepts the call; a call refused as a whole
+    (NOT_LEADER while the node is under repair, streaming_calls_max, authentication) ends
+    with its status instead, nothing applied. Write nothing before the initial metadata: a
+    write racing such a refusal can make gRPC replace its status with its own INTERNAL.
     """
 
 @_typing.type_check_only
@@ -402,6 +406,10 @@ class PublishServiceAsyncStub(PublishServiceStub):
     requests of one stream come in the order they were sent; across streams they may
     interleave. A failed request does not end the call (its result carries an Error); a call
     that ends with a status leaves every unanswered request's outcome unknown, as above.
+    The server sends its initial metadata as it accepts the call; a call refused as a whole
+    (NOT_LEADER while the node is under repair, streaming_calls_max, authentication) ends
+    with its status instead, nothing applied. Write nothing before the initial metadata: a
+    write racing such a refusal can make gRPC replace its status with its own INTERNAL.
     """
 
 class PublishServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -430,6 +438,10 @@ class PublishServiceServicer(metaclass=_abc_1.ABCMeta):
         requests of one stream come in the order they were sent; across streams they may
         interleave. A failed request does not end the call (its result carries an Error); a call
         that ends with a status leaves every unanswered request's outcome unknown, as above.
+        The server sends its initial metadata as it accepts the call; a call refused as a whole
+        (NOT_LEADER while the node is under repair, streaming_calls_max, authentication) ends
+        with its status instead, nothing applied. Write nothing before the initial metadata: a
+        write racing such a refusal can make gRPC replace its status with its own INTERNAL.
         """
 
 def add_PublishServiceServicer_to_server(servicer: PublishServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
@@ -467,7 +479,9 @@ class ConsumeServiceStub:
     them. A +NXT ack answers with the next messages available now (no waiting).
     """
     AckStream: _grpc.StreamStreamMultiCallable[_raftstream_pb2.AckBatch, _raftstream_pb2.AckResultBatch]
-    """Pipelined acks: batches in, a result for every item that failed or asked for `sync`."""
+    """Pipelined acks: batches in, a result for every item that failed or asked for `sync`.
+    Accepted with initial metadata first, as PublishStream.
+    """
 
 @_typing.type_check_only
 class ConsumeServiceAsyncStub(ConsumeServiceStub):
@@ -500,7 +514,9 @@ class ConsumeServiceAsyncStub(ConsumeServiceStub):
     them. A +NXT ack answers with the next messages available now (no waiting).
     """
     AckStream: _aio.StreamStreamMultiCallable[_raftstream_pb2.AckBatch, _raftstream_pb2.AckResultBatch]  # type: ignore[assignment]
-    """Pipelined acks: batches in, a result for every item that failed or asked for `sync`."""
+    """Pipelined acks: batches in, a result for every item that failed or asked for `sync`.
+    Accepted with initial metadata first, as PublishStream.
+    """
 
 class ConsumeServiceServicer(metaclass=_abc_1.ABCMeta):
     """Reading from consumers: pull fetch, push delivery, acknowledgements."""
@@ -554,7 +570,9 @@ class ConsumeServiceServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_raftstream_pb2.AckBatch],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_raftstream_pb2.AckResultBatch], _abc.AsyncIterator[_raftstream_pb2.AckResultBatch]]:
-        """Pipelined acks: batches in, a result for every item that failed or asked for `sync`."""
+        """Pipelined acks: batches in, a result for every item that failed or asked for `sync`.
+        Accepted with initial metadata first, as PublishStream.
+        """
 
 def add_ConsumeServiceServicer_to_server(servicer: ConsumeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -316,15 +316,9 @@ def peer_remove_cmd(conn: Conn, name: str, force: bool, allow_online: bool) -> N
     # One connection, one event loop: grpc.aio cannot outlive a loop (a second
     # ``asyncio.run`` in the process printed "Event loop is closed" from gRPC's poller).
     async def remove(c: Client) -> bool:
-        if not allow_online:
-            info = await c.cluster_info()
-            if any(n.name == name and n.online for n in info.nodes):
-                fail(
-                    f"FAILED_PRECONDITION: node {name} is online: peer-remove is for a dead "
-                    "node (stop it first, or pass --online to remove it anyway)"
-                )
         confirm_or_refuse(f"remove node {name} from the cluster", force)
-        return await c.remove_peer(name)
+        # The meta leader checks the caller's permission first, then that the node is dead.
+        return await c.remove_peer(name, refuse_online=not allow_online)
 
     if run(conn, remove):
         click.echo(f"Removed peer {name}")

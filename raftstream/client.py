@@ -640,10 +640,13 @@ class Client:
 
         return await self._call(None, invoke, timeout=timeout, idempotent=False)
 
-    async def remove_peer(self, peer: str, *, timeout: float | None = None) -> bool:
+    async def remove_peer(
+        self, peer: str, *, refuse_online: bool = False, timeout: float | None = None
+    ) -> bool:
         """Remove a (dead) node; the meta leader re-places its replicas. Returns False when
-        the node was removed already (nothing changed)."""
-        req = pb.RemovePeerRequest(peer=peer)
+        the node was removed already (nothing changed). ``refuse_online``: refuse
+        (``PreconditionError``) when the meta leader sees the node online."""
+        req = pb.RemovePeerRequest(peer=peer, refuse_online=refuse_online)
 
         async def invoke(stubs: Stubs, left_s: float) -> bool:
             resp = await stubs.cluster.RemovePeer(req, timeout=left_s)

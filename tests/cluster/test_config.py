@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from raftstream.cluster.auth import LIMIT_KEYS, TOKEN_KEYS, USER_KEYS, AuthConfig
+from raftstream.cluster.auth import LIMIT_KEYS, TOKEN_KEYS, USER_KEYS, AuthConfig, hash_secret
 from raftstream.cluster.config import (
+    CALL_TIMEOUT_MS_CEILING,
+    INT64_MAX,
     MIB,
     Address,
     Limits,
@@ -247,6 +249,69 @@ def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+# Every integer key of the node config, and the value above int64 a user tried.
+_INTEGER_KEYS = [
+    *(("raft", f.name) for f in dataclasses.fields(RaftSettings)),
+    *(("limits", f.name) for f in dataclasses.fields(Limits)),
+]
+_HUGE = 99999999999999999999
+
+
+@pytest.mark.parametrize(("section", "key"), _INTEGER_KEYS)
+@pytest.mark.parametrize("value", [INT64_MAX + 1, _HUGE])
+def test_integers_beyond_int64_are_refused(
+    tmp_path: Path, section: str, key: str, value: int
+) -> None:
+    """A user review: ``streams_max = 99999999999999999999`` was accepted (tomllib reads any
+    size) and the node started. Every integer key is at most int64, the error naming the key,
+    the rule and the file."""
+    err = bad(f"{section}.{key}", write(tmp_path, f"[{section}]\n{key} = {value}\n"), **FLAGS)
+    assert str(tmp_path) in err.message
+    assert err.rule == f"must be at most {INT64_MAX} (int64)"
+
+
+def test_int64_itself_is_accepted_where_no_tighter_rule_applies(tmp_path: Path) -> None:
+    text = f"[limits]\nstreams_max = {INT64_MAX}\nstorage_bytes_max = {INT64_MAX}\n"
+    cfg = load_config(write(tmp_path, text), **FLAGS)
+    assert cfg.limits.streams_max == cfg.limits.storage_bytes_max == INT64_MAX
+    path = write(tmp_path, f"[limits]\nstreams_max = {_HUGE}\n")
+    err = bad("limits.streams_max", path, **FLAGS)
+    assert err.message == f"{path}: limits.streams_max: must be at most {INT64_MAX} (int64)"
+
+
+def test_meta_voters_max_beyond_int64_keeps_its_own_rule() -> None:
+    err = bad("cluster.meta_voters_max", **FLAGS, meta_voters_max=_HUGE)
+    assert err.rule == "must be 1 to 7"
+
+
+def test_call_timeout_is_at_most_a_year() -> None:
+    """A call's time becomes a gRPC deadline (int64 ns since 1970): a few hundred years'
+    deadline fails every forwarded call at once, so the cap is a year."""
+    assert Limits(call_timeout_max_ms=CALL_TIMEOUT_MS_CEILING).call_timeout_max_ms > 0
+    with pytest.raises(InvalidArgumentError) as info:
+        Limits(call_timeout_max_ms=CALL_TIMEOUT_MS_CEILING + 1)
+    assert info.value.field == "limits.call_timeout_max_ms"
+
+
+@pytest.mark.parametrize(
+    ("auth", "field"),
+    [
+        ("verified_cache_entries_max = {n}\n", "auth.verified_cache_entries_max"),
+        ("[auth.accounts.A]\nmax_streams = {n}\n", "auth.accounts.A.max_streams"),
+        ("[auth.accounts.A]\nmax_file_bytes = {n}\n", "auth.accounts.A.max_file_bytes"),
+    ],
+)
+@pytest.mark.parametrize("value", [INT64_MAX + 1, _HUGE])
+def test_auth_integers_beyond_int64_are_refused(
+    tmp_path: Path, auth: str, field: str, value: int
+) -> None:
+    user = f'[[auth.users]]\nuser = "u"\npassword = "{hash_secret("pw", rounds=4)}"\n'
+    text = f'[auth]\n{auth.format(n=value)}[auth.accounts.B]\n{user}account = "B"\n'
+    err = bad(field, write(tmp_path, text), **FLAGS)
+    assert err.rule == f"must be at most {INT64_MAX} (int64)"
+    assert str(tmp_path) in err.message
 
 
 def test_payload_limit_never_above_64_mib() -> None:

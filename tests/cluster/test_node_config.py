@@ -39,6 +39,21 @@ def test_bad_toml_value_names_the_field(tmp_path: Path) -> None:
     assert not (tmp_path / "d").exists()  # refused before touching the data directory
 
 
+def test_an_integer_beyond_int64_is_refused_at_start(tmp_path: Path) -> None:
+    """A user review: ``streams_max = 99999999999999999999`` was accepted and the node
+    started; it is a configuration error (exit 2) naming the key and the rule."""
+    addr = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "node.toml"
+    config.write_text(
+        f'[cluster]\nname = "n1"\nlisten = "{addr}"\ndata = "{tmp_path / "d"}"\n'
+        f'peers = {{ n1 = "{addr}" }}\n\n[limits]\nstreams_max = 99999999999999999999\n'
+    )
+    out = _server("--config", str(config))
+    assert out.returncode == 2
+    assert "limits.streams_max: must be at most 9223372036854775807 (int64)" in out.stderr
+    assert not (tmp_path / "d").exists()
+
+
 def test_bad_flag_names_the_field(tmp_path: Path) -> None:
     out = _server(
         "--name", "n1",

@@ -595,6 +595,51 @@ def test_cluster_balance_moves_only_its_users_account_and_refuses_a_system_user(
     assert sum(json.loads(b.output)["leaders_before"].values()) >= 2  # B's BONLY and ORDERS
 
 
+def test_system_operations_refuse_other_accounts_for_an_online_node(
+    cluster: LocalCluster,
+) -> None:
+    """docs/security.md: only $SYS users step the meta leader down or remove or readmit a
+    peer, whatever the state of the node: a user of account A is refused PERMISSION_DENIED
+    for an online node, not told to stop it first."""
+    servers = ",".join(cluster.servers)
+    runner = CliRunner()
+    carol = {**_NO_CREDS_ENV, "RAFTSTREAM_USER": "carol", "RAFTSTREAM_PASSWORD": PASSWORDS["carol"]}
+    for args in (
+        ["peer-remove", "n3", "-f", "--online"],
+        ["peer-add", "n3"],
+        ["step-down"],
+    ):
+        out = runner.invoke(cli, ["cluster", *args, "-s", servers], env=carol)
+        assert out.exit_code == 1, (args, out.output)
+        assert "PERMISSION_DENIED" in out.output, (args, out.output)
+    run(_assert_online_and_kept(cluster, "n3"))
+
+
+def test_peer_remove_of_an_online_node_is_refused_for_permission_first(
+    cluster: LocalCluster,
+) -> None:
+    """A user review: ``cluster peer-remove n3 -f`` by a user of an ordinary account, n3
+    online, said FAILED_PRECONDITION (stop it first, or pass --online), and only with
+    --online PERMISSION_DENIED. The permission comes first."""
+    runner = CliRunner()
+    carol = {**_NO_CREDS_ENV, "RAFTSTREAM_USER": "carol", "RAFTSTREAM_PASSWORD": PASSWORDS["carol"]}
+    args = ["cluster", "peer-remove", "n3", "-f", "-s", ",".join(cluster.servers)]
+    out = runner.invoke(cli, args, env=carol)
+    assert out.exit_code == 1, out.output
+    assert "PERMISSION_DENIED" in out.output and "FAILED_PRECONDITION" not in out.output
+    run(_assert_online_and_kept(cluster, "n3"))
+
+
+async def _assert_online_and_kept(c: LocalCluster, node: str) -> None:
+    admin = await _connect(c, "admin")
+    try:
+        info = await admin.cluster_info()
+        (n,) = [n for n in info.nodes if n.name == node]
+        assert n.online and not n.removed
+    finally:
+        await admin.close()
+
+
 _NO_CREDS_ENV: dict[str, str | None] = {
     "RAFTSTREAM_USER": None,
     "RAFTSTREAM_PASSWORD": None,
