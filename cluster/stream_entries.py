@@ -84,6 +84,9 @@ class ConsumerOps:
 class LeaderBarrier:
     term: int
     node: str
+    # Which of its leader's barriers this is (``cluster/stream_leader.py``): only the last
+    # one proposed builds the leader copies. 0 in entries written before it existed.
+    seq: int = 0
 
 
 GroupEntry = StreamBatch | ConsumerPut | ConsumerDelete | ConsumerOps | LeaderBarrier
@@ -107,7 +110,7 @@ def encode(entry: GroupEntry) -> bytes:
             parts.append(_U32.pack(len(raw)))
             parts.append(raw)
         return b"".join(parts)
-    body3 = {"term": entry.term, "node": entry.node}
+    body3 = {"term": entry.term, "node": entry.node, "seq": entry.seq}
     return bytes([Kind.LEADER]) + json.dumps(body3, sort_keys=True).encode()
 
 
@@ -131,7 +134,7 @@ def decode(data: bytes) -> GroupEntry:
             return ConsumerPut(str(raw["name"]), cfg, int(raw["ts_ns"]))
         if kind is Kind.CONSUMER_DELETE:
             return ConsumerDelete(str(raw["name"]), int(raw["ts_ns"]))
-        return LeaderBarrier(int(raw["term"]), str(raw["node"]))
+        return LeaderBarrier(int(raw["term"]), str(raw["node"]), int(raw.get("seq", 0)))
     except DataLossError:
         raise
     except (RaftStreamError, KeyError, TypeError, ValueError, struct.error) as exc:

@@ -82,7 +82,7 @@ class StreamReplica:
     """The replica state of stream group ``assignment.group`` on node ``node_id``.
 
     ``env`` is the node's store environment (LMDB); the replica owns its store in it.
-    ``on_barrier(term)`` is called when this node's own barrier of ``term`` applies;
+    ``on_barrier(term, seq)`` is called when this node's own barrier of ``term`` applies;
     ``on_events(events)`` gets pull events that the replica's applies produced for waiting
     requests on the leader copies (a consumer deleted: 409 Consumer Deleted).
     ``records_snapshots()``: whether every replica reads snapshots of the store's own
@@ -96,7 +96,7 @@ class StreamReplica:
         assignment: StreamAssignment,
         env: Any,
         metrics: NodeMetrics,
-        on_barrier: Callable[[int], None],
+        on_barrier: Callable[[int, int], None],
         on_applied: Callable[[], None],
         records_snapshots: Callable[[], bool] = lambda: True,
     ) -> None:
@@ -237,7 +237,7 @@ class StreamReplica:
 
     def _apply_barrier(self, b: LeaderBarrier) -> None:
         if b.node == self.node_id:
-            self._on_barrier(b.term)
+            self._on_barrier(b.term, b.seq)
 
     def compaction_wanted(self, group: str) -> bool:
         """The Raft host's optional hook: compact the log now (after a purge)."""

@@ -270,6 +270,7 @@ class StreamGroup:
         self._term = 0  # the term of the leadership last seen
         self._lead_term = 0  # nonzero: the leader copies are valid for this term
         self._barrier_term = 0  # the term a barrier was proposed for
+        self._barrier_seq = 0  # the last barrier proposed (``_barrier_applied``)
         self._leaders: dict[str, Consumer] = {}
         self._waiters: dict[str, PullHandle] = {}
         self._reply_ids = itertools.count(1)
@@ -327,7 +328,7 @@ class StreamGroup:
             self._term = term
             leader = "this node" if leading else self._d.host.leader(self.group) or "unknown"
             self._drop_leader_state(f"leadership changed: term {term}, leader {leader}")
-        if leading and self._barrier_term != term:
+        if leading and self._barrier_term != term and self._lead_term != term:
             self._propose_barrier(term)
         if leading and not self._transfer_over.is_set() and not self._held():
             self._transfer_ended()  # abandoned: what waited decides here after all
@@ -339,7 +340,8 @@ class StreamGroup:
 
     def _propose_barrier(self, term: int) -> None:
         self._barrier_term = term
-        data = encode(LeaderBarrier(term, self._d.node_id))
+        self._barrier_seq += 1
+        data = encode(LeaderBarrier(term, self._d.node_id, self._barrier_seq))
         try:
             fut = self._d.host.propose(self.group, data)
         except RaftStreamError:
@@ -350,10 +352,21 @@ class StreamGroup:
     def _barrier_failed(self, exc: BaseException) -> None:
         self._barrier_term = 0
 
-    def _barrier_applied(self, term: int) -> None:
+    def _barrier_applied(self, term: int, seq: int) -> None:
+        """Build the leader copies when this leader's last barrier applies. Only the last
+        one proposed, and only while the copies are not built for this term: a barrier
+        whose proposal failed ambiguously (a timeout) may still commit, after the next one
+        was proposed or after the copies were built. Building again then, from a replica
+        that had not applied the ops the copies had proposed meanwhile, would decide the
+        same deliveries again, and applying both halts every replica ("new delivery N is
+        behind the cursor": found by the soak, ``chaos/soak.py``, two barriers of one term
+        in the log with a push step's deliveries between them)."""
         st = self._d.host.status(self.group)
         if st.role != Role.LEADER or st.term != term:
             return
+        if seq != self._barrier_seq or self._lead_term == term:
+            return
+        self._barrier_term = term
         self._leaders = {n: self.replica.leader_copy(n) for n in self.replica.consumers}
         # Inactivity counts from when this leader took over (its copies' clocks start now).
         self._active_ns = dict.fromkeys(self._leaders, _now_ns())

@@ -214,3 +214,53 @@ def test_a_dropped_copy_decides_nothing_while_the_new_one_is_being_built(
             assert not host.status(g.group).halted
 
     run(scenario)
+
+
+def test_a_barrier_that_commits_after_its_proposal_failed_builds_the_copies_once(
+    tmp_path: Path,
+) -> None:
+    """Regression (the soak: two barriers of one term in the log, a push step's deliveries
+    between them, then every replica halted on "new delivery N is behind the cursor"). A
+    barrier whose proposal failed ambiguously (a timeout) still committed and built the
+    copies; the leader, counting it failed, proposed another, and that one built them again
+    from a replica that had not applied the ops the first copies had proposed meanwhile."""
+
+    async def scenario() -> None:
+        async with single_node(tmp_path) as (host, g):
+            real = host.propose
+            held = held_proposals(host)
+            pull = await g.open_pull("C", {"batch": 1, "no_wait": True}, 5.0)
+            pull.close()
+
+            def timed_out(group: str, data: bytes, *, timeout_ms: int | None = None) -> Any:
+                real(group, data, timeout_ms=timeout_ms)  # in the log all the same
+                fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                fut.set_exception(UnavailableError("not committed in time"))
+                return fut
+
+            host.propose = timed_out  # type: ignore[method-assign]
+            held[0].set_exception(NotLeaderError("lost with a leader change"))
+            await until(lambda: not g.ready)  # the copies are dropped
+            g.check_leadership()  # a barrier, in the log, its proposal "failed"
+            host.propose = real  # type: ignore[method-assign]
+            await until(lambda: g.ready)  # built when it applied
+            c = g.leader_consumer("P")
+            for _ in range(3):  # what the node's monitor does every tick
+                g.check_leadership()
+                await asyncio.sleep(0.01)
+            step, commit = await g.push_step(c, 2, 5.0)
+            assert [d.stream_seq for d in step.deliveries] == [1, 2]
+            assert commit is not None
+            await commit
+            for _ in range(3):
+                g.check_leadership()
+                await asyncio.sleep(0.01)
+            assert g.leader_consumer("P") is c  # not built a second time
+            step, commit = await g.push_step(c, 2, 5.0)
+            assert [d.stream_seq for d in step.deliveries] == [3, 4]
+            assert commit is not None
+            await commit
+            assert g.replica.consumers["P"].state.delivered_stream_seq == 4
+            assert not host.status(g.group).halted
+
+    run(scenario)
