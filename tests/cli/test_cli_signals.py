@@ -47,6 +47,9 @@ def command(cluster: Any, *args: str) -> Iterator[subprocess.Popen[str]]:
         stderr=subprocess.PIPE,
         text=True,
         env=cli_env(cluster),
+        # A shell without job control starts background jobs with SIGINT ignored, and the
+        # child would inherit that (a CI runner may): Ctrl-C is the default here.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         yield proc
