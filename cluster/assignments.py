@@ -32,6 +32,11 @@ class StreamAssignment:
         return self.config.name
 
     @property
+    def quorum(self) -> int:
+        """How many of ``peers`` elect a leader and commit: a majority."""
+        return len(self.peers) // 2 + 1
+
+    @property
     def under_replicated(self) -> bool:
         """True while the group has fewer peers than ``num_replicas`` (awaiting repair)."""
         return len(self.peers) < self.config.num_replicas

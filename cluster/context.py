@@ -244,7 +244,7 @@ class ServiceContext:
         it (a membership change needs the old majority; ``cluster/placement.py``
         ``plan_repairs``), so it says what brings the stream back."""
         removed = [p for p in sa.peers if p in self.meta.state.removed_peers and self.peer_down(p)]
-        if len(sa.peers) - len(removed) >= len(sa.peers) // 2 + 1:
+        if len(sa.peers) - len(removed) >= sa.quorum:
             return None
         which = ", ".join(removed)
         what = (
@@ -268,7 +268,7 @@ class ServiceContext:
         for any election to win ("no leader yet" read as if waiting would help; a user
         review); None while a quorum is up (an election is the likely reason)."""
         down = [p for p in sa.peers if p != self.node_id and self.peer_down(p)]
-        need = len(sa.peers) // 2 + 1
+        need = sa.quorum
         if len(sa.peers) - len(down) >= need:
             return None
         return NoLeaderError(

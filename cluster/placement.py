@@ -267,7 +267,7 @@ def plan_repairs(*, state: MetaState, nodes: Sequence[NodeInfo], ts_ns: int) -> 
         # A removed peer still running (``peer-remove --online``, a decommission) still
         # votes, so its group's leader can move the replica away; a dead one never will.
         voters = [p for p in sa.peers if p not in removed or p in live]
-        if len(voters) < len(sa.peers) // 2 + 1:
+        if len(voters) < sa.quorum:
             stuck.append(sa.group)
             continue
         peers = _repaired_peers(sa, nodes, assets, removed)

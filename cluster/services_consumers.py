@@ -128,7 +128,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
 
     def _reachable(self, account: str, stream: str) -> None:
         """Refuse at once, proposing nothing, a consumer change whose stream's group cannot
-        have a leader now (``ServerContext.unreachable``: its replicas offline or lost).
+        have a leader now (``ServiceContext.unreachable``: its replicas offline or lost).
         Proposed, it committed in the meta group and then waited for the group until the
         client's timeout: the client was told TIMEOUT while the consumer was made once
         the stream came back (a user review)."""
