@@ -15,28 +15,17 @@ these are free ones.)
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from raftstream.localcluster import NodeLauncher, NodeSpec
 from raftstream.localnet import free_port
+from raftstream.procfs import cpu_seconds
 
 __all__ = ["BenchNodes", "cpu_seconds"]
 
 LOG_TAIL_LINES = 20
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far, from /proc/<pid>/stat (0 if gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
 
 
 class BenchNodes:

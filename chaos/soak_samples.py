@@ -27,6 +27,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from raftstream.procfs import cpu_seconds, status_kib
+
 __all__ = [
     "METRICS",
     "TOLERANCES",
@@ -36,7 +38,6 @@ __all__ = [
     "process_sample",
 ]
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 MIB = 1 << 20
 
 # The metrics judged, in report order, with their unit for the report.
@@ -82,23 +83,19 @@ class Trend:
 def process_sample(pid: int) -> dict[str, float] | None:
     """``rss_anon``, ``rss`` (bytes), ``fds``, ``threads`` and ``cpu_s`` of a process, or
     None when it is gone."""
+    status = status_kib(pid, "RssAnon", "VmRSS", "Threads")
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read().rsplit(")", 1)[1].split()
         fds = len(os.listdir(f"/proc/{pid}/fd"))
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:
         return None
-    fields = {}
-    for line in status.splitlines():
-        key, _, value = line.partition(":")
-        fields[key] = value.split()
+    if status is None or len(status) < 3:
+        return None
     return {
-        "rss_anon": int(fields["RssAnon"][0]) * 1024,
-        "rss": int(fields["VmRSS"][0]) * 1024,
+        "rss_anon": status["RssAnon"] * 1024,
+        "rss": status["VmRSS"] * 1024,
         "fds": float(fds),
-        "threads": float(fields["Threads"][0]),
-        "cpu_s": (int(stat[11]) + int(stat[12])) / _CLK_TCK,  # utime + stime
+        "threads": float(status["Threads"]),
+        "cpu_s": cpu_seconds(pid),
     }
 
 

@@ -11,31 +11,21 @@ import asyncio
 import contextlib
 import itertools
 import json
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from raftstream.procfs import cpu_seconds, status_kib
+
 __all__ = ["BenchCluster", "NodeProc", "cpu_seconds", "rss_bytes"]
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 _LINE_BYTES_MAX = 64 << 20  # a reply carries raw latencies: allow large lines
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far, from /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
-
-
 def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    status = status_kib(pid, "VmRSS") or {}
+    return status.get("VmRSS", 0) * 1024
 
 
 class NodeProc:

@@ -1,0 +1,39 @@
+"""What ``/proc`` says about a local process (Linux): its CPU time and its status fields.
+
+Shared by the benchmarks (CPU per message) and the soak (memory, threads, CPU over time),
+which measure the node processes they started.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["cpu_seconds", "status_kib"]
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, from /proc/<pid>/stat (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
+
+
+def status_kib(pid: int, *keys: str) -> dict[str, int] | None:
+    """The first number of each of ``keys`` in /proc/<pid>/status (``VmRSS``, ``RssAnon``:
+    KiB; ``Threads``: a count), or None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key in keys:
+            out[key] = int(value.split()[0])
+    return out
