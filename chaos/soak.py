@@ -110,6 +110,14 @@ class SoakResult:
         )
 
 
+async def _until(event: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` (none if negative) or until ``event`` is set; whether it is."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(seconds, 0.0)):
+            await event.wait()
+    return event.is_set()
+
+
 class _Load:
     """The workload's tasks on one SDK client; every error is counted, none stops it."""
 
@@ -137,8 +145,7 @@ class _Load:
         """Run ``step`` every ``period_s`` until stopping (``wait_first``: a period from
         now first); an error is counted, not fatal."""
         if wait_first:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), period_s)
+            await _until(self.stopping, period_s)
         while not self.stopping.is_set():
             started = time.monotonic()
             try:
@@ -146,8 +153,7 @@ class _Load:
             except errors.RaftStreamError as exc:
                 self.error(where, exc)
             left = period_s - (time.monotonic() - started)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), max(left, 0.0))
+            await _until(self.stopping, left)
 
     async def setup(self) -> None:
         from raftstream.config import StreamSource
@@ -361,10 +367,7 @@ async def _drive(cfg: SoakConfig, nodes: NodeLauncher, result: SoakResult) -> No
                     if exits:
                         result.node_exits.update(exits)
                         break
-                    with contextlib.suppress(TimeoutError):
-                        wait_s = min(cfg.sample_s, max(0.0, cfg.duration_s - t))
-                        await asyncio.wait_for(interrupt.wait(), wait_s)
-                    if interrupt.is_set():
+                    if await _until(interrupt, min(cfg.sample_s, cfg.duration_s - t)):
                         result.interrupted = True
                         break
             finally:
