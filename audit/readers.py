@@ -12,7 +12,7 @@ Layouts read (see the modules named above for the bytes):
   (``id seq`` -> message), and, when present, the engine consumer DBs
   (``engine/consumer_store.py``);
 - raft env: ``groups`` (group id -> 4-byte prefix), ``entries``, ``hardstate``, ``snapmeta``,
-  ``snapdata``.
+  ``snapdata`` (in chunks: ``raft/storage/lmdb_storage.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from raftstream.engine.lmdbrecords import (
 from raftstream.engine.store import StoredMsg
 from raftstream.errors import DataLossError
 from raftstream.raft.storage import codec
+from raftstream.raft.storage.lmdb_storage import read_snapshot_value
 from raftstream.raft.types import Entry, HardState, SnapshotMeta
 
 __all__ = [
@@ -224,7 +225,7 @@ def read_snapshot_data(env: Any, prefix: bytes) -> bytes:
         if meta_raw is None:
             return b""
         _, data_crc = codec.decode_snapshot_meta(meta_raw)
-        data = bytes(txn.get(prefix, default=b"", db=data_db))
+        data = read_snapshot_value(txn, data_db, prefix)
     return codec.verify_snapshot_data(data, data_crc)
 
 

@@ -6,7 +6,15 @@ Named databases (a fixed, small set, whatever the number of groups):
 - ``entries``:   prefix + index (8 bytes big-endian) -> entry record (codec), sorted by index
 - ``hardstate``: prefix -> hard state record
 - ``snapmeta``:  prefix -> snapshot meta record (carries the checksum of the data)
-- ``snapdata``:  prefix -> snapshot data
+- ``snapdata``:  prefix + chunk number (4 bytes big-endian) -> the snapshot data in chunks
+
+Snapshot data is stored in chunks small enough for LMDB to keep two to a page, never as one
+value: a value bigger than half a page goes to a run of contiguous overflow pages, and a
+stream snapshot of tens of MB needs thousands of them. The steady small writes of the log
+between two compactions break freed runs into short ones, so each new snapshot found no run
+long enough and the file grew by a snapshot per compaction (the soak saw ~390 MB an hour).
+Single pages are reused whatever the fragmentation. Environments written before stored the
+data as one value under the bare prefix; it sorts before the chunks and is read the same way.
 
 Durability: the environment is opened with ``sync=True``, so ``write_batch`` returns only
 after its single transaction is fsynced; after kill -9, reopening finds exactly the committed
@@ -39,9 +47,30 @@ from raftstream.raft.storage.base import (
 )
 from raftstream.raft.types import Entry, HardState, SnapshotMeta
 
-__all__ = ["LmdbLogStorage"]
+__all__ = ["LmdbLogStorage", "read_snapshot_value"]
 
 _DB_NAMES = (b"groups", b"entries", b"hardstate", b"snapmeta", b"snapdata")
+_PREFIX_BYTES = 4
+
+
+def read_snapshot_value(txn: Any, data_db: Any, prefix: bytes) -> bytes:
+    """The snapshot data of the group keyed ``prefix`` as stored (unverified): its chunks
+    joined in order, or the single value of the older layout (``b""`` when there is none)."""
+    cur = txn.cursor(db=data_db)
+    parts: list[bytes] = []
+    found = cur.set_range(prefix)
+    while found and bytes(cur.key())[:_PREFIX_BYTES] == prefix:
+        parts.append(bytes(cur.value()))
+        found = cur.next()
+    return b"".join(parts)
+
+
+def _delete_prefixed(txn: Any, db: Any, prefix: bytes) -> None:
+    cur = txn.cursor(db=db)
+    if not cur.set_range(prefix):
+        return
+    while bytes(cur.key())[:_PREFIX_BYTES] == prefix and cur.delete():
+        pass  # delete moves to the next key
 
 
 class LmdbLogStorage(LogStorageBase):
@@ -72,6 +101,8 @@ class LmdbLogStorage(LogStorageBase):
         dbs = [self._env.open_db(name) for name in _DB_NAMES]
         self._groups_db, self._entries_db, self._hs_db, self._meta_db, self._data_db = dbs
         self._next_prefix_id = 1
+        # Two chunks (with their 8-byte keys and node headers) fit in a page.
+        self._chunk_bytes = self._env.stat()["psize"] // 2 - 48
         self._load()
 
     def _load(self) -> None:
@@ -115,8 +146,8 @@ class LmdbLogStorage(LogStorageBase):
             if meta_raw is None:
                 return b""
             _, data_crc = codec.decode_snapshot_meta(meta_raw)
-            data = txn.get(prefix, default=b"", db=self._data_db)
-            return codec.verify_snapshot_data(bytes(data), data_crc)
+            data = read_snapshot_value(txn, self._data_db, prefix)
+        return codec.verify_snapshot_data(data, data_crc)
 
     @property
     def env(self) -> Any:
@@ -174,7 +205,10 @@ class LmdbLogStorage(LogStorageBase):
         if plan.snapshot is not None:
             snap = plan.snapshot
             txn.put(prefix, codec.encode_snapshot_meta(snap.meta, snap.data), db=self._meta_db)
-            txn.put(prefix, snap.data, db=self._data_db)
+            _delete_prefixed(txn, self._data_db, prefix)
+            view, step = memoryview(snap.data), self._chunk_bytes
+            for n, off in enumerate(range(0, len(view), step)):
+                txn.put(prefix + n.to_bytes(4, "big"), view[off : off + step], db=self._data_db)
 
     def remove_group(self, group: str) -> None:
         state = self._states.get(group)
@@ -182,8 +216,9 @@ class LmdbLogStorage(LogStorageBase):
             return
         with self._env.begin(write=True) as txn:
             self._delete_range(txn, state.prefix, 0, 1 << 63)
-            for db in (self._hs_db, self._meta_db, self._data_db):
+            for db in (self._hs_db, self._meta_db):
                 txn.delete(state.prefix, db=db)
+            _delete_prefixed(txn, self._data_db, state.prefix)
             txn.delete(group.encode("utf-8"), db=self._groups_db)
         self._states.pop(group, None)
         self.drop_cache(group)

@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
@@ -283,6 +284,95 @@ def test_remove_group_is_durable_and_leaves_others(backend: Backend) -> None:
         assert s.log("b").term(1) == 5
     finally:
         s.close()
+
+
+# --- snapshot data on LMDB: chunks of single pages, readable in the older layout too ---
+
+
+def _snapdata_keys(env: Any, prefix: bytes) -> list[bytes]:
+    db = env.open_db(b"snapdata")
+    with env.begin(db=db) as txn:
+        return [bytes(k) for k in txn.cursor().iternext(values=False) if k[:4] == prefix]
+
+
+def test_big_snapshots_round_trip_and_leave_nothing_behind(tmp_path: Path) -> None:
+    """A snapshot of many pages is stored in chunks: read back whole, replaced by a smaller
+    one without stale chunks, its neighbours untouched, gone with its group."""
+    from raftstream.audit.readers import read_snapshot_data
+
+    s = LmdbLogStorage(tmp_path / "big", map_size_bytes=64 << 20)
+    datas = {g: os.urandom(300_000 + n) for n, g in enumerate("abc")}
+    try:
+        for g, data in datas.items():
+            s.write_batch([GroupWrite(g, None, ents(1, 4, 1))])
+            s.write_batch([GroupWrite(g, compaction=Snapshot(SnapshotMeta(3, 1), data))])
+        small = Snapshot(SnapshotMeta(3, 1), b"small")
+        s.write_batch([GroupWrite("b", compaction=small)])
+        assert s.log("b").snapshot() == small
+        assert s.log("a").snapshot().data == datas["a"]
+        assert s.log("c").snapshot().data == datas["c"]
+        prefix_a = s.group_state("a").prefix
+        assert len(_snapdata_keys(s.env, prefix_a)) > 100  # chunks, not one value
+        assert read_snapshot_data(s.env, prefix_a) == datas["a"]  # the audit's reader
+        s.remove_group("a")
+        assert _snapdata_keys(s.env, prefix_a) == []
+        s.close()
+        s = LmdbLogStorage(tmp_path / "big", map_size_bytes=64 << 20)
+        assert s.log("b").snapshot() == small and s.log("c").snapshot().data == datas["c"]
+    finally:
+        s.close()
+
+
+def test_snapshot_in_the_older_single_value_layout_is_read_then_replaced(tmp_path: Path) -> None:
+    """Environments written before the chunks keep the data as one value under the group's
+    bare prefix: read as it is, and a later snapshot leaves only chunks."""
+    path = tmp_path / "old"
+    data = os.urandom(50_000)
+    s = LmdbLogStorage(path, map_size_bytes=64 << 20)
+    s.write_batch([GroupWrite("g", None, ents(1, 4, 1))])
+    s.write_batch([GroupWrite("g", compaction=Snapshot(SnapshotMeta(3, 1), data))])
+    prefix = s.group_state("g").prefix
+    s.close()
+    env = lmdb.open(str(path), max_dbs=8)
+    db, chunks = env.open_db(b"snapdata"), _snapdata_keys(env, prefix)
+    with env.begin(write=True, db=db) as txn:
+        for key in chunks:
+            txn.delete(key)
+        txn.put(prefix, data)
+    assert _snapdata_keys(env, prefix) == [prefix]
+    env.close()
+    s = LmdbLogStorage(path, map_size_bytes=64 << 20)
+    try:
+        assert s.log("g").snapshot().data == data
+        s.write_batch([GroupWrite("g", None, ents(4, 6, 1))])
+        s.write_batch([GroupWrite("g", compaction=Snapshot(SnapshotMeta(5, 1), data[:9000]))])
+        assert s.log("g").snapshot().data == data[:9000]
+        keys, chunk = _snapdata_keys(s.env, prefix), s.env.stat()["psize"] // 2 - 48
+        assert prefix not in keys and len(keys) == -(-9000 // chunk)  # 5 of 2,000 bytes
+    finally:
+        s.close()
+
+
+def test_compactions_reuse_the_file_instead_of_growing_it(tmp_path: Path) -> None:
+    """A snapshot per compaction, the log written in small batches between them (as a
+    stream group does): after a warm-up the environment stops growing. Stored as one value,
+    the snapshot needed a run of contiguous pages that the small writes had broken up, and
+    the file grew by about a snapshot every few compactions, without end."""
+    s = LmdbLogStorage(tmp_path / "grow", map_size_bytes=1 << 30, sync=False)
+    snap_bytes, index, used = 1_000_000, 0, []
+    try:
+        for r in range(40):
+            for _ in range(250):  # ~1.1 MB of log: as much as the snapshot, as the host waits
+                s.write_batch([GroupWrite("g", None, ents(index + 1, index + 6, 1, 900))])
+                index += 5
+            data = bytes(snap_bytes + (r % 3) * 8192)  # sizes vary a little, as they do
+            s.write_batch(
+                [GroupWrite("g", compaction=Snapshot(SnapshotMeta(index - 100, 1), data))]
+            )
+            used.append((s.env.info()["last_pgno"] + 1) * s.env.stat()["psize"])
+    finally:
+        s.close()
+    assert used[-1] - used[9] <= 64 << 10, [u >> 10 for u in used[9::10]]
 
 
 # --- a model-based check: random appends, overwrites and snapshots against a plain list ---
