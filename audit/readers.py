@@ -12,7 +12,8 @@ Layouts read (see the modules named above for the bytes):
   (``id seq`` -> message), and, when present, the engine consumer DBs
   (``engine/consumer_store.py``);
 - raft env: ``groups`` (group id -> 4-byte prefix), ``entries``, ``hardstate``, ``snapmeta``,
-  ``snapdata`` (in chunks: ``raft/storage/lmdb_storage.py``).
+  ``snapgen`` and ``snapchunks`` (the snapshot data in chunks), ``snapdata`` (the older
+  layout's single value; ``raft/storage/lmdb_storage.py``).
 """
 
 from __future__ import annotations
@@ -220,12 +221,14 @@ def read_snapshot_data(env: Any, prefix: bytes) -> bytes:
     if dbs is None:
         return b""
     meta_db, data_db = dbs[3], dbs[4]
+    # The chunked layout's DBs (None in an environment written before it).
+    gen_db, chunks_db = open_named_db(env, b"snapgen"), open_named_db(env, b"snapchunks")
     with env.begin() as txn:
         meta_raw = txn.get(prefix, db=meta_db)
         if meta_raw is None:
             return b""
         _, data_crc = codec.decode_snapshot_meta(meta_raw)
-        data = read_snapshot_value(txn, data_db, prefix)
+        data = read_snapshot_value(txn, data_db, gen_db, chunks_db, prefix)
     return codec.verify_snapshot_data(data, data_crc)
 
 

@@ -6,15 +6,19 @@ Named databases (a fixed, small set, whatever the number of groups):
 - ``entries``:   prefix + index (8 bytes big-endian) -> entry record (codec), sorted by index
 - ``hardstate``: prefix -> hard state record
 - ``snapmeta``:  prefix -> snapshot meta record (carries the checksum of the data)
-- ``snapdata``:  prefix + chunk number (4 bytes big-endian) -> the snapshot data in chunks
+- ``snapgen``:   prefix -> the generation (8 bytes big-endian) of the group's snapshot data
+- ``snapchunks``: generation + chunk number (4 bytes, both big-endian) -> a chunk of that data
+- ``snapdata``:  prefix -> snapshot data as one value: the layout before the chunks, read
+  until the group's next snapshot replaces it
 
 Snapshot data is stored in chunks small enough for LMDB to keep two to a page, never as one
 value: a value bigger than half a page goes to a run of contiguous overflow pages, and a
 stream snapshot of tens of MB needs thousands of them. The steady small writes of the log
 between two compactions break freed runs into short ones, so each new snapshot found no run
 long enough and the file grew by a snapshot per compaction (the soak saw ~390 MB an hour).
-Single pages are reused whatever the fragmentation. Environments written before stored the
-data as one value under the bare prefix; it sorts before the chunks and is read the same way.
+Single pages are reused whatever the fragmentation. Every snapshot written takes the next
+generation, higher than any key in ``snapchunks``, so its chunks are appended (MDB_APPEND:
+full pages; sorted inserts elsewhere split pages in half and leave them so).
 
 Durability: the environment is opened with ``sync=True``, so ``write_batch`` returns only
 after its single transaction is fsynced; after kill -9, reopening finds exactly the committed
@@ -49,27 +53,37 @@ from raftstream.raft.types import Entry, HardState, SnapshotMeta
 
 __all__ = ["LmdbLogStorage", "read_snapshot_value"]
 
-_DB_NAMES = (b"groups", b"entries", b"hardstate", b"snapmeta", b"snapdata")
-_PREFIX_BYTES = 4
+_DB_NAMES = (
+    b"groups", b"entries", b"hardstate", b"snapmeta", b"snapdata", b"snapgen", b"snapchunks"
+)  # fmt: skip
+_GEN = 8  # bytes of a generation
 
 
-def read_snapshot_value(txn: Any, data_db: Any, prefix: bytes) -> bytes:
+def read_snapshot_value(
+    txn: Any, data_db: Any, gen_db: Any | None, chunks_db: Any | None, prefix: bytes
+) -> bytes:
     """The snapshot data of the group keyed ``prefix`` as stored (unverified): its chunks
-    joined in order, or the single value of the older layout (``b""`` when there is none)."""
-    cur = txn.cursor(db=data_db)
+    joined in order, else the single value of the older layout (``b""`` when there is none).
+    ``gen_db`` and ``chunks_db`` are None for an environment written before the chunks."""
+    gen = None if gen_db is None else txn.get(prefix, db=gen_db)
+    if gen is None:
+        return bytes(txn.get(prefix, default=b"", db=data_db))
+    gen = bytes(gen)
+    cur = txn.cursor(db=chunks_db)
     parts: list[bytes] = []
-    found = cur.set_range(prefix)
-    while found and bytes(cur.key())[:_PREFIX_BYTES] == prefix:
+    found = cur.set_range(gen)
+    while found and bytes(cur.key())[:_GEN] == gen:
         parts.append(bytes(cur.value()))
         found = cur.next()
     return b"".join(parts)
 
 
 def _delete_prefixed(txn: Any, db: Any, prefix: bytes) -> None:
+    """Delete every key of ``db`` that starts with ``prefix``."""
     cur = txn.cursor(db=db)
     if not cur.set_range(prefix):
         return
-    while bytes(cur.key())[:_PREFIX_BYTES] == prefix and cur.delete():
+    while bytes(cur.key())[: len(prefix)] == prefix and cur.delete():
         pass  # delete moves to the next key
 
 
@@ -99,14 +113,19 @@ class LmdbLogStorage(LogStorageBase):
             metasync=sync,
         )
         dbs = [self._env.open_db(name) for name in _DB_NAMES]
-        self._groups_db, self._entries_db, self._hs_db, self._meta_db, self._data_db = dbs
+        self._groups_db, self._entries_db, self._hs_db, self._meta_db, self._data_db = dbs[:5]
+        self._gen_db, self._chunks_db = dbs[5:]
         self._next_prefix_id = 1
-        # Two chunks (with their 8-byte keys and node headers) fit in a page.
+        # Two chunks (with their 12-byte keys and node headers) fit in a page.
         self._chunk_bytes = self._env.stat()["psize"] // 2 - 48
+        self._next_gen = 1
         self._load()
 
     def _load(self) -> None:
         with self._env.begin() as txn:
+            cur = txn.cursor(db=self._chunks_db)
+            if cur.last():
+                self._next_gen = int.from_bytes(bytes(cur.key())[:_GEN], "big") + 1
             for key, prefix in txn.cursor(db=self._groups_db):
                 group = bytes(key).decode("utf-8")
                 prefix = bytes(prefix)
@@ -146,7 +165,7 @@ class LmdbLogStorage(LogStorageBase):
             if meta_raw is None:
                 return b""
             _, data_crc = codec.decode_snapshot_meta(meta_raw)
-            data = read_snapshot_value(txn, self._data_db, prefix)
+            data = read_snapshot_value(txn, self._data_db, self._gen_db, self._chunks_db, prefix)
         return codec.verify_snapshot_data(data, data_crc)
 
     @property
@@ -205,10 +224,24 @@ class LmdbLogStorage(LogStorageBase):
         if plan.snapshot is not None:
             snap = plan.snapshot
             txn.put(prefix, codec.encode_snapshot_meta(snap.meta, snap.data), db=self._meta_db)
-            _delete_prefixed(txn, self._data_db, prefix)
+            self._drop_snapshot_data(txn, prefix)
+            gen = self._next_gen.to_bytes(_GEN, "big")
+            self._next_gen += 1  # even if the transaction aborts: a gap is harmless
             view, step = memoryview(snap.data), self._chunk_bytes
-            for n, off in enumerate(range(0, len(view), step)):
-                txn.put(prefix + n.to_bytes(4, "big"), view[off : off + step], db=self._data_db)
+            offsets = range(0, len(view), step)
+            chunks = ((gen + (off // step).to_bytes(4, "big"), view[off : off + step])
+                      for off in offsets)  # fmt: skip
+            # An append below the last key is refused, not raised: count what went in.
+            _, added = txn.cursor(db=self._chunks_db).putmulti(chunks, append=True)
+            invariant(added == len(offsets), f"snapshot generation {gen.hex()} not the last")
+            txn.put(prefix, gen, db=self._gen_db)
+
+    def _drop_snapshot_data(self, txn: Any, prefix: bytes) -> None:
+        gen = txn.get(prefix, db=self._gen_db)
+        if gen is not None:
+            _delete_prefixed(txn, self._chunks_db, bytes(gen))
+            txn.delete(prefix, db=self._gen_db)
+        txn.delete(prefix, db=self._data_db)  # the older layout's value, if any
 
     def remove_group(self, group: str) -> None:
         state = self._states.get(group)
@@ -218,7 +251,7 @@ class LmdbLogStorage(LogStorageBase):
             self._delete_range(txn, state.prefix, 0, 1 << 63)
             for db in (self._hs_db, self._meta_db):
                 txn.delete(state.prefix, db=db)
-            _delete_prefixed(txn, self._data_db, state.prefix)
+            self._drop_snapshot_data(txn, state.prefix)
             txn.delete(group.encode("utf-8"), db=self._groups_db)
         self._states.pop(group, None)
         self.drop_cache(group)

@@ -286,46 +286,63 @@ def test_remove_group_is_durable_and_leaves_others(backend: Backend) -> None:
         s.close()
 
 
-# --- snapshot data on LMDB: chunks of single pages, readable in the older layout too ---
+# --- snapshot data on LMDB: chunks on full pages, readable in the older layout too ---
 
 
-def _snapdata_keys(env: Any, prefix: bytes) -> list[bytes]:
-    db = env.open_db(b"snapdata")
-    with env.begin(db=db) as txn:
-        return [bytes(k) for k in txn.cursor().iternext(values=False) if k[:4] == prefix]
+def _snapshot_records(env: Any) -> dict[str, list[bytes]]:
+    """Every key of the snapshot data DBs, by DB name."""
+    out: dict[str, list[bytes]] = {}
+    for name in ("snapdata", "snapgen", "snapchunks"):
+        db = env.open_db(name.encode())
+        with env.begin(db=db) as txn:
+            out[name] = [bytes(k) for k in txn.cursor().iternext(values=False)]
+    return out
 
 
-def test_big_snapshots_round_trip_and_leave_nothing_behind(tmp_path: Path) -> None:
-    """A snapshot of many pages is stored in chunks: read back whole, replaced by a smaller
-    one without stale chunks, its neighbours untouched, gone with its group."""
+def test_big_snapshots_round_trip_on_full_pages_and_leave_nothing_behind(tmp_path: Path) -> None:
+    """A snapshot of many pages is stored in chunks, appended on full pages: read back
+    whole, replaced by a smaller one without stale chunks, its neighbours untouched, gone
+    with its group."""
     from raftstream.audit.readers import read_snapshot_data
 
     s = LmdbLogStorage(tmp_path / "big", map_size_bytes=64 << 20)
     datas = {g: os.urandom(300_000 + n) for n, g in enumerate("abc")}
     try:
-        for g, data in datas.items():
-            s.write_batch([GroupWrite(g, None, ents(1, 4, 1))])
-            s.write_batch([GroupWrite(g, compaction=Snapshot(SnapshotMeta(3, 1), data))])
+        for _ in range(2):
+            for g, data in datas.items():
+                s.write_batch([GroupWrite(g, None, ents(1, 4, 1))])
+                s.write_batch([GroupWrite(g, compaction=Snapshot(SnapshotMeta(3, 1), data))])
+        with s.env.begin() as txn:
+            chunks = txn.stat(s.env.open_db(b"snapchunks"))
+        assert chunks["overflow_pages"] == 0  # no value on a run of pages
+        stored = chunks["leaf_pages"] * s.env.stat()["psize"]
+        assert stored < 1.1 * sum(map(len, datas.values()))  # not half-empty pages
         small = Snapshot(SnapshotMeta(3, 1), b"small")
         s.write_batch([GroupWrite("b", compaction=small)])
         assert s.log("b").snapshot() == small
         assert s.log("a").snapshot().data == datas["a"]
         assert s.log("c").snapshot().data == datas["c"]
         prefix_a = s.group_state("a").prefix
-        assert len(_snapdata_keys(s.env, prefix_a)) > 100  # chunks, not one value
         assert read_snapshot_data(s.env, prefix_a) == datas["a"]  # the audit's reader
+        chunk = s.env.stat()["psize"] // 2 - 48
+        n_chunks = len(_snapshot_records(s.env)["snapchunks"])
+        assert n_chunks == -(-300_000 // chunk) + -(-300_002 // chunk) + 1
         s.remove_group("a")
-        assert _snapdata_keys(s.env, prefix_a) == []
+        records = _snapshot_records(s.env)
+        assert len(records["snapchunks"]) == n_chunks - -(-300_000 // chunk)
+        assert prefix_a not in records["snapgen"] and records["snapdata"] == []
         s.close()
         s = LmdbLogStorage(tmp_path / "big", map_size_bytes=64 << 20)
         assert s.log("b").snapshot() == small and s.log("c").snapshot().data == datas["c"]
+        s.write_batch([GroupWrite("c", compaction=Snapshot(SnapshotMeta(3, 1), b"c2"))])
+        assert s.log("c").snapshot().data == b"c2"  # appended after a reopen, too
     finally:
         s.close()
 
 
 def test_snapshot_in_the_older_single_value_layout_is_read_then_replaced(tmp_path: Path) -> None:
     """Environments written before the chunks keep the data as one value under the group's
-    bare prefix: read as it is, and a later snapshot leaves only chunks."""
+    prefix in ``snapdata``: read as it is, and a later snapshot leaves only chunks."""
     path = tmp_path / "old"
     data = os.urandom(50_000)
     s = LmdbLogStorage(path, map_size_bytes=64 << 20)
@@ -334,12 +351,10 @@ def test_snapshot_in_the_older_single_value_layout_is_read_then_replaced(tmp_pat
     prefix = s.group_state("g").prefix
     s.close()
     env = lmdb.open(str(path), max_dbs=8)
-    db, chunks = env.open_db(b"snapdata"), _snapdata_keys(env, prefix)
-    with env.begin(write=True, db=db) as txn:
-        for key in chunks:
-            txn.delete(key)
-        txn.put(prefix, data)
-    assert _snapdata_keys(env, prefix) == [prefix]
+    with env.begin(write=True) as txn:  # as the older version wrote it
+        for name in (b"snapgen", b"snapchunks"):
+            txn.drop(env.open_db(name, txn=txn), delete=True)
+        txn.put(prefix, data, db=env.open_db(b"snapdata", txn=txn))
     env.close()
     s = LmdbLogStorage(path, map_size_bytes=64 << 20)
     try:
@@ -347,8 +362,8 @@ def test_snapshot_in_the_older_single_value_layout_is_read_then_replaced(tmp_pat
         s.write_batch([GroupWrite("g", None, ents(4, 6, 1))])
         s.write_batch([GroupWrite("g", compaction=Snapshot(SnapshotMeta(5, 1), data[:9000]))])
         assert s.log("g").snapshot().data == data[:9000]
-        keys, chunk = _snapdata_keys(s.env, prefix), s.env.stat()["psize"] // 2 - 48
-        assert prefix not in keys and len(keys) == -(-9000 // chunk)  # 5 of 2,000 bytes
+        records = _snapshot_records(s.env)
+        assert records["snapdata"] == [] and records["snapgen"] == [prefix]
     finally:
         s.close()
 
