@@ -18,7 +18,10 @@ between two compactions break freed runs into short ones, so each new snapshot f
 long enough and the file grew by a snapshot per compaction (the soak saw ~390 MB an hour).
 Single pages are reused whatever the fragmentation. Every snapshot written takes the next
 generation, higher than any key in ``snapchunks``, so its chunks are appended (MDB_APPEND:
-full pages; sorted inserts elsewhere split pages in half and leave them so).
+full pages; sorted inserts elsewhere split pages in half and leave them so). The price is
+memory: LMDB keeps the single pages a write transaction dirtied for later ones until the
+environment closes, so the process keeps about the biggest snapshot it wrote (the single
+value was one allocation, freed at commit).
 
 Durability: the environment is opened with ``sync=True``, so ``write_batch`` returns only
 after its single transaction is fsynced; after kill -9, reopening finds exactly the committed
