@@ -20,8 +20,8 @@ Single pages are reused whatever the fragmentation. Every snapshot written takes
 generation, higher than any key in ``snapchunks``, so its chunks are appended (MDB_APPEND:
 full pages; sorted inserts elsewhere split pages in half and leave them so). The price is
 memory: LMDB keeps the single pages a write transaction dirtied for later ones until the
-environment closes, so the process keeps about the biggest snapshot it wrote (the single
-value was one allocation, freed at commit).
+environment closes, so the process keeps up to twice the biggest snapshot it wrote, its
+chunks and those they replaced (the single value was one allocation, freed at commit).
 
 Durability: the environment is opened with ``sync=True``, so ``write_batch`` returns only
 after its single transaction is fsynced; after kill -9, reopening finds exactly the committed
