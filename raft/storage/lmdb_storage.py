@@ -126,9 +126,12 @@ class LmdbLogStorage(LogStorageBase):
 
     def _load(self) -> None:
         with self._env.begin() as txn:
+            # Past every generation in use: the last chunks', and a group's whose data was
+            # empty (no chunks), which sharing its number with the next would make another's.
             cur = txn.cursor(db=self._chunks_db)
-            if cur.last():
-                self._next_gen = int.from_bytes(bytes(cur.key())[:_GEN], "big") + 1
+            gens = [bytes(cur.key())[:_GEN]] if cur.last() else []
+            gens += [bytes(gen) for gen in txn.cursor(db=self._gen_db).iternext(keys=False)]
+            self._next_gen = max((int.from_bytes(g, "big") for g in gens), default=0) + 1
             for key, prefix in txn.cursor(db=self._groups_db):
                 group = bytes(key).decode("utf-8")
                 prefix = bytes(prefix)

@@ -308,9 +308,9 @@ def test_big_snapshots_round_trip_on_full_pages_and_leave_nothing_behind(tmp_pat
     s = LmdbLogStorage(tmp_path / "big", map_size_bytes=64 << 20)
     datas = {g: os.urandom(300_000 + n) for n, g in enumerate("abc")}
     try:
+        s.write_batch([GroupWrite(g, None, ents(1, 4, 1)) for g in datas])
         for _ in range(2):
             for g, data in datas.items():
-                s.write_batch([GroupWrite(g, None, ents(1, 4, 1))])
                 s.write_batch([GroupWrite(g, compaction=Snapshot(SnapshotMeta(3, 1), data))])
         with s.env.begin() as txn:
             chunks = txn.stat(s.env.open_db(b"snapchunks"))
@@ -336,6 +336,28 @@ def test_big_snapshots_round_trip_on_full_pages_and_leave_nothing_behind(tmp_pat
         assert s.log("b").snapshot() == small and s.log("c").snapshot().data == datas["c"]
         s.write_batch([GroupWrite("c", compaction=Snapshot(SnapshotMeta(3, 1), b"c2"))])
         assert s.log("c").snapshot().data == b"c2"  # appended after a reopen, too
+    finally:
+        s.close()
+
+
+def test_an_empty_snapshot_keeps_its_generation_across_a_reopen(tmp_path: Path) -> None:
+    """Empty data has no chunks: its generation, the last written, is not taken again after
+    a reopen (another group's chunks under it would read as its data, and be deleted with
+    it)."""
+    path = tmp_path / "empty"
+    s = LmdbLogStorage(path, map_size_bytes=64 << 20)
+    s.write_batch([GroupWrite(g, None, ents(1, 4, 1)) for g in "ab"])
+    s.write_batch([GroupWrite("a", compaction=Snapshot(SnapshotMeta(2, 1), b"a" * 5000))])
+    s.write_batch([GroupWrite("b", compaction=Snapshot(SnapshotMeta(3, 1), b""))])
+    s.close()
+    s = LmdbLogStorage(path, map_size_bytes=64 << 20)
+    try:
+        s.write_batch([GroupWrite("a", compaction=Snapshot(SnapshotMeta(3, 1), b"A" * 5000))])
+        assert s.log("b").snapshot().data == b""
+        s.write_batch([GroupWrite("b", None, ents(4, 5, 1))])
+        s.write_batch([GroupWrite("b", compaction=Snapshot(SnapshotMeta(4, 1), b"b2"))])
+        assert s.log("a").snapshot().data == b"A" * 5000
+        assert s.log("b").snapshot().data == b"b2"
     finally:
         s.close()
 
