@@ -18,14 +18,26 @@ between two compactions break freed runs into short ones, so each new snapshot f
 long enough and the file grew by a snapshot per compaction (the soak saw ~390 MB an hour).
 Single pages are reused whatever the fragmentation. Every snapshot written takes the next
 generation, higher than any key in ``snapchunks``, so its chunks are appended (MDB_APPEND:
-full pages; sorted inserts elsewhere split pages in half and leave them so). The price is
-memory: LMDB keeps the single pages a write transaction dirtied for later ones until the
-environment closes, so the process keeps up to twice the biggest snapshot it wrote, its
-chunks and those they replaced (the single value was one allocation, freed at commit).
+full pages; sorted inserts elsewhere split pages in half and leave them so).
+
+Memory: LMDB keeps the pages a write transaction dirtied, for later transactions to reuse,
+until the environment closes (it frees multi-page values at once). So a node's heap keeps
+as much as its biggest write transaction ever dirtied, and a snapshot's chunks written in one
+transaction stayed in the heap for good (measured: +24 MiB after two groups' 24 MiB
+snapshots; deleting them costs little, as LMDB reuses the pages a deletion emptied within
+the transaction). So data bigger than ``stage_bytes`` (4 MiB) is written ahead, under its
+new generation, in transactions of at most that much each, before the write's transaction,
+which then only points ``snapgen`` at it (smaller data goes in that transaction).
+
+Until then the generation is an orphan, which nothing reads: if the write fails (or the
+process dies first), its chunks are deleted at the start of the next ``write_batch`` or
+``remove_group`` (so that a failure there stops that write before any of it), or when the
+environment is next opened, which deletes every generation ``snapgen`` does not name.
 
 Durability: the environment is opened with ``sync=True``, so ``write_batch`` returns only
-after its single transaction is fsynced; after kill -9, reopening finds exactly the committed
-transactions (LMDB's copy-on-write B+tree never exposes a half-written one).
+after its transaction (and any written ahead) is fsynced; after kill -9, reopening finds
+exactly the committed transactions (LMDB's copy-on-write B+tree never exposes a half-written
+one).
 
 Threading: one writer thread at a time (``write_batch``, ``remove_group``); reads use short
 read transactions from any thread. ``close`` only once nothing else uses the storage.
@@ -81,6 +93,17 @@ def read_snapshot_value(
     return b"".join(parts)
 
 
+def _stored_generations(cur: Any) -> list[bytes]:
+    """The generations that have chunks, in order (one cursor jump each)."""
+    out: list[bytes] = []
+    found = cur.first()
+    while found:
+        gen = bytes(cur.key())[:_GEN]
+        out.append(gen)
+        found = cur.set_range((int.from_bytes(gen, "big") + 1).to_bytes(_GEN, "big"))
+    return out
+
+
 def _delete_prefixed(txn: Any, db: Any, prefix: bytes) -> None:
     """Delete every key of ``db`` that starts with ``prefix``."""
     cur = txn.cursor(db=db)
@@ -101,6 +124,7 @@ class LmdbLogStorage(LogStorageBase):
         readers_max: int = 126,
         sync: bool = True,
         tail_cache_entries_max: int = 1024,
+        stage_bytes: int = 4 << 20,
     ) -> None:
         super().__init__(tail_cache_entries_max=tail_cache_entries_max)
         os.makedirs(path, exist_ok=True)
@@ -121,17 +145,21 @@ class LmdbLogStorage(LogStorageBase):
         self._next_prefix_id = 1
         # Two chunks (with their 12-byte keys and node headers) fit in a page.
         self._chunk_bytes = self._env.stat()["psize"] // 2 - 48
+        self._stage_chunks = max(1, stage_bytes // self._chunk_bytes)
         self._next_gen = 1
+        self._orphans: list[bytes] = []  # generations whose chunks are to be deleted
         self._load()
+        self._sweep()
 
     def _load(self) -> None:
         with self._env.begin() as txn:
-            # Past every generation in use: the last chunks', and a group's whose data was
-            # empty (no chunks), which sharing its number with the next would make another's.
-            cur = txn.cursor(db=self._chunks_db)
-            gens = [bytes(cur.key())[:_GEN]] if cur.last() else []
-            gens += [bytes(gen) for gen in txn.cursor(db=self._gen_db).iternext(keys=False)]
+            # Past every generation stored or named: a group's whose data was empty has no
+            # chunks, and sharing its number with the next would make those its data.
+            named = {bytes(gen) for gen in txn.cursor(db=self._gen_db).iternext(keys=False)}
+            stored = _stored_generations(txn.cursor(db=self._chunks_db))
+            gens = named.union(stored)
             self._next_gen = max((int.from_bytes(g, "big") for g in gens), default=0) + 1
+            self._orphans = [g for g in stored if g not in named]  # left by a crash
             for key, prefix in txn.cursor(db=self._groups_db):
                 group = bytes(key).decode("utf-8")
                 prefix = bytes(prefix)
@@ -181,24 +209,72 @@ class LmdbLogStorage(LogStorageBase):
 
     def write_batch(self, writes: Sequence[GroupWrite]) -> None:
         check_unique_groups(writes)
+        self._sweep()  # before this write: a failure there stops it before any of it
         plans: list[tuple[str, WritePlan]] = []
-        # One transaction for every group: one fsync at commit, whatever the group count.
-        with self._env.begin(write=True) as txn:
-            next_id = self._next_prefix_id
+        ahead: dict[str, bytes] = {}  # group -> generation of its data written ahead
+        try:
             for w in writes:
-                state = self._states.get(w.group)
-                if state is None:
-                    state = GroupState(prefix=codec.group_prefix(next_id))
-                    next_id += 1
-                    txn.put(w.group.encode("utf-8"), state.prefix, db=self._groups_db)
-                plan = plan_write(state, w, functools.partial(self._term_in, txn, state.prefix))
-                self._apply(txn, plan)
-                plans.append((w.group, plan))
+                snap = w.compaction or w.snapshot  # the one plan_write stores
+                if snap is not None and len(snap.data) > self._stage_chunks * self._chunk_bytes:
+                    ahead[w.group] = self._write_ahead(snap.data)
+            # One transaction for every group: one fsync at commit, whatever the group count.
+            with self._env.begin(write=True) as txn:
+                next_id = self._next_prefix_id
+                for w in writes:
+                    state = self._states.get(w.group)
+                    if state is None:
+                        state = GroupState(prefix=codec.group_prefix(next_id))
+                        next_id += 1
+                        txn.put(w.group.encode("utf-8"), state.prefix, db=self._groups_db)
+                    term_in = functools.partial(self._term_in, txn, state.prefix)
+                    plan = plan_write(state, w, term_in)
+                    self._apply(txn, plan, ahead.get(w.group))
+                    plans.append((w.group, plan))
+        except BaseException:
+            self._orphans += ahead.values()  # swept with the next write, or the next open
+            raise
         # Committed (and fsynced): only now may readers see the new bounds.
         self._next_prefix_id = next_id
         for group, plan in plans:
             self._states[group] = plan.state
             self.cache_written(group, plan)
+
+    def _new_generation(self) -> bytes:
+        gen = self._next_gen.to_bytes(_GEN, "big")
+        self._next_gen += 1  # even if its transaction aborts: a gap is harmless
+        return gen
+
+    def _put_chunks(self, txn: Any, gen: bytes, view: memoryview, first: int, last: int) -> None:
+        """Append the chunks ``first <= n < last`` of ``view`` under ``gen``."""
+        step = self._chunk_bytes
+        chunks = ((gen + n.to_bytes(4, "big"), view[n * step : (n + 1) * step])
+                  for n in range(first, last))  # fmt: skip
+        # An append below the last key is refused, not raised: count what went in.
+        _, added = txn.cursor(db=self._chunks_db).putmulti(chunks, append=True)
+        invariant(added == last - first, f"snapshot generation {gen.hex()} not the last")
+
+    def _write_ahead(self, data: bytes) -> bytes:
+        """Write ``data``'s chunks under a new generation, a stage per transaction
+        (module docstring); the generation is an orphan until a group points at it."""
+        gen = self._new_generation()
+        view, total = memoryview(data), -(-len(data) // self._chunk_bytes)
+        try:
+            for first in range(0, total, self._stage_chunks):
+                with self._env.begin(write=True) as txn:
+                    self._put_chunks(txn, gen, view, first, min(total, first + self._stage_chunks))
+        except BaseException:
+            self._orphans.append(gen)
+            raise
+        return gen
+
+    def _sweep(self) -> None:
+        """Delete the orphan generations' chunks (deleting dirties few pages: LMDB reuses
+        the ones a deletion emptied within the transaction)."""
+        if self._orphans:
+            with self._env.begin(write=True) as txn:
+                for gen in self._orphans:
+                    _delete_prefixed(txn, self._chunks_db, gen)
+            self._orphans = []
 
     def _term_in(self, txn: Any, prefix: bytes, index: int) -> int:
         key = codec.entry_key(prefix, index)
@@ -216,7 +292,9 @@ class LmdbLogStorage(LogStorageBase):
             if not key or key >= end or not cur.delete():  # delete moves to the next key
                 return
 
-    def _apply(self, txn: Any, plan: WritePlan) -> None:
+    def _apply(self, txn: Any, plan: WritePlan, ahead: bytes | None) -> None:
+        """Write ``plan`` in ``txn``; its snapshot's data is the generation ``ahead`` if
+        that was written ahead."""
         prefix = plan.state.prefix
         if plan.compact_through is not None:
             self._delete_range(txn, prefix, 0, plan.compact_through + 1)
@@ -231,15 +309,11 @@ class LmdbLogStorage(LogStorageBase):
             snap = plan.snapshot
             txn.put(prefix, codec.encode_snapshot_meta(snap.meta, snap.data), db=self._meta_db)
             self._drop_snapshot_data(txn, prefix)
-            gen = self._next_gen.to_bytes(_GEN, "big")
-            self._next_gen += 1  # even if the transaction aborts: a gap is harmless
-            view, step = memoryview(snap.data), self._chunk_bytes
-            offsets = range(0, len(view), step)
-            chunks = ((gen + (off // step).to_bytes(4, "big"), view[off : off + step])
-                      for off in offsets)  # fmt: skip
-            # An append below the last key is refused, not raised: count what went in.
-            _, added = txn.cursor(db=self._chunks_db).putmulti(chunks, append=True)
-            invariant(added == len(offsets), f"snapshot generation {gen.hex()} not the last")
+            gen = ahead
+            if gen is None:
+                gen = self._new_generation()
+                total = -(-len(snap.data) // self._chunk_bytes)
+                self._put_chunks(txn, gen, memoryview(snap.data), 0, total)
             txn.put(prefix, gen, db=self._gen_db)
 
     def _drop_snapshot_data(self, txn: Any, prefix: bytes) -> None:
@@ -253,6 +327,7 @@ class LmdbLogStorage(LogStorageBase):
         state = self._states.get(group)
         if state is None:
             return
+        self._sweep()
         with self._env.begin(write=True) as txn:
             self._delete_range(txn, state.prefix, 0, 1 << 63)
             for db in (self._hs_db, self._meta_db):
