@@ -59,6 +59,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from raftstream.cluster import heap
 from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.auth import (
     Authenticator,
@@ -79,6 +80,7 @@ from raftstream.cluster.descriptions import (
     free_bytes,
 )
 from raftstream.cluster.forward import Forwarder
+from raftstream.cluster.heap import HEAP_RELEASE_EVERY_S
 from raftstream.cluster.known_peers import (
     KnownPeers,
     begin_check,
@@ -353,6 +355,7 @@ class Node:
         self._tasks = [
             loop.create_task(self._monitor(), name="leadership-monitor"),
             loop.create_task(self._probe_peers(), name="peer-prober"),
+            loop.create_task(self._release_heap(), name="heap-release"),
         ]
         if self._repair_id is None:
             self._start_meta()
@@ -904,6 +907,12 @@ class Node:
         for group, g in self.groups.items():
             st = g.replica.store.state()
             self.metrics.observe_store(group, msgs=st.msgs, size_bytes=st.bytes)
+
+    async def _release_heap(self) -> None:
+        """Give freed memory back to the system now and then (``cluster/heap.py``)."""
+        while True:
+            await asyncio.sleep(HEAP_RELEASE_EVERY_S)
+            await asyncio.to_thread(heap.release)
 
     async def _probe_peers(self) -> None:
         """Who is up (placement, cluster info): a health check per peer per interval, then,
