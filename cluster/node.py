@@ -80,7 +80,6 @@ from raftstream.cluster.descriptions import (
     free_bytes,
 )
 from raftstream.cluster.forward import Forwarder
-from raftstream.cluster.heap import HEAP_RELEASE_EVERY_S
 from raftstream.cluster.known_peers import (
     KnownPeers,
     begin_check,
@@ -911,7 +910,7 @@ class Node:
     async def _release_heap(self) -> None:
         """Give freed memory back to the system now and then (``cluster/heap.py``)."""
         while True:
-            await asyncio.sleep(HEAP_RELEASE_EVERY_S)
+            await asyncio.sleep(heap.HEAP_RELEASE_EVERY_S)
             await asyncio.to_thread(heap.release)
 
     async def _probe_peers(self) -> None:

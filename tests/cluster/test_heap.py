@@ -59,7 +59,7 @@ def test_a_running_node_releases_its_heap_now_and_then(
     from raftstream.cluster import node as node_module
 
     released = threading.Event()
-    monkeypatch.setattr(node_module, "HEAP_RELEASE_EVERY_S", 0.01)
+    monkeypatch.setattr(heap, "HEAP_RELEASE_EVERY_S", 0.01)
     monkeypatch.setattr(heap, "release", released.set)  # called in a thread
     addr = Address("127.0.0.1", free_port())
     node = node_module.Node(
