@@ -212,28 +212,25 @@ class LmdbLogStorage(LogStorageBase):
         self._sweep()  # before this write: a failure there stops it before any of it
         plans: list[tuple[str, WritePlan]] = []
         ahead: dict[str, bytes] = {}  # group -> generation of its data written ahead
-        try:
+        for w in writes:
+            snap = w.compaction or w.snapshot  # the one plan_write stores
+            if snap is not None and len(snap.data) > self._stage_chunks * self._chunk_bytes:
+                ahead[w.group] = self._write_ahead(snap.data)
+        # One transaction for every group: one fsync at commit, whatever the group count.
+        with self._env.begin(write=True) as txn:
+            next_id = self._next_prefix_id
             for w in writes:
-                snap = w.compaction or w.snapshot  # the one plan_write stores
-                if snap is not None and len(snap.data) > self._stage_chunks * self._chunk_bytes:
-                    ahead[w.group] = self._write_ahead(snap.data)
-            # One transaction for every group: one fsync at commit, whatever the group count.
-            with self._env.begin(write=True) as txn:
-                next_id = self._next_prefix_id
-                for w in writes:
-                    state = self._states.get(w.group)
-                    if state is None:
-                        state = GroupState(prefix=codec.group_prefix(next_id))
-                        next_id += 1
-                        txn.put(w.group.encode("utf-8"), state.prefix, db=self._groups_db)
-                    term_in = functools.partial(self._term_in, txn, state.prefix)
-                    plan = plan_write(state, w, term_in)
-                    self._apply(txn, plan, ahead.get(w.group))
-                    plans.append((w.group, plan))
-        except BaseException:
-            self._orphans += ahead.values()  # swept with the next write, or the next open
-            raise
-        # Committed (and fsynced): only now may readers see the new bounds.
+                state = self._states.get(w.group)
+                if state is None:
+                    state = GroupState(prefix=codec.group_prefix(next_id))
+                    next_id += 1
+                    txn.put(w.group.encode("utf-8"), state.prefix, db=self._groups_db)
+                plan = plan_write(state, w, functools.partial(self._term_in, txn, state.prefix))
+                self._apply(txn, plan, ahead.get(w.group))
+                plans.append((w.group, plan))
+        # Committed (and fsynced): only now may readers see the new bounds, and the data
+        # written ahead is named (the sweep above left no other orphan).
+        self._orphans.clear()
         self._next_prefix_id = next_id
         for group, plan in plans:
             self._states[group] = plan.state
@@ -255,16 +252,13 @@ class LmdbLogStorage(LogStorageBase):
 
     def _write_ahead(self, data: bytes) -> bytes:
         """Write ``data``'s chunks under a new generation, a stage per transaction
-        (module docstring); the generation is an orphan until a group points at it."""
+        (module docstring); an orphan until the write's transaction names it."""
         gen = self._new_generation()
+        self._orphans.append(gen)  # what a failure from here on leaves: the next write sweeps
         view, total = memoryview(data), -(-len(data) // self._chunk_bytes)
-        try:
-            for first in range(0, total, self._stage_chunks):
-                with self._env.begin(write=True) as txn:
-                    self._put_chunks(txn, gen, view, first, min(total, first + self._stage_chunks))
-        except BaseException:
-            self._orphans.append(gen)
-            raise
+        for first in range(0, total, self._stage_chunks):
+            with self._env.begin(write=True) as txn:
+                self._put_chunks(txn, gen, view, first, min(total, first + self._stage_chunks))
         return gen
 
     def _sweep(self) -> None:
