@@ -154,6 +154,10 @@ def server(
     join: bool,
     log_level: str,
 ) -> None:
+    # A node a local launcher started dies with it (imported here: only a node needs it).
+    from raftstream.localcluster import die_with_launcher
+
+    die_with_launcher()
     if local_cluster is not None:
         one_node = {
             "--name": name,

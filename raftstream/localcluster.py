@@ -40,7 +40,14 @@ from raftstream.localnet import READY_TIMEOUT_S, wait_for
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 
-__all__ = ["Keeper", "NodeLauncher", "NodeSpec", "config_argv", "die_with_parent"]
+__all__ = [
+    "LAUNCHER_PID_ENV",
+    "Keeper",
+    "NodeLauncher",
+    "NodeSpec",
+    "config_argv",
+    "die_with_launcher",
+]
 
 PROBE_TIMEOUT_S = 1.0
 STOP_TIMEOUT_S = 20.0
@@ -53,6 +60,9 @@ RESTART_WAIT_MAX_S = 16.0
 RESTART_STEADY_S = 30.0
 RESTART_QUICK_FAILS_MAX = 5
 _PR_SET_PDEATHSIG = 1
+# Set by a launcher with kill_on_parent_death in its nodes' environment: its pid
+# (die_with_launcher).
+LAUNCHER_PID_ENV = "RAFTSTREAM_LAUNCHER_PID"
 
 Metadata = tuple[tuple[str, str], ...]
 
@@ -125,12 +135,26 @@ def config_argv(path: Path, log_level: str | None = None) -> list[str]:
     return argv if log_level is None else [*argv, "--log-level", log_level]
 
 
-def die_with_parent() -> None:
-    """Run in the child before exec: the kernel SIGKILLs it when the thread that started it
-    exits (Linux ``PR_SET_PDEATHSIG``), so no node outlives a driver that died first."""
+def die_with_launcher() -> None:
+    """Called by every node at its start (``raftstream server``): when the launcher that
+    started it asked (``kill_on_parent_death``, its pid in ``LAUNCHER_PID_ENV``), have the
+    kernel SIGKILL this process when the launcher's thread that started it exits (Linux
+    ``PR_SET_PDEATHSIG``), so no node outlives a driver that died first, and exit at once
+    if the launcher is already gone. Nothing when not asked.
+
+    Set here, after exec, not in a ``preexec_fn``: a ``preexec_fn`` makes ``subprocess``
+    fork instead of vfork, and grpcio (1.80 to 1.85 at least) then restarts its poller
+    thread in the child, which aborts on the descriptors the child closes before exec: a
+    launcher whose own gRPC calls are under way lost about one node start in five to
+    SIGABRT (grpc/grpc#43055)."""
+    launcher = os.environ.pop(LAUNCHER_PID_ENV, None)
+    if launcher is None:
+        return
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if str(os.getppid()) != launcher.strip():
+        sys.exit(f"raftstream: the process that started this node (pid {launcher}) has exited")
 
 
 def _insecure(addr: str) -> grpc.Channel:
@@ -143,7 +167,7 @@ class NodeLauncher:
     ``logs``: each node's output goes to ``root/<name>.log`` (appended across restarts);
     without, it goes to this process's terminal. ``config_files``: a node gets
     ``--config root/<name>.toml`` rather than flags. ``kill_on_parent_death``: see
-    ``die_with_parent`` (for drivers that start nodes from their main thread only).
+    ``die_with_launcher`` (for drivers that start nodes from their main thread only).
     ``channel`` makes the probes' channels (TLS for secured clusters), ``metadata`` is what
     the cluster info probe sends (credentials).
 
@@ -209,14 +233,15 @@ class NodeLauncher:
         if self.logs:
             log = (self.root / f"{name}.log").open("ab")
             self._log_files.append(log)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.kill_on_parent_death:  # the node sees to it (die_with_launcher)
+            env[LAUNCHER_PID_ENV] = str(os.getpid())
         self.procs[name] = subprocess.Popen(
             argv,
             stdout=log,
             stderr=subprocess.STDOUT if log is not None else None,
             stdin=subprocess.DEVNULL if log is not None else None,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            # Called before any thread starts in the child; Linux only.
-            preexec_fn=die_with_parent if self.kill_on_parent_death else None,
+            env=env,
         )
         self.paused.discard(name)
         return self.procs[name]

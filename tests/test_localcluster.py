@@ -8,9 +8,11 @@ node as the same configuration, which is what ``load_config`` (the node's own pa
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from raftstream.certs import generate
 from raftstream.cluster.config import load_config
 from raftstream.errors import InvalidArgumentError
 from raftstream.localcluster import (
+    LAUNCHER_PID_ENV,
     RESTART_QUICK_FAILS_MAX,
     RESTART_STEADY_S,
     RESTART_WAIT_MAX_S,
@@ -129,6 +132,96 @@ def test_a_process_that_exits_by_itself_is_reported_with_its_log(launcher: NodeL
     assert "--- n1 (exited 3) ---\nbye" in str(err.value)
     launcher.stop_all()
     assert launcher.procs == {}
+
+
+# -- kill_on_parent_death: a node dies with its launcher ---------------------------------------
+
+
+def _gone(pid: int) -> bool | None:
+    """True once ``pid`` has exited (a zombie no one reaps counts), else None."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return True if state in ("Z", "X") else None
+
+
+def test_a_launcher_whose_grpc_runs_starts_every_child(tmp_path: Path) -> None:
+    # grpcio aborts a forked child whose parent's gRPC is busy (die_with_launcher): started
+    # with a preexec_fn, about one start in five of these died of SIGABRT before its exec.
+    from concurrent import futures
+
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = health_pb2_grpc.HealthStub(channel)
+    done = threading.Event()
+
+    def calls() -> None:
+        while not done.is_set():
+            stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
+
+    caller = threading.Thread(target=calls)
+    caller.start()
+    nodes = NodeLauncher(tmp_path, {"n1": "127.0.0.1:1"}, kill_on_parent_death=True)
+    codes = []
+    try:
+        stub.Check(health_pb2.HealthCheckRequest(), timeout=10)  # under way from here
+        for _ in range(60):
+            codes.append(nodes.start_process("n1", ["true"]).wait(timeout=30))
+    finally:
+        nodes.close()
+        done.set()
+        caller.join()
+        channel.close()
+        server.stop(None)
+    assert codes == [0] * 60
+
+
+def test_a_node_dies_with_the_launcher_that_asked(tmp_path: Path) -> None:
+    child = (
+        "from raftstream.localcluster import die_with_launcher; import time; "
+        "die_with_launcher(); print('ready', flush=True); time.sleep(600)"
+    )
+    driver = (
+        "import sys, time; from pathlib import Path; "
+        "from raftstream.localcluster import NodeLauncher; "
+        f"nodes = NodeLauncher(Path({str(tmp_path)!r}), {{'n1': '127.0.0.1:1'}}, "
+        "kill_on_parent_death=True); "
+        f"p = nodes.start_process('n1', [sys.executable, '-c', {child!r}]); "
+        "print(p.pid, flush=True); time.sleep(600)"
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
+    try:
+        assert launcher.stdout is not None
+        pid = int(launcher.stdout.readline())
+        log = tmp_path / "n1.log"
+        wait_for("the node to be ready", lambda: "ready" in log.read_text() or None)
+        assert _gone(pid) is None
+        launcher.kill()
+        launcher.wait()
+        assert wait_for("the node to die with its launcher", lambda: _gone(pid))
+    finally:
+        launcher.kill()
+        launcher.wait()
+        if _gone(pid) is None:
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_node_whose_launcher_is_gone_does_not_start(tmp_path: Path) -> None:
+    # The launcher died between starting the node and the node's asking the kernel.
+    env = {**os.environ, LAUNCHER_PID_ENV: "1"}
+    argv = [sys.executable, "-m", "raftstream.cluster", "--name", "n1", "--data",
+            str(tmp_path / "n1"), "--listen", f"127.0.0.1:{free_port()}"]  # fmt: skip
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "the process that started this node (pid 1) has exited" in done.stderr
+    assert not (tmp_path / "n1").exists()  # it stopped before touching its data directory
 
 
 # -- Keeper: what `server --local-cluster` does when a node exits ----------------------------

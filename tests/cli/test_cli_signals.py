@@ -17,6 +17,7 @@ import json
 import select
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +30,14 @@ from raftstream import cli_bench
 
 from .runner import RAFTSTREAM, cli_env, ok
 
+# A shell without job control starts background jobs with SIGINT ignored, and the command
+# would inherit that (a CI runner may): Ctrl-C is the default for it. Set by a Python that
+# then execs the command, not by a preexec_fn, which would fork this process, whose gRPC
+# runs: grpcio then aborts children (raftstream/localcluster.py, die_with_launcher).
+DEFAULT_SIGINT_THEN_EXEC = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 LINE_WAIT_S = 30  # safety nets against hangs, not timed assertions
 EXIT_WAIT_S = 30
 SIGNALS = [
@@ -41,15 +50,12 @@ SIGNALS = [
 def command(cluster: Any, *args: str) -> Iterator[subprocess.Popen[str]]:
     """``raftstream ARGS`` running in the background; killed if the test left it running."""
     proc = subprocess.Popen(
-        [str(RAFTSTREAM), *args],
+        [sys.executable, "-c", DEFAULT_SIGINT_THEN_EXEC, str(RAFTSTREAM), *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=cli_env(cluster),
-        # A shell without job control starts background jobs with SIGINT ignored, and the
-        # child would inherit that (a CI runner may): Ctrl-C is the default here.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         yield proc
