@@ -19,7 +19,6 @@ does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 from collections.abc import Callable
 
@@ -30,11 +29,10 @@ HEAP_RELEASE_EVERY_S = 30.0
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    # The symbols the process has loaded, libc's among them: ctypes.util.find_library would
+    # run ldconfig in a child process for the same answer.
     try:
-        trim = ctypes.CDLL(name).malloc_trim
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
     trim.argtypes = [ctypes.c_size_t]
