@@ -3,7 +3,7 @@
 glibc's malloc keeps freed memory for the process's next allocations, and gives back only
 what lies free at the top of its heap. A node frees a lot at once now and then: a
 compaction builds a stream's snapshot in pieces (2,048 records each) and joins them, about
-3.5 times the stream's bytes at the peak, and drops it all once written; a restart or an
+3 times the stream's bytes at the peak, and drops it all once written; a restart or an
 installed snapshot decodes one. The small objects the node keeps meanwhile land between
 the freed pieces, so the heap cannot shrink, and the node's resident memory stays at the
 compaction's peak until the next one: measured on a 52 MB stream (100,000 messages of 512

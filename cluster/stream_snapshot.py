@@ -170,23 +170,32 @@ class SnapshotWriter:
     def step(self, records_max: int = SNAPSHOT_STEP_RECORDS) -> bytes | None:
         """Read up to ``records_max`` more records: None while there are more, then the
         snapshot's bytes. DataLossError for a stored record that fails its checks."""
+        # Each step's parts are joined at once. Kept apart until the end, a stream's
+        # records were two small objects each, in Python's small-object allocator, which
+        # never gives back a 1 MiB arena while one object in it lives: the objects the node
+        # made between the steps kept them, and its memory stayed near the snapshot's size
+        # (100,000 messages of 128 bytes: +27 MiB resident, 3.5 of them kept on purpose by
+        # the test's probe; joined per step, +3).
+        parts: list[bytes] = []
         if not self._dedup_done:
             recs = self._reader.dedup(records_max)
             for rec in recs:
                 msg_id = rec.msg_id.encode()
-                self._dedup += [_DEDUP.pack(rec.seq, rec.ts_ns), _U32.pack(len(msg_id)), msg_id]
+                parts += [_DEDUP.pack(rec.seq, rec.ts_ns), _U32.pack(len(msg_id)), msg_id]
+            self._dedup.append(b"".join(parts))
             self._dedup_count += len(recs)
             self._dedup_done = len(recs) < records_max
             return None
         records = self._reader.msgs(records_max)
         if self._records:
-            add, pack = self._msgs.append, _U32.pack
+            add, pack = parts.append, _U32.pack
             for record in records:
                 add(pack(len(record)))
                 add(record)
         else:
             for record in records:
-                self._msgs += _v3_parts(decode_record(self._store_id, record))
+                parts += _v3_parts(decode_record(self._store_id, record))
+        self._msgs.append(b"".join(parts))
         if len(records) == records_max:
             return None
         self.close()
