@@ -197,9 +197,9 @@ def test_a_node_dies_with_the_launcher_that_asked(tmp_path: Path) -> None:
         "print(p.pid, flush=True); time.sleep(600)"
     )
     launcher = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
+    assert launcher.stdout is not None
+    pid = int(launcher.stdout.readline())
     try:
-        assert launcher.stdout is not None
-        pid = int(launcher.stdout.readline())
         log = tmp_path / "n1.log"
         wait_for("the node to be ready", lambda: "ready" in log.read_text() or None)
         assert _gone(pid) is None
