@@ -1,14 +1,15 @@
-"""What ``/proc`` says about a local process (Linux): its CPU time and its status fields.
+"""What ``/proc`` says about a local process (Linux): whether it runs, its CPU time and its
+status fields.
 
-Shared by the benchmarks (CPU per message) and the soak (memory, threads, CPU over time),
-which measure the node processes they started.
+Shared by the benchmarks (CPU per message), the soak (memory, threads, CPU over time) and
+the tests that check no process outlives its launcher, about node processes they started.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["cpu_seconds", "status_kib"]
+__all__ = ["cpu_seconds", "running", "status_kib"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -21,6 +22,17 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited: a zombie that no one has reaped
+    yet (its parent gone, say) has."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
 
 
 def status_kib(pid: int, *keys: str) -> dict[str, int] | None:

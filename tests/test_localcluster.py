@@ -32,6 +32,7 @@ from raftstream.localcluster import (
     NodeSpec,
 )
 from raftstream.localnet import free_port, wait_for
+from raftstream.procfs import running
 
 FLAG_KEYS = {
     "--name": "name",
@@ -137,15 +138,6 @@ def test_a_process_that_exits_by_itself_is_reported_with_its_log(launcher: NodeL
 # -- kill_on_parent_death: a node dies with its launcher ---------------------------------------
 
 
-def _gone(pid: int) -> bool | None:
-    """True once ``pid`` has exited (a zombie no one reaps counts), else None."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return True if state in ("Z", "X") else None
-
-
 def test_a_launcher_whose_grpc_runs_starts_every_child(tmp_path: Path) -> None:
     # grpcio aborts a forked child whose parent's gRPC is busy (die_with_launcher): started
     # with a preexec_fn, about one start in five of these died of SIGABRT before its exec.
@@ -202,14 +194,14 @@ def test_a_node_dies_with_the_launcher_that_asked(tmp_path: Path) -> None:
     try:
         log = tmp_path / "n1.log"
         wait_for("the node to be ready", lambda: "ready" in log.read_text() or None)
-        assert _gone(pid) is None
+        assert running(pid)
         launcher.kill()
         launcher.wait()
-        assert wait_for("the node to die with its launcher", lambda: _gone(pid))
+        assert wait_for("the node to die with its launcher", lambda: not running(pid) or None)
     finally:
         launcher.kill()
         launcher.wait()
-        if _gone(pid) is None:
+        if running(pid):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from raftstream.procfs import running
+
 START_WAIT_S = 60.0  # a safety net against hangs, not a timed assertion
 EXIT_WAIT_S = 60.0
 
@@ -31,14 +33,7 @@ def _children(pid: int) -> set[int]:
 
 
 def _alive(pids: set[int]) -> set[int]:
-    return {p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)}
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
+    return {p for p in pids if running(p)}
 
 
 def test_sigterm_stops_the_campaign_and_its_processes(tmp_path: Path) -> None:

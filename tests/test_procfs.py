@@ -1,0 +1,23 @@
+"""``raftstream.procfs.running``: a process that exited is not running, reaped or not."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from raftstream.localnet import wait_for
+from raftstream.procfs import running
+
+
+def test_a_zombie_and_a_reaped_process_are_not_running() -> None:
+    assert running(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)  # fmt: skip
+    assert running(child.pid)
+    assert child.stdin is not None
+    child.stdin.close()  # it exits; not waited for, it stays a zombie
+    wait_for("the child to exit", lambda: not running(child.pid) or None)
+    assert os.path.exists(f"/proc/{child.pid}")  # still there, as a zombie
+    child.wait()
+    assert not running(child.pid)
