@@ -7,6 +7,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/*.proto)
 SEEDS ?= 200
+# pytest workers for `make test` (pytest-xdist). Two on this 2-core machine: most tests wait
+# on node processes, elections and timeouts, so two at once take ~0.6 of the time of one.
+TEST_WORKERS ?= 2
 
 .PHONY: install test test-spark-connect test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim chaos soak audit run certs fuzz clean
 
@@ -35,7 +38,7 @@ typecheck: install
 	cd build/typeview && ../../$(VENV)/bin/mypy -p raftstream
 
 test: lint typecheck
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal tests
 
 test-fast: install
 	$(PY) -m pytest -q -x tests
