@@ -1,4 +1,5 @@
-"""``raftstream.procfs.running``: a process that exited is not running, reaped or not."""
+"""``raftstream.procfs``: a process that exited is not running, reaped or not; a process's
+children are those it started, and only while they exist."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import subprocess
 import sys
 
 from raftstream.localnet import wait_for
-from raftstream.procfs import running
+from raftstream.procfs import children, cpu_seconds, running
 
 
 def test_a_zombie_and_a_reaped_process_are_not_running() -> None:
@@ -21,3 +22,19 @@ def test_a_zombie_and_a_reaped_process_are_not_running() -> None:
     assert os.path.exists(f"/proc/{child.pid}")  # still there, as a zombie
     child.wait()
     assert not running(child.pid)
+
+
+def test_children_are_the_processes_started_and_only_while_they_exist() -> None:
+    before = children(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        assert children(os.getpid()) - before == {child.pid}
+        assert child.pid not in children(child.pid)
+        assert cpu_seconds(child.pid) >= 0.0
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
+    assert child.pid not in children(os.getpid())
+    assert cpu_seconds(child.pid) == 0.0  # gone

@@ -13,23 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+from raftstream.procfs import children as children_of
 from raftstream.procfs import running
 
 START_WAIT_S = 60.0  # a safety net against hangs, not a timed assertion
 EXIT_WAIT_S = 60.0
-
-
-def _children(pid: int) -> set[int]:
-    """The live processes whose parent is ``pid`` (a campaign's nodes and proxy server)."""
-    out = set()
-    for child in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{child}/stat").read_text()
-        except OSError:
-            continue  # ended meanwhile
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:  # the field after the state
-            out.add(int(child))
-    return out
 
 
 def _alive(pids: set[int]) -> set[int]:
@@ -50,7 +38,7 @@ def test_sigterm_stops_the_campaign_and_its_processes(tmp_path: Path) -> None:
             assert campaign.poll() is None, "the campaign ended before its nodes started"
             assert time.monotonic() < deadline, "the campaign's nodes never started"
             time.sleep(0.2)
-            children |= _children(campaign.pid)
+            children |= children_of(campaign.pid)
         campaign.send_signal(signal.SIGTERM)
         campaign.wait(EXIT_WAIT_S)
         assert campaign.returncode != 0
