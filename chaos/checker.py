@@ -19,7 +19,7 @@ Output: a ``CheckResult`` with every ``Anomaly`` found. The kinds:
 - ``undelivered``: a stored message the pull consumer, or the push consumer when the run
   had one, never delivered (after the drain);
 - ``minority-ack``: an acknowledgement through a node cut off from the majority, given
-  wholly within that partition;
+  wholly within that partition (from the cut until its healing began);
 - ``nonlinearizable``: a key-value register history with no linearization
   (``kv-unchecked`` when the search was too large to finish);
 - ``definition-lost`` / ``definition-resurrected``: a created stream or consumer missing
@@ -237,7 +237,10 @@ def check_minority_acks(ops: Sequence[Op], nemesis: Sequence[Mapping[str, Any]])
             opened[r["value"]] = (float(r["time"]), list(r["minority"]))
         elif r["f"] == "stop" and r["value"] in opened:
             start, minority = opened.pop(r["value"])
-            windows.append((start, float(r["time"]), minority, r["value"]))
+            # The partition lasted until healing began (links come back during the heal);
+            # a history written before ``heal_began`` existed ends it at the stop.
+            end = float(r.get("heal_began", r["time"]))
+            windows.append((start, end, minority, r["value"]))
     out = []
     for o in ops:
         if not _acknowledged(o) or o.complete is None:

@@ -393,11 +393,17 @@ def run_timeline(
 
 
 def _heal(ctx: NemesisContext, fault: Fault, name: str) -> None:
+    # Healing takes a while (a partition's undo enables every proxy in turn: 20 HTTP calls or
+    # more on 5 nodes), and a link may be back before "stop" is written: the checker ends a
+    # partition's window when healing began (``heal_began``), not when it was done.
+    began = ctx.history.now()
     try:
         if fault.undo is not None:
             fault.undo()
     finally:
-        ctx.history.nemesis("stop", fault.description, nemesis=name, facts=fault.facts)
+        ctx.history.nemesis(
+            "stop", fault.description, nemesis=name, facts=fault.facts, heal_began=began
+        )
 
 
 def _final_heal(ctx: NemesisContext) -> None:

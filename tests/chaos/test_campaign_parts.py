@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from raftstream.chaos.history import Op
-from raftstream.chaos.nemesis import LMDB_META_BYTES, _damage_outcome, corrupt_file
+from raftstream.chaos.history import History, Op, read_records
+from raftstream.chaos.nemesis import (
+    LMDB_META_BYTES,
+    Fault,
+    NemesisContext,
+    _damage_outcome,
+    _heal,
+    corrupt_file,
+)
 from raftstream.chaos.report import election_times, failover_times, percentile
 
 
@@ -53,6 +60,20 @@ def publish(i: int, node: str, t0: float, t1: float, ok: bool = True) -> Op:
         complete=t1,
         result={"seq": i},
     )
+
+
+def test_a_heal_records_when_it_began_and_when_it_was_done(tmp_path: Path) -> None:
+    clock = [5.0]
+    history = History(tmp_path / "history.jsonl", clock=lambda: clock[0], started=0.0)
+
+    def undo() -> None:  # a heal that takes 0.25 s (proxies enabled one by one)
+        clock[0] += 0.25
+
+    ctx = NemesisContext(cluster=None, rng=random.Random(1), history=history, stream="Q")  # type: ignore[arg-type]
+    _heal(ctx, Fault("isolate n1", minority=("n1",), undo=undo), "isolate-node")
+    history.close()
+    (stop,) = [r for r in read_records(tmp_path / "history.jsonl") if r["f"] == "stop"]
+    assert (stop["heal_began"], stop["time"]) == (5.0, 5.25)
 
 
 def test_failover_counts_only_publishes_through_live_nodes() -> None:

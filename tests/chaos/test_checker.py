@@ -245,6 +245,22 @@ def test_acknowledgement_from_the_minority_side(rec: Recorder) -> None:
     assert "@n1 publish(106)" in result.anomalies[0].ops[0]
 
 
+def test_a_partition_ends_when_its_healing_began(rec: Recorder) -> None:
+    # A heal enables the proxies one by one: a link may be back before the stop is written,
+    # so an acknowledgement completed after healing began is no anomaly; one before it is.
+    stored = clean_queue(rec)
+    rec.nemesis("start", "isolate n1", at=10, minority=["n1"])
+    rec.op("publish", 106, at=11, until=19.4, result={"seq": 6}, node="n1")
+    rec.op("publish", 107, at=11, until=19.6, result={"seq": 7}, node="n1")
+    rec.nemesis("stop", "isolate n1", at=20, heal_began=19.5)
+    rec.deliver_and_ack(106, 6, at=21)
+    rec.deliver_and_ack(107, 7, at=22)
+    rec.finals({**stored, 6: 106, 7: 107})
+    result = rec.check()
+    assert kinds(result) == {"minority-ack": 1}
+    assert "@n1 publish(106)" in result.anomalies[0].ops[0]
+
+
 def test_stale_read_is_not_linearizable(rec: Recorder) -> None:
     stored = clean_queue(rec)
     rec.op("put", ["k0", 7], at=20, until=21, result=3)
