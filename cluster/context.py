@@ -364,9 +364,12 @@ class ServiceContext:
                     target[0], method, request, response_type, timeout_s=left
                 )
             except NotLeaderError as exc:
-                if exc.leader_addr:
-                    target[0] = exc.leader_addr
-                raise
+                hint = self.own_hint(exc)
+                if hint.leader_addr:
+                    target[0] = hint.leader_addr
+                if hint is exc:
+                    raise
+                raise hint from None
 
         stop: StopBaseT = stop_after_attempt(FORWARD_HOPS_MAX)
         wait: WaitBaseT = wait_fixed(FORWARD_RETRY_WAIT_S)
@@ -392,6 +395,18 @@ class ServiceContext:
             with a:
                 return await attempt()
         raise NoLeaderError("no leader answered")  # pragma: no cover (reraise=True)
+
+    def own_hint(self, exc: NotLeaderError) -> NotLeaderError:
+        """A peer's NOT_LEADER in this node's terms: the leader's address as this node's
+        ``peers`` give it, not as the peer's do. Followed here, and passed on to the client.
+        Addresses are usually the same everywhere, but where they are not (a NAT, a proxy
+        per link: the chaos harness's partitions), following the peer's would reach the
+        leader by the peer's route, around a link this node has lost."""
+        own = self.client_addr(exc.leader) if exc.leader else None
+        if own is None or own == exc.leader_addr:
+            return exc
+        details = {k: v for k, v in exc.details.items() if k not in ("leader", "leader_addr")}
+        return NotLeaderError(exc.message, leader=exc.leader, leader_addr=own, **details)
 
     @staticmethod
     def forwarded(context: Any) -> bool:

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from pathlib import Path
 
 import pytest
 
 from raftstream.cluster import forward
+from raftstream.cluster.config import Address, NodeConfig
+from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.forward import (
     RELAY_BATCH_BYTES_MAX,
     RELAY_BATCH_MSGS_MAX,
@@ -171,3 +174,55 @@ def test_a_relay_the_node_accepts_answers_each_publish() -> None:
                 await fwd.close()
 
     asyncio.run(main())
+
+
+class _HintingForwarder:
+    """A forwarder whose first hop answers NOT_LEADER naming n3 at the address the
+    answering peer knows it by; the next hop answers. Records every address dialled."""
+
+    def __init__(self) -> None:
+        self.dialled: list[str] = []
+
+    async def unary(self, addr: str, *_: object, **__: object) -> str:
+        self.dialled.append(addr)
+        if len(self.dialled) == 1:
+            raise NotLeaderError("not the leader", leader="n3", leader_addr="127.0.0.1:9")
+        return "answered"
+
+
+def _context(forwarder: object, tmp_path: Path) -> ServiceContext:
+    peers = {f"n{i}": Address("127.0.0.1", 7100 + i) for i in (1, 2, 3)}
+    config = NodeConfig(name="n1", listen=peers["n1"], data=tmp_path, peers=peers)
+    return ServiceContext(
+        config=config,
+        host=None,  # type: ignore[arg-type]
+        meta=None,  # type: ignore[arg-type]
+        groups={},
+        forwarder=forwarder,  # type: ignore[arg-type]
+        metrics=None,  # type: ignore[arg-type]
+        peer_seen_ns=dict,
+        peer_down=lambda _: False,
+        describe_self=None,  # type: ignore[arg-type]
+        peer_descriptions=dict,
+        peer_led_groups=None,  # type: ignore[arg-type]
+    )
+
+
+def test_a_hop_follows_a_peers_hint_by_this_nodes_own_address_for_the_leader(
+    tmp_path: Path,
+) -> None:
+    # Addresses may differ per node (a NAT, the chaos harness's proxy per link): following
+    # the peer's address for n3 would take the peer's route, around a link this node lost.
+    fwd = _HintingForwarder()
+    ctx = _context(fwd, tmp_path)
+    answer = asyncio.run(ctx._hop("127.0.0.1:7102", "/m", None, str, 5.0))
+    assert answer == "answered"
+    assert fwd.dialled == ["127.0.0.1:7102", "127.0.0.1:7103"]
+
+
+def test_a_peers_hint_reaches_the_client_with_this_nodes_address(tmp_path: Path) -> None:
+    ctx = _context(_HintingForwarder(), tmp_path)
+    hint = ctx.own_hint(NotLeaderError("x", leader="n3", leader_addr="127.0.0.1:9", group="g"))
+    assert (hint.leader, hint.leader_addr, hint.details["group"]) == ("n3", "127.0.0.1:7103", "g")
+    unknown = NotLeaderError("x", leader="n9", leader_addr="127.0.0.1:9")
+    assert ctx.own_hint(unknown) is unknown  # a node this one has no address for: as given
