@@ -367,8 +367,6 @@ class ServiceContext:
                 hint = self.own_hint(exc)
                 if hint.leader_addr:
                     target[0] = hint.leader_addr
-                if hint is exc:
-                    raise
                 raise hint from None
 
         stop: StopBaseT = stop_after_attempt(FORWARD_HOPS_MAX)

@@ -177,15 +177,16 @@ def test_a_relay_the_node_accepts_answers_each_publish() -> None:
 
 
 class _HintingForwarder:
-    """A forwarder whose first hop answers NOT_LEADER naming n3 at the address the
-    answering peer knows it by; the next hop answers. Records every address dialled."""
+    """A forwarder whose first ``refusals`` hops answer NOT_LEADER naming n3 at the address
+    the answering peer knows it by; the next hop answers. Records every address dialled."""
 
-    def __init__(self) -> None:
+    def __init__(self, refusals: int = 1) -> None:
+        self.refusals = refusals
         self.dialled: list[str] = []
 
     async def unary(self, addr: str, *_: object, **__: object) -> str:
         self.dialled.append(addr)
-        if len(self.dialled) == 1:
+        if len(self.dialled) <= self.refusals:
             raise NotLeaderError("not the leader", leader="n3", leader_addr="127.0.0.1:9")
         return "answered"
 
@@ -221,7 +222,12 @@ def test_a_hop_follows_a_peers_hint_by_this_nodes_own_address_for_the_leader(
 
 
 def test_a_peers_hint_reaches_the_client_with_this_nodes_address(tmp_path: Path) -> None:
-    ctx = _context(_HintingForwarder(), tmp_path)
+    # Every hop refused: the NOT_LEADER the caller gets (and passes to its client) names n3
+    # at this node's address for it.
+    ctx = _context(_HintingForwarder(refusals=100), tmp_path)
+    with pytest.raises(NotLeaderError) as refused:
+        asyncio.run(ctx._hop("127.0.0.1:7102", "/m", None, str, 5.0))
+    assert (refused.value.leader, refused.value.leader_addr) == ("n3", "127.0.0.1:7103")
     hint = ctx.own_hint(NotLeaderError("x", leader="n3", leader_addr="127.0.0.1:9", group="g"))
     assert (hint.leader, hint.leader_addr, hint.details["group"]) == ("n3", "127.0.0.1:7103", "g")
     unknown = NotLeaderError("x", leader="n9", leader_addr="127.0.0.1:9")
