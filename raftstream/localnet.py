@@ -6,13 +6,14 @@ processes on 127.0.0.1. Standard library only, so any layer may import it.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["POLL_S", "READY_TIMEOUT_S", "free_port", "wait_for"]
+__all__ = ["POLL_S", "PORT_SLICE_ENV", "READY_TIMEOUT_S", "free_port", "port_slice", "wait_for"]
 
 T = TypeVar("T")
 
@@ -27,19 +28,46 @@ POLL_S = 0.05
 # "Address already in use" (seen in CI).
 LISTEN_PORT_LOW = 20000
 _EPHEMERAL_RANGE_PATH = "/proc/sys/net/ipv4/ip_local_port_range"
+
+# Processes that pick ports side by side (pytest-xdist workers, which do not share
+# ``_handed_out``) each take their own slice of that range: "K/N" is slice K of N (K from 0),
+# so two workers never hand out the same port and start nodes on it at the same time (seen in
+# CI: a node's metrics port was taken by the other worker's node). Child processes inherit it.
+PORT_SLICE_ENV = "RAFTSTREAM_PORT_SLICE"
 _PICK_ATTEMPTS_MAX = 500
 _handed_out: set[int] = set()  # never the same port twice in one process
 _rng = random.Random()
 
 
 def _listen_range() -> tuple[int, int] | None:
-    """[low, high) for listening ports, below the ephemeral range; None when there is no room."""
+    """[low, high) for listening ports, below the ephemeral range and within this process's
+    slice of it (``RAFTSTREAM_PORT_SLICE``); None when there is no room."""
     try:
         with open(_EPHEMERAL_RANGE_PATH) as f:
             ephemeral_low = int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return (LISTEN_PORT_LOW, ephemeral_low) if ephemeral_low - LISTEN_PORT_LOW >= 1000 else None
+    if ephemeral_low - LISTEN_PORT_LOW < 1000:
+        return None
+    return port_slice(LISTEN_PORT_LOW, ephemeral_low, os.environ.get(PORT_SLICE_ENV, ""))
+
+
+def port_slice(low: int, high: int, spec: str) -> tuple[int, int]:
+    """Slice ``spec`` ("K/N": the K-th of N equal parts, K from 0; "" the whole) of
+    [low, high); ValueError naming the variable and the rule for anything else."""
+    if not spec:
+        return low, high
+    k, sep, n = spec.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+        raise ValueError(f"{PORT_SLICE_ENV}={spec!r}: must be K/N with 0 <= K < N, e.g. 0/2")
+    width = (high - low) // int(n)
+    if width < 100:
+        raise ValueError(
+            f"{PORT_SLICE_ENV}={spec!r}: slices of {width} ports; at most "
+            f"{(high - low) // 100} slices fit in [{low}, {high})"
+        )
+    start = low + int(k) * width
+    return start, start + width
 
 
 def _bindable(port: int) -> bool:
