@@ -39,6 +39,7 @@ from raftstream.cluster.descriptions import NodeDescription
 from raftstream.cluster.forward import Forwarder, was_forwarded
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.node_book import NodeBook
 from raftstream.cluster.raft_extras import followers
 from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.errors import (
@@ -132,6 +133,7 @@ def time_left(context: Any) -> float | None:
 @dataclass(slots=True, kw_only=True)
 class ServiceContext:
     config: NodeConfig
+    nodes: NodeBook  # the cluster's nodes and their addresses (founders and added ones)
     host: RaftHost
     meta: MetaGroup
     groups: dict[str, StreamGroup]
@@ -167,8 +169,7 @@ class ServiceContext:
         return AccountLimits() if auth is None else auth.limits(account)
 
     def client_addr(self, node: str) -> str | None:
-        addr = self.config.peers.get(node)
-        return None if addr is None else str(addr)
+        return self.nodes.address(node)
 
     # -- streams -------------------------------------------------------------------------------
 
@@ -396,7 +397,7 @@ class ServiceContext:
 
     def own_hint(self, exc: NotLeaderError) -> NotLeaderError:
         """A peer's NOT_LEADER in this node's terms: the leader's address as this node's
-        ``peers`` give it, not as the peer's do. Followed here, and passed on to the client.
+        ``nodes`` give it, not as the peer's do. Followed here, and passed on to the client.
         Addresses are usually the same everywhere, but where they are not (a NAT, a proxy
         per link: the chaos harness's partitions), following the peer's would reach the
         leader by the peer's route, around a link this node has lost."""

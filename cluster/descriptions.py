@@ -41,6 +41,7 @@ from raftstream.proto import node_pb2 as npb
 __all__ = [
     "LOG_FEATURES",
     "LOG_FEATURE_COPY_AT",
+    "LOG_FEATURE_NODE_ADD",
     "LOG_FEATURE_SNAPSHOT_RECORDS",
     "DescriptionBook",
     "NodeDescription",
@@ -59,7 +60,9 @@ LOG_FEATURE_COPY_AT = "copy_at"  # engine ``Copy.origin_ts_ns``: a mirror keeps 
 # Stream snapshots of version 4 (the store's own message records, cluster/stream_snapshot.py):
 # a snapshot is not a log entry, but a leader sends its own to a replica that fell behind.
 LOG_FEATURE_SNAPSHOT_RECORDS = "snapshot_records"
-LOG_FEATURES = frozenset({LOG_FEATURE_COPY_AT, LOG_FEATURE_SNAPSHOT_RECORDS})
+# The meta entry ``NodeAdd`` (a node added to the cluster under a new name).
+LOG_FEATURE_NODE_ADD = "node_add"
+LOG_FEATURES = frozenset({LOG_FEATURE_COPY_AT, LOG_FEATURE_SNAPSHOT_RECORDS, LOG_FEATURE_NODE_ADD})
 
 
 @functools.cache
@@ -169,6 +172,10 @@ class DescriptionBook:
         self._by_name[probed] = desc
         return True
 
+    def add_peers(self, names: Collection[str]) -> None:
+        """Peers added to the cluster since (``cluster/node_book.py``)."""
+        self._peers |= frozenset(names)
+
     def get(self, name: str) -> NodeDescription | None:
         return self._by_name.get(name)
 
@@ -222,15 +229,16 @@ def describe_self(config: NodeConfig, free: int) -> NodeDescription:
 def node_infos(
     *,
     config: NodeConfig,
+    nodes: Collection[str],
     own: NodeDescription,
     peers: Mapping[str, NodeDescription],
     live: Callable[[str], bool],
 ) -> list[NodeInfo]:
-    """Placement's view of every configured node: this node from ``own``, each peer from
+    """Placement's view of every node of the cluster: this node from ``own``, each peer from
     its description in ``peers`` (a peer not described yet: this node's cluster name, no
-    tags, no free space), live as ``live`` says."""
+    tags, no free space), live as ``live`` says; ``nodes``: every node's name."""
     out = []
-    for name in config.peers:
+    for name in nodes:
         desc = own if name == config.name else peers.get(name)
         if desc is None:
             out.append(

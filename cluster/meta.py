@@ -16,7 +16,8 @@ mean the replica cannot go on.
 
 The state, per account: streams (``StreamAssignment``: config, peers with the preferred
 leader first, Raft group id, creation time) and their consumers (``ConsumerAssignment``);
-plus the peers removed from the cluster (``PeerRemove``; ``PeerAdd`` readmits one). A
+plus the peers removed from the cluster (``PeerRemove``; ``PeerAdd`` readmits one) and the
+nodes added to it after it was formed, with their addresses (``NodeAdd``). A
 ``SubList`` per account, rebuilt from the streams and never snapshotted, answers "which
 stream captures this subject".
 
@@ -36,18 +37,21 @@ queries return immutable values that callers may keep.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.auth import AccountLimits
+from raftstream.cluster.config import Address
 from raftstream.cluster.meta_entries import (
     AddConsumer,
     AddStream,
     DeleteConsumer,
     DeleteStream,
     MetaEntry,
+    NodeAdd,
     PeerAdd,
     PeerRemove,
     ReassignGroup,
@@ -98,6 +102,7 @@ __all__ = [
     "GroupReassigned",
     "MetaResult",
     "MetaState",
+    "NodeAdded",
     "Page",
     "PeerAdded",
     "PeerRemoved",
@@ -169,6 +174,13 @@ class PeerAdded:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeAdded:
+    node: str
+    address: str
+    added: bool  # False: it was added already, at this address (a retried request)
+
+
+@dataclass(frozen=True, slots=True)
 class GroupReassigned:
     assignment: StreamAssignment
     previous: StreamAssignment
@@ -183,6 +195,7 @@ MetaResult = (
     | ConsumerDeleted
     | PeerRemoved
     | PeerAdded
+    | NodeAdded
     | GroupReassigned
     | RepairRecorded
 )
@@ -250,6 +263,7 @@ class MetaState:
     def __init__(self) -> None:
         self._accounts: dict[str, _Account] = {}
         self._removed: set[str] = set()
+        self._added: dict[str, str] = {}  # node -> address: nodes NodeAdd added
         self._last_ts_ns = 0
         # Repairs after data loss (docs/cluster-design.md, "Repair after data loss").
         self.repairs = RepairBook()
@@ -296,6 +310,8 @@ class MetaState:
             return self._apply_peer_remove(entry)
         if isinstance(entry, PeerAdd):
             return self._apply_peer_add(entry)
+        if isinstance(entry, NodeAdd):
+            return self._apply_node_add(entry)
         if isinstance(entry, RepairStart | RepairCleared | RepairDone):
             return self.repairs.apply(entry)
         invariant(isinstance(entry, ReassignGroup), f"unknown meta entry {type(entry).__name__}")
@@ -409,6 +425,20 @@ class MetaState:
         self._removed.discard(e.peer)
         return PeerAdded(e.peer, readmitted=readmitted)
 
+    def _apply_node_add(self, e: NodeAdd) -> NodeAdded:
+        validate_node_name(e.node, "peer")
+        address = str(Address.parse(e.address, "address"))
+        known = self._added.get(e.node)
+        if known is not None and known != address:
+            raise ConflictError(
+                f"node {e.node!r} was added at {known}, not {address}", field="address"
+            )
+        for other, addr in self._added.items():
+            if addr == address and other != e.node:
+                raise ConflictError(f"node {other!r} serves on {address}", field="address")
+        self._added[e.node] = address
+        return NodeAdded(e.node, address, added=known is None)
+
     def _apply_reassign(self, e: ReassignGroup) -> GroupReassigned:
         acct, old = self._stream(e.account, e.stream)
         self._check_prior(old, e.prior_peers)
@@ -459,6 +489,12 @@ class MetaState:
     @property
     def removed_peers(self) -> frozenset[str]:
         return frozenset(self._removed)
+
+    @property
+    def added_nodes(self) -> Mapping[str, str]:
+        """The nodes ``NodeAdd`` added to the cluster after it was formed, and their
+        addresses (``host:port``), by name."""
+        return MappingProxyType(dict(sorted(self._added.items())))
 
     def accounts(self) -> tuple[str, ...]:
         """Accounts with at least one stream, sorted."""
@@ -570,6 +606,7 @@ class MetaState:
             streams=self.all_streams(),
             consumers=[ca for sa in self.all_streams() for ca in self._consumers_sorted(sa)],
             removed_peers=sorted(self._removed),
+            added_nodes=dict(sorted(self._added.items())),
             last_ts_ns=self._last_ts_ns,
             repairs=self.repairs.to_json(),
         )
@@ -583,6 +620,7 @@ class MetaState:
         fresh.check_invariants()
         repairs = RepairBook.from_json(snap.repairs)
         self._accounts, self._removed = fresh._accounts, fresh._removed
+        self._added = dict(snap.added_nodes)
         self.repairs = repairs
         self._last_ts_ns = fresh._last_ts_ns
         self._subject_memo.clear()

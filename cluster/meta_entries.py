@@ -4,8 +4,8 @@ Every entry is a frozen value proposed by the meta leader AFTER it has made ever
 needs the cluster's live view (placement, an ephemeral consumer's name): replicas never
 consult anything but the entry and the replicated state, so they all apply the same choice.
 Every entry carries ``ts_ns``, the LEADER's time (nanoseconds since the epoch), and, except
-``PeerRemove``, ``PeerAdd`` and the repair entries (cluster-wide facts), the ``account`` it
-belongs to.
+``PeerRemove``, ``PeerAdd``, ``NodeAdd`` and the repair entries (cluster-wide facts), the
+``account`` it belongs to.
 
 Encoding: ``u8 FORMAT_VERSION | u8 kind | canonical JSON body`` (UTF-8, sorted keys, no
 spaces). JSON rather than the binary framing of ``engine/entries.py`` because definitions
@@ -38,6 +38,7 @@ __all__ = [
     "DeleteConsumer",
     "DeleteStream",
     "MetaEntry",
+    "NodeAdd",
     "PeerAdd",
     "PeerRemove",
     "ReassignGroup",
@@ -89,6 +90,7 @@ class _Kind(enum.IntEnum):
     REPAIR_CLEARED = 10
     REPAIR_DONE = 11
     PEER_ADD = 12
+    NODE_ADD = 13
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,6 +186,20 @@ class PeerAdd:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NodeAdd:
+    """An operator added a new node, ``node``, serving on ``address`` (``host:port``), to the
+    cluster (``raftstream cluster peer-add NODE --address ADDR``). Applying it records the
+    node and its address on every node (they dial it there); the node then joins, empty,
+    with ``raftstream server --join``: the meta leader takes it into the meta group
+    (``cluster/repair.py``), and replicas may be placed on it once it is online. Proposed
+    only when every node reads it (``LOG_FEATURE_NODE_ADD``)."""
+
+    node: str
+    address: str
+    ts_ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReassignGroup:
     """Replace the peers of a stream's group (a removed peer replaced, a lost replica
     restored, or the preferred-leader order changed). ``prior_peers`` guards as in
@@ -240,6 +256,7 @@ MetaEntry = (
     | DeleteConsumer
     | PeerRemove
     | PeerAdd
+    | NodeAdd
     | ReassignGroup
     | RepairStart
     | RepairCleared
@@ -255,6 +272,7 @@ _KIND_OF: Mapping[type[Any], _Kind] = {
     DeleteConsumer: _Kind.DELETE_CONSUMER,
     PeerRemove: _Kind.PEER_REMOVE,
     PeerAdd: _Kind.PEER_ADD,
+    NodeAdd: _Kind.NODE_ADD,
     ReassignGroup: _Kind.REASSIGN_GROUP,
     RepairStart: _Kind.REPAIR_START,
     RepairCleared: _Kind.REPAIR_CLEARED,

@@ -8,7 +8,8 @@ state is definitions only, small, with canonical JSON forms already. The checksu
 a torn or bit-flipped snapshot: ``decode_snapshot`` raises ``DataLossError`` rather than
 restore something half-right. The subject index is not stored; restoring rebuilds it.
 Repairs after data loss (``cluster/repair_state.py``) are stored under ``repairs`` only when
-there are any, so a state that never had one encodes as before.
+there are any, so a state that never had one encodes as before; so are the nodes added to
+the cluster (``added_nodes``, name -> address).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class DecodedSnapshot:
     removed_peers: tuple[str, ...]
     last_ts_ns: int
     repairs: dict[str, Any] = field(default_factory=dict)  # RepairBook.to_json's form
+    added_nodes: dict[str, str] = field(default_factory=dict)  # node -> address
 
 
 def encode_snapshot(
@@ -51,6 +53,7 @@ def encode_snapshot(
     removed_peers: Sequence[str],
     last_ts_ns: int,
     repairs: dict[str, Any] | None = None,
+    added_nodes: dict[str, str] | None = None,
 ) -> bytes:
     """The snapshot bytes; ``streams`` and ``consumers`` come in canonical order (the
     caller sorts them)."""
@@ -75,6 +78,8 @@ def encode_snapshot(
     }
     if repairs:
         body["repairs"] = repairs
+    if added_nodes:
+        body["added_nodes"] = dict(added_nodes)
     raw = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return _HEADER.pack(_MAGIC, SNAPSHOT_VERSION, zlib.crc32(raw)) + raw
 
@@ -127,6 +132,7 @@ def _decode_body(body: dict[str, Any]) -> DecodedSnapshot:
         removed_peers=tuple(_str(p) for p in body["removed_peers"]),
         last_ts_ns=_int(body["last_ts_ns"]),
         repairs=dict(body.get("repairs", {})),
+        added_nodes={_str(n): _str(a) for n, a in dict(body.get("added_nodes", {})).items()},
     )
 
 

@@ -51,7 +51,7 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,7 @@ from raftstream.cluster.limits import LimitsInterceptor, server_options
 from raftstream.cluster.membership import MembershipDriver
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import ConsumerNumbers, LatencyInterceptor, NodeMetrics
+from raftstream.cluster.node_book import NodeBook
 from raftstream.cluster.repair import (
     RepairClient,
     RepairGate,
@@ -104,8 +105,8 @@ from raftstream.cluster.services_consume import ConsumeServicer
 from raftstream.cluster.services_consumers import ConsumerServicer
 from raftstream.cluster.services_node import (
     NodeServicer,
+    asker_standing,
     describe_peer,
-    knows_asker,
     led_groups,
     probe_metadata,
 )
@@ -124,6 +125,7 @@ from raftstream.errors import (
 from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
 from raftstream.raft.host import HostConfig, RaftHost
 from raftstream.raft.storage import LmdbLogStorage
@@ -219,6 +221,11 @@ class Node:
         self._peer_failing: dict[str, float] = {}  # peer -> monotonic time probes began to fail
         # Each peer's latest description (placement, cluster info), asked for by the prober.
         self._descriptions = DescriptionBook(peers=[n for n in config.peers if n != config.name])
+        # The cluster's nodes and addresses: the configured peers, the meta group's founders
+        # and the nodes added since (cluster/node_book.py); loaded at start.
+        self.nodes = NodeBook(config)
+        self._added_seen: Mapping[str, str] = {}  # the meta state's added nodes, last taken
+        self._dialled: dict[str, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self._reconcile_lock = asyncio.Lock()
@@ -276,7 +283,9 @@ class Node:
         store_dir = data / "store"
         # Damaged Raft data is found and quarantined before anything opens it; the node then
         # runs no group until its peers took it out of their membership (cluster/repair.py).
-        peers = {n: str(a) for n, a in cfg.peers.items() if n != cfg.name}
+        self.nodes.load()
+        self._descriptions.add_peers(self.nodes.peers())
+        peers = self.nodes.peers()
         self._known_peers.load()
         clear_interrupted_check(data, data / "raft")
         self._repair_id = prepare(data, has_peers=bool(peers), join=self._join)
@@ -302,6 +311,7 @@ class Node:
         self._env = open_node_env(store_dir, sync=False, map_size_bytes=map_size)
         self._room = StorageRoom(data, [self._storage.env, self._env], map_size)
         self._transport = GrpcTransport(cfg.name, peers=peers, config=tcfg, tls=self._tls)
+        self._dialled = dict(peers)  # what the transport was told, per peer
         self.host = RaftHost(
             cfg.name, storage=self._storage, transport=self._transport, config=_host_config(cfg)
         )
@@ -322,6 +332,7 @@ class Node:
         )
         self.ctx = ServiceContext(
             config=cfg,
+            nodes=self.nodes,
             host=self.host,
             meta=self.meta,
             groups=self.groups,
@@ -362,7 +373,7 @@ class Node:
             client = RepairClient(
                 node_id=cfg.name,
                 repair_id=self._repair_id,
-                peers=[str(a) for n, a in cfg.peers.items() if n != cfg.name],
+                peers=list(peers.values()),
                 forwarder=self._forwarder,
                 auth=cfg.auth,
                 on_meta_term=self._rejoin_meta,
@@ -397,7 +408,7 @@ class Node:
         metadata = probe_metadata(self.config.auth)
         waiting_since = time.monotonic()
 
-        async def ask(addr: str) -> bool | None:
+        async def ask(addr: str) -> tuple[bool, bool] | None:
             # A channel per question: a shared one would back off for a second after a
             # peer that is still starting refused the connection.
             async with (
@@ -405,7 +416,7 @@ class Node:
                 if creds is None
                 else grpc.aio.secure_channel(addr, creds)
             ) as ch:
-                return await knows_asker(
+                return await asker_standing(
                     npbg.NodeServiceStub(ch),
                     asker=self.config.name,
                     metadata=metadata,
@@ -417,9 +428,18 @@ class Node:
         try:
             while True:
                 answers = await asyncio.gather(*(ask(peers[n]) for n in names))
-                known = [n for n, yes in zip(names, answers, strict=True) if yes]
+                known = [n for n, a in zip(names, answers, strict=True) if a and a[0]]
                 if known:
                     break
+                outside = [n for n, a in zip(names, answers, strict=True) if a and a[1]]
+                if outside:
+                    raise DataLossError(
+                        f"{', '.join(outside)} {'runs' if len(outside) == 1 else 'run'} a"
+                        f" cluster that this node ({self.config.name}) did not found: a node"
+                        " added to a running cluster starts empty with --join, once"
+                        f" `raftstream cluster peer-add {self.config.name} --address"
+                        f" {self.config.advertise}` added it (docs/operations.md)"
+                    )
                 if sum(a is not None for a in answers) >= needed:
                     end_check(data, None)
                     self._checking = False
@@ -448,17 +468,40 @@ class Node:
             " data to start a new cluster"
         )
 
+    def _outsider(self, asker: str) -> bool:
+        """Whether ``asker`` did not found the cluster this node runs (False before this
+        node started the meta group: it knows no founders then)."""
+        founders = self.nodes.known_founders
+        return self._meta_started and founders is not None and asker not in founders
+
     def _start_meta(self) -> None:
         cfg = self.config
         replay_to = self._storage.log(META_GROUP).hard_state().commit
-        self.meta.start(list(cfg.peers), cfg.meta_voters_max, replay_to)
+        # From the founding membership, the same on every replica (cluster/node_book.py).
+        self.meta.start(self.nodes.founders(), cfg.meta_voters_max, replay_to)
         self._meta_started = True
 
-    async def _rejoin_meta(self, term: int) -> None:
-        """Under repair, out of the meta group's membership: start it empty at ``term``
-        (no older leader's message is then accepted), to be added back as a learner."""
-        await self.host.raise_term(META_GROUP, term)
+    async def _rejoin_meta(self, resp: rpb.RepairNodeResponse) -> None:
+        """Under repair or joining, out of the meta group's membership: record the founders
+        and the nodes the meta leader named, then start the group empty at its term (no
+        older leader's message is then accepted), to be added as a learner."""
+        if resp.meta_founders:  # (an older meta leader names none: the configured peers)
+            await asyncio.to_thread(self.nodes.record, resp.meta_founders, dict(resp.addresses))
+            self._learn_nodes()
+        await self.host.raise_term(META_GROUP, int(resp.meta_term))
         self._start_meta()
+
+    def _learn_nodes(self) -> None:
+        """Take the meta state's added nodes: dial each new node (or new address) from now
+        on, and ask it to describe itself."""
+        self.nodes.set_added(self.meta.state.added_nodes)
+        peers = self.nodes.peers()
+        for name, addr in peers.items():
+            if self._dialled.get(name) != addr:
+                log.info("node %s serves on %s", name, addr)
+                self._transport.set_peer(name, addr)
+                self._dialled[name] = addr
+        self._descriptions.add_peers(peers)
 
     async def _repair_done(self) -> None:
         """The meta leader closed the repair: once this replica has applied that too, the
@@ -508,6 +551,8 @@ class Node:
                 auth=self.config.auth,
                 describe=self._describe_self,
                 knows=self._known_peers.__contains__,
+                outsider=self._outsider,
+                meta_leader=lambda: self.meta.leader if self._meta_started else None,
                 led=lambda groups: led_group_infos(ctx, groups),
             ),
             server,
@@ -544,7 +589,7 @@ class Node:
     async def _peer_led_groups(
         self, peer: str, groups: Sequence[str], timeout_s: float
     ) -> list[pb.GroupInfo]:
-        addr = self.config.peers.get(peer)
+        addr = self.nodes.address(peer)
         if addr is None:
             return []
         stub = npbg.NodeServiceStub(self._forwarder.channel(str(addr)))
@@ -563,8 +608,7 @@ class Node:
         return describe_self(self.config, free_bytes(data, maps))
 
     def _client_addr(self, node: str) -> str | None:
-        addr = self.config.peers.get(node)
-        return None if addr is None else str(addr)
+        return self.nodes.address(node)
 
     # -- groups -----------------------------------------------------------------------------
 
@@ -618,7 +662,7 @@ class Node:
 
     def _cluster_addrs(self) -> tuple[str, ...]:
         """This cluster's client API addresses (a mirror/source link to a local origin)."""
-        return tuple(str(a) for a in self.config.peers.values())
+        return tuple(a for a in self.nodes.addresses().values() if a)
 
     async def _delete_consumer(self, account: str, stream: str, name: str) -> None:
         """Through the meta leader, as a client of ``account`` would: the node acts for the
@@ -770,6 +814,9 @@ class Node:
                 self.meta.poke()  # a removed replica waits to be dropped
             if not self._meta_started:
                 continue  # under repair, not yet back in the meta group
+            if self.meta.state.added_nodes != self._added_seen:
+                self._added_seen = self.meta.state.added_nodes
+                self._learn_nodes()
             st = self.host.status(META_GROUP)
             await self._set_ready(bool(st.leader))
             if observe:
@@ -780,7 +827,7 @@ class Node:
                     leader=st.leader == self.config.name,
                 )
             if st.leader == self.config.name:
-                live = frozenset(n for n in self.config.peers if self.ctx.peer_live(n))
+                live = frozenset(n for n in self.nodes.names() if self.ctx.peer_live(n))
                 if live != self._live_peers:
                     # A node that came online (back, readmitted, repaired) may take the
                     # replicas of groups left short: the meta leader plans again.
@@ -916,13 +963,17 @@ class Node:
     async def _probe_peers(self) -> None:
         """Who is up (placement, cluster info): a health check per peer per interval, then,
         from a serving peer, its description (tags, free space: cluster/descriptions.py)."""
-        peers = {n: str(a) for n, a in self.config.peers.items() if n != self.config.name}
-        stubs = {
-            n: health_pb2_grpc.HealthStub(self._forwarder.channel(a)) for n, a in peers.items()
-        }
-        describers = {n: npbg.NodeServiceStub(self._forwarder.channel(a)) for n, a in peers.items()}
+        stubs: dict[str, health_pb2_grpc.HealthStub] = {}
+        describers: dict[str, npbg.NodeServiceStub] = {}
+        dialled: dict[str, str] = {}
         metadata = probe_metadata(self.config.auth)
         while True:
+            peers = self.nodes.peers()  # a node added to the cluster is probed from now on
+            for n, a in peers.items():
+                if dialled.get(n) != a:
+                    dialled[n] = a
+                    stubs[n] = health_pb2_grpc.HealthStub(self._forwarder.channel(a))
+                    describers[n] = npbg.NodeServiceStub(self._forwarder.channel(a))
 
             async def probe(name: str, stub: health_pb2_grpc.HealthStub) -> None:
                 ok = False
@@ -948,7 +999,7 @@ class Node:
                             "peer %s (%s) is unreachable: no health answer for %.0f s; the"
                             " groups it holds replicas of are short a member",
                             name,
-                            peers[name],
+                            self.nodes.address(name),
                             PEER_DOWN_AFTER_S,
                         )
 
@@ -973,9 +1024,9 @@ class Node:
 
     def _peer_up_for_clients(self) -> tuple[str, str] | None:
         """A peer not known down, as (name, client address): where a refused client goes."""
-        for name, addr in self.config.peers.items():
-            if name != self.config.name and not self._peer_down(name):
-                return name, str(addr)
+        for name, addr in self.nodes.peers().items():
+            if not self._peer_down(name):
+                return name, addr
         return None
 
     def _peer_down(self, name: str) -> bool:

@@ -45,6 +45,7 @@ A node ``PeerRemove`` took out is refused until an operator readmits it (``PeerA
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import logging
@@ -81,6 +82,7 @@ from raftstream.errors import (
     RaftStreamError,
     UnavailableError,
 )
+from raftstream.proto import node_pb2 as npb
 from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
@@ -274,6 +276,7 @@ class _Peer(enum.Enum):
     """What a ``--join`` node learned of a peer, and how its log says so."""
 
     LEADS = "leads the meta group"
+    KNOWS_LEADER = "serves, and knows the meta leader"
     SERVES = "serves (it holds Raft data) but knows no meta leader"
     KNOWS = "is not serving, but saw this node running before (under repair itself?)"
     EMPTY = "is not serving and never saw this node running (no Raft data either)"
@@ -294,7 +297,17 @@ async def _ask_peer(
         return None
     if health.status == health_pb2.HealthCheckResponse.SERVING:
         led = await led_groups(stub, [META_GROUP], metadata=metadata, timeout_s=JOIN_ASK_TIMEOUT_S)
-        return _Peer.LEADS if any(g.name == META_GROUP for g in led) else _Peer.SERVES
+        if any(g.name == META_GROUP for g in led):
+            return _Peer.LEADS
+        # A peer that knows the meta leader will do: a node added to the cluster may be
+        # configured with one running node only (docs/operations.md, "Adding a node").
+        with contextlib.suppress(grpc.RpcError):
+            desc = await stub.Describe(
+                npb.DescribeRequest(asker=asker), metadata=metadata, timeout=JOIN_ASK_TIMEOUT_S
+            )
+            if desc.meta_leader:
+                return _Peer.KNOWS_LEADER
+        return _Peer.SERVES
     knows = await knows_asker(stub, asker=asker, metadata=metadata, timeout_s=JOIN_ASK_TIMEOUT_S)
     if knows is None:
         return None
@@ -340,14 +353,17 @@ async def seek_cluster(
         )
         now = dict(zip(peers, answers, strict=True))
         leader = next((n for n, seen in now.items() if seen is _Peer.LEADS), None)
+        knower = next((n for n, seen in now.items() if seen is _Peer.KNOWS_LEADER), None)
+        leader = leader or knower
         if leader is not None:
             # Durable before the first RepairNode call: the meta leader acts on it (takes
             # this node out of the meta group), and a restart must then resume the repair.
             _write_marker(data, repair_id, JOIN_REASON, meta_leader=leader)
             end_check(data, None)  # nothing written to the environment yet: it stays
             log.warning(
-                "--join: meta leader %s answered: joining the cluster as a new member (repair %s)",
+                "--join: %s %s: joining the cluster as a new member (repair %s)",
                 leader,
+                (now[leader] or _Peer.LEADS).value,
                 repair_id,
             )
             return
@@ -459,8 +475,9 @@ class RepairGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 class RepairClient:
     """Drives this node's repair: asks the meta leader, through any peer, for the next step
-    until it is done. ``on_meta_term`` is awaited once, when the node may start the meta
-    group (at that term); ``on_done`` when the repair is over. Owned by the node's loop."""
+    until it is done. ``on_meta_term`` is awaited once, with the answer that lets the node
+    start the meta group (at its ``meta_term``, from its ``meta_founders``); ``on_done``
+    when the repair is over. Owned by the node's loop."""
 
     def __init__(
         self,
@@ -469,7 +486,7 @@ class RepairClient:
         repair_id: str,
         peers: Sequence[str],
         forwarder: Forwarder,
-        on_meta_term: Callable[[int], Awaitable[None]],
+        on_meta_term: Callable[[rpb.RepairNodeResponse], Awaitable[None]],
         on_done: Callable[[], Awaitable[None]],
         auth: AuthConfig | None = None,
     ) -> None:
@@ -481,6 +498,7 @@ class RepairClient:
         self._on_done = on_done
         self._auth = auth  # its calls carry the node token (peers refuse them otherwise)
         self._turn = 0
+        self._hint: str | None = None  # the meta leader's address, as a peer named it
         self._failing_since: float | None = None
         self._refusal = ""  # the last refusal logged, and when
         self._refused_at = 0.0
@@ -490,7 +508,7 @@ class RepairClient:
         while True:
             resp = await self._ask()
             if resp.meta_term and not meta_started:
-                await self._on_meta_term(int(resp.meta_term))
+                await self._on_meta_term(resp)
                 meta_started = True
             if resp.phase == rpb.REPAIR_PHASE_DONE and meta_started:
                 log.info("repair %s done: back in every group", self._id)
@@ -510,17 +528,25 @@ class RepairClient:
         )
         async for attempt in retrying:
             with attempt:
-                # Any peer will do: it forwards to the meta leader it knows.
-                addr = self._peers[self._turn % len(self._peers)]
-                self._turn += 1
-                with acting_as(cluster_caller(self._auth)):
-                    resp: rpb.RepairNodeResponse = await self._forwarder.unary(
-                        addr,
-                        _SVC + "RepairNode",
-                        req,
-                        rpb.RepairNodeResponse.FromString,
-                        timeout_s=REPAIR_CALL_TIMEOUT_S,
-                    )
+                # The meta leader a peer named last time, else any peer: a peer that is
+                # not the leader refuses a node's call (it is marked forwarded) naming the
+                # leader, whose address a node added later may have from nowhere else.
+                addr, self._hint = self._hint, None
+                if addr is None:
+                    addr = self._peers[self._turn % len(self._peers)]
+                    self._turn += 1
+                try:
+                    with acting_as(cluster_caller(self._auth)):
+                        resp: rpb.RepairNodeResponse = await self._forwarder.unary(
+                            addr,
+                            _SVC + "RepairNode",
+                            req,
+                            rpb.RepairNodeResponse.FromString,
+                            timeout_s=REPAIR_CALL_TIMEOUT_S,
+                        )
+                except NotLeaderError as exc:
+                    self._hint = exc.leader_addr or None
+                    raise
                 self._failing_since = None
                 return resp
         raise InvalidArgumentError("peers", "no peer to ask")  # pragma: no cover
@@ -566,8 +592,11 @@ async def repair_step(ctx: ServiceContext, node: str, repair_id: str) -> rpb.Rep
     4. ``RepairDone``.
     """
     meta, host = ctx.meta, ctx.host
-    if node not in ctx.config.peers:
-        raise InvalidArgumentError("node", f"{node!r} is not a node of this cluster")
+    if node not in ctx.nodes:
+        raise PreconditionError(
+            f"{node!r} is not a node of this cluster: add it first with `raftstream cluster"
+            f" peer-add {node} --address HOST:PORT` (where it serves)"
+        )
     if node == ctx.node_id:
         raise InvalidArgumentError("node", "the meta leader is not under repair")
     if node in meta.state.removed_peers:
@@ -577,42 +606,55 @@ async def repair_step(ctx: ServiceContext, node: str, repair_id: str) -> rpb.Rep
         )
     rec = meta.state.repairs.get(node)
     voters, learners = host.voters(META_GROUP), host.learners(META_GROUP)
+    founders = ctx.nodes.founders()
+
+    def answer(phase: rpb.RepairPhase.ValueType, term: int = 0) -> rpb.RepairNodeResponse:
+        # Every answer tells the node the meta group's founders and the cluster's nodes.
+        return rpb.RepairNodeResponse(
+            phase=phase, meta_term=term, meta_founders=founders, addresses=ctx.nodes.addresses()
+        )
+
     if rec is None or rec.repair_id != repair_id:
         if node in voters or node in learners:
             log.info("repair %s: removing %s from the meta group", repair_id, node)
             await _conf_change(ctx, ConfChange(ConfChangeType.REMOVE, node))
-            return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_REMOVING)
+            return answer(rpb.REPAIR_PHASE_REMOVING)
         term = host.status(META_GROUP).term
         await meta.propose(
             RepairStart(node=node, repair_id=repair_id, meta_term=term, ts_ns=time.time_ns()),
             None,
         )
-        return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_META_REJOIN, meta_term=term)
+        return answer(rpb.REPAIR_PHASE_META_REJOIN, term)
     term = rec.meta_term
     if rec.done:
-        return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_DONE, meta_term=term)
+        return answer(rpb.REPAIR_PHASE_DONE, term)
     if node not in voters and node not in learners:
         log.info("repair %s: adding %s back to the meta group as a learner", repair_id, node)
         await _conf_change(ctx, ConfChange(ConfChangeType.ADD_LEARNER, node))
-        return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_META_REJOIN, meta_term=term)
-    static_voters, _ = meta_members(list(ctx.config.peers), ctx.config.meta_voters_max)
-    if node in learners and node in static_voters:
+        return answer(rpb.REPAIR_PHASE_META_REJOIN, term)
+    static_voters, _ = meta_members(founders, ctx.config.meta_voters_max)
+    # A founder is a voter if the founding membership made it one; a node added later if
+    # the meta group has fewer voters than meta_voters_max.
+    voter = node in static_voters or (
+        node not in founders and len(voters) < ctx.config.meta_voters_max
+    )
+    if node in learners and voter:
         commit, followers = host.followers(META_GROUP)
         lag = {f.name: commit - f.match for f in followers if f.active}
         if lag.get(node, LEARNER_LAG_MAX_ENTRIES + 1) <= LEARNER_LAG_MAX_ENTRIES:
             log.info("repair %s: %s caught up; promoting it in the meta group", repair_id, node)
             await _conf_change(ctx, ConfChange(ConfChangeType.ADD_VOTER, node))
-        return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_META_REJOIN, meta_term=term)
+        return answer(rpb.REPAIR_PHASE_META_REJOIN, term)
     waiting = [
         sa.group
         for sa in meta.state.streams_for_node(node)
         if rec.may_rejoin(sa.group) is None and len(sa.peers) > 1
     ]
     if waiting:
-        return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_GROUPS, meta_term=term)
+        return answer(rpb.REPAIR_PHASE_GROUPS, term)
     await meta.propose(RepairDone(node=node, repair_id=repair_id, ts_ns=time.time_ns()), None)
     log.info("repair %s of %s done", repair_id, node)
-    return rpb.RepairNodeResponse(phase=rpb.REPAIR_PHASE_DONE, meta_term=term)
+    return answer(rpb.REPAIR_PHASE_DONE, term)
 
 
 async def _conf_change(ctx: ServiceContext, change: ConfChange) -> None:

@@ -1,7 +1,7 @@
 """``raftstream.v1.ClusterService``: cluster info, meta leader step-down, peer removal and
 readmission.
 
-Cluster info is answered by any node: every configured node as this node knows it (online
+Cluster info is answered by any node: every node of the cluster as this node knows it (online
 when this node heard from it recently; its placement cluster, tags and free space as it last
 described itself, ``cluster/descriptions.py``), the meta leader, and every group, the meta
 group and each stream's, as the group's leader sees it. Only a group's leader knows its
@@ -21,6 +21,10 @@ drops the removal: the meta leader's next repair plan gives groups left short of
 replica count a replica on the node once it is online (``cluster/node.py`` plans again when
 a node comes online). A node that lost its data comes back through the repair protocol
 (``raftstream server --join``, ``cluster/repair.py``), which waits for the readmission.
+``AddPeer`` with an address adds a new node to the cluster (``NodeAdd``, recorded in the
+meta state: every node learns where it serves, ``cluster/node_book.py``); the node then
+joins with ``raftstream server --join`` through the same protocol, which takes it into the
+meta group, and replicas may be placed on it once it is online.
 
 With ``[auth]`` (docs/security.md), any authenticated user may read cluster info, but it
 lists only its own account's stream groups; users of the ``$SYS`` account see every group
@@ -36,10 +40,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from raftstream.cluster.config import Address
 from raftstream.cluster.context import ServiceContext, caller_of, time_left
-from raftstream.cluster.meta import PeerAdded, PeerRemoved
-from raftstream.cluster.meta_entries import PeerAdd, PeerRemove
-from raftstream.cluster.meta_group import META_GROUP
+from raftstream.cluster.descriptions import LOG_FEATURE_NODE_ADD
+from raftstream.cluster.meta import NodeAdded, PeerAdded, PeerRemoved
+from raftstream.cluster.meta_entries import NodeAdd, PeerAdd, PeerRemove
+from raftstream.cluster.meta_group import META_GROUP, meta_members
+from raftstream.cluster.names import validate_node_name
 from raftstream.cluster.services_streams import group_info, step_down
 from raftstream.errors import InvalidArgumentError, PreconditionError
 from raftstream.proto import raftstream_pb2 as pb
@@ -60,7 +67,7 @@ def led_group_infos(ctx: ServiceContext, names: Sequence[str]) -> list[pb.GroupI
     wanted = set(names)
     peers: dict[str, tuple[str, ...]] = {}
     if META_GROUP in wanted:
-        peers[META_GROUP] = tuple(ctx.config.peers)
+        peers[META_GROUP] = meta_members_now(ctx)
     for sa in ctx.meta.state.all_streams():
         if sa.group in wanted:
             peers[sa.group] = sa.peers
@@ -83,7 +90,7 @@ async def _leaders_views(
             continue
         targets = [info.leader] if info.leader else [p for p in peers if p != ctx.node_id]
         for peer in targets:
-            if peer in ctx.config.peers and not ctx.peer_down(peer):
+            if peer in ctx.nodes and not ctx.peer_down(peer):
                 asks[peer].append(info.name)
     if not asks:
         return
@@ -105,12 +112,21 @@ async def _leaders_views(
             info.CopyFrom(leaders)
 
 
+def meta_members_now(ctx: ServiceContext) -> tuple[str, ...]:
+    """The meta group's members (voters, then learners) as this replica knows them; every
+    node of the cluster before the group runs here."""
+    if META_GROUP not in ctx.host.groups():
+        return ctx.nodes.names()
+    return (*ctx.host.voters(META_GROUP), *ctx.host.learners(META_GROUP))
+
+
 def _check_peer(ctx: ServiceContext, peer: str) -> None:
-    """``InvalidArgumentError`` unless ``peer`` is one of the configured nodes."""
-    if peer not in ctx.config.peers:
+    """``InvalidArgumentError`` unless ``peer`` is a node of the cluster."""
+    if peer not in ctx.nodes:
         raise InvalidArgumentError(
             "peer",
-            f"{peer!r} is not a node of this cluster (the nodes are those in every node's peers)",
+            f"{peer!r} is not a node of this cluster (to add a new node: raftstream cluster"
+            f" peer-add {peer} --address HOST:PORT)",
         )
 
 
@@ -123,13 +139,16 @@ class ClusterServicer(pbg.ClusterServiceServicer):
         ctx = self._ctx
         now = time.time_ns()
         seen = ctx.peer_seen_ns()
-        voters_max = ctx.config.meta_voters_max
+        meta_voters = (
+            frozenset(ctx.host.voters(META_GROUP)) if META_GROUP in ctx.host.groups() else None
+        )
+        static_voters, _ = meta_members(ctx.nodes.names(), ctx.config.meta_voters_max)
         described = dict(ctx.peer_descriptions())
         with contextlib.suppress(OSError):  # free space unknown right now: not described
             described[ctx.node_id] = ctx.describe_self()
         removed = ctx.meta.state.removed_peers
         nodes = []
-        for i, (name, addr) in enumerate(ctx.config.peers.items()):
+        for name, addr in ctx.nodes.addresses().items():
             last = seen.get(name, 0)
             online = ctx.peer_live(name)
             node = pb.NodeInfo(
@@ -137,7 +156,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
                 addr=str(addr),
                 online=online,
                 last_seen_ns=0 if name == ctx.node_id or not last else now - last,
-                voter=i < voters_max,
+                voter=name in (static_voters if meta_voters is None else meta_voters),
                 removed=name in removed,
             )
             desc = described.get(name)
@@ -148,7 +167,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
                 node.free_bytes = desc.free_bytes
                 node.version = desc.version
             nodes.append(node)
-        meta_peers = tuple(ctx.config.peers)
+        meta_peers = meta_members_now(ctx)
         groups = [
             pb.ClusterGroup(kind=pb.GROUP_KIND_META, group=group_info(ctx, META_GROUP, meta_peers))
         ]
@@ -232,8 +251,49 @@ class ClusterServicer(pbg.ClusterServiceServicer):
             return await ctx.to_meta_leader(
                 _SVC + "AddPeer", request, pb.AddPeerResponse.FromString, time_left(context)
             )
+        if request.address:
+            return await _add_node(ctx, request, context)
         _check_peer(ctx, request.peer)
         result = await ctx.meta.propose(
             PeerAdd(peer=request.peer, ts_ns=time.time_ns()), time_left(context)
         )
         return pb.AddPeerResponse(readmitted=isinstance(result, PeerAdded) and result.readmitted)
+
+
+async def _add_node(
+    ctx: ServiceContext, request: pb.AddPeerRequest, context: Any
+) -> pb.AddPeerResponse:
+    """Meta leader: add the new node ``request.peer`` serving on ``request.address`` (a
+    node already in the cluster at that address: nothing changes)."""
+    name = validate_node_name(request.peer, "peer")
+    address = str(Address.parse(request.address, "address"))
+    known = ctx.nodes.address(name)
+    if name in ctx.nodes:
+        if known == address:
+            return pb.AddPeerResponse(added=False)  # added already (a retry): nothing to do
+        raise InvalidArgumentError(
+            "peer",
+            f"{name!r} is a node of this cluster already, at {known or 'an unknown address'}",
+        )
+    for other, addr in ctx.nodes.addresses().items():
+        if addr == address and other != name:
+            raise InvalidArgumentError("address", f"node {other!r} serves on {address}")
+    described = ctx.peer_descriptions()
+    missing = [
+        n
+        for n in ctx.nodes.names()
+        if n != ctx.node_id
+        and n not in ctx.meta.state.removed_peers
+        and n not in ctx.meta.state.added_nodes  # (added, so run a version that knows it)
+        and (n not in described or LOG_FEATURE_NODE_ADD not in described[n].log_features)
+    ]
+    if missing:
+        raise PreconditionError(
+            f"cannot add a node yet: {', '.join(missing)} "
+            f"{'runs' if len(missing) == 1 else 'run'} a version that does not know added"
+            " nodes (or has not described itself yet): upgrade every node first"
+        )
+    result = await ctx.meta.propose(
+        NodeAdd(node=name, address=address, ts_ns=time.time_ns()), time_left(context)
+    )
+    return pb.AddPeerResponse(added=isinstance(result, NodeAdded) and result.added)

@@ -28,7 +28,14 @@ from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import map_errors
 
-__all__ = ["NodeServicer", "describe_peer", "knows_asker", "led_groups", "probe_metadata"]
+__all__ = [
+    "NodeServicer",
+    "asker_standing",
+    "describe_peer",
+    "knows_asker",
+    "led_groups",
+    "probe_metadata",
+]
 
 
 def probe_metadata(auth: AuthConfig | None) -> tuple[tuple[str, str], ...]:
@@ -43,8 +50,10 @@ def probe_metadata(auth: AuthConfig | None) -> tuple[tuple[str, str], ...]:
 
 class NodeServicer(npbg.NodeServiceServicer):
     """Answers ``Describe`` with ``describe()`` (called per request: free space is measured
-    then) and ``knows(asker)`` (``cluster/known_peers.py``), and ``LedGroups`` with
-    ``led(groups)``. Keyword-only: ``NodeServicer(auth=..., describe=..., knows=...,
+    then), ``knows(asker)`` (``cluster/known_peers.py``) and ``outsider(asker)`` (the
+    asker did not found this node's cluster: ``cluster/node_book.py``) and
+    ``meta_leader()``, and ``LedGroups`` with ``led(groups)``. Keyword-only:
+    ``NodeServicer(auth=..., describe=..., knows=..., outsider=..., meta_leader=...,
     led=...)``."""
 
     def __init__(
@@ -53,6 +62,8 @@ class NodeServicer(npbg.NodeServiceServicer):
         auth: AuthConfig | None,
         describe: Callable[[], NodeDescription],
         knows: Callable[[str], bool] = lambda name: False,
+        outsider: Callable[[str], bool] = lambda name: False,
+        meta_leader: Callable[[], str | None] = lambda: None,
         led: Callable[[Sequence[str]], list[pb.GroupInfo]] = lambda groups: [],
     ) -> None:
         # The authorization value of each account's node token (an HMAC: no bcrypt).
@@ -63,6 +74,8 @@ class NodeServicer(npbg.NodeServiceServicer):
         )
         self._describe = describe
         self._knows = knows  # whether this node has seen the asker running before
+        self._outsider = outsider  # whether the asker is not a founder of this cluster
+        self._meta_leader = meta_leader
         self._led = led  # the infos of the groups asked for that this node leads
 
     @map_errors
@@ -75,6 +88,8 @@ class NodeServicer(npbg.NodeServiceServicer):
             raise UnavailableError(f"cannot measure free space: {exc.strerror}") from None
         out = desc.to_pb()
         out.knows_asker = self._knows(request.asker)
+        out.asker_outsider = bool(request.asker) and self._outsider(request.asker)
+        out.meta_leader = self._meta_leader() or ""
         return out
 
     @map_errors
@@ -117,13 +132,26 @@ async def knows_asker(
 ) -> bool | None:
     """Whether the peer has seen ``asker`` running before (``cluster/known_peers.py``);
     None when it did not answer."""
+    standing = await asker_standing(stub, asker=asker, metadata=metadata, timeout_s=timeout_s)
+    return None if standing is None else standing[0]
+
+
+async def asker_standing(
+    stub: npbg.NodeServiceStub,
+    *,
+    asker: str,
+    metadata: tuple[tuple[str, str], ...],
+    timeout_s: float,
+) -> tuple[bool, bool] | None:
+    """(the peer has seen ``asker`` running before, the peer runs a cluster ``asker`` did
+    not found: ``NodeDescription.asker_outsider``); None when it did not answer."""
     try:
         resp = await stub.Describe(
             npb.DescribeRequest(asker=asker), metadata=metadata, timeout=timeout_s
         )
     except grpc.RpcError:
         return None
-    return bool(resp.knows_asker)
+    return bool(resp.knows_asker), bool(resp.asker_outsider)
 
 
 async def led_groups(

@@ -161,7 +161,13 @@ def cluster_nodes(ctx: ServiceContext) -> list[NodeInfo]:
     except OSError:  # free space unknown right now: rank this node as having none
         cfg = ctx.config
         own = NodeDescription(name=cfg.name, cluster=cfg.cluster_name, tags=frozenset(cfg.tags))
-    return node_infos(config=ctx.config, own=own, peers=ctx.peer_descriptions(), live=ctx.peer_live)
+    return node_infos(
+        config=ctx.config,
+        nodes=ctx.nodes.names(),
+        own=own,
+        peers=ctx.peer_descriptions(),
+        live=ctx.peer_live,
+    )
 
 
 def group_info(ctx: ServiceContext, group: str, peers: tuple[str, ...]) -> pb.GroupInfo:

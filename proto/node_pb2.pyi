@@ -99,6 +99,8 @@ class NodeDescription(_message.Message):
     DESCRIBED_NS_FIELD_NUMBER: _builtins.int
     KNOWS_ASKER_FIELD_NUMBER: _builtins.int
     LOG_FEATURES_FIELD_NUMBER: _builtins.int
+    ASKER_OUTSIDER_FIELD_NUMBER: _builtins.int
+    META_LEADER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """the node's name, as in every node's `peers`"""
     cluster: _builtins.str
@@ -115,6 +117,16 @@ class NodeDescription(_message.Message):
     """This node has described the asker before: the asker ran with Raft data. A node that
     starts without Raft data asks its peers this first; if one knows it, it lost its data
     and must rejoin as a new member (`raftstream server --join`), never start empty.
+    """
+    asker_outsider: _builtins.bool
+    """This node runs the cluster's meta group and the asker is not one of the nodes that
+    founded it: an asker without Raft data is a node added later, and must start with
+    `raftstream server --join` (once `raftstream cluster peer-add` added it), never form a
+    meta group of its own.
+    """
+    meta_leader: _builtins.str
+    """The meta leader this node knows ("" none): a node joining with `--join` that can reach
+    only some nodes learns from any of them that the cluster runs.
     """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -139,10 +151,12 @@ class NodeDescription(_message.Message):
         described_ns: _builtins.int = ...,
         knows_asker: _builtins.bool = ...,
         log_features: _abc.Iterable[_builtins.str] | None = ...,
+        asker_outsider: _builtins.bool = ...,
+        meta_leader: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "described_ns", b"described_ns", "free_bytes", b"free_bytes", "knows_asker", b"knows_asker", "log_features", b"log_features", "name", b"name", "tags", b"tags", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["asker_outsider", b"asker_outsider", "cluster", b"cluster", "described_ns", b"described_ns", "free_bytes", b"free_bytes", "knows_asker", b"knows_asker", "log_features", b"log_features", "meta_leader", b"meta_leader", "name", b"name", "tags", b"tags", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -2240,16 +2240,25 @@ class AddPeerRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PEER_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
     peer: _builtins.str
-    """node name: one of the configured peers"""
+    """Node name: a node of the cluster (readmitted if peer-remove took it out), or, with
+    `address`, a new node to add to the cluster under this name.
+    """
+    address: _builtins.str
+    """host:port the new node serves on (as in the nodes' `peers`). Set: `peer` is added as a
+    new node (it then starts empty with `raftstream server --join`); a node already in the
+    cluster under that address is left as it is.
+    """
     def __init__(
         self,
         *,
         peer: _builtins.str = ...,
+        address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["peer", b"peer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "peer", b"peer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2260,16 +2269,20 @@ class AddPeerResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     READMITTED_FIELD_NUMBER: _builtins.int
+    ADDED_FIELD_NUMBER: _builtins.int
     readmitted: _builtins.bool
     """false: the node was not removed (nothing changed)"""
+    added: _builtins.bool
+    """a new node was added to the cluster (false: it was a node already)"""
     def __init__(
         self,
         *,
         readmitted: _builtins.bool = ...,
+        added: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["readmitted", b"readmitted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added", b"added", "readmitted", b"readmitted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,40 +4,47 @@
 # source: raftstream/proto/repair.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "raftstream/proto/repair.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'raftstream/proto/repair.proto'
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x1draftstream/proto/repair.proto\x12\x14raftstream.repair.v1"4\n\x11RepairNodeRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x11\n\trepair_id\x18\x02 \x01(\t"Y\n\x12RepairNodeResponse\x12\x30\n\x05phase\x18\x01 \x01(\x0e\x32!.raftstream.repair.v1.RepairPhase\x12\x11\n\tmeta_term\x18\x02 \x01(\x04"T\n\x14ReportClearedRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x11\n\trepair_id\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x0c\n\x04term\x18\x04 \x01(\x04"\x17\n\x15ReportClearedResponse*\x94\x01\n\x0bRepairPhase\x12\x1c\n\x18REPAIR_PHASE_UNSPECIFIED\x10\x00\x12\x19\n\x15REPAIR_PHASE_REMOVING\x10\x01\x12\x1c\n\x18REPAIR_PHASE_META_REJOIN\x10\x02\x12\x17\n\x13REPAIR_PHASE_GROUPS\x10\x03\x12\x15\n\x11REPAIR_PHASE_DONE\x10\x04\x32\xda\x01\n\rRepairService\x12_\n\nRepairNode\x12\'.raftstream.repair.v1.RepairNodeRequest\x1a(.raftstream.repair.v1.RepairNodeResponse\x12h\n\rReportCleared\x12*.raftstream.repair.v1.ReportClearedRequest\x1a+.raftstream.repair.v1.ReportClearedResponseb\x06proto3'
-)
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1draftstream/proto/repair.proto\x12\x14raftstream.repair.v1\"4\n\x11RepairNodeRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x11\n\trepair_id\x18\x02 \x01(\t\"\xee\x01\n\x12RepairNodeResponse\x12\x30\n\x05phase\x18\x01 \x01(\x0e\x32!.raftstream.repair.v1.RepairPhase\x12\x11\n\tmeta_term\x18\x02 \x01(\x04\x12\x15\n\rmeta_founders\x18\x03 \x03(\t\x12J\n\taddresses\x18\x04 \x03(\x0b\x32\x37.raftstream.repair.v1.RepairNodeResponse.AddressesEntry\x1a\x30\n\x0e\x41\x64\x64ressesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"T\n\x14ReportClearedRequest\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x11\n\trepair_id\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x0c\n\x04term\x18\x04 \x01(\x04\"\x17\n\x15ReportClearedResponse*\x94\x01\n\x0bRepairPhase\x12\x1c\n\x18REPAIR_PHASE_UNSPECIFIED\x10\x00\x12\x19\n\x15REPAIR_PHASE_REMOVING\x10\x01\x12\x1c\n\x18REPAIR_PHASE_META_REJOIN\x10\x02\x12\x17\n\x13REPAIR_PHASE_GROUPS\x10\x03\x12\x15\n\x11REPAIR_PHASE_DONE\x10\x04\x32\xda\x01\n\rRepairService\x12_\n\nRepairNode\x12\'.raftstream.repair.v1.RepairNodeRequest\x1a(.raftstream.repair.v1.RepairNodeResponse\x12h\n\rReportCleared\x12*.raftstream.repair.v1.ReportClearedRequest\x1a+.raftstream.repair.v1.ReportClearedResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "raftstream.proto.repair_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raftstream.proto.repair_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    DESCRIPTOR._loaded_options = None
-    _globals["_REPAIRPHASE"]._serialized_start = 312
-    _globals["_REPAIRPHASE"]._serialized_end = 460
-    _globals["_REPAIRNODEREQUEST"]._serialized_start = 55
-    _globals["_REPAIRNODEREQUEST"]._serialized_end = 107
-    _globals["_REPAIRNODERESPONSE"]._serialized_start = 109
-    _globals["_REPAIRNODERESPONSE"]._serialized_end = 198
-    _globals["_REPORTCLEAREDREQUEST"]._serialized_start = 200
-    _globals["_REPORTCLEAREDREQUEST"]._serialized_end = 284
-    _globals["_REPORTCLEAREDRESPONSE"]._serialized_start = 286
-    _globals["_REPORTCLEAREDRESPONSE"]._serialized_end = 309
-    _globals["_REPAIRSERVICE"]._serialized_start = 463
-    _globals["_REPAIRSERVICE"]._serialized_end = 681
+  DESCRIPTOR._loaded_options = None
+  _globals['_REPAIRNODERESPONSE_ADDRESSESENTRY']._loaded_options = None
+  _globals['_REPAIRNODERESPONSE_ADDRESSESENTRY']._serialized_options = b'8\001'
+  _globals['_REPAIRPHASE']._serialized_start=462
+  _globals['_REPAIRPHASE']._serialized_end=610
+  _globals['_REPAIRNODEREQUEST']._serialized_start=55
+  _globals['_REPAIRNODEREQUEST']._serialized_end=107
+  _globals['_REPAIRNODERESPONSE']._serialized_start=110
+  _globals['_REPAIRNODERESPONSE']._serialized_end=348
+  _globals['_REPAIRNODERESPONSE_ADDRESSESENTRY']._serialized_start=300
+  _globals['_REPAIRNODERESPONSE_ADDRESSESENTRY']._serialized_end=348
+  _globals['_REPORTCLEAREDREQUEST']._serialized_start=350
+  _globals['_REPORTCLEAREDREQUEST']._serialized_end=434
+  _globals['_REPORTCLEAREDRESPONSE']._serialized_start=436
+  _globals['_REPORTCLEAREDRESPONSE']._serialized_end=459
+  _globals['_REPAIRSERVICE']._serialized_start=613
+  _globals['_REPAIRSERVICE']._serialized_end=831
 # @@protoc_insertion_point(module_scope)

@@ -9,8 +9,10 @@ Errors as in raftstream.proto: gRPC status codes with ErrorInfo details (not lea
 leader's address in `leader_addr`).
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -83,22 +85,56 @@ Global___RepairNodeRequest: _TypeAlias = RepairNodeRequest  # noqa: Y015
 class RepairNodeResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class AddressesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     PHASE_FIELD_NUMBER: _builtins.int
     META_TERM_FIELD_NUMBER: _builtins.int
+    META_FOUNDERS_FIELD_NUMBER: _builtins.int
+    ADDRESSES_FIELD_NUMBER: _builtins.int
     phase: Global___RepairPhase.ValueType
     meta_term: _builtins.int
     """The meta group's term once the node was out of its membership; the node starts the meta
     group at this term so it never acts on a message of an older leader (0 before that).
     """
+    @_builtins.property
+    def meta_founders(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The founding members of the meta group (every replica starts it from the same initial
+        membership; a node added later learns it here), sorted.
+        """
+
+    @_builtins.property
+    def addresses(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Every node of the cluster and the address it serves on, as the meta leader knows them."""
+
     def __init__(
         self,
         *,
         phase: Global___RepairPhase.ValueType = ...,
         meta_term: _builtins.int = ...,
+        meta_founders: _abc.Iterable[_builtins.str] | None = ...,
+        addresses: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["meta_term", b"meta_term", "phase", b"phase"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["addresses", b"addresses", "meta_founders", b"meta_founders", "meta_term", b"meta_term", "phase", b"phase"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

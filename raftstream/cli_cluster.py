@@ -328,20 +328,38 @@ def peer_remove_cmd(conn: Conn, name: str, force: bool, allow_online: bool) -> N
 
 @cluster.command("peer-add")
 @click.argument("name")
+@click.option(
+    "--address",
+    metavar="HOST:PORT",
+    help="Add NAME as a new node serving on HOST:PORT (without it: readmit a removed node).",
+)
 @connection_options
-def peer_add_cmd(conn: Conn, name: str) -> None:
-    """Readmit a node that peer-remove took out of the cluster.
+def peer_add_cmd(conn: Conn, name: str, address: str | None) -> None:
+    """Readmit a node that peer-remove took out, or add a new node (--address).
 
-    Replicas may be placed on it again; streams left short of their replica count get a
-    replica on it once it is online. A node that kept its data directory just restarts.
-    A node whose data was lost (or a new machine under its name) starts empty with
-    `raftstream server --join`: it rejoins every group as a new member.
+    Readmitted, replicas may be placed on it again; streams left short of their replica
+    count get a replica on it once it is online. A node that kept its data directory just
+    restarts. A node whose data was lost (or a new machine under its name) starts empty
+    with `raftstream server --join`: it rejoins every group as a new member.
+
+    With --address, NAME is a new node: every node learns where it serves. Then start it
+    empty with `raftstream server --join` (its peers: itself and at least one running
+    node); it joins the meta group, and streams may be placed on it once it is online.
 
     \b
-    Example:
+    Examples:
       raftstream cluster peer-add n3
+      raftstream cluster peer-add n4 --address 10.0.0.4:7101
     """
-    if run(conn, lambda c: c.add_peer(name)):
+    done = run(conn, lambda c: c.add_peer(name, address=address))
+    if address:
+        if done:
+            click.echo(
+                f"Added node {name} ({address}); start it empty with `raftstream server --join`"
+            )
+        else:
+            click.echo(f"Node {name} is in the cluster already at {address}; nothing to do")
+    elif done:
         click.echo(f"Readmitted peer {name}")
     else:
         click.echo(f"Peer {name} was not removed; nothing to do")

@@ -654,16 +654,24 @@ class Client:
 
         return await self._call(None, invoke, timeout=timeout, idempotent=False)
 
-    async def add_peer(self, peer: str, *, timeout: float | None = None) -> bool:
+    async def add_peer(
+        self, peer: str, *, address: str | None = None, timeout: float | None = None
+    ) -> bool:
         """Readmit a node ``remove_peer`` took out: replicas may be placed on it again, and
         streams left short of their replica count get one on it once it is online. Returns
-        False when the node was not removed (nothing changed). Retried when ambiguous (a
-        readmission is idempotent)."""
-        req = pb.AddPeerRequest(peer=peer)
+        False when the node was not removed (nothing changed).
+
+        With ``address`` (``host:port``, where it serves): add a NEW node to the cluster
+        under the name ``peer``; every node learns its address, and the node then starts
+        empty with ``raftstream server --join`` (docs/operations.md, "Adding a node").
+        Returns False when it was added already at that address (nothing changed).
+
+        Retried when ambiguous (both are idempotent)."""
+        req = pb.AddPeerRequest(peer=peer, address=address or "")
 
         async def invoke(stubs: Stubs, left_s: float) -> bool:
             resp = await stubs.cluster.AddPeer(req, timeout=left_s)
-            return bool(resp.readmitted)
+            return bool(resp.added if address else resp.readmitted)
 
         return await self._call(None, invoke, timeout=timeout, idempotent=True)
 

@@ -210,7 +210,9 @@ def test_node_infos_use_each_peers_description_and_default_the_unknown(tmp_path:
         name="n1", cluster="east", tags=frozenset({"hdd"}), free_bytes=3 * GIB, described_ns=1
     )
     peers = {"n2": desc("n2", cluster="west", tags=frozenset({"ssd"}), free_bytes=7 * GIB)}
-    infos = node_infos(config=cfg, own=own, peers=peers, live=lambda n: n != "n2")
+    infos = node_infos(
+        config=cfg, nodes=list(cfg.peers), own=own, peers=peers, live=lambda n: n != "n2"
+    )
     assert infos == [
         NodeInfo(name="n1", cluster="east", tags=frozenset({"hdd"}), free_bytes=3 * GIB),
         NodeInfo(

@@ -20,6 +20,7 @@ from raftstream.cluster.forward import (
     Forwarder,
     take_batch,
 )
+from raftstream.cluster.node_book import NodeBook
 from raftstream.errors import LimitError, NoLeaderError, NotLeaderError
 from raftstream.localnet import free_port
 from raftstream.proto import raftstream_pb2 as pb
@@ -196,6 +197,7 @@ def _context(forwarder: object, tmp_path: Path) -> ServiceContext:
     config = NodeConfig(name="n1", listen=peers["n1"], data=tmp_path, peers=peers)
     return ServiceContext(
         config=config,
+        nodes=NodeBook(config),
         host=None,  # type: ignore[arg-type]
         meta=None,  # type: ignore[arg-type]
         groups={},

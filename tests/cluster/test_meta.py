@@ -15,6 +15,7 @@ from raftstream.cluster.meta import (
     ConsumerAdded,
     GroupReassigned,
     MetaState,
+    NodeAdded,
     PeerAdded,
     PeerRemoved,
     StreamAdded,
@@ -24,6 +25,7 @@ from raftstream.cluster.meta import (
 from raftstream.cluster.meta_entries import (
     AddConsumer,
     MetaEntry,
+    NodeAdd,
     PeerAdd,
     PeerRemove,
     ReassignGroup,
@@ -393,6 +395,34 @@ def test_peer_add_readmits_a_removed_peer() -> None:
     assert state.apply(PeerAdd(peer="n3", ts_ns=4)) == PeerAdded("n3", readmitted=False)
     err = refused(state, PeerAdd(peer="bad name", ts_ns=5), InvalidArgumentError)
     assert field_of(err) == "peer"
+
+
+def test_node_add_records_a_new_node_and_its_address() -> None:
+    """NodeAdd records the node and where it serves; added again at the same address it
+    changes nothing and says so; at another address, or at one another added node has, or
+    with a bad name or address, it is refused naming the field, the state unchanged. The
+    nodes survive a snapshot."""
+    state = state_with(add_stream("A", "a", peers=PEERS3))
+    empty = state.snapshot()
+    assert MetaState.from_snapshot(empty).added_nodes == {}
+    assert state.apply(NodeAdd(node="n4", address="10.0.0.4:7101", ts_ns=3)) == NodeAdded(
+        "n4", "10.0.0.4:7101", added=True
+    )
+    assert state.added_nodes == {"n4": "10.0.0.4:7101"}
+    again = state.apply(NodeAdd(node="n4", address="10.0.0.4:7101", ts_ns=4))
+    assert again == NodeAdded("n4", "10.0.0.4:7101", added=False)
+    for entry, kind, field in [
+        (NodeAdd(node="n4", address="10.0.0.9:7101", ts_ns=5), ConflictError, "address"),
+        (NodeAdd(node="n5", address="10.0.0.4:7101", ts_ns=5), ConflictError, "address"),
+        (NodeAdd(node="bad name", address="10.0.0.5:7101", ts_ns=5), InvalidArgumentError, "peer"),
+        (NodeAdd(node="n5", address="10.0.0.5", ts_ns=5), InvalidArgumentError, "address"),
+        (NodeAdd(node="n5", address="[::1:7101", ts_ns=5), InvalidArgumentError, "address"),
+    ]:
+        err = refused(state, entry, kind)
+        assert field_of(err) == field, entry
+    copy = MetaState.from_snapshot(state.snapshot())
+    assert copy.added_nodes == {"n4": "10.0.0.4:7101"}
+    assert copy.snapshot() == state.snapshot()
 
 
 def test_reassign_group_replaces_the_peers() -> None:

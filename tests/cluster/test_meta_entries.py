@@ -17,6 +17,7 @@ from raftstream.cluster.meta_entries import (
     DeleteConsumer,
     DeleteStream,
     MetaEntry,
+    NodeAdd,
     PeerAdd,
     PeerRemove,
     ReassignGroup,
@@ -52,6 +53,7 @@ ENTRIES: list[MetaEntry] = [
     PeerRemove(peer="n3", ts_ns=7),
     ReassignGroup(account="$G", stream="ORDERS", peers=("n2",), prior_peers=("n3",), ts_ns=8),
     PeerAdd(peer="n3", ts_ns=9),
+    NodeAdd(node="n4", address="10.0.0.4:7101", ts_ns=10),
 ]
 
 

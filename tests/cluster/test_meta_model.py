@@ -21,6 +21,7 @@ from raftstream.cluster.meta_entries import (
     DeleteConsumer,
     DeleteStream,
     MetaEntry,
+    NodeAdd,
     PeerAdd,
     PeerRemove,
     ReassignGroup,
@@ -85,6 +86,12 @@ entries: st.SearchStrategy[MetaEntry] = st.one_of(
     ),
     st.builds(PeerRemove, peer=st.sampled_from(NODES), ts_ns=ts),
     st.builds(PeerAdd, peer=st.sampled_from(NODES), ts_ns=ts),
+    st.builds(
+        NodeAdd,
+        node=st.sampled_from(NODES),
+        address=st.sampled_from(("127.0.0.1:7104", "127.0.0.1:7105", "bad")),
+        ts_ns=ts,
+    ),
     st.builds(
         ReassignGroup,
         account=accounts,
