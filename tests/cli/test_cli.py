@@ -341,6 +341,16 @@ def test_cluster_info_and_step_down(cluster: Any) -> None:
     assert res_add.returncode == 1 and "'n9' is not a node of this cluster" in one_error_line(
         res_add
     )
+    # peer-add --address adds a new node: a node at its own address is left as it is, a bad
+    # address or one another node serves on is refused naming the field.
+    n1 = cluster.addr("n1")
+    same = ok(cluster, "cluster", "peer-add", "n1", "--address", n1)
+    assert f"Node n1 is in the cluster already at {n1}; nothing to do" in same
+    for addr, why in [("nowhere", "address: must be 'host:port'"), (n1, "node 'n1' serves on")]:
+        res_new = rs(cluster, "cluster", "peer-add", "n9", "--address", addr)
+        assert res_new.returncode == 1 and why in one_error_line(res_new), res_new.stderr
+    after_add = json.loads(ok(cluster, "cluster", "info", "--json"))
+    assert sorted(n["name"] for n in after_add["nodes"]) == ["n1", "n2", "n3"]
 
 
 def test_consumer_step_down_says_that_its_stream_moved(cluster: Any) -> None:
