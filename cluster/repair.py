@@ -27,7 +27,8 @@ asking (logging that it cannot be repaired yet) and never serves; nothing in tha
 tell which copy of the data is right.
 
 The same protocol brings back a node that has no Raft data at all (``--join``: a disk that
-was replaced, a new machine under the node's name), but only into a cluster that runs:
+was replaced, a new machine under the node's name), and takes in a node added under a new
+name (``raftstream cluster peer-add NAME --address``), but only into a cluster that runs:
 ``prepare`` writes nothing but ``data/CHECKING`` for it (``cluster/known_peers.py``: the
 empty Raft environment this start creates is removed at the next start unless a cluster
 took the node in), and ``seek_cluster`` writes the marker only once a meta leader answered,
@@ -586,7 +587,12 @@ async def repair_step(ctx: ServiceContext, node: str, repair_id: str) -> rpb.Rep
     1. out of the meta group's membership (a conf change), and only then ``RepairStart`` at
        the current term;
     2. back into the meta group as a learner, promoted to voter once caught up (if the static
-       membership makes it a voter);
+       membership makes it a voter; a node added after the cluster formed, ``NodeAdd``, if
+       the group has fewer than ``meta_voters_max`` voters);
+
+    A node added after the cluster formed joins the same way (it is in no group yet). Every
+    answer names the meta group's founders and the cluster's nodes: the node starts the
+    group from the same bootstrap as every other replica (``cluster/node_book.py``).
     3. wait until every stream group's leader reported it out of that group
        (``RepairCleared``; the group leaders re-add it through ``cluster/membership.py``);
     4. ``RepairDone``.
