@@ -497,6 +497,11 @@ class Node:
         self.nodes.set_added(self.meta.state.added_nodes)
         peers = self.nodes.peers()
         for name, addr in peers.items():
+            if name not in self._dialled and name not in self._peer_seen:
+                # Down until it answers: placement must not put replicas on a node that
+                # was added but may not run yet (the nodes this one knew at start, from its
+                # config or its record, get the usual grace: they are probably up).
+                self._peer_failing.setdefault(name, time.monotonic() - PEER_DOWN_AFTER_S)
             if self._dialled.get(name) != addr:
                 log.info("node %s serves on %s", name, addr)
                 self._transport.set_peer(name, addr)

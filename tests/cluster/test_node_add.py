@@ -8,8 +8,9 @@ and it joins: the meta group takes it in as a voter (3 voters < ``meta_voters_ma
 node lists it with its address, and an R4 stream is placed on it, n4 holding every message.
 It stays a member across restarts (the founders' configs never name it; n4's names one
 founder): with n2 down, the meta group's quorum (3 of 4) needs n4, and streams are still
-created. A second new node started without ``--join`` is refused (it would otherwise form a
-meta group of its own), and bad requests change nothing.
+created. A second new node gets no replica before it runs, is refused when started without
+``--join`` (it would otherwise form a meta group of its own), and joins with it. Bad
+requests change nothing.
 """
 
 from __future__ import annotations
@@ -130,6 +131,12 @@ async def _grow(c: GrowingCluster) -> None:
 
         # A new node started without --join is refused: it did not found this cluster.
         assert await js.add_peer("n5", address=c.addr("n5")) is True
+        # Added, not running yet: no replica is placed on it (it counts as down until it
+        # answers), so five replicas cannot be placed, once the meta leader knows it too.
+        leader = c.wait_meta_leader()
+        wait_for("the meta leader to know n5", lambda: _listed(c, leader, "n5"))
+        with pytest.raises((raftstream.errors.LimitError, raftstream.errors.InvalidArgumentError)):
+            await js.add_stream(StreamConfig(name="R5", subjects=("r5.>",), num_replicas=5))
         c.start("n5")
         assert c.procs["n5"].wait(timeout=READY_TIMEOUT_S) == 1
         assert "did not found" in c.nodes.log_tail("n5", 200)
@@ -142,6 +149,11 @@ async def _grow(c: GrowingCluster) -> None:
         wait_for("n5 a voter", lambda: _voter(c, "n5"))
     finally:
         await js.close()
+
+
+def _listed(c: LocalCluster, via: str, name: str) -> bool | None:
+    info = c.cluster_info(via)
+    return True if info is not None and any(n.name == name for n in info.nodes) else None
 
 
 def _voter(c: LocalCluster, name: str) -> bool | None:
