@@ -16,8 +16,9 @@ mean the replica cannot go on.
 
 The state, per account: streams (``StreamAssignment``: config, peers with the preferred
 leader first, Raft group id, creation time) and their consumers (``ConsumerAssignment``);
-plus the peers removed from the cluster (``PeerRemove``; ``PeerAdd`` readmits one) and the
-nodes added to it after it was formed, with their addresses (``NodeAdd``). A
+plus the peers removed from the cluster (``PeerRemove``; ``PeerAdd`` readmits one), the
+nodes added to it after it was formed, with their addresses (``NodeAdd``), and the nodes
+taken out of it for good (``NodeForget``). A
 ``SubList`` per account, rebuilt from the streams and never snapshotted, answers "which
 stream captures this subject".
 
@@ -52,6 +53,7 @@ from raftstream.cluster.meta_entries import (
     DeleteStream,
     MetaEntry,
     NodeAdd,
+    NodeForget,
     PeerAdd,
     PeerRemove,
     ReassignGroup,
@@ -103,6 +105,7 @@ __all__ = [
     "MetaResult",
     "MetaState",
     "NodeAdded",
+    "NodeForgotten",
     "Page",
     "PeerAdded",
     "PeerRemoved",
@@ -181,6 +184,12 @@ class NodeAdded:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeForgotten:
+    node: str
+    forgotten: bool  # False: it was forgotten already (a retried request)
+
+
+@dataclass(frozen=True, slots=True)
 class GroupReassigned:
     assignment: StreamAssignment
     previous: StreamAssignment
@@ -196,6 +205,7 @@ MetaResult = (
     | PeerRemoved
     | PeerAdded
     | NodeAdded
+    | NodeForgotten
     | GroupReassigned
     | RepairRecorded
 )
@@ -264,6 +274,7 @@ class MetaState:
         self._accounts: dict[str, _Account] = {}
         self._removed: set[str] = set()
         self._added: dict[str, str] = {}  # node -> address: nodes NodeAdd added
+        self._forgotten: set[str] = set()  # nodes NodeForget took out for good
         self._last_ts_ns = 0
         # Repairs after data loss (docs/cluster-design.md, "Repair after data loss").
         self.repairs = RepairBook()
@@ -312,6 +323,8 @@ class MetaState:
             return self._apply_peer_add(entry)
         if isinstance(entry, NodeAdd):
             return self._apply_node_add(entry)
+        if isinstance(entry, NodeForget):
+            return self._apply_node_forget(entry)
         if isinstance(entry, RepairStart | RepairCleared | RepairDone):
             return self.repairs.apply(entry)
         invariant(isinstance(entry, ReassignGroup), f"unknown meta entry {type(entry).__name__}")
@@ -437,7 +450,30 @@ class MetaState:
             if addr == address and other != e.node:
                 raise ConflictError(f"node {other!r} serves on {address}", field="address")
         self._added[e.node] = address
+        self._forgotten.discard(e.node)
         return NodeAdded(e.node, address, added=known is None)
+
+    def _apply_node_forget(self, e: NodeForget) -> NodeForgotten:
+        validate_node_name(e.node, "peer")
+        if e.node in self._forgotten:
+            return NodeForgotten(e.node, forgotten=False)
+        if e.node not in self._removed:
+            raise ConflictError(
+                f"node {e.node!r} was not removed: remove it first"
+                f" (raftstream cluster peer-remove {e.node})",
+                field="peer",
+            )
+        groups = [sa.group for sa in self.streams_for_node(e.node)]
+        if groups:
+            raise ConflictError(
+                f"node {e.node!r} still holds replicas of {len(groups)} stream group(s)"
+                f" ({', '.join(sorted(groups)[:5])}): wait until they are placed elsewhere",
+                field="peer",
+            )
+        self._removed.discard(e.node)
+        self._added.pop(e.node, None)
+        self._forgotten.add(e.node)
+        return NodeForgotten(e.node, forgotten=True)
 
     def _apply_reassign(self, e: ReassignGroup) -> GroupReassigned:
         acct, old = self._stream(e.account, e.stream)
@@ -489,6 +525,11 @@ class MetaState:
     @property
     def removed_peers(self) -> frozenset[str]:
         return frozenset(self._removed)
+
+    @property
+    def forgotten_nodes(self) -> frozenset[str]:
+        """The nodes ``NodeForget`` took out of the cluster for good."""
+        return frozenset(self._forgotten)
 
     @property
     def added_nodes(self) -> Mapping[str, str]:
@@ -607,6 +648,7 @@ class MetaState:
             consumers=[ca for sa in self.all_streams() for ca in self._consumers_sorted(sa)],
             removed_peers=sorted(self._removed),
             added_nodes=dict(sorted(self._added.items())),
+            forgotten_nodes=sorted(self._forgotten),
             last_ts_ns=self._last_ts_ns,
             repairs=self.repairs.to_json(),
         )
@@ -621,6 +663,7 @@ class MetaState:
         repairs = RepairBook.from_json(snap.repairs)
         self._accounts, self._removed = fresh._accounts, fresh._removed
         self._added = dict(snap.added_nodes)
+        self._forgotten = set(snap.forgotten_nodes)
         self.repairs = repairs
         self._last_ts_ns = fresh._last_ts_ns
         self._subject_memo.clear()

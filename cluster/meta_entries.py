@@ -4,8 +4,8 @@ Every entry is a frozen value proposed by the meta leader AFTER it has made ever
 needs the cluster's live view (placement, an ephemeral consumer's name): replicas never
 consult anything but the entry and the replicated state, so they all apply the same choice.
 Every entry carries ``ts_ns``, the LEADER's time (nanoseconds since the epoch), and, except
-``PeerRemove``, ``PeerAdd``, ``NodeAdd`` and the repair entries (cluster-wide facts), the
-``account`` it belongs to.
+``PeerRemove``, ``PeerAdd``, ``NodeAdd``, ``NodeForget`` and the repair entries (cluster-wide
+facts), the ``account`` it belongs to.
 
 Encoding: ``u8 FORMAT_VERSION | u8 kind | canonical JSON body`` (UTF-8, sorted keys, no
 spaces). JSON rather than the binary framing of ``engine/entries.py`` because definitions
@@ -39,6 +39,7 @@ __all__ = [
     "DeleteStream",
     "MetaEntry",
     "NodeAdd",
+    "NodeForget",
     "PeerAdd",
     "PeerRemove",
     "ReassignGroup",
@@ -91,6 +92,7 @@ class _Kind(enum.IntEnum):
     REPAIR_DONE = 11
     PEER_ADD = 12
     NODE_ADD = 13
+    NODE_FORGET = 14
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,6 +202,17 @@ class NodeAdd:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NodeForget:
+    """An operator took ``node`` (removed before, its replicas all placed elsewhere) out of
+    the cluster for good (``raftstream cluster peer-remove NODE --forget``). The meta leader
+    proposes it once the node is out of the meta group's membership; applying it drops the
+    node from every node's list of the cluster's nodes. ``NodeAdd`` may add it again."""
+
+    node: str
+    ts_ns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReassignGroup:
     """Replace the peers of a stream's group (a removed peer replaced, a lost replica
     restored, or the preferred-leader order changed). ``prior_peers`` guards as in
@@ -257,6 +270,7 @@ MetaEntry = (
     | PeerRemove
     | PeerAdd
     | NodeAdd
+    | NodeForget
     | ReassignGroup
     | RepairStart
     | RepairCleared
@@ -273,6 +287,7 @@ _KIND_OF: Mapping[type[Any], _Kind] = {
     PeerRemove: _Kind.PEER_REMOVE,
     PeerAdd: _Kind.PEER_ADD,
     NodeAdd: _Kind.NODE_ADD,
+    NodeForget: _Kind.NODE_FORGET,
     ReassignGroup: _Kind.REASSIGN_GROUP,
     RepairStart: _Kind.REPAIR_START,
     RepairCleared: _Kind.REPAIR_CLEARED,

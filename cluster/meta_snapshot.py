@@ -9,7 +9,8 @@ a torn or bit-flipped snapshot: ``decode_snapshot`` raises ``DataLossError`` rat
 restore something half-right. The subject index is not stored; restoring rebuilds it.
 Repairs after data loss (``cluster/repair_state.py``) are stored under ``repairs`` only when
 there are any, so a state that never had one encodes as before; so are the nodes added to
-the cluster (``added_nodes``, name -> address).
+the cluster (``added_nodes``, name -> address) and those taken out for good
+(``forgotten_nodes``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class DecodedSnapshot:
     last_ts_ns: int
     repairs: dict[str, Any] = field(default_factory=dict)  # RepairBook.to_json's form
     added_nodes: dict[str, str] = field(default_factory=dict)  # node -> address
+    forgotten_nodes: tuple[str, ...] = ()
 
 
 def encode_snapshot(
@@ -54,6 +56,7 @@ def encode_snapshot(
     last_ts_ns: int,
     repairs: dict[str, Any] | None = None,
     added_nodes: dict[str, str] | None = None,
+    forgotten_nodes: Sequence[str] = (),
 ) -> bytes:
     """The snapshot bytes; ``streams`` and ``consumers`` come in canonical order (the
     caller sorts them)."""
@@ -80,6 +83,8 @@ def encode_snapshot(
         body["repairs"] = repairs
     if added_nodes:
         body["added_nodes"] = dict(added_nodes)
+    if forgotten_nodes:
+        body["forgotten_nodes"] = list(forgotten_nodes)
     raw = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     return _HEADER.pack(_MAGIC, SNAPSHOT_VERSION, zlib.crc32(raw)) + raw
 
@@ -133,6 +138,7 @@ def _decode_body(body: dict[str, Any]) -> DecodedSnapshot:
         last_ts_ns=_int(body["last_ts_ns"]),
         repairs=dict(body.get("repairs", {})),
         added_nodes={_str(n): _str(a) for n, a in dict(body.get("added_nodes", {})).items()},
+        forgotten_nodes=tuple(_str(n) for n in body.get("forgotten_nodes", [])),
     )
 
 

@@ -224,7 +224,8 @@ class Node:
         # The cluster's nodes and addresses: the configured peers, the meta group's founders
         # and the nodes added since (cluster/node_book.py); loaded at start.
         self.nodes = NodeBook(config)
-        self._added_seen: Mapping[str, str] = {}  # the meta state's added nodes, last taken
+        # The meta state's added and forgotten nodes, as last taken (_learn_nodes).
+        self._nodes_seen: tuple[Mapping[str, str], frozenset[str]] = ({}, frozenset())
         self._dialled: dict[str, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
@@ -492,9 +493,10 @@ class Node:
         self._start_meta()
 
     def _learn_nodes(self) -> None:
-        """Take the meta state's added nodes: dial each new node (or new address) from now
-        on, and ask it to describe itself."""
-        self.nodes.set_added(self.meta.state.added_nodes)
+        """Take the meta state's added and forgotten nodes: dial each new node (or new
+        address) from now on and ask it to describe itself; probe a forgotten one no more."""
+        state = self.meta.state
+        self.nodes.set_added(state.added_nodes, state.forgotten_nodes)
         peers = self.nodes.peers()
         for name, addr in peers.items():
             if name not in self._dialled and name not in self._peer_seen:
@@ -502,6 +504,7 @@ class Node:
                 # was added but may not run yet (the nodes this one knew at start, from its
                 # config or its record, get the usual grace: they are probably up).
                 self._peer_failing.setdefault(name, time.monotonic() - PEER_DOWN_AFTER_S)
+                self._peers_reported_down.add(name)  # (no "unreachable" warning for that)
             if self._dialled.get(name) != addr:
                 log.info("node %s serves on %s", name, addr)
                 self._transport.set_peer(name, addr)
@@ -819,8 +822,9 @@ class Node:
                 self.meta.poke()  # a removed replica waits to be dropped
             if not self._meta_started:
                 continue  # under repair, not yet back in the meta group
-            if self.meta.state.added_nodes != self._added_seen:
-                self._added_seen = self.meta.state.added_nodes
+            seen = (self.meta.state.added_nodes, self.meta.state.forgotten_nodes)
+            if seen != self._nodes_seen:
+                self._nodes_seen = seen
                 self._learn_nodes()
             st = self.host.status(META_GROUP)
             await self._set_ready(bool(st.leader))
@@ -1008,7 +1012,7 @@ class Node:
                             PEER_DOWN_AFTER_S,
                         )
 
-            await asyncio.gather(*(probe(n, s) for n, s in stubs.items()))
+            await asyncio.gather(*(probe(n, stubs[n]) for n in peers))
             await asyncio.sleep(PEER_PROBE_INTERVAL_S)
 
     async def _describe_peer(

@@ -4,7 +4,8 @@ A cluster's nodes are its **founders**, the nodes that formed it (the configured
 the nodes that started it), and the nodes **added** since (``raftstream cluster peer-add
 NAME --address HOST:PORT``: a ``NodeAdd`` in the meta state, applied on every node). A
 node's own ``peers`` may also name nodes (its own entry, at least); every name in any of the
-three is a node of the cluster.
+three is a node of the cluster, unless the cluster forgot it (``raftstream cluster
+peer-remove NAME --forget``: a ``NodeForget``), even where a config still names it.
 
 Where a node serves, first match wins: this node's configured ``peers`` (the operator's word
 on this machine), the meta state's address for an added node, then the addresses the meta
@@ -51,6 +52,7 @@ class NodeBook:
         self._founders: tuple[str, ...] | None = None
         self._joined: dict[str, str] = {}  # addresses the meta leader gave on joining
         self._added: dict[str, str] = {}  # NodeAdd's, from the meta state
+        self._forgotten: frozenset[str] = frozenset()  # NodeForget's, from the meta state
         self._all: dict[str, str] = {}
         self._rebuild()
 
@@ -109,10 +111,12 @@ class NodeBook:
 
     # -- the meta state's part ---------------------------------------------------------------
 
-    def set_added(self, added: Mapping[str, str]) -> list[str]:
-        """Take the meta state's added nodes; return the names new to this book."""
+    def set_added(self, added: Mapping[str, str], forgotten: Iterable[str] = ()) -> list[str]:
+        """Take the meta state's added and forgotten nodes; return the names new to this
+        book."""
         before = set(self._all)
         self._added = dict(added)
+        self._forgotten = frozenset(forgotten)
         self._rebuild()
         return sorted(set(self._all) - before)
 
@@ -124,7 +128,8 @@ class NodeBook:
         out.update((n, str(a)) for n, a in self._config.peers.items())
         for name in self._founders or ():
             out.setdefault(name, "")  # a founder with no known address: listed, not dialled
-        self._all = dict(sorted(out.items()))
+        me = self._config.name
+        self._all = {n: a for n, a in sorted(out.items()) if n not in self._forgotten or n == me}
 
     def addresses(self) -> Mapping[str, str]:
         """Every node of the cluster (this one included) and its address ("" when unknown),

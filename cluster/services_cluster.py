@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -43,17 +44,22 @@ from typing import Any
 from raftstream.cluster.config import Address
 from raftstream.cluster.context import ServiceContext, caller_of, time_left
 from raftstream.cluster.descriptions import LOG_FEATURE_NODE_ADD
-from raftstream.cluster.meta import NodeAdded, PeerAdded, PeerRemoved
-from raftstream.cluster.meta_entries import NodeAdd, PeerAdd, PeerRemove
+from raftstream.cluster.membership import LEARNER_LAG_MAX_ENTRIES
+from raftstream.cluster.meta import NodeAdded, PeerAdded
+from raftstream.cluster.meta_entries import NodeAdd, NodeForget, PeerAdd, PeerRemove
 from raftstream.cluster.meta_group import META_GROUP, meta_members
 from raftstream.cluster.names import validate_node_name
+from raftstream.cluster.repair import CHANGE_TIMEOUT_MS
 from raftstream.cluster.services_streams import group_info, step_down
 from raftstream.errors import InvalidArgumentError, PreconditionError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import map_errors
+from raftstream.raft.types import ConfChange, ConfChangeType
 
 __all__ = ["ClusterServicer", "led_group_infos"]
+
+log = logging.getLogger(__name__)
 
 _SVC = "/raftstream.v1.ClusterService/"
 # How long cluster info waits for the leaders of the groups this node does not lead. A
@@ -223,6 +229,8 @@ class ClusterServicer(pbg.ClusterServiceServicer):
             return await ctx.to_meta_leader(
                 _SVC + "RemovePeer", request, pb.RemovePeerResponse.FromString, time_left(context)
             )
+        if request.forget and request.peer in ctx.meta.state.forgotten_nodes:
+            return pb.RemovePeerResponse(already_removed=True, forgotten=False)
         _check_peer(ctx, request.peer)
         if request.refuse_online and ctx.peer_live(request.peer):
             # After the permission check: a user who may not remove peers is told that,
@@ -237,11 +245,14 @@ class ClusterServicer(pbg.ClusterServiceServicer):
                 "the meta leader cannot remove itself: move the leadership first"
                 " (raftstream cluster step-down)",
             )
-        result = await ctx.meta.propose(
-            PeerRemove(peer=request.peer, ts_ns=time.time_ns()), time_left(context)
-        )
-        again = isinstance(result, PeerRemoved) and not result.newly_removed
-        return pb.RemovePeerResponse(already_removed=again)
+        again = request.peer in ctx.meta.state.removed_peers
+        if not again:
+            await ctx.meta.propose(
+                PeerRemove(peer=request.peer, ts_ns=time.time_ns()), time_left(context)
+            )
+        if request.forget:
+            await _forget_node(ctx, request.peer, context)
+        return pb.RemovePeerResponse(already_removed=again, forgotten=request.forget)
 
     @map_errors
     async def AddPeer(self, request: pb.AddPeerRequest, context: Any) -> pb.AddPeerResponse:
@@ -258,6 +269,67 @@ class ClusterServicer(pbg.ClusterServiceServicer):
             PeerAdd(peer=request.peer, ts_ns=time.time_ns()), time_left(context)
         )
         return pb.AddPeerResponse(readmitted=isinstance(result, PeerAdded) and result.readmitted)
+
+
+def _check_every_node_reads_node_entries(ctx: ServiceContext, what: str) -> None:
+    """``PreconditionError`` unless every node that may still apply the meta log reads
+    ``NodeAdd`` and ``NodeForget`` (``LOG_FEATURE_NODE_ADD``): an older one would halt."""
+    described = ctx.peer_descriptions()
+    missing = [
+        n
+        for n in ctx.nodes.names()
+        if n != ctx.node_id
+        and n not in ctx.meta.state.removed_peers
+        and n not in ctx.meta.state.added_nodes  # (added, so run a version that knows it)
+        and (n not in described or LOG_FEATURE_NODE_ADD not in described[n].log_features)
+    ]
+    if missing:
+        raise PreconditionError(
+            f"cannot {what} yet: {', '.join(missing)} "
+            f"{'runs' if len(missing) == 1 else 'run'} a version that cannot add or forget"
+            " nodes (or has not described itself yet): upgrade every node first"
+        )
+
+
+async def _forget_node(ctx: ServiceContext, name: str, context: Any) -> None:
+    """Meta leader: take ``name`` (removed) out of the cluster for good, once no stream
+    group names it: out of the meta group's membership (a conf change), then ``NodeForget``;
+    then, if that left the meta group short of ``meta_voters_max`` voters, promote a
+    caught-up learner. Level-triggered: run again after a failure, it goes on from where
+    it stopped."""
+    groups = sorted(sa.group for sa in ctx.meta.state.streams_for_node(name))
+    if groups:
+        shown = ", ".join(groups[:5]) + (", ..." if len(groups) > 5 else "")
+        raise PreconditionError(
+            f"node {name} is removed, but {len(groups)} stream group(s) still have a replica"
+            f" on it ({shown}), being placed elsewhere: forget it once they are (watch"
+            " raftstream cluster info)"
+        )
+    _check_every_node_reads_node_entries(ctx, "forget a node")
+    host = ctx.host
+    if name in host.voters(META_GROUP) or name in host.learners(META_GROUP):
+        log.info("forgetting %s: removing it from the meta group", name)
+        await host.propose_conf_change(
+            META_GROUP, ConfChange(ConfChangeType.REMOVE, name), timeout_ms=CHANGE_TIMEOUT_MS
+        )
+    await ctx.meta.propose(NodeForget(node=name, ts_ns=time.time_ns()), time_left(context))
+    log.info("node %s forgotten", name)
+    voters, learners = host.voters(META_GROUP), host.learners(META_GROUP)
+    if len(voters) >= ctx.config.meta_voters_max or not learners:
+        return
+    commit, followers = host.followers(META_GROUP)
+    caught_up = sorted(
+        f.name
+        for f in followers
+        if f.name in learners and f.active and commit - f.match <= LEARNER_LAG_MAX_ENTRIES
+    )
+    if caught_up:
+        log.info("promoting %s to a voter of the meta group", caught_up[0])
+        await host.propose_conf_change(
+            META_GROUP,
+            ConfChange(ConfChangeType.ADD_VOTER, caught_up[0]),
+            timeout_ms=CHANGE_TIMEOUT_MS,
+        )
 
 
 async def _add_node(
@@ -278,21 +350,7 @@ async def _add_node(
     for other, addr in ctx.nodes.addresses().items():
         if addr == address and other != name:
             raise InvalidArgumentError("address", f"node {other!r} serves on {address}")
-    described = ctx.peer_descriptions()
-    missing = [
-        n
-        for n in ctx.nodes.names()
-        if n != ctx.node_id
-        and n not in ctx.meta.state.removed_peers
-        and n not in ctx.meta.state.added_nodes  # (added, so run a version that knows it)
-        and (n not in described or LOG_FEATURE_NODE_ADD not in described[n].log_features)
-    ]
-    if missing:
-        raise PreconditionError(
-            f"cannot add a node yet: {', '.join(missing)} "
-            f"{'runs' if len(missing) == 1 else 'run'} a version that does not know added"
-            " nodes (or has not described itself yet): upgrade every node first"
-        )
+    _check_every_node_reads_node_entries(ctx, "add a node")
     result = await ctx.meta.propose(
         NodeAdd(node=name, address=address, ts_ns=time.time_ns()), time_left(context)
     )

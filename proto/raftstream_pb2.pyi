@@ -2195,21 +2195,28 @@ class RemovePeerRequest(_message.Message):
 
     PEER_FIELD_NUMBER: _builtins.int
     REFUSE_ONLINE_FIELD_NUMBER: _builtins.int
+    FORGET_FIELD_NUMBER: _builtins.int
     peer: _builtins.str
     """node name"""
     refuse_online: _builtins.bool
     """Refuse (FAILED_PRECONDITION) when the meta leader sees the node online: peer-remove is
     for a dead node. Checked after the caller's permission.
     """
+    forget: _builtins.bool
+    """Forget the node for good: take it out of the meta group and off every node's list. Only
+    for a node removed before whose replicas have all been placed elsewhere
+    (FAILED_PRECONDITION otherwise, saying what is left).
+    """
     def __init__(
         self,
         *,
         peer: _builtins.str = ...,
         refuse_online: _builtins.bool = ...,
+        forget: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["peer", b"peer", "refuse_online", b"refuse_online"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["forget", b"forget", "peer", b"peer", "refuse_online", b"refuse_online"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2220,16 +2227,20 @@ class RemovePeerResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ALREADY_REMOVED_FIELD_NUMBER: _builtins.int
+    FORGOTTEN_FIELD_NUMBER: _builtins.int
     already_removed: _builtins.bool
     """it was removed before (nothing changed)"""
+    forgotten: _builtins.bool
+    """`forget`: the node is forgotten now (false: it was before)"""
     def __init__(
         self,
         *,
         already_removed: _builtins.bool = ...,
+        forgotten: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["already_removed", b"already_removed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["already_removed", b"already_removed", "forgotten", b"forgotten"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -300,27 +300,42 @@ def balance_cmd(conn: Conn, dry_run: bool, as_json: bool) -> None:
 @click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--online", "allow_online", is_flag=True,
               help="Remove the node even though it is online.")  # fmt: skip
+@click.option(
+    "--forget",
+    is_flag=True,
+    help="Also take it out of the cluster for good (once its replicas moved).",
+)
 @connection_options
-def peer_remove_cmd(conn: Conn, name: str, force: bool, allow_online: bool) -> None:
+def peer_remove_cmd(conn: Conn, name: str, force: bool, allow_online: bool, forget: bool) -> None:
     """Remove a dead node from the cluster; its replicas are placed elsewhere.
 
     A node the cluster sees online is refused unless --online is given: removing a live
     node by mistake takes a copy of each of its streams away at once. Bring a removed node
     back with peer-add.
 
+    With --forget, the node also leaves the cluster for good, once no stream has a replica
+    on it (until then the command says what is left: run it again): it leaves the meta
+    group, whose quorum then no longer counts it, and every node's list. Do not start it
+    again; to bring the machine back, wipe its data and add it anew (peer-add --address).
+
     \b
-    Example:
+    Examples:
       raftstream cluster peer-remove n3 -f
+      raftstream cluster peer-remove n3 --forget -f
     """
 
     # One connection, one event loop: grpc.aio cannot outlive a loop (a second
     # ``asyncio.run`` in the process printed "Event loop is closed" from gRPC's poller).
     async def remove(c: Client) -> bool:
-        confirm_or_refuse(f"remove node {name} from the cluster", force)
+        what = "remove node {} from the cluster" + (" and forget it" if forget else "")
+        confirm_or_refuse(what.format(name), force)
         # The meta leader checks the caller's permission first, then that the node is dead.
-        return await c.remove_peer(name, refuse_online=not allow_online)
+        return await c.remove_peer(name, refuse_online=not allow_online, forget=forget)
 
-    if run(conn, remove):
+    done = run(conn, remove)
+    if forget:
+        click.echo(f"Forgot node {name}" if done else f"Node {name} was forgotten already")
+    elif done:
         click.echo(f"Removed peer {name}")
     else:
         click.echo(f"Peer {name} was removed already; nothing to do")

@@ -641,18 +641,28 @@ class Client:
         return await self._call(None, invoke, timeout=timeout, idempotent=False)
 
     async def remove_peer(
-        self, peer: str, *, refuse_online: bool = False, timeout: float | None = None
+        self,
+        peer: str,
+        *,
+        refuse_online: bool = False,
+        forget: bool = False,
+        timeout: float | None = None,
     ) -> bool:
         """Remove a (dead) node; the meta leader re-places its replicas. Returns False when
         the node was removed already (nothing changed). ``refuse_online``: refuse
-        (``PreconditionError``) when the meta leader sees the node online."""
-        req = pb.RemovePeerRequest(peer=peer, refuse_online=refuse_online)
+        (``PreconditionError``) when the meta leader sees the node online.
+
+        ``forget``: also take it out of the cluster for good (out of the meta group, off
+        every node's list), once no stream has a replica on it; until then
+        ``PreconditionError`` says what is left (call again). Returns False when it was
+        forgotten already. ``add_peer(peer, address=...)`` may add it again, empty."""
+        req = pb.RemovePeerRequest(peer=peer, refuse_online=refuse_online, forget=forget)
 
         async def invoke(stubs: Stubs, left_s: float) -> bool:
             resp = await stubs.cluster.RemovePeer(req, timeout=left_s)
-            return not resp.already_removed
+            return bool(resp.forgotten) if forget else not resp.already_removed
 
-        return await self._call(None, invoke, timeout=timeout, idempotent=False)
+        return await self._call(None, invoke, timeout=timeout, idempotent=forget)
 
     async def add_peer(
         self, peer: str, *, address: str | None = None, timeout: float | None = None

@@ -16,6 +16,7 @@ from raftstream.cluster.meta import (
     GroupReassigned,
     MetaState,
     NodeAdded,
+    NodeForgotten,
     PeerAdded,
     PeerRemoved,
     StreamAdded,
@@ -26,6 +27,7 @@ from raftstream.cluster.meta_entries import (
     AddConsumer,
     MetaEntry,
     NodeAdd,
+    NodeForget,
     PeerAdd,
     PeerRemove,
     ReassignGroup,
@@ -423,6 +425,31 @@ def test_node_add_records_a_new_node_and_its_address() -> None:
     copy = MetaState.from_snapshot(state.snapshot())
     assert copy.added_nodes == {"n4": "10.0.0.4:7101"}
     assert copy.snapshot() == state.snapshot()
+
+
+def test_node_forget_takes_a_removed_node_without_replicas_out_for_good() -> None:
+    """NodeForget needs the node removed and no group on it (else refused, state unchanged);
+    it drops the removal and any address NodeAdd gave; again it says so; NodeAdd brings the
+    name back. A snapshot keeps the forgotten nodes."""
+    state = state_with(add_stream("A", "a", peers=PEERS3))
+    state.apply(NodeAdd(node="n4", address="10.0.0.4:7101", ts_ns=2))
+    err = refused(state, NodeForget(node="n4", ts_ns=3), ConflictError)
+    assert field_of(err) == "peer" and "remove it first" in str(err)
+    state.apply(PeerRemove(peer="n3", ts_ns=3))
+    err = refused(state, NodeForget(node="n3", ts_ns=4), ConflictError)
+    assert field_of(err) == "peer" and "S:$G:A" in str(err)
+    moved = ReassignGroup(account="$G", stream="A", peers=("n1", "n2"), prior_peers=PEERS3, ts_ns=5)
+    state.apply(moved)
+    state.apply(PeerRemove(peer="n4", ts_ns=6))
+    assert state.apply(NodeForget(node="n3", ts_ns=7)) == NodeForgotten("n3", forgotten=True)
+    assert state.apply(NodeForget(node="n4", ts_ns=8)) == NodeForgotten("n4", forgotten=True)
+    assert state.apply(NodeForget(node="n3", ts_ns=9)) == NodeForgotten("n3", forgotten=False)
+    assert state.forgotten_nodes == {"n3", "n4"}
+    assert state.removed_peers == frozenset() and state.added_nodes == {}
+    copy = MetaState.from_snapshot(state.snapshot())
+    assert copy.forgotten_nodes == {"n3", "n4"} and copy.snapshot() == state.snapshot()
+    state.apply(NodeAdd(node="n4", address="10.0.0.5:7101", ts_ns=10))
+    assert state.forgotten_nodes == {"n3"} and state.added_nodes == {"n4": "10.0.0.5:7101"}
 
 
 def test_reassign_group_replaces_the_peers() -> None:

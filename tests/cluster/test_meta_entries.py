@@ -18,6 +18,7 @@ from raftstream.cluster.meta_entries import (
     DeleteStream,
     MetaEntry,
     NodeAdd,
+    NodeForget,
     PeerAdd,
     PeerRemove,
     ReassignGroup,
@@ -54,6 +55,7 @@ ENTRIES: list[MetaEntry] = [
     ReassignGroup(account="$G", stream="ORDERS", peers=("n2",), prior_peers=("n3",), ts_ns=8),
     PeerAdd(peer="n3", ts_ns=9),
     NodeAdd(node="n4", address="10.0.0.4:7101", ts_ns=10),
+    NodeForget(node="n3", ts_ns=11),
 ]
 
 

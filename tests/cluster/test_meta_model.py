@@ -22,6 +22,7 @@ from raftstream.cluster.meta_entries import (
     DeleteStream,
     MetaEntry,
     NodeAdd,
+    NodeForget,
     PeerAdd,
     PeerRemove,
     ReassignGroup,
@@ -92,6 +93,7 @@ entries: st.SearchStrategy[MetaEntry] = st.one_of(
         address=st.sampled_from(("127.0.0.1:7104", "127.0.0.1:7105", "bad")),
         ts_ns=ts,
     ),
+    st.builds(NodeForget, node=st.sampled_from(NODES), ts_ns=ts),
     st.builds(
         ReassignGroup,
         account=accounts,

@@ -9,8 +9,10 @@ node lists it with its address, and an R4 stream is placed on it, n4 holding eve
 It stays a member across restarts (the founders' configs never name it; n4's names one
 founder): with n2 down, the meta group's quorum (3 of 4) needs n4, and streams are still
 created. A second new node gets no replica before it runs, is refused when started without
-``--join`` (it would otherwise form a meta group of its own), and joins with it. Bad
-requests change nothing.
+``--join`` (it would otherwise form a meta group of its own), and joins with it. Then a
+founder leaves for good (``remove_peer(forget=True)``): out of the meta group and off every
+node's list, also after a restart of a node whose config still names it. Bad requests
+change nothing.
 """
 
 from __future__ import annotations
@@ -147,6 +149,32 @@ async def _grow(c: GrowingCluster) -> None:
         assert [n.name for n in info.nodes] == ["n1", "n2", "n3", "n4", "n5"]
         # Five voters now (meta_voters_max 5): every node votes.
         wait_for("n5 a voter", lambda: _voter(c, "n5"))
+
+        # A founder leaves for good: killed, removed, and once its replicas moved, forgotten.
+        c.kill("n2")
+        await retry_async(lambda: js.remove_peer("n2"))
+
+        async def forget() -> None:  # refused while a stream still has a replica there
+            assert await js.remove_peer("n2", forget=True) is True
+
+        await retry_async(forget, timeout_s=2 * READY_TIMEOUT_S)
+        assert await js.remove_peer("n2", forget=True) is False  # nothing changes
+        rest = ["n1", "n3", "n4", "n5"]
+
+        async def n2_is_gone() -> None:
+            info = await js.cluster_info()
+            assert [n.name for n in info.nodes] == rest
+            meta = info.groups[0].group
+            assert sorted({meta.leader, *(r.name for r in meta.replicas)}) == rest
+
+        await retry_async(n2_is_gone)
+        # n1's config still names n2: restarted, it does not bring it back.
+        c.stop("n1")
+        c.start("n1")
+        c.wait_serving("n1")
+        info1 = c.cluster_info("n1")
+        assert info1 is not None and [n.name for n in info1.nodes] == rest
+        await _publish(js, "OLD", MSGS, 5)
     finally:
         await js.close()
 

@@ -64,6 +64,18 @@ def test_addresses_prefer_the_config_then_the_meta_state_then_the_join_answer(
     assert book.address("n9") is None and "n9" not in book
 
 
+def test_a_forgotten_node_is_no_node_of_the_cluster_even_where_configured(
+    tmp_path: Path,
+) -> None:
+    book = NodeBook(_config(tmp_path, "n1", {"n1": 7101, "n2": 7102, "n3": 7103}))
+    book.founders()
+    book.set_added({"n4": "10.0.0.4:1"}, forgotten={"n3", "n1"})
+    assert book.names() == ("n1", "n2", "n4")  # never this node itself
+    assert "n3" not in book and book.address("n3") is None
+    book.set_added({"n4": "10.0.0.4:1", "n3": "10.0.0.3:9"}, forgotten=())  # added anew
+    assert book.address("n3") == "127.0.0.1:7103"  # its config entry wins, as for any node
+
+
 def test_a_founder_without_a_known_address_is_listed_but_not_dialled(tmp_path: Path) -> None:
     book = NodeBook(_config(tmp_path, "n4", {"n4": 7104, "n1": 7101}))
     book.record(["n1", "n2"], {})
