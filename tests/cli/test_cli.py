@@ -333,6 +333,13 @@ def test_cluster_info_and_step_down(cluster: Any) -> None:
     res_rm = rs(cluster, "cluster", "peer-remove", "n3", "-f")
     assert res_rm.returncode == 1
     assert "error: FAILED_PRECONDITION: node n3 is online" in one_error_line(res_rm)
+    # So is forgetting it; forgetting a name the cluster does not know names the field.
+    res_forget = rs(cluster, "cluster", "peer-remove", "n3", "--forget", "-f")
+    assert res_forget.returncode == 1
+    assert "error: FAILED_PRECONDITION: node n3 is online" in one_error_line(res_forget)
+    res_unknown = rs(cluster, "cluster", "peer-remove", "n9", "--forget", "-f")
+    assert res_unknown.returncode == 1
+    assert "peer: 'n9' is not a node of this cluster" in one_error_line(res_unknown)
     after = json.loads(ok(cluster, "cluster", "info", "--json"))
     assert sorted(n["name"] for n in after["nodes"]) == ["n1", "n2", "n3"]
     # peer-add readmits a removed node; a member is left as it is, an unknown name refused.
