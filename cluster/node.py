@@ -509,6 +509,14 @@ class Node:
                 log.info("node %s serves on %s", name, addr)
                 self._transport.set_peer(name, addr)
                 self._dialled[name] = addr
+        for name in state.forgotten_nodes & self._dialled.keys():
+            if name in peers or not self.host.untrack_peer(name):
+                continue  # a replica here still counts it: dialled until the next restart
+            log.info("node %s was taken out of the cluster: no longer dialled", name)
+            self._transport.remove_peer(name)
+            del self._dialled[name]
+            self._peer_failing.pop(name, None)
+            self._peers_reported_down.discard(name)
         self._descriptions.add_peers(peers)
 
     async def _repair_done(self) -> None:

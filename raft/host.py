@@ -659,6 +659,22 @@ class RaftHost:
             self._peers.add(peer)
             self._heard[peer] = now  # a grace period before it can be presumed down
 
+    def untrack_peer(self, peer: str) -> bool:
+        """Ping ``peer`` no more and stop watching it (a node taken out of the cluster for
+        good), unless a group here still counts it as a member: then nothing changes and
+        the answer is False. A batch it sends later tracks it again."""
+        if any(
+            peer in g.members or peer in g.node.status().conf.voters
+            or peer in g.node.status().conf.learners
+            for g in self._groups.values()
+        ):  # fmt: skip
+            return False
+        self._peers.discard(peer)
+        self._heard.pop(peer, None)
+        self._quiesce_out.pop(peer, None)
+        self._sent_since_tick.discard(peer)
+        return True
+
     def _on_inbound(self, inbound: Inbound) -> None:
         """Transport handler (on the loop): queue for the next round, never step here."""
         if inbound.src != self.node_id:  # not a report the transport made up locally

@@ -250,6 +250,7 @@ class GrpcTransport:
         self.config = config or GrpcTransportConfig()
         self._addresses: dict[str, str] = dict(peers or {})
         self._links: dict[str, _PeerLink] = {}
+        self._unknown: set[str] = set()  # peers without an address, warned of once
         self._handler: MessageHandler | None = None
         self._server: Any = None
         self._closed = False
@@ -264,11 +265,21 @@ class GrpcTransport:
     def set_peer(self, node: str, address: str) -> None:
         """Add a peer or change its address (its current stream, if any, is dropped)."""
         self._addresses[node] = address
+        self._unknown.discard(node)
         link = self._links.pop(node, None)
         if link is not None and link.address != address:
             asyncio.get_running_loop().create_task(link.close())
         elif link is not None:
             self._links[node] = link
+
+    def remove_peer(self, node: str) -> None:
+        """Forget a peer's address and drop its stream, if any: nothing is sent to it from
+        now on (``send`` drops it, with a warning the first time), until ``set_peer`` gives
+        an address again."""
+        self._addresses.pop(node, None)
+        link = self._links.pop(node, None)
+        if link is not None:
+            asyncio.get_running_loop().create_task(link.close())
 
     def deliver(self, inbound: Inbound) -> bool:
         """Hand an incoming batch to the bound handler; False if none is bound."""
@@ -282,7 +293,9 @@ class GrpcTransport:
         if link is None:
             address = self._addresses.get(peer)
             if address is None:
-                log.warning("raft: no address for peer %s; messages dropped", peer)
+                if peer not in self._unknown:  # (once: a forgotten node may still call)
+                    self._unknown.add(peer)
+                    log.warning("raft: no address for peer %s; messages dropped", peer)
                 return None
             link = self._links[peer] = _PeerLink(self, peer, address)
         return link

@@ -168,6 +168,8 @@ async def _grow(c: GrowingCluster) -> None:
             assert sorted({meta.leader, *(r.name for r in meta.replicas)}) == rest
 
         await retry_async(n2_is_gone)
+        for name in rest:  # no node dials n2 any more
+            _wait_log(c, name, "node n2 was taken out of the cluster: no longer dialled")
         # n1's config still names n2: restarted, it does not bring it back.
         c.stop("n1")
         c.start("n1")

@@ -10,6 +10,7 @@ catches up, through an InstallSnapshot when the leader compacted its log (§7).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -356,6 +357,51 @@ def test_a_group_with_commit_notices_tells_followers_a_commit_without_a_heartbea
             await until(
                 lambda: all(m.applied.get("meta") == [b"1", b"2"] for m in machines.values())
             )
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+class SendLog(MemoryTransport):
+    """A memory transport that counts the batches it sends, per peer."""
+
+    def __init__(self, node_id: str, network: MemoryNetwork) -> None:
+        super().__init__(node_id, network)
+        self.sent: collections.Counter[str] = collections.Counter()
+
+    def send(
+        self, peer: str, messages: Sequence[Message], quiesce: Sequence[tuple[str, int]] = ()
+    ) -> None:
+        self.sent[peer] += 1
+        super().send(peer, messages, quiesce)
+
+
+def test_a_peer_untracked_is_pinged_no_more_unless_a_group_counts_it() -> None:
+    """``untrack_peer`` (a node taken out of the cluster for good): a node that only sent
+    this host a batch is pinged every tick until untracked, then never; a member of a group
+    here is left as it is."""
+
+    async def scenario() -> None:
+        net = MemoryNetwork()
+        links = {n: SendLog(n, net) for n in NODES}
+        hosts = {n: RaftHost(n, storage=MemoryLogStorage(), transport=links[n], config=CFG)
+                 for n in NODES}  # fmt: skip
+        for h in hosts.values():
+            h.start()
+            h.add_group("a", voters=NODES, state_machine=ListMachine())
+        outsider = MemoryTransport("x", net)
+        outsider.bind(lambda inbound: None)
+        try:
+            await elected(hosts, "a")
+            outsider.send("n1", [])
+            await until(lambda: links["n1"].sent["x"] >= 3)  # pinged every tick
+            assert hosts["n1"].untrack_peer("n2") is False  # a member of "a"
+            assert hosts["n1"].untrack_peer("x") is True
+            after = links["n1"].sent["x"]
+            seen = links["n1"].sent["n2"]
+            await until(lambda: links["n1"].sent["n2"] >= seen + 5)  # five more ticks
+            assert links["n1"].sent["x"] == after
         finally:
             await stop_all(hosts)
 

@@ -9,6 +9,7 @@ an undeliverable snapshot comes back to the sender as a rejected SNAPSHOT_RESP.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -319,3 +320,36 @@ def test_config_refuses_limits_above_the_message_size(bad: str) -> None:
             GrpcTransportConfig(message_bytes_max=1000, batch_bytes_max=1000, chunk_bytes_max=10)
         else:
             GrpcTransportConfig(message_bytes_max=1000, batch_bytes_max=100, chunk_bytes_max=2000)
+
+
+def test_a_removed_peer_gets_nothing_until_it_is_set_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``remove_peer`` (a node taken out of the cluster): its stream is dropped and what is
+    sent to it afterwards is dropped, with one warning; ``set_peer`` dials it again."""
+
+    async def scenario() -> None:
+        a, b = GrpcTransport("a"), GrpcTransport("b")
+        try:
+            port_b = await b.serve("127.0.0.1:0")
+            a.set_peer("b", f"127.0.0.1:{port_b}")
+            got: list[Message] = []
+            b.bind(lambda inb: got.extend(inb.messages))
+            hb = Message(MT.HEARTBEAT, "g", "a", "b", 1)
+            await _wait_until(lambda: bool(got), lambda: a.send("b", [hb]))
+            a.remove_peer("b")
+            await asyncio.sleep(0.05)  # (let the dropped stream end)
+            got.clear()
+            with caplog.at_level(logging.WARNING):
+                for _ in range(5):
+                    a.send("b", [hb])
+                    await asyncio.sleep(0.02)
+            assert got == []
+            assert caplog.text.count("no address for peer b; messages dropped") == 1
+            a.set_peer("b", f"127.0.0.1:{port_b}")
+            await _wait_until(lambda: bool(got), lambda: a.send("b", [hb]))
+        finally:
+            await a.close()
+            await b.close()
+
+    _run(scenario)
