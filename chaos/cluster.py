@@ -25,16 +25,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 from toxiproxy import Proxy
 
 from raftstream.chaos.proxyctl import ProxyService
 from raftstream.localcluster import NodeLauncher, NodeSpec
 from raftstream.localnet import READY_TIMEOUT_S, free_port, wait_for
 from raftstream.proto import raftstream_pb2 as pb
+from raftstream.proto import raftstream_pb2_grpc as pbg
 
 __all__ = ["ChaosCluster", "NodeProc", "wait_for"]
 
 RPC_TIMEOUT_S = 1.0
+# Membership calls (remove_peer, add_peer): each try, and all of them.
+MEMBERSHIP_RPC_TIMEOUT_S = 5.0
+MEMBERSHIP_WAIT_S = 30.0
+MEMBERSHIP_RETRY_S = 0.2
 STOP_TIMEOUT_S = 20.0
 # Fast Raft timing so that failovers fit short windows: election after 500 ms of silence.
 DEFAULT_RAFT = {"tick_ms": 50, "election_ticks": 10}
@@ -248,6 +255,32 @@ class ChaosCluster:
             if g.stream == stream and g.group.leader == leader:
                 return all(r.current and r.lag == 0 for r in g.group.replicas)
         return False
+
+    def remove_peer(self, peer: str) -> None:
+        """``raftstream cluster peer-remove PEER``, through any running node (forwarded to
+        the meta leader), tried again until it answers or ``MEMBERSHIP_WAIT_S`` passes (a
+        meta election may be under way)."""
+        self._membership("RemovePeer", pb.RemovePeerRequest(peer=peer), avoid=peer)
+
+    def add_peer(self, peer: str) -> None:
+        """``raftstream cluster peer-add PEER``: readmit a removed node (as ``remove_peer``)."""
+        self._membership("AddPeer", pb.AddPeerRequest(peer=peer), avoid=peer)
+
+    def _membership(self, method: str, request: Any, *, avoid: str) -> None:
+        for attempt in Retrying(
+            stop=stop_after_delay(MEMBERSHIP_WAIT_S),
+            wait=wait_fixed(MEMBERSHIP_RETRY_S),
+            retry=retry_if_exception_type(grpc.RpcError),
+            reraise=True,
+        ):
+            with attempt:
+                via = [n for n in self.running() if n != avoid and n not in self.launcher.paused]
+                if not via:
+                    raise RuntimeError(f"{method}: no running node to ask")
+                node = self.nodes[via[attempt.retry_state.attempt_number % len(via)]]
+                with grpc.insecure_channel(node.addr) as ch:
+                    stub = pbg.ClusterServiceStub(ch)
+                    getattr(stub, method)(request, timeout=MEMBERSHIP_RPC_TIMEOUT_S)
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         """The last ``lines`` lines of ``name``'s log ("" when it has none)."""

@@ -253,6 +253,33 @@ def bounce(ctx: NemesisContext) -> Fault:
     return Fault("bounce: kill -9 all", facts={"killed": list(c.names)}, undo=c.bounce_all)
 
 
+def remove_node(ctx: NemesisContext) -> Fault:
+    """The operator's "a node is gone" (docs/operations.md): kill -9 a random node and
+    ``peer-remove`` it, so the meta leader places its replicas elsewhere (on a cluster with
+    a spare node) while the workloads run; the window's end readmits it (``peer-add``) and
+    starts it on its old data, and the groups it lost are placed on it again as needed."""
+    c = ctx.cluster
+    name = ctx.rng.choice(c.names)
+    fault = _kill(ctx, name, "remove-node")
+    fault.description += f", peer-remove {name}"
+    fault.facts["removed"] = name
+    timed = fault.observe  # (the kill's election, timed from the recorded start)
+
+    def remove() -> None:
+        if timed is not None:
+            timed()
+        c.remove_peer(name)
+
+    fault.observe = remove
+
+    def readmit() -> None:
+        c.add_peer(name)
+        c.start_node(name)
+
+    fault.undo = readmit
+    return fault
+
+
 # -- corruption ----------------------------------------------------------------------------
 
 
@@ -353,6 +380,7 @@ NEMESES: dict[str, Nemesis] = {
         Nemesis("kill-meta-leader", kill_meta_leader),
         Nemesis("pause", pause, window_s=(1.5, 3.0)),
         Nemesis("bounce", bounce, window_s=(0.2, 1.0)),
+        Nemesis("remove-node", remove_node, window_s=(3.0, 6.0)),
         Nemesis("corrupt", corrupt, window_s=(0.5, 1.5)),
     ]
 }

@@ -28,7 +28,9 @@ __all__ = [
     "write_report",
 ]
 
-KILL_NEMESES = frozenset({"kill-random", "kill-stream-leader", "kill-meta-leader", "bounce"})
+KILL_NEMESES = frozenset(
+    {"kill-random", "kill-stream-leader", "kill-meta-leader", "bounce", "remove-node"}
+)
 FAILOVER_P99_MAX_S = 1.5
 
 
