@@ -41,6 +41,7 @@ from raftstream.proto import node_pb2 as npb
 __all__ = [
     "LOG_FEATURES",
     "LOG_FEATURE_COPY_AT",
+    "LOG_FEATURE_LINKED_FILTERS",
     "LOG_FEATURE_NODE_ADD",
     "LOG_FEATURE_SNAPSHOT_RECORDS",
     "DescriptionBook",
@@ -62,7 +63,17 @@ LOG_FEATURE_COPY_AT = "copy_at"  # engine ``Copy.origin_ts_ns``: a mirror keeps 
 LOG_FEATURE_SNAPSHOT_RECORDS = "snapshot_records"
 # The meta entry ``NodeAdd`` (a node added to the cluster under a new name).
 LOG_FEATURE_NODE_ADD = "node_add"
-LOG_FEATURES = frozenset({LOG_FEATURE_COPY_AT, LOG_FEATURE_SNAPSHOT_RECORDS, LOG_FEATURE_NODE_ADD})
+# A consumer whose filter matches no subject a mirror's or a sourced stream's ``subjects``
+# name (it stores its origins' subjects): an earlier version refuses it when applying.
+LOG_FEATURE_LINKED_FILTERS = "linked_filters"
+LOG_FEATURES = frozenset(
+    {
+        LOG_FEATURE_COPY_AT,
+        LOG_FEATURE_SNAPSHOT_RECORDS,
+        LOG_FEATURE_NODE_ADD,
+        LOG_FEATURE_LINKED_FILTERS,
+    }
+)
 
 
 @functools.cache

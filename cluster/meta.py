@@ -115,6 +115,7 @@ __all__ = [
     "StreamUpdated",
     "check_account_limits",
     "stream_exists_error",
+    "subjects_undescribed",
 ]
 
 # JetStream's API list limit (JSApiListLimit): one page of a list or names call.
@@ -735,6 +736,12 @@ def _consumer_name(config: ConsumerConfig) -> str:
     return name
 
 
+def subjects_undescribed(cfg: StreamConfig) -> bool:
+    """Whether a stream stores subjects its ``subjects`` do not describe (a subject
+    transform, a mirror, sources): consumer filters are then not checked against them."""
+    return cfg.subject_transform is not None or cfg.mirror is not None or bool(cfg.sources)
+
+
 def _check_consumer_rules(
     sa: StreamAssignment, config: ConsumerConfig, others: Iterable[ConsumerConfig]
 ) -> None:
@@ -748,7 +755,9 @@ def _check_consumer_rules(
         )
     # With a subject transform the stream stores rewritten subjects, which its ``subjects``
     # do not describe; filters are then not checked against them (they may name either).
-    subjects = sa.config.subjects if sa.config.subject_transform is None else None
+    # Nor are they for a mirror (no subjects; it stores its origin's) or a stream with
+    # sources (it stores theirs too), as JetStream does (LOG_FEATURE_LINKED_FILTERS).
+    subjects = None if subjects_undescribed(sa.config) else sa.config.subjects
     check_for_stream(
         config,
         retention=RetentionKind(sa.config.retention),

@@ -30,16 +30,29 @@ from raftstream.cluster.context import (
     time_left,
 )
 from raftstream.cluster.convert import consumer_info_pb, parse_json
+from raftstream.cluster.descriptions import LOG_FEATURE_LINKED_FILTERS
 from raftstream.cluster.limits import bound_consumer, check_cluster_limits
-from raftstream.cluster.meta import ConsumerAdded, ConsumerUpdated, check_account_limits
+from raftstream.cluster.meta import (
+    ConsumerAdded,
+    ConsumerUpdated,
+    check_account_limits,
+    subjects_undescribed,
+)
 from raftstream.cluster.meta_entries import AddConsumer, DeleteConsumer, UpdateConsumer
 from raftstream.cluster.services_streams import group_info, step_down
-from raftstream.engine.consumer_config import IMMUTABLE_FIELDS, ConsumerConfig, with_changes
+from raftstream.engine.consumer_config import (
+    IMMUTABLE_FIELDS,
+    ConsumerConfig,
+    RetentionKind,
+    check_for_stream,
+    with_changes,
+)
 from raftstream.engine.consumer_pull import PullEvent
 from raftstream.errors import (
     InvalidArgumentError,
     InvariantError,
     NotFoundError,
+    PreconditionError,
     RaftStreamError,
     UnavailableError,
 )
@@ -140,6 +153,42 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         if err is not None:
             raise err
 
+    def _filters_readable(self, account: str, stream: str, cfg: ConsumerConfig) -> None:
+        """A filter that matches none of a mirror's or a sourced stream's ``subjects`` (it
+        stores its origins' subjects) is refused by an earlier version applying it: propose
+        one only once every node reads it (``LOG_FEATURE_LINKED_FILTERS``), else
+        ``PreconditionError``, proposing nothing."""
+        try:
+            sa = self._ctx.stream(account, stream)
+        except NotFoundError:
+            return  # the proposal answers NOT_FOUND, as before
+        if sa.config.subject_transform is not None or not subjects_undescribed(sa.config):
+            return  # checked as before
+        try:  # the earlier rule
+            check_for_stream(
+                cfg, retention=RetentionKind.LIMITS, stream_subjects=sa.config.subjects
+            )
+            return
+        except InvalidArgumentError:
+            pass
+        ctx = self._ctx
+        described = ctx.peer_descriptions()
+        state = ctx.meta.state
+        missing = [
+            n
+            for n in ctx.nodes.names()
+            if n != ctx.node_id
+            and n not in state.removed_peers
+            and (n not in described or LOG_FEATURE_LINKED_FILTERS not in described[n].log_features)
+        ]
+        if missing:
+            raise PreconditionError(
+                f"filter_subject: {', '.join(missing)} {'runs' if len(missing) == 1 else 'run'}"
+                " a version that refuses filters on a mirror's or a source's subjects (or has"
+                " not described itself yet): upgrade every node first",
+                field="filter_subject",
+            )
+
     def _existing(self, account: str, stream: str, raw: Any) -> ConsumerConfig | None:
         if not isinstance(raw, dict):
             return None
@@ -169,6 +218,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         if cfg.consumer_name is None:  # ephemeral: the leader names it before proposing
             cfg = with_changes(cfg, name=secrets.token_hex(EPHEMERAL_NAME_BYTES // 2).upper())
         self._reachable(account, request.stream)
+        self._filters_readable(account, request.stream, cfg)
         name = cfg.consumer_name or ""
         exists = name in meta.state.consumer_names(account, request.stream).items
         now = time.time_ns()
@@ -201,6 +251,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         cfg = bound_consumer(cfg, self._ctx.config.limits)  # within the node's pull limits
         self._check(context, request.stream, manage=cfg.is_durable)
         self._reachable(account_of(context), request.stream)
+        self._filters_readable(account_of(context), request.stream, cfg)
         entry = UpdateConsumer(
             account=account_of(context), stream=request.stream, config=cfg, ts_ns=time.time_ns()
         )

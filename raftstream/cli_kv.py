@@ -71,6 +71,10 @@ def _status_fields(s: KeyValueStatus) -> list[tuple[str, Any]]:
         ("Bytes", fmt_bytes(s.bytes)),
         ("Replicas", s.replicas),
     ]
+    if s.mirror is not None:
+        pairs.insert(3, ("Mirror of", s.mirror))
+    if s.sources:
+        pairs.insert(3, ("Sources", ", ".join(s.sources)))
     if not s.state_known:
         pairs = [p for p in pairs if p[0] not in ("Values stored", "Bytes")]
         pairs.append(("State", UNKNOWN_STATE))
@@ -102,7 +106,8 @@ def _show_status(s: KeyValueStatus, as_json: bool) -> None:
 def _status_json(s: KeyValueStatus) -> dict[str, Any]:
     """A bucket's state as JSON data: ``ttl`` in nanoseconds (0: forever) and sizes in
     bytes (-1: unlimited), as in the stream's JSON; ``cluster`` as ``stream info --json``
-    gives it (leader, replicas with current/offline/lag), null on a single node; ``values``
+    gives it (leader, replicas with current/offline/lag), null on a single node; ``mirror``
+    the bucket it mirrors (null: none), ``sources`` the buckets it takes keys from; ``values``
     and ``bytes`` null, ``state_known`` false, when no replica answered."""
     return {
         "bucket": s.bucket,
@@ -116,6 +121,8 @@ def _status_json(s: KeyValueStatus) -> dict[str, Any]:
         "bytes": s.bytes if s.state_known else None,
         "state_known": s.state_known,
         "replicas": s.replicas,
+        "mirror": s.mirror,
+        "sources": list(s.sources),
         "stream": s.stream_info.config.name,
         "cluster": jsonable(s.stream_info.cluster),
     }
@@ -133,6 +140,10 @@ def _status_json(s: KeyValueStatus) -> dict[str, Any]:
 @click.option("--replicas", type=click.IntRange(1, REPLICAS_MAX), default=1, show_default=True,
               help=f"Copies of the bucket on different nodes (1-{REPLICAS_MAX}).")  # fmt: skip
 @click.option("--description", default="", help="Free text describing the bucket.")
+@click.option("--mirror", metavar="BUCKET",
+              help="A read-only copy of BUCKET (writes go to BUCKET).")  # fmt: skip
+@click.option("--source", "sources", metavar="BUCKET", multiple=True,
+              help="Also take BUCKET's keys (repeat for more).")  # fmt: skip
 @json_option
 @connection_options
 def add_cmd(
@@ -145,13 +156,22 @@ def add_cmd(
     storage: str,
     replicas: int,
     description: str,
+    mirror: str | None,
+    sources: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Create a bucket.
 
+    With --mirror, the bucket is a read-only copy of another one in this cluster: reads and
+    watches see its keys and revisions shortly after they are written, and writes through
+    it go to that bucket. With --source (repeatable), it takes the keys of other buckets
+    besides its own.
+
     \b
-    Example:
+    Examples:
       raftstream kv add CONFIG --history 5 --ttl 24h --replicas 3
+      raftstream kv add CONFIG_COPY --history 5 --mirror CONFIG
+      raftstream kv add ALL --source CONFIG --source PRICES
     """
 
     async def body(c: Client) -> KeyValueStatus:
@@ -164,6 +184,8 @@ def add_cmd(
             max_bytes=max_bytes,
             storage=storage,
             replicas=replicas,
+            mirror=mirror,
+            sources=sources,
         )
         return await bucket_kv.status()
 

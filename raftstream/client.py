@@ -43,6 +43,7 @@ from raftstream.config import (
     DeliverPolicy,
     StorageType,
     StreamConfig,
+    StreamSource,
     config_with,
 )
 from raftstream.kv import (
@@ -941,12 +942,17 @@ class Client:
         max_bytes: int = UNLIMITED,
         storage: StorageType | str = StorageType.FILE,
         replicas: int = 1,
+        mirror: str | StreamSource | None = None,
+        sources: Sequence[str | StreamSource] = (),
         timeout: float | None = None,
     ) -> KeyValue:
         """Create a bucket (its stream ``KV_<bucket>``; see ``raftstream.kv``): ``history``
         revisions per key (1-64), ``ttl`` seconds per value (None: forever), values up to
-        ``max_value_size`` bytes. Idempotent for an identical bucket; ``AlreadyExistsError``
-        when one with another config exists (naming the bucket and what differs)."""
+        ``max_value_size`` bytes. ``mirror``: a bucket (name, or ``StreamSource`` for one in
+        another cluster) whose keys this one copies, a read-only copy whose writes go to it;
+        ``sources``: buckets whose keys this one takes besides its own. Idempotent for an
+        identical bucket; ``AlreadyExistsError`` when one with another config exists
+        (naming the bucket and what differs)."""
         cfg = bucket_stream_config(
             bucket,
             description=description,
@@ -956,6 +962,8 @@ class Client:
             max_bytes=max_bytes,
             storage=storage,
             replicas=replicas,
+            mirror=mirror,
+            sources=sources,
         )
         return await create_bucket(self, bucket, cfg, timeout=timeout)
 

@@ -18,6 +18,17 @@ Watches (``watch``, ``watchall``, and ``keys``/``history`` built on them) are or
 consumers: the latest entry per key (or the whole history) first, then ``None`` once (the end
 of the initial data), then updates as they happen.
 
+Mirrors and sources. A mirror bucket (``mirror=``, a bucket here or, as a ``StreamSource``
+with ``external``, in another cluster) is a read-only copy: its stream mirrors the origin's,
+so it keeps the origin's revisions and subjects (``$KV.<origin>.<key>``), and reads and
+watches find them there; a write through it goes to the origin's subject, so it reaches the
+origin when the origin is in this cluster (``BucketNotFoundError`` naming the origin when
+not), and the mirror shortly after. A bucket with ``sources`` takes the keys of other
+buckets besides its own: each source's ``$KV.<source>.>`` is stored as ``$KV.<bucket>.>``
+(unless the ``StreamSource`` filters or transforms subjects itself), under the bucket's own
+revisions. A copy keeps a purge as its marker (reads say the key is deleted), but older
+revisions stay in the copy up to its ``history``: a copy does not roll up.
+
 Errors speak of buckets, not of their streams: a bucket that is missing (never made, or
 deleted under a ``KeyValue`` or a running watch) is ``BucketNotFoundError`` naming the
 bucket, a bucket that exists with other settings ``AlreadyExistsError`` naming it, and a
@@ -31,7 +42,7 @@ import dataclasses
 import enum
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
@@ -44,6 +55,8 @@ from raftstream.config import (
     DiscardPolicy,
     StorageType,
     StreamConfig,
+    StreamSource,
+    SubjectTransform,
 )
 from raftstream.models import RawStreamMsg, StreamInfo
 from raftstream.msg import Msg
@@ -66,6 +79,7 @@ __all__ = [
     "bucket_stream_config",
     "create_bucket",
     "delete_bucket",
+    "mirrored",
     "open_bucket",
     "update_bucket",
     "validate_bucket",
@@ -145,6 +159,19 @@ class KeyValueStatus:
     def ttl_ns(self) -> int:
         """How long a value lives, in nanoseconds (0: forever)."""
         return self.stream_info.config.max_age
+
+    @property
+    def mirror(self) -> str | None:
+        """The bucket this one mirrors (None: it is no mirror)."""
+        m = self.stream_info.config.mirror
+        return _origin_bucket(m.name) if m is not None else None
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The buckets (or streams) this one takes the keys of, besides its own."""
+        return tuple(
+            _origin_bucket(src.name) or src.name for src in self.stream_info.config.sources
+        )
 
     @property
     def state_known(self) -> bool:
@@ -244,11 +271,28 @@ def bucket_stream_config(
     max_bytes: int = UNLIMITED,
     storage: StorageType | str = StorageType.FILE,
     replicas: int = 1,
+    mirror: str | StreamSource | None = None,
+    sources: Sequence[str | StreamSource] = (),
 ) -> StreamConfig:
-    """The backing stream of a bucket (module docstring); ``ttl`` in seconds. Every argument
-    is checked here: a bad one is ``InvalidArgumentError`` naming it (its ``field``) and the
-    rule, before anything is sent."""
+    """The backing stream of a bucket (module docstring); ``ttl`` in seconds; ``mirror``
+    and ``sources`` (module docstring, "Mirrors and sources"). Every argument is checked
+    here: a bad one is ``InvalidArgumentError`` naming it (its ``field``) and the rule,
+    before anything is sent."""
     validate_bucket(bucket)
+    if mirror is not None and sources:
+        raise errors.InvalidArgumentError(
+            "mirror", "a bucket mirrors one bucket or takes the keys of sources, not both"
+        )
+    if isinstance(sources, str | StreamSource):
+        sources = (sources,)
+    if not isinstance(sources, Sequence):
+        raise errors.InvalidArgumentError(
+            "sources", f"must be a list of buckets, not {type(sources).__name__}"
+        )
+    mirror_src = _origin("mirror", mirror) if mirror is not None else None
+    if mirror_src is not None and _origin_bucket(mirror_src.name) == bucket:
+        raise errors.InvalidArgumentError("mirror", f"bucket {bucket!r} cannot mirror itself")
+    source_srcs = tuple(_as_source(bucket, _origin("sources", src)) for src in sources)
     if not isinstance(description, str):
         raise errors.InvalidArgumentError(
             "description", f"must be a string, not {type(description).__name__}"
@@ -267,7 +311,9 @@ def bucket_stream_config(
     return StreamConfig(
         name=STREAM_PREFIX + bucket,
         description=description,
-        subjects=(f"{SUBJECT_PREFIX}.{bucket}.>",),
+        subjects=() if mirror_src is not None else (f"{SUBJECT_PREFIX}.{bucket}.>",),
+        mirror=mirror_src,
+        sources=source_srcs,
         max_msgs_per_subject=history,
         max_bytes=max_bytes,
         max_age=max_age,
@@ -281,16 +327,66 @@ def bucket_stream_config(
     )
 
 
+def _origin(field: str, origin: object) -> StreamSource:
+    """The origin of a mirror or a source: a bucket's name, or a ``StreamSource`` naming the
+    bucket or its stream (``KV_<bucket>``; its other fields are kept: where to start, and
+    ``external`` for a bucket in another cluster)."""
+    if isinstance(origin, str):
+        src = StreamSource(name=origin)
+    elif isinstance(origin, StreamSource):
+        src = origin
+    else:
+        raise errors.InvalidArgumentError(
+            field, f"must be a bucket name or a StreamSource, not {type(origin).__name__}"
+        )
+    name = src.name[len(STREAM_PREFIX) :] if src.name.startswith(STREAM_PREFIX) else src.name
+    try:
+        validate_bucket(name)
+    except errors.InvalidArgumentError as exc:
+        raise errors.InvalidArgumentError(field, exc.message) from None
+    return dataclasses.replace(src, name=STREAM_PREFIX + name)
+
+
+def _as_source(bucket: str, src: StreamSource) -> StreamSource:
+    """A source bucket's keys taken as this bucket's: ``$KV.<origin>.>`` becomes
+    ``$KV.<bucket>.>``, unless the source says which subjects it takes itself."""
+    origin = _origin_bucket(src.name)
+    if origin == bucket:
+        raise errors.InvalidArgumentError("sources", f"bucket {bucket!r} cannot source itself")
+    if src.filter_subject or src.subject_transforms:
+        return src
+    transform = SubjectTransform(
+        src=f"{SUBJECT_PREFIX}.{origin}.>", dest=f"{SUBJECT_PREFIX}.{bucket}.>"
+    )
+    return dataclasses.replace(src, subject_transforms=(transform,))
+
+
+def _origin_bucket(stream: str) -> str | None:
+    """The bucket whose stream is named ``stream`` (None: no bucket's name)."""
+    if not stream.startswith(STREAM_PREFIX):
+        return None
+    bucket = stream[len(STREAM_PREFIX) :]
+    return bucket if _BUCKET_RE.fullmatch(bucket) else None
+
+
+def mirrored(cfg: StreamConfig) -> str | None:
+    """The bucket whose keys a bucket's stream ``cfg`` holds under their own subjects: the
+    origin of a mirror, else None (the bucket's own subjects)."""
+    return _origin_bucket(cfg.mirror.name) if cfg.mirror is not None else None
+
+
 def bucket_of(cfg: StreamConfig) -> str | None:
     """The bucket whose stream ``cfg`` configures, or None when the stream is no bucket's: a
-    bucket's stream is named ``KV_<bucket>``, captures exactly ``$KV.<bucket>.>``, keeps 1
-    to ``HISTORY_MAX`` messages per subject and allows rollup headers (a purge is one)."""
-    if not cfg.name.startswith(STREAM_PREFIX):
+    bucket's stream is named ``KV_<bucket>``, captures exactly ``$KV.<bucket>.>`` (or, a
+    mirror bucket, captures nothing and mirrors a bucket's stream), keeps 1 to
+    ``HISTORY_MAX`` messages per subject and allows rollup headers (a purge is one)."""
+    bucket = _origin_bucket(cfg.name)
+    if bucket is None:
         return None
-    bucket = cfg.name[len(STREAM_PREFIX) :]
-    if not _BUCKET_RE.fullmatch(bucket):
-        return None
-    if tuple(cfg.subjects) != (f"{SUBJECT_PREFIX}.{bucket}.>",):
+    if cfg.mirror is not None:
+        if cfg.subjects or mirrored(cfg) is None:
+            return None
+    elif tuple(cfg.subjects) != (f"{SUBJECT_PREFIX}.{bucket}.>",):
         return None
     if not 1 <= cfg.max_msgs_per_subject <= HISTORY_MAX or not cfg.allow_rollup_hdrs:
         return None
@@ -350,8 +446,8 @@ async def _bucket_info(client: Client, bucket: str, *, timeout: float | None) ->
 
 async def open_bucket(client: Client, bucket: str, *, timeout: float | None) -> KeyValue:
     """``Client.key_value``: the bucket if its stream exists and is a bucket's."""
-    await _bucket_info(client, bucket, timeout=timeout)
-    return KeyValue(client, bucket)
+    info = await _bucket_info(client, bucket, timeout=timeout)
+    return KeyValue(client, bucket, mirror_of=mirrored(info.config))
 
 
 async def delete_bucket(client: Client, bucket: str, *, timeout: float | None) -> bool:
@@ -376,7 +472,7 @@ async def create_bucket(
         await client.add_stream(cfg, timeout=timeout)
     except errors.AlreadyExistsError:
         raise await _bucket_exists(client, bucket, cfg, timeout=timeout) from None
-    return KeyValue(client, bucket)
+    return KeyValue(client, bucket, mirror_of=mirrored(cfg))
 
 
 async def update_bucket(
@@ -403,7 +499,7 @@ async def update_bucket(
         fields["duplicate_window"] = given.duplicate_window
     info = await _bucket_info(client, bucket, timeout=timeout)
     await client.update_stream(dataclasses.replace(info.config, **fields), timeout=timeout)
-    return KeyValue(client, bucket)
+    return KeyValue(client, bucket, mirror_of=mirrored(info.config))
 
 
 # The settings a bucket is made with: its argument name -> the stream config field.
@@ -424,6 +520,14 @@ def _setting(name: str, value: object) -> str:
     if name in ("max_value_size", "max_bytes") and isinstance(value, int) and value <= 0:
         return "unlimited"
     return repr(value) if name == "description" else str(value)
+
+
+def _links(links: StreamSource | Sequence[StreamSource] | None) -> str:
+    """A mirror or sources, by bucket (or stream) name, for messages."""
+    if links is None:
+        return "none"
+    many = (links,) if isinstance(links, StreamSource) else tuple(links)
+    return ", ".join(_origin_bucket(s.name) or s.name for s in many) or "none"
 
 
 async def _bucket_exists(
@@ -448,6 +552,13 @@ async def _bucket_exists(
             asked = UNLIMITED  # the node stores 0 as unlimited
         if there != asked:
             diffs.append(f"{name} {_setting(name, there)} (asked {_setting(name, asked)})")
+    if have is not None:
+        for name, there_o, asked_o in (
+            ("mirror", have.mirror, wanted.mirror),
+            ("sources", have.sources, wanted.sources),
+        ):
+            if there_o != asked_o:
+                diffs.append(f"{name} {_links(there_o)} (asked {_links(asked_o)})")
     differs = f": {', '.join(diffs)}" if diffs else ""
     return errors.AlreadyExistsError(
         f"bucket {bucket!r} already exists with a different configuration{differs}",
@@ -468,13 +579,16 @@ async def bucket_statuses(client: Client, *, timeout: float | None = None) -> li
 
 
 class KeyValue:
-    """A bucket (module docstring). Made by ``Client.key_value`` / ``create_key_value``."""
+    """A bucket (module docstring). Made by ``Client.key_value`` / ``create_key_value``.
+    ``mirror_of``: the bucket a mirror bucket mirrors, whose subjects its keys keep and
+    where its writes go (None: no mirror)."""
 
-    def __init__(self, client: Client, bucket: str) -> None:
+    def __init__(self, client: Client, bucket: str, *, mirror_of: str | None = None) -> None:
         self._client = client
         self.bucket = validate_bucket(bucket)
         self.stream = STREAM_PREFIX + bucket
-        self._prefix = f"{SUBJECT_PREFIX}.{bucket}."
+        self.mirror_of = mirror_of
+        self._prefix = f"{SUBJECT_PREFIX}.{mirror_of or bucket}."
 
     def _subject(self, key: str, *, wildcards: bool = False) -> str:
         """The key's subject; ``InvalidKeyError`` naming ``key`` for a malformed key or one
@@ -594,6 +708,12 @@ class KeyValue:
         except errors.ExpectedLastSubjectSeqError as exc:
             raise _wrong_last(key, last, exc) from None
         except errors.NotFoundError as exc:
+            if self.mirror_of is not None and _stream_missing(exc):
+                raise _bucket_not_found(
+                    self.mirror_of,
+                    f" here: bucket {self.bucket!r} mirrors it and takes no writes of its own"
+                    " (write to it in its cluster)",
+                ) from None
             raise _as_bucket_error(self.bucket, exc) from None
         except errors.LimitError as exc:
             if exc.details.get("limit") != "max_msg_size":

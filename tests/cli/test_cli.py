@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -316,6 +317,27 @@ def test_kv_add_put_get_history_ls_del_watch(cluster: Any) -> None:
     gone = rs(cluster, "kv", "info", "NOBUCKET")
     assert gone.returncode == 1 and "BUCKET_NOT_FOUND" in one_error_line(gone)
     assert "Deleted bucket CONF" in ok(cluster, "kv", "rm", "CONF", "-f")
+
+
+def test_kv_mirror_and_sources(cluster: Any) -> None:
+    ok(cluster, "kv", "add", "ORIGX", "--history", "2")
+    ok(cluster, "kv", "put", "ORIGX", "k", "v1")
+    out = ok(cluster, "kv", "add", "MX", "--history", "2", "--mirror", "ORIGX")
+    assert "Mirror of: ORIGX" in out
+    out = ok(cluster, "kv", "add", "ALLX", "--source", "ORIGX", "--source", "MX")
+    assert "Sources: ORIGX, MX" in out
+    info = json.loads(ok(cluster, "kv", "info", "MX", "--json"))
+    assert (info["mirror"], info["sources"]) == ("ORIGX", [])
+    deadline = time.monotonic() + 30
+    while rs(cluster, "kv", "get", "MX", "k", "--raw").stdout.strip() != "v1":
+        assert time.monotonic() < deadline, "the mirror never held k"
+        time.sleep(0.2)
+    assert ok(cluster, "kv", "put", "MX", "k", "v2").strip().endswith("revision 2")
+    assert ok(cluster, "kv", "get", "ORIGX", "k", "--raw").strip() == "v2"
+    both = rs(cluster, "kv", "add", "BADX", "--mirror", "ORIGX", "--source", "MX")
+    assert both.returncode == 1 and "mirror: a bucket mirrors one bucket" in one_error_line(both)
+    for bucket in ("ALLX", "MX", "ORIGX"):
+        ok(cluster, "kv", "rm", bucket, "-f")
 
 
 def test_cluster_info_and_step_down(cluster: Any) -> None:

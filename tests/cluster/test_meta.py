@@ -34,7 +34,7 @@ from raftstream.cluster.meta_entries import (
     encode_entry,
 )
 from raftstream.engine.consumer_config import ConsumerConfig
-from raftstream.engine.stream_config import Placement, StreamConfig, SubjectTransform
+from raftstream.engine.stream_config import Placement, StreamConfig, StreamSource, SubjectTransform
 from raftstream.errors import (
     AlreadyExistsError,
     Code,
@@ -336,6 +336,19 @@ def test_consumer_filter_must_match_a_stream_subject() -> None:
     state = state_with(add_stream("S", "orders.>"))
     err = refused(state, add_consumer("S", "C", filter_subject="sales.x"), InvalidArgumentError)
     assert field_of(err) == "filter_subject"
+
+
+def test_a_mirrors_or_a_sourced_streams_consumer_filter_is_not_checked_against_subjects() -> None:
+    """A mirror has no subjects and stores its origin's; a stream with sources stores theirs
+    too: their consumers filter on what is stored, as in JetStream (LOG_FEATURE_LINKED_FILTERS;
+    a bucket mirror's watch filters ``$KV.<origin>.>``)."""
+    state = state_with(
+        add_stream("M", mirror=StreamSource(name="O")),
+        add_stream("S", "own.>", sources=(StreamSource(name="O"),)),
+    )
+    state.apply(add_consumer("M", "C", filter_subject="orders.x"))
+    state.apply(add_consumer("S", "C", filter_subject="orders.x"))
+    assert state.consumer(ACC, "S", "C").config.filter_subject == "orders.x"
 
 
 def test_update_consumer_follows_check_update() -> None:
