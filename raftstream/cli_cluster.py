@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from raftstream.models import ClusterGroup, ClusterInfo, GroupInfo
 
 __all__ = ["BalancePlan", "Move", "cluster", "plan_balance"]
+
+# Fewer meta voters than this tolerate no failed one: a forget that leaves fewer warns.
+META_VOTERS_SAFE = 3
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -317,6 +321,8 @@ def peer_remove_cmd(conn: Conn, name: str, force: bool, allow_online: bool, forg
     on it (until then the command says what is left: run it again): it leaves the meta
     group, whose quorum then no longer counts it, and every node's list. Do not start it
     again; to bring the machine back, wipe its data and add it anew (peer-add --address).
+    A meta group left with fewer than three voters is warned of: it then tolerates no
+    failed node until one is added.
 
     \b
     Examples:
@@ -326,15 +332,29 @@ def peer_remove_cmd(conn: Conn, name: str, force: bool, allow_online: bool, forg
 
     # One connection, one event loop: grpc.aio cannot outlive a loop (a second
     # ``asyncio.run`` in the process printed "Event loop is closed" from gRPC's poller).
+    voters: list[int] = []  # the meta group's voters after a forget
+
     async def remove(c: Client) -> bool:
         what = "remove node {} from the cluster" + (" and forget it" if forget else "")
         confirm_or_refuse(what.format(name), force)
         # The meta leader checks the caller's permission first, then that the node is dead.
-        return await c.remove_peer(name, refuse_online=not allow_online, forget=forget)
+        done = await c.remove_peer(name, refuse_online=not allow_online, forget=forget)
+        if forget:
+            with contextlib.suppress(RaftStreamError):  # only for the warning below
+                info = await c.cluster_info()
+                voters.append(sum(1 for n in info.nodes if n.voter))
+        return done
 
     done = run(conn, remove)
     if forget:
         click.echo(f"Forgot node {name}" if done else f"Node {name} was forgotten already")
+        if voters and voters[0] < META_VOTERS_SAFE:
+            click.echo(
+                f"Warning: the meta group has {voters[0]} voter{'s' if voters[0] != 1 else ''}"
+                " now: it keeps working only while all of them do; add a node"
+                " (peer-add NAME --address HOST:PORT) to tolerate a failure again",
+                err=True,
+            )
     elif done:
         click.echo(f"Removed peer {name}")
     else:
