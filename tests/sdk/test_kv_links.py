@@ -36,6 +36,8 @@ def test_a_mirror_bucket_reads_the_origins_keys_and_writes_to_the_origin(
             await origin.put("app.size", b"3")
             mirror = await rs.create_key_value("COPY", history=3, replicas=3, mirror="ORIG")
             assert mirror.mirror_of == "ORIG"
+            same = await rs.create_key_value("COPY", history=3, replicas=3, mirror="ORIG")
+            assert same.mirror_of == "ORIG"  # identical: idempotent
             info = await rs.stream_info("KV_COPY")
             assert info.config.subjects == () and info.config.mirror is not None
             assert info.config.mirror.name == "KV_ORIG"
@@ -101,6 +103,9 @@ def test_a_bucket_with_sources_holds_their_keys_as_its_own(cluster: LocalCluster
                 "WORLD", history=2, replicas=3, sources=["EU", StreamSource(name="KV_US")]
             )
             assert world.mirror_of is None
+            await rs.create_key_value(  # identical: idempotent
+                "WORLD", history=2, replicas=3, sources=["EU", StreamSource(name="KV_US")]
+            )
             await world.put("tokyo", b"jp")  # its own keys too
             cfg = (await rs.stream_info("KV_WORLD")).config
             assert cfg.subjects == ("$KV.WORLD.>",)
