@@ -44,6 +44,7 @@ from raftstream.engine.consumer_state import (
 from raftstream.engine.entries import (
     HDR_MSG_ID,
     HDR_ROLLUP,
+    Copy,
     DeleteMsg,
     Expire,
     Publish,
@@ -131,6 +132,8 @@ def _summarize_batch(batch: StreamBatch) -> EntrySummary:
         if isinstance(e, Publish):
             s.publishes += 1
             s.rollup = s.rollup or bool(e.headers.get(HDR_ROLLUP))
+        elif isinstance(e, Copy):  # a rollup copy removes as a rollup publish does
+            s.rollup = s.rollup or (e.rollup and bool(e.headers.get(HDR_ROLLUP)))
         elif isinstance(e, DeleteMsg):
             s.deleted_seqs.append(e.seq)
         elif isinstance(e, Purge):

@@ -41,6 +41,7 @@ from raftstream.proto import node_pb2 as npb
 __all__ = [
     "LOG_FEATURES",
     "LOG_FEATURE_COPY_AT",
+    "LOG_FEATURE_COPY_ROLLUP",
     "LOG_FEATURE_LINKED_FILTERS",
     "LOG_FEATURE_NODE_ADD",
     "LOG_FEATURE_SNAPSHOT_RECORDS",
@@ -66,12 +67,15 @@ LOG_FEATURE_NODE_ADD = "node_add"
 # A consumer whose filter matches no subject a mirror's or a sourced stream's ``subjects``
 # name (it stores its origins' subjects): an earlier version refuses it when applying.
 LOG_FEATURE_LINKED_FILTERS = "linked_filters"
+# The engine's ``Copy.rollup`` (a rollup at a mirror's or a source's origin rolls up the copy).
+LOG_FEATURE_COPY_ROLLUP = "copy_rollup"
 LOG_FEATURES = frozenset(
     {
         LOG_FEATURE_COPY_AT,
         LOG_FEATURE_SNAPSHOT_RECORDS,
         LOG_FEATURE_NODE_ADD,
         LOG_FEATURE_LINKED_FILTERS,
+        LOG_FEATURE_COPY_ROLLUP,
     }
 )
 

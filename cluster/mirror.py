@@ -86,9 +86,9 @@ from tenacity import (
 
 from raftstream import errors as sdk_errors
 from raftstream.client import Client, connect
-from raftstream.cluster.descriptions import LOG_FEATURE_COPY_AT
+from raftstream.cluster.descriptions import LOG_FEATURE_COPY_AT, LOG_FEATURE_COPY_ROLLUP
 from raftstream.config import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy
-from raftstream.engine.entries import Copy
+from raftstream.engine.entries import HDR_ROLLUP, Copy
 from raftstream.engine.origins import HDR_STREAM_SOURCE, OriginState
 from raftstream.engine.stream_source import StreamSource, source_key
 from raftstream.engine.subjects import subject_matches
@@ -443,8 +443,7 @@ class MirrorLink:
         first_gap_checked = bool(pos) or not src.opt_start_time
         prev = pos
         inflight: collections.deque[asyncio.Task[None]] = collections.deque()
-        if self._mirror:
-            await self._await_replicas_described()
+        await self._await_replicas_described()
         try:
             while True:
                 msgs = await batches.next()
@@ -455,6 +454,8 @@ class MirrorLink:
                 origin_times = (
                     self._mirror and self._host.replicas_read(LOG_FEATURE_COPY_AT) is True
                 )
+                # A rollup at the origin rolls up here too once every replica reads that.
+                rollups = self._host.replicas_read(LOG_FEATURE_COPY_ROLLUP) is True
                 for m in msgs:
                     seq = m.metadata.stream_seq
                     if seq <= prev:
@@ -463,7 +464,9 @@ class MirrorLink:
                     if seq > expect and first_gap_checked and not src.filters:
                         skipped = await self._skipped(client, expect, seq - 1)
                     first_gap_checked = True
-                    copies.append(self._copy(m, prev, skipped, origin_times=origin_times))
+                    copies.append(
+                        self._copy(m, prev, skipped, origin_times=origin_times, rollups=rollups)
+                    )
                     pending.append(m.metadata.num_pending)
                     prev, expect = seq, seq + 1
                 while inflight and (inflight[0].done() or len(inflight) >= COMMITS_INFLIGHT_MAX):
@@ -518,9 +521,10 @@ class MirrorLink:
 
     async def _await_replicas_described(self) -> None:
         """Wait, at most ``DESCRIBED_WAIT_S``, until this node knows whether every replica
-        reads copies with the origin's time (a node that just started has not heard its
-        peers' descriptions yet): without it, the first copies would get this node's time.
-        After that, a replica still not heard from counts as one that does not read them."""
+        reads copies with the origin's time and rollup copies (a node that just started has
+        not heard its peers' descriptions yet): without it, a mirror's first copies would
+        get this node's time, and a rollup among them would not roll up. After that, a
+        replica still not heard from counts as one that does not read them."""
         deadline = time.monotonic() + DESCRIBED_WAIT_S
         while self._host.replicas_read(LOG_FEATURE_COPY_AT) is None:
             if time.monotonic() >= deadline:
@@ -528,7 +532,13 @@ class MirrorLink:
             await asyncio.sleep(DESCRIBED_POLL_S)
 
     def _copy(
-        self, m: Msg, prev: int, skipped: tuple[int, int] | None, *, origin_times: bool
+        self,
+        m: Msg,
+        prev: int,
+        skipped: tuple[int, int] | None,
+        *,
+        origin_times: bool,
+        rollups: bool,
     ) -> Copy:
         headers = {k: v for k, v in m.headers.items() if k != HDR_STREAM_SOURCE}
         return Copy(
@@ -542,6 +552,8 @@ class MirrorLink:
             skipped=skipped,
             # The origin's time of the message, kept as its time (engine ``Stream._copy_ts``).
             origin_ts_ns=m.metadata.timestamp_ns if origin_times else 0,
+            # Only a rollup takes the kind of entry an earlier version cannot read.
+            rollup=rollups and HDR_ROLLUP in headers,
         )
 
     async def _commit(self, copies: list[Copy], pending: list[int], acks: list[Msg]) -> None:

@@ -82,6 +82,9 @@ class Kind(enum.IntEnum):
     BATCH = 6
     COPY = 7
     COPY_AT = 8  # a COPY with its origin's timestamp (a mirror's): i64 origin_ts_ns first
+    # A COPY whose ``Nats-Rollup`` header is applied (``Copy.rollup``): i64 origin_ts_ns
+    # first (0: none), then a COPY's body.
+    COPY_ROLLUP = 9
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +165,10 @@ class Copy:
     # The message's time at the origin, kept as its time here (a mirror's copy, as a
     # JetStream mirror keeps it); 0: stored at ``ts_ns``, the leader's time (a source's).
     origin_ts_ns: int = 0
+    # Apply the copy's ``Nats-Rollup`` header as a publish's (on a stream that allows
+    # rollups): the origin's older messages of the subject (or all) go here too. False: a
+    # rollup copy is stored as it is (entries from before this field).
+    rollup: bool = False
 
 
 Entry = Publish | DeleteMsg | Purge | UpdateConfig | Expire | Copy
@@ -322,7 +329,7 @@ def _encode_body(entry: Entry, w: _Writer) -> Kind:
         return Kind.UPDATE_CONFIG
     if isinstance(entry, Copy):
         lo, hi = entry.skipped or (0, 0)
-        if entry.origin_ts_ns:
+        if entry.origin_ts_ns or entry.rollup:
             w.parts.append(_I64.pack(entry.origin_ts_ns))
         w.parts.append(_U64.pack(entry.origin_seq) + _U64.pack(entry.prev_origin_seq))
         w.parts.append(_U64.pack(lo) + _U64.pack(hi))
@@ -333,6 +340,8 @@ def _encode_body(entry: Entry, w: _Writer) -> Kind:
         for k, v in entry.headers.items():
             w.text(k)
             w.text(v)
+        if entry.rollup:
+            return Kind.COPY_ROLLUP
         return Kind.COPY_AT if entry.origin_ts_ns else Kind.COPY
     return Kind.EXPIRE
 
@@ -381,7 +390,14 @@ def _decode_copy_at(ts_ns: int, r: _Reader) -> Copy:
     return _decode_copy(ts_ns, r, origin_ts_ns)
 
 
-def _decode_copy(ts_ns: int, r: _Reader, origin_ts_ns: int = 0) -> Copy:
+def _decode_copy_rollup(ts_ns: int, r: _Reader) -> Copy:
+    origin_ts_ns = r.unpack(_I64)
+    if origin_ts_ns < 0:
+        raise DataLossError(f"copy entry has a bad origin timestamp {origin_ts_ns}")
+    return _decode_copy(ts_ns, r, origin_ts_ns, rollup=True)
+
+
+def _decode_copy(ts_ns: int, r: _Reader, origin_ts_ns: int = 0, *, rollup: bool = False) -> Copy:
     end = r._need(_COPY_SEQS.size)
     origin_seq, prev, lo, hi = _COPY_SEQS.unpack_from(r.data, r.pos)
     r.pos = end
@@ -404,6 +420,7 @@ def _decode_copy(ts_ns: int, r: _Reader, origin_ts_ns: int = 0) -> Copy:
         headers=headers or EMPTY_HEADERS,
         skipped=(lo, hi) if lo else None,
         origin_ts_ns=origin_ts_ns,
+        rollup=rollup,
     )
 
 
@@ -415,6 +432,7 @@ _DECODERS: Mapping[int, Callable[[int, _Reader], Entry]] = {
     Kind.EXPIRE: lambda ts_ns, _r: Expire(ts_ns=ts_ns),
     Kind.COPY: _decode_copy,
     Kind.COPY_AT: _decode_copy_at,
+    Kind.COPY_ROLLUP: _decode_copy_rollup,
 }
 
 

@@ -33,7 +33,9 @@ that origin's replicated position (``engine/origins.py``) in the same apply: a c
 below the position is a duplicate (stored once only, whoever proposed it twice); a copy whose
 ``prev_origin_seq`` is not the position is refused (the proposer missed something and must
 resume from the replicated position). A mirror stores each message at its origin sequence
-(skipping the store's sequence forward over origin gaps) and refuses publishes.
+(skipping the store's sequence forward over origin gaps) and refuses publishes. A copy with
+``rollup`` set applies its ``Nats-Rollup`` header as a publish does, on a stream that allows
+rollups (the origin removed those messages too); older entries store it as it is.
 
 Retention. Interest and workqueue streams need the consumers' state; the consumer engine
 provides it through ``RetentionPolicyHook`` (below) and tells the stream when a message may
@@ -50,6 +52,7 @@ from typing import Protocol
 
 from raftstream.engine.entries import (
     HDR_MSG_ID,
+    HDR_ROLLUP,
     Copy,
     DeleteMsg,
     Entry,
@@ -503,6 +506,11 @@ class Stream:
                     store.skip(e.origin_seq)
             if cfg.retention is not RetentionPolicy.INTEREST or self._has_interest(subject):
                 seq = store.append(subject, e.data, headers=headers, now_ns=self._copy_ts(e, now))
+                rollup = _copy_rollup(e, headers) if cfg.allow_rollup_hdrs else None
+                if rollup is Rollup.SUBJECT:
+                    store.purge(subject=subject, keep=1)
+                elif rollup is Rollup.ALL:
+                    store.purge(keep=1)
             elif cfg.mirror is not None:
                 store.skip(e.origin_seq + 1)
             invariant(
@@ -692,3 +700,15 @@ class Stream:
             for seq in victims:
                 self._store.delete(seq)
         return len(victims)
+
+
+def _copy_rollup(e: Copy, headers: Mapping[str, str]) -> Rollup | None:
+    """The rollup a copy applies: its ``Nats-Rollup`` header when the copy says to apply it
+    (``Copy.rollup``); a header that is no rollup is stored and ignored, as the origin
+    stored it (refusing the copy would stop the link)."""
+    if not e.rollup:
+        return None
+    try:
+        return Rollup(headers.get(HDR_ROLLUP, ""))
+    except ValueError:
+        return None

@@ -26,8 +26,8 @@ origin when the origin is in this cluster (``BucketNotFoundError`` naming the or
 not), and the mirror shortly after. A bucket with ``sources`` takes the keys of other
 buckets besides its own: each source's ``$KV.<source>.>`` is stored as ``$KV.<bucket>.>``
 (unless the ``StreamSource`` filters or transforms subjects itself), under the bucket's own
-revisions. A copy keeps a purge as its marker (reads say the key is deleted), but older
-revisions stay in the copy up to its ``history``: a copy does not roll up.
+revisions. A purge at the origin rolls the key up in the copy too (only its marker stays),
+once every node of the cluster runs a version that does so.
 
 Errors speak of buckets, not of their streams: a bucket that is missing (never made, or
 deleted under a ``KeyValue`` or a running watch) is ``BucketNotFoundError`` naming the

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 import pytest
 
-from raftstream.engine.entries import Copy, Expire, Kind, Publish, UpdateConfig, decode, encode
+from raftstream.engine.entries import (
+    HDR_ROLLUP,
+    Copy,
+    Expire,
+    Kind,
+    Publish,
+    UpdateConfig,
+    decode,
+    encode,
+)
 from raftstream.engine.memstore import MemoryStreamStore
 from raftstream.engine.origins import HDR_STREAM_SOURCE, OriginState
 from raftstream.engine.stream import Copied, PubAck, Stream
@@ -133,6 +142,54 @@ def test_the_copy_entry_round_trips() -> None:
     assert decode(encode(at)) == at
     assert encode(at)[1] == Kind.COPY_AT
     assert encode(plain)[1] == Kind.COPY
+
+
+def test_a_rollup_copy_round_trips_in_its_own_kind() -> None:
+    for origin_ts_ns in (0, 5):
+        e = Copy(ts_ns=9, origin="O", origin_seq=3, prev_origin_seq=2, subject="a",
+                 headers={HDR_ROLLUP: "sub"}, origin_ts_ns=origin_ts_ns, rollup=True)  # fmt: skip
+        assert decode(encode(e)) == e
+        assert encode(e)[1] == Kind.COPY_ROLLUP
+
+
+def _rollup_copy(origin: str, seq: int, prev: int, subject: str, how: str | None) -> Copy:
+    headers = {HDR_ROLLUP: how} if how else {}
+    return Copy(ts_ns=seq, origin=origin, origin_seq=seq, prev_origin_seq=prev,
+                subject=subject, headers=headers, rollup=True)  # fmt: skip
+
+
+def test_a_rollup_copy_rolls_up_as_its_origin_did() -> None:
+    """A copy that says to (``rollup``) applies ``Nats-Rollup`` on a stream allowing rollups:
+    the subject's (or every) older message goes, as at the origin; a mirror keeps sequences."""
+    s = Stream(StreamConfig(name="M", mirror=StreamSource(name="O"), allow_rollup_hdrs=True),
+               MemoryStreamStore())  # fmt: skip
+    for seq, subject in [(1, "k"), (2, "j"), (3, "k")]:
+        s.apply(_rollup_copy("O", seq, seq - 1, subject, None))
+    s.apply(_rollup_copy("O", 4, 3, "k", "sub"))
+    assert [s.store.load(q).subject for q in (2, 4)] == ["j", "k"]
+    for gone in (1, 3):
+        with pytest.raises(NotFoundError):
+            s.store.load(gone)
+    s.apply(_rollup_copy("O", 5, 4, "j", "all"))
+    st = s.store.state()
+    assert (st.first_seq, st.last_seq, st.msgs) == (5, 5, 1)
+
+
+def test_a_rollup_copy_is_stored_as_it_is_where_rollups_do_not_apply() -> None:
+    """Older entries (``rollup`` false), a stream not allowing rollups, or a header that is
+    no rollup: the copy is stored, nothing removed (refusing it would stop the link)."""
+    allowed = StreamConfig(name="M", mirror=StreamSource(name="O"), allow_rollup_hdrs=True)
+    cases = [
+        (allowed, Copy(ts_ns=2, origin="O", origin_seq=2, prev_origin_seq=1, subject="k",
+                       headers={HDR_ROLLUP: "sub"})),
+        (MIRROR, _rollup_copy("O", 2, 1, "k", "sub")),
+        (allowed, _rollup_copy("O", 2, 1, "k", "bogus")),
+    ]  # fmt: skip
+    for cfg, second in cases:
+        s = Stream(cfg, MemoryStreamStore())
+        s.apply(_rollup_copy("O", 1, 0, "k", None))
+        assert s.apply(second) == Copied(origin_seq=2, seq=2)
+        assert s.store.state().msgs == 2
 
 
 def test_a_copy_at_with_no_origin_time_is_data_loss() -> None:

@@ -73,6 +73,16 @@ def test_a_mirror_bucket_reads_the_origins_keys_and_writes_to_the_origin(
                 (b"blue", KeyValueOp.PUT),
                 (b"green", KeyValueOp.PUT),
             ]
+            # A purge at the origin rolls the key up in the mirror too: only its marker stays.
+            await origin.purge("app.color")
+
+            async def rolled_up() -> bool | None:
+                hist = await mirror.history("app.color")
+                return [e.operation for e in hist] == [KeyValueOp.PURGE] or None
+
+            await eventually(rolled_up, what="the purge rolled up in the mirror")
+            await origin.put("app.color", b"green")
+            await eventually(lambda: _green(mirror), what="the mirror holds the new value")
             # Opened by name, it is still the mirror; both are listed as buckets.
             again = await rs.key_value("COPY")
             assert again.mirror_of == "ORIG" and (await again.get("app.color")).value == b"green"
@@ -120,6 +130,14 @@ def test_a_bucket_with_sources_holds_their_keys_as_its_own(cluster: LocalCluster
 
             await eventually(all_three, what="WORLD holds every source's keys")
             assert (await world.get("paris")).value == b"fr"
+            await eu.put("paris", b"fr2")
+            await eu.purge("paris")  # rolls the key up in WORLD too
+
+            async def rolled_up() -> bool | None:
+                hist = await world.history("paris")
+                return [e.operation for e in hist] == [KeyValueOp.PURGE] or None
+
+            await eventually(rolled_up, what="the purge rolled up in WORLD")
             status = await world.status()
             assert status.sources == ("EU", "US") and status.mirror is None
             with pytest.raises(errors.AlreadyExistsError) as differs:
