@@ -10,14 +10,24 @@ it is first touched.
     async with await raftstream.connect(["127.0.0.1:7101"], timeout=5.0) as rs:
         await rs.add_stream(name="ORDERS", subjects=["orders.>"], num_replicas=3)
         ack = await rs.publish("orders.new", b"hello")
+
+gRPC's C core logs to stderr on its own, INFO lines included (``Got goaway`` each time a
+server closes a connection a client holds open) unless ``GRPC_VERBOSITY`` says otherwise, and
+it reads that once, when grpc is first imported. So importing raftstream sets
+``GRPC_VERBOSITY=ERROR`` unless the environment sets it already (set it to ``INFO`` or
+``DEBUG`` to see the core's own lines); it cannot once grpc was imported before raftstream.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
 from raftstream.errors import Code, RaftStreamError
+
+# Before anything imports grpc (module docstring); raftstream.errors does not.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 if TYPE_CHECKING:
     from raftstream._push import PushSubscription
