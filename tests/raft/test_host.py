@@ -280,6 +280,13 @@ class PermitStorage(MemoryLogStorage):
         self.metered = False
         self.permits.release()
 
+    async def meter_when_settled(self, host: RaftHost, group: str) -> None:
+        """Start metering once ``host`` has stored the commit index of all it applied: a
+        tick's round writes it (host.py, "Commit index"), and metering before that stalled
+        that write instead of the one the test steps (on a loaded machine: a CI flake)."""
+        await until(lambda: self.log(group).hard_state().commit >= host.status(group).applied)
+        self.metered = True
+
 
 def test_entries_durable_before_a_write_are_applied_while_it_runs() -> None:
     """host.py "Applying during the write": a leader's round that writes new entries
@@ -293,7 +300,7 @@ def test_entries_durable_before_a_write_are_applied_while_it_runs() -> None:
             lead = await elected(hosts, "a")
             await hosts[lead].propose("a", b"first")
             store = stores[lead]
-            store.metered = True
+            await store.meter_when_settled(hosts[lead], "a")
             first = asyncio.ensure_future(hosts[lead].propose("a", b"A"))
             index = store.log("a").last_index() + 1
             followers = {n for n in NODES if n != lead}

@@ -11,6 +11,7 @@ bootstrap snapshot is durable across a restart.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +33,9 @@ from tests.raft.test_host import (
 )
 
 GROUP = "g"
+# Elections slow enough that a leader whose disk a test stalls keeps its term (on a loaded
+# machine, CFG's 200 ms timeout passed while the stalled leader sent nothing: CI flake).
+STALL_CFG = dataclasses.replace(CFG, election_tick=50, liveness_ticks=50)
 
 
 async def start_hosts(names: tuple[str, ...]) -> tuple[dict[str, RaftHost], dict[str, ListMachine]]:
@@ -124,7 +128,7 @@ def test_a_change_committed_during_a_write_is_in_effect_when_it_resolves() -> No
         net = MemoryNetwork()
         stores = {n: CountedPermits() for n in names}
         hosts = {
-            n: RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=CFG)
+            n: RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=STALL_CFG)
             for n in names
         }
         machines = {n: ListMachine() for n in names}
@@ -136,7 +140,7 @@ def test_a_change_committed_during_a_write_is_in_effect_when_it_resolves() -> No
             lead = await elected(hosts, GROUP)
             await propose_all(hosts[lead], "a", 1)  # the leader committed in its term
             store = stores[lead]
-            store.metered = True
+            await store.meter_when_settled(hosts[lead], GROUP)
             change = asyncio.ensure_future(
                 hosts[lead].propose_conf_change(GROUP, ConfChange(ConfChangeType.ADD_LEARNER, "n4"))
             )
