@@ -1,4 +1,5 @@
-"""Fixtures for the chaos harness tests: loopback upstream servers and a bound Toxiproxy client.
+"""Fixtures for the chaos harness tests: loopback upstream servers, a bound Toxiproxy client,
+and ``cluster``, a started 3-node ``ChaosCluster`` (a test module may define its own).
 
 Everything a fixture opens (servers, threads, sockets) is closed at teardown.
 """
@@ -9,11 +10,14 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, suppress
+from pathlib import Path
 
 import pytest
 from toxiproxy import Proxy, Toxiproxy
 from toxiproxy.api import APIConsumer
 
+from raftstream.chaos.cluster import ChaosCluster
+from raftstream.chaos.proxyctl import start_toxiproxy
 from raftstream.chaos.toxiproxy_server import ServerThread, split_host_port
 
 IO_TIMEOUT_S = 5.0
@@ -132,3 +136,13 @@ def connect() -> Iterator[Callable[[Proxy], socket.socket]]:
             return stack.enter_context(sock)
 
         yield open_to
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ChaosCluster]:
+    """Three nodes behind per-link proxies, started; killed and removed at teardown."""
+    with start_toxiproxy() as proxies:
+        c = ChaosCluster(size=3, run_dir=tmp_path / "data", proxies=proxies)
+        with c:
+            c.start()
+            yield c

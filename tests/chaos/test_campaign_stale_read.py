@@ -12,27 +12,15 @@ deposed before it reads.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import raftstream
 from raftstream import errors
 from raftstream.chaos.cluster import ChaosCluster, wait_for
-from raftstream.chaos.proxyctl import start_toxiproxy
 
 STREAM = "KV"
 SUBJECT = "kv.k0"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ChaosCluster]:
-    with start_toxiproxy() as proxies:
-        c = ChaosCluster(size=3, run_dir=tmp_path / "data", proxies=proxies)
-        with c:
-            c.start()
-            yield c
 
 
 def new_leader(cluster: ChaosCluster, old: str) -> str | None:

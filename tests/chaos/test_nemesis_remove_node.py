@@ -5,7 +5,6 @@ again. The campaigns judge what the workloads saw meanwhile; this checks the fau
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,18 +12,8 @@ import pytest
 from raftstream.chaos.cluster import ChaosCluster, wait_for
 from raftstream.chaos.history import History
 from raftstream.chaos.nemesis import NEMESES, NemesisContext
-from raftstream.chaos.proxyctl import start_toxiproxy
 
 STATE_WAIT_S = 30.0
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ChaosCluster]:
-    with start_toxiproxy() as proxies:
-        c = ChaosCluster(size=3, run_dir=tmp_path / "data", proxies=proxies)
-        with c:
-            c.start()
-            yield c
 
 
 def _removed(c: ChaosCluster, via: str, name: str) -> bool | None:

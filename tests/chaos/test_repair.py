@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -24,7 +22,6 @@ import raftstream
 from raftstream.chaos.campaign import read_node_contents
 from raftstream.chaos.cluster import ChaosCluster, wait_for
 from raftstream.chaos.nemesis import corrupt_file
-from raftstream.chaos.proxyctl import start_toxiproxy
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 
@@ -33,15 +30,6 @@ BEFORE = 300  # acknowledged before the damage
 AFTER = 50  # acknowledged while the damaged node is down or being repaired
 REPAIR_WAIT_S = 90.0
 CATCH_UP_WAIT_S = 60.0
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ChaosCluster]:
-    with start_toxiproxy() as proxies:
-        c = ChaosCluster(size=3, run_dir=tmp_path / "data", proxies=proxies)
-        with c:
-            c.start()
-            yield c
 
 
 async def publish(servers: list[str], lo: int, hi: int, acked: dict[int, int]) -> None:
