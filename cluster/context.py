@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -162,6 +162,22 @@ class ServiceContext:
             return True
         _, progress = followers(self.host, META_GROUP)
         return any(f.name == node and f.active for f in progress)
+
+    def nodes_not_reading(self, feature: str, *, exempt: Collection[str] = ()) -> list[str]:
+        """The nodes that may still apply the meta log (every node but this one, removed
+        ones, and ``exempt``) that have not described themselves as reading log feature
+        ``feature`` (a version from before it, or not heard from yet): a meta entry of that
+        kind would halt them, so the leader proposes none while this is not empty."""
+        described = self.peer_descriptions()
+        removed = self.meta.state.removed_peers
+        return [
+            n
+            for n in self.nodes.names()
+            if n != self.node_id
+            and n not in removed
+            and n not in exempt
+            and (n not in described or feature not in described[n].log_features)
+        ]
 
     def account_limits(self, account: str) -> AccountLimits:
         """The account's limits (none without ``[auth]``)."""

@@ -96,6 +96,8 @@ __all__ = [
     "RepairClient",
     "RepairGate",
     "RepairServicer",
+    "meta_conf_change",
+    "meta_learner_caught_up",
     "prepare",
     "scrub_raft_env",
     "seek_cluster",
@@ -623,7 +625,7 @@ async def repair_step(ctx: ServiceContext, node: str, repair_id: str) -> rpb.Rep
     if rec is None or rec.repair_id != repair_id:
         if node in voters or node in learners:
             log.info("repair %s: removing %s from the meta group", repair_id, node)
-            await _conf_change(ctx, ConfChange(ConfChangeType.REMOVE, node))
+            await meta_conf_change(ctx, ConfChange(ConfChangeType.REMOVE, node))
             return answer(rpb.REPAIR_PHASE_REMOVING)
         term = host.status(META_GROUP).term
         await meta.propose(
@@ -636,7 +638,7 @@ async def repair_step(ctx: ServiceContext, node: str, repair_id: str) -> rpb.Rep
         return answer(rpb.REPAIR_PHASE_DONE, term)
     if node not in voters and node not in learners:
         log.info("repair %s: adding %s back to the meta group as a learner", repair_id, node)
-        await _conf_change(ctx, ConfChange(ConfChangeType.ADD_LEARNER, node))
+        await meta_conf_change(ctx, ConfChange(ConfChangeType.ADD_LEARNER, node))
         return answer(rpb.REPAIR_PHASE_META_REJOIN, term)
     static_voters, _ = meta_members(founders, ctx.config.meta_voters_max)
     # A founder is a voter if the founding membership made it one; a node added later if
@@ -645,11 +647,9 @@ async def repair_step(ctx: ServiceContext, node: str, repair_id: str) -> rpb.Rep
         node not in founders and len(voters) < ctx.config.meta_voters_max
     )
     if node in learners and voter:
-        commit, followers = host.followers(META_GROUP)
-        lag = {f.name: commit - f.match for f in followers if f.active}
-        if lag.get(node, LEARNER_LAG_MAX_ENTRIES + 1) <= LEARNER_LAG_MAX_ENTRIES:
+        if meta_learner_caught_up(ctx, node):
             log.info("repair %s: %s caught up; promoting it in the meta group", repair_id, node)
-            await _conf_change(ctx, ConfChange(ConfChangeType.ADD_VOTER, node))
+            await meta_conf_change(ctx, ConfChange(ConfChangeType.ADD_VOTER, node))
         return answer(rpb.REPAIR_PHASE_META_REJOIN, term)
     waiting = [
         sa.group
@@ -663,8 +663,19 @@ async def repair_step(ctx: ServiceContext, node: str, repair_id: str) -> rpb.Rep
     return answer(rpb.REPAIR_PHASE_DONE, term)
 
 
-async def _conf_change(ctx: ServiceContext, change: ConfChange) -> None:
+async def meta_conf_change(ctx: ServiceContext, change: ConfChange) -> None:
+    """Meta leader: one membership change of the meta group, resolved once in effect."""
     await ctx.host.propose_conf_change(META_GROUP, change, timeout_ms=CHANGE_TIMEOUT_MS)
+
+
+def meta_learner_caught_up(ctx: ServiceContext, node: str) -> bool:
+    """Meta leader: whether ``node``, a learner of the meta group, is active and within
+    ``LEARNER_LAG_MAX_ENTRIES`` of the commit index (ready to be promoted)."""
+    commit, followers = ctx.host.followers(META_GROUP)
+    return any(
+        f.name == node and f.active and commit - f.match <= LEARNER_LAG_MAX_ENTRIES
+        for f in followers
+    )
 
 
 class RepairServicer(rpbg.RepairServiceServicer):

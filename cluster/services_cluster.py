@@ -44,12 +44,11 @@ from typing import Any
 from raftstream.cluster.config import Address
 from raftstream.cluster.context import ServiceContext, caller_of, time_left
 from raftstream.cluster.descriptions import LOG_FEATURE_NODE_ADD
-from raftstream.cluster.membership import LEARNER_LAG_MAX_ENTRIES
 from raftstream.cluster.meta import NodeAdded, PeerAdded
 from raftstream.cluster.meta_entries import NodeAdd, NodeForget, PeerAdd, PeerRemove
 from raftstream.cluster.meta_group import META_GROUP, meta_members
 from raftstream.cluster.names import validate_node_name
-from raftstream.cluster.repair import CHANGE_TIMEOUT_MS
+from raftstream.cluster.repair import meta_conf_change, meta_learner_caught_up
 from raftstream.cluster.services_streams import group_info, step_down
 from raftstream.errors import InvalidArgumentError, PreconditionError
 from raftstream.proto import raftstream_pb2 as pb
@@ -274,15 +273,8 @@ class ClusterServicer(pbg.ClusterServiceServicer):
 def _check_every_node_reads_node_entries(ctx: ServiceContext, what: str) -> None:
     """``PreconditionError`` unless every node that may still apply the meta log reads
     ``NodeAdd`` and ``NodeForget`` (``LOG_FEATURE_NODE_ADD``): an older one would halt."""
-    described = ctx.peer_descriptions()
-    missing = [
-        n
-        for n in ctx.nodes.names()
-        if n != ctx.node_id
-        and n not in ctx.meta.state.removed_peers
-        and n not in ctx.meta.state.added_nodes  # (added, so run a version that knows it)
-        and (n not in described or LOG_FEATURE_NODE_ADD not in described[n].log_features)
-    ]
+    # An added node runs a version that knows NodeAdd.
+    missing = ctx.nodes_not_reading(LOG_FEATURE_NODE_ADD, exempt=ctx.meta.state.added_nodes)
     if missing:
         raise PreconditionError(
             f"cannot {what} yet: {', '.join(missing)} "
@@ -309,27 +301,15 @@ async def _forget_node(ctx: ServiceContext, name: str, context: Any) -> None:
     host = ctx.host
     if name in host.voters(META_GROUP) or name in host.learners(META_GROUP):
         log.info("forgetting %s: removing it from the meta group", name)
-        await host.propose_conf_change(
-            META_GROUP, ConfChange(ConfChangeType.REMOVE, name), timeout_ms=CHANGE_TIMEOUT_MS
-        )
+        await meta_conf_change(ctx, ConfChange(ConfChangeType.REMOVE, name))
     await ctx.meta.propose(NodeForget(node=name, ts_ns=time.time_ns()), time_left(context))
     log.info("node %s forgotten", name)
-    voters, learners = host.voters(META_GROUP), host.learners(META_GROUP)
-    if len(voters) >= ctx.config.meta_voters_max or not learners:
+    if len(host.voters(META_GROUP)) >= ctx.config.meta_voters_max:
         return
-    commit, followers = host.followers(META_GROUP)
-    caught_up = sorted(
-        f.name
-        for f in followers
-        if f.name in learners and f.active and commit - f.match <= LEARNER_LAG_MAX_ENTRIES
-    )
+    caught_up = [n for n in sorted(host.learners(META_GROUP)) if meta_learner_caught_up(ctx, n)]
     if caught_up:
         log.info("promoting %s to a voter of the meta group", caught_up[0])
-        await host.propose_conf_change(
-            META_GROUP,
-            ConfChange(ConfChangeType.ADD_VOTER, caught_up[0]),
-            timeout_ms=CHANGE_TIMEOUT_MS,
-        )
+        await meta_conf_change(ctx, ConfChange(ConfChangeType.ADD_VOTER, caught_up[0]))
 
 
 async def _add_node(

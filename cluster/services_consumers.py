@@ -171,16 +171,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
             return
         except InvalidArgumentError:
             pass
-        ctx = self._ctx
-        described = ctx.peer_descriptions()
-        state = ctx.meta.state
-        missing = [
-            n
-            for n in ctx.nodes.names()
-            if n != ctx.node_id
-            and n not in state.removed_peers
-            and (n not in described or LOG_FEATURE_LINKED_FILTERS not in described[n].log_features)
-        ]
+        missing = self._ctx.nodes_not_reading(LOG_FEATURE_LINKED_FILTERS)
         if missing:
             raise PreconditionError(
                 f"filter_subject: {', '.join(missing)} {'runs' if len(missing) == 1 else 'run'}"

@@ -4,11 +4,12 @@ an earlier version would refuse it when applying, and its meta state would diffe
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from types import MethodType, SimpleNamespace
 from typing import Any
 
 import pytest
 
+from raftstream.cluster.context import ServiceContext
 from raftstream.cluster.descriptions import LOG_FEATURE_LINKED_FILTERS, LOG_FEATURES
 from raftstream.cluster.services_consumers import ConsumerServicer
 from raftstream.engine.consumer_config import ConsumerConfig
@@ -27,6 +28,7 @@ def _servicer(stream: StreamConfig, features: dict[str, frozenset[str] | None]) 
         meta=SimpleNamespace(state=SimpleNamespace(removed_peers=frozenset())),
         nodes=SimpleNamespace(names=lambda: ["n1", *features]),
     )
+    ctx.nodes_not_reading = MethodType(ServiceContext.nodes_not_reading, ctx)
     return ConsumerServicer(ctx)  # type: ignore[arg-type]
 
 
