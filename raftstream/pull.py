@@ -1,9 +1,17 @@
 """Pull subscriptions: ``fetch(batch, timeout)`` over the ``Fetch`` server stream.
 
-One ``fetch`` is one pull request, served by the consumer's leader (the stream's leader):
-it waits up to ``timeout`` seconds for up to ``batch`` messages and returns what arrived.
-The request's ``expires`` is set a little inside the timeout so the server ends it with
-``408 Request Timeout`` before the RPC deadline cuts it.
+Pull requests are served by the consumer's leader (the stream's leader).
+
+What a fetch waits for (as nats.py's ``fetch``). ``fetch(batch, timeout)`` first asks for
+what is there now: a ``no_wait`` request, which the node answers at once with up to
+``batch`` messages (ending it with 404 when it had none, 408 after part of the batch). Any
+message it brought is returned at once, so a fetch of 100 with 3 messages waiting returns
+those 3 without waiting out its timeout. Only when nothing was there does it wait: a
+request that waits up to ``timeout`` seconds for up to ``batch`` messages and returns what
+arrived (the whole batch, or what came before the request expired). That request's
+``expires`` is set a little inside the timeout so the server ends it with
+``408 Request Timeout`` before the RPC deadline cuts it. A fetch of one message skips the
+first request: its first message is its whole batch.
 
 Statuses (JetStream's pull outcomes): ``100 Idle Heartbeat`` keeps the request alive and is
 never surfaced; ``404``/``408`` end the request; with no message received they raise
@@ -21,14 +29,16 @@ messages received so far are returned).
 A failure before the first message (NOT_LEADER with a hint, a server that cannot be
 reached) is retried within the timeout: no message was delivered, so nothing is lost.
 
-Prefetch (``fetch(..., prefetch=True)``). A fetch costs at least one commit on the server
-(its deliveries are replicated before they are sent), so a loop of fetch, process, ack pays
-that latency once per batch while the caller works and the server idles. With ``prefetch``,
-the fetch returns as usual and then leaves the NEXT pull request (same batch size and
-timeout) outstanding: its deliveries commit while the caller processes this batch, and the
-next ``fetch`` (with or without ``prefetch``) takes them first. At most one prefetched
-request is outstanding, so the subscription holds at most one batch beyond what the caller
-has; the consumer's ``max_ack_pending`` still bounds everything. The price: prefetched
+Prefetch (``fetch(..., prefetch=True)``). A fetch costs a call and the node's work of
+deciding and sending its batch, so a loop of fetch, process, ack pays that latency once per
+batch while the caller works and the server idles. With ``prefetch``, the fetch returns as
+usual and then sends the NEXT pull request (same batch size; like a fetch's first request,
+``no_wait``: what is there then) without waiting for it: its messages travel while the
+caller processes this batch, and the next ``fetch`` (with or without ``prefetch``) takes
+them first, waiting only for that request to end; when it brought nothing, that fetch makes
+its own requests. At most one prefetched request is outstanding, so the subscription holds
+at most one batch beyond what the caller has; the consumer's ``max_ack_pending`` still
+bounds everything. The price: prefetched
 messages are delivered to this subscription (pending on the server) before the caller asks
 for them. If the caller stops fetching, call ``cancel_prefetch()``: it ends the request and
 -NAKs the messages it brought, so they are redelivered at once; otherwise (or for those
@@ -238,7 +248,9 @@ class PullSubscription:
         heartbeat: float | None = None,
         prefetch: bool = False,
     ) -> list[Msg]:
-        """Up to ``batch`` messages within ``timeout`` seconds (None: the client's timeout).
+        """Up to ``batch`` messages within ``timeout`` seconds (None: the client's timeout):
+        the messages there now, at once, else those that come while it waits (module
+        docstring, "What a fetch waits for").
 
         A ``timeout`` above ``REQUEST_WAIT_MAX_S`` (30 s) is a series of pull requests, each
         within a node's call cap. Messages a previous ``prefetch`` brought come first.
@@ -265,6 +277,10 @@ class PullSubscription:
         deadline = loop.time() + timeout_s
         msgs = await self._from_ahead(batch, timeout_s)
         left_s = deadline - loop.time()
+        if not msgs and batch > 1 and left_s > 0:
+            # What is there now, at once (module docstring, "What a fetch waits for").
+            msgs = await self._request(batch, left_s, None, no_wait=True)
+            left_s = deadline - loop.time()
         while not msgs and left_s > 0:
             wait_s = min(left_s, REQUEST_WAIT_MAX_S)
             if wait_s == left_s:
@@ -282,13 +298,21 @@ class PullSubscription:
         return msgs
 
     async def _request(
-        self, batch: int, timeout_s: float, heartbeat: float | None, out: _Outcome | None = None
+        self,
+        batch: int,
+        timeout_s: float,
+        heartbeat: float | None,
+        out: _Outcome | None = None,
+        *,
+        no_wait: bool = False,
     ) -> list[Msg]:
-        """One pull request, retried (tenacity, in the router) until its first message."""
+        """One pull request, retried (tenacity, in the router) until its first message.
+        ``no_wait``: the node answers with what it has now and ends the request (404 when
+        nothing, 408 after part of the batch), rather than waiting for the batch."""
 
         async def invoke(stubs: Stubs, left_s: float) -> list[Msg]:
             fresh = out if out is not None else _Outcome()
-            return await self._one_request(stubs, batch, left_s, heartbeat, fresh)
+            return await self._one_request(stubs, batch, left_s, heartbeat, fresh, no_wait)
 
         msgs: list[Msg] = await self._router.call(
             self._stream, invoke, timeout_s=timeout_s, idempotent=True
@@ -316,9 +340,9 @@ class PullSubscription:
             return
         out = _Outcome()
         loop = asyncio.get_running_loop()
-        task = loop.create_task(
-            self._request(batch, timeout_s, heartbeat, out), name=f"prefetch-{self._consumer}"
-        )
+        # Like a fetch's first request: what is there now (a batch of one: the first to come).
+        request = self._request(batch, timeout_s, heartbeat, out, no_wait=batch > 1)
+        task = loop.create_task(request, name=f"prefetch-{self._consumer}")
         task.add_done_callback(_retrieve)
         self._ahead = _Ahead(batch, out, task)
         issued = loop.create_task(out.issued.wait())
@@ -358,7 +382,13 @@ class PullSubscription:
             with contextlib.suppress(errors.NotFoundError):
                 await self._delete()
 
-    def _request_pb(self, batch: int, left_s: float, heartbeat: float | None) -> pb.FetchRequest:
+    def _request_pb(
+        self, batch: int, left_s: float, heartbeat: float | None, no_wait: bool
+    ) -> pb.FetchRequest:
+        if no_wait:  # answered at once: no expiry, no heartbeat
+            return pb.FetchRequest(
+                stream=self._stream, consumer=self._consumer, batch=batch, no_wait=True
+            )
         margin_s = min(left_s * EXPIRES_MARGIN_FRACTION, EXPIRES_MARGIN_MAX_S)
         expires_ns = int((left_s - margin_s) * NS_PER_S)
         return pb.FetchRequest(
@@ -370,16 +400,23 @@ class PullSubscription:
         )
 
     async def _one_request(
-        self, stubs: Stubs, batch: int, left_s: float, heartbeat: float | None, out: _Outcome
+        self,
+        stubs: Stubs,
+        batch: int,
+        left_s: float,
+        heartbeat: float | None,
+        out: _Outcome,
+        no_wait: bool,
     ) -> list[Msg]:
         """One Fetch call, its messages collected in ``out`` as they arrive (a retry after a
         failure before the first message reuses it); raises only when it failed before any
         message."""
-        call = stubs.consume.Fetch(self._request_pb(batch, left_s, heartbeat), timeout=left_s)
+        request = self._request_pb(batch, left_s, heartbeat, no_wait)
+        call = stubs.consume.Fetch(request, timeout=left_s)
         out.issued.set()
         out.error = None
         try:
-            await self._read(call, out, heartbeat)
+            await self._read(call, out, None if no_wait else heartbeat)
         except grpc.RpcError as err:
             out.error = from_rpc_error(err)
         finally:

@@ -37,9 +37,14 @@ def status(code: int, description: str) -> pb.FetchResponse:
     return pb.FetchResponse(status=pb.PullStatus(code=code, description=description))
 
 
-def serve_fetch(node: FakeNode, *responses: pb.FetchResponse) -> None:
+def serve_fetch(
+    node: FakeNode, *responses: pb.FetchResponse, now: tuple[pb.FetchResponse, ...] = ()
+) -> None:
+    """Serve a waiting request ``responses``; a no_wait one (a fetch's first request for
+    more than one message) ``now``, else 404 (nothing there yet), as a node would."""
+
     async def fetch(req: Any, ctx: Any) -> AsyncIterator[pb.FetchResponse]:
-        for resp in responses:
+        for resp in (now or (status(404, "No Messages"),)) if req.no_wait else responses:
             yield resp
 
     node.on("Fetch", fetch)
@@ -73,8 +78,15 @@ def test_fetch_returns_messages_skipping_heartbeats_and_sends_the_request():
                 2,
             )
             assert meta.account == "$G" and meta.domain is None
-            req = node.calls_to("Fetch")[0].request
-            assert (req.stream, req.consumer, req.batch) == ("ORDERS", "C", 10)
+            first, req = (c.request for c in node.calls_to("Fetch"))
+            # First what is there now (nothing), then a request that waits.
+            assert (first.batch, first.no_wait, first.expires_ns, first.idle_heartbeat_ns) == (
+                10,
+                True,
+                0,
+                0,
+            )
+            assert (req.stream, req.consumer, req.batch, req.no_wait) == ("ORDERS", "C", 10, False)
             assert req.idle_heartbeat_ns == NS // 2
             # The server must end the request (408) before the RPC deadline does.
             assert 0 < req.expires_ns < 2 * NS
@@ -92,7 +104,39 @@ def test_an_empty_fetch_raises_a_timeout(code: int):
                     await (await bound(rs)).fetch(5, timeout=1.0)
                 with pytest.raises(TimeoutError):  # as nats.py's fetch timeout is
                     await (await bound(rs)).fetch(5, timeout=1.0)
-            assert len(node.calls_to("Fetch")) == 2  # a status is an answer: no retry
+            # A status is an answer, so no retry: each fetch is its no_wait request, then
+            # the request that waited.
+            assert [c.request.no_wait for c in node.calls_to("Fetch")] == [True, False] * 2
+
+    run(main())
+
+
+def test_messages_there_now_are_returned_at_once_without_a_request_that_waits():
+    """pull.py "What a fetch waits for": a fetch of 10 with 3 messages there gets those 3
+    from its no_wait request (ended by 408) and returns; it makes no request that waits."""
+
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            there = pb.FetchResponse(messages=[msg(1), msg(2), msg(3)])
+            serve_fetch(node, status(408, "never asked"), now=(there, status(408, "partial")))
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                got = await (await bound(rs)).fetch(10, timeout=30.0)
+            assert [m.metadata.stream_seq for m in got] == [1, 2, 3]
+            assert [c.request.no_wait for c in node.calls_to("Fetch")] == [True]
+
+    run(main())
+
+
+def test_a_fetch_of_one_message_makes_only_the_request_that_waits():
+    async def main() -> None:
+        async with Nodes(1) as (node,):
+            serve_fetch(node, pb.FetchResponse(messages=[msg(1)]))
+            async with await raftstream.connect([node.addr], timeout=5) as rs:
+                got = await (await bound(rs)).fetch(1, timeout=2.0)
+            assert [m.metadata.stream_seq for m in got] == [1]
+            (req,) = (c.request for c in node.calls_to("Fetch"))
+            assert (req.batch, req.no_wait) == (1, False)
+            assert 0 < req.expires_ns < 2 * NS
 
     run(main())
 
@@ -299,9 +343,10 @@ def test_a_fetch_whose_heartbeats_stop_is_abandoned_with_unavailable():
 
 
 class FetchSequence:
-    """A Fetch handler serving each call its own list of messages (1-based seqs), then
-    holding the call open until cancelled when the list is shorter than the batch (as the
-    server does while it waits for messages), or ending it when the batch is complete."""
+    """A Fetch handler serving each call its own list of messages (1-based seqs), then,
+    when the list is shorter than the batch, ending a no_wait call (404 or 408, as the
+    server does) and holding any other open until cancelled (as the server does while it
+    waits for messages); a call whose batch is complete ends."""
 
     def __init__(self, *batches: list[int]) -> None:
         self.batches = list(batches)
@@ -315,6 +360,9 @@ class FetchSequence:
             if seqs:
                 yield pb.FetchResponse(messages=[msg(s) for s in seqs])
             if len(seqs) < req.batch:
+                if req.no_wait:
+                    yield status(408, "Request Timeout") if seqs else status(404, "No Messages")
+                    return
                 await asyncio.Event().wait()  # until the client cancels the call
         finally:
             self.ended += 1
@@ -338,6 +386,8 @@ def test_prefetch_leaves_the_next_request_outstanding_and_the_next_fetch_takes_i
             got = [[m.metadata.stream_seq for m in b] for b in (first, second, third)]
             assert got == [[1, 2], [3, 4], [5, 6]]
             assert [r.batch for r in fetches.requests] == [2, 2, 2]
+            # Each asks for what is there (the prefetch too), as a fetch's first request.
+            assert [r.no_wait for r in fetches.requests] == [True, True, True]
 
     run(main())
 
@@ -367,7 +417,7 @@ def test_cancel_prefetch_ends_the_request_and_naks_what_no_fetch_returned():
 
     async def main() -> None:
         async with Nodes(1) as (node,):
-            fetches = FetchSequence([1, 2], [3])  # the prefetch gets 3, then waits for more
+            fetches = FetchSequence([1, 2], [3])  # the prefetch gets 3, and ends (no_wait)
             node.on("Fetch", fetches.handler)
             recorder = AckRecorder()
             node.on("AckStream", recorder.handler)
