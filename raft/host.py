@@ -7,9 +7,9 @@ The driver loop is the only code that touches the cores (``RaftNode``). Each rou
    their groups;
 2. collects the Ready of every group that has one;
 3. writes all of them in ONE storage transaction with ONE fsync, on the single writer thread
-   (LMDB write transactions are bound to a thread; the event loop never blocks on disk);
-   a Ready whose only change is a higher commit index is not worth an fsync of its own
-   (see "Commit index" below);
+   (LMDB write transactions are bound to a thread), or on the loop when the round only
+   follows (see "Following rounds write on the loop" below); a Ready whose only change is a
+   higher commit index is not worth an fsync of its own (see "Commit index" below);
 4. THEN sends their messages, one batch per peer for all groups (so one round's heartbeats
    to a peer travel as one coalesced heartbeat); a leader's appends leave before the write
    instead (see "The leader writes in parallel" below);
@@ -94,6 +94,17 @@ sends nothing before its term and vote are written: a crash could otherwise let 
 twice in that term). Votes, vote responses, acknowledgements and everything a follower
 sends keep persist-before-send.
 
+Following rounds write on the loop (``HostConfig.inline_follower_writes``). A round that
+sent no append early (no group here leads with new entries) has nothing to do while its
+write runs: its messages (a follower's acknowledgements, votes) wait for the write anyway.
+Such a round writes on the event loop itself, while nothing runs on the writer thread
+(``_writer_jobs``: storage writes stay one at a time), instead of handing the write to the
+writer thread and back: that hand-off cost about 110 us of CPU and two thread wake-ups per
+replicated round, on the follower's side of every commit. Measured on the 3-node cluster
+bench (docs/cluster-design.md, "Commit latency in the Raft host"): R3 sync publishes
+6-13 % faster and 8-15 % less CPU per publish. The price: while such a write waits for the
+disk, the node's loop does nothing else (its Raft rounds waited for the write already).
+
 Applying during the write. A round's committed entries that were durable here before the
 round's write began (every one below the first entry the round writes; none when the round
 installs a snapshot) are applied while that write runs, not after it: under load a round
@@ -147,7 +158,7 @@ import heapq
 import itertools
 import logging
 import random
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,13 +311,25 @@ class RaftHost:
         self._late_ticks: list[_Group] = []
         self._snapshot_jobs = 0  # groups with a snapshot job running (``SNAPSHOT_JOBS_MAX``)
         self._wake = asyncio.Event()
-        # The one writer thread: every storage write happens there, one at a time.
+        # The one writer thread: every storage write happens there, one at a time, except a
+        # following round's, on the loop while no job is queued there (module docstring).
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="raft-writer")
+        self._writer_jobs = 0  # submitted to the writer thread and not seen done on the loop
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._failure: BaseException | None = None
         self.rounds = 0  # rounds that had work (a Ready), for observers and tests
         self.ticks = 0
+
+    def _on_writer(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """Run a storage write on the writer thread (FIFO: after those queued there)."""
+        self._writer_jobs += 1
+        fut = asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+        fut.add_done_callback(self._writer_job_done)
+        return fut
+
+    def _writer_job_done(self, _: asyncio.Future[Any]) -> None:
+        self._writer_jobs -= 1
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -426,9 +449,7 @@ class RaftHost:
             snap = Snapshot(SnapshotMeta(1, 1, conf), state_machine.snapshot(group))
             write = GroupWrite(group, HardState(term=1, commit=1), snapshot=snap)
             # Durable before the group runs: its first message may vouch for it.
-            await asyncio.get_running_loop().run_in_executor(
-                self._writer, self._storage.write_batch, [write]
-            )
+            await self._on_writer(self._storage.write_batch, [write])
         self.join_group(group, state_machine=state_machine, on_leader_change=on_leader_change)
 
     def join_group(
@@ -459,9 +480,7 @@ class RaftHost:
             return
         write = GroupWrite(group, HardState(term=term, commit=hs.commit))
         # Durable before the group starts: its first answer may rest on this term.
-        await asyncio.get_running_loop().run_in_executor(
-            self._writer, self._storage.write_batch, [write]
-        )
+        await self._on_writer(self._storage.write_batch, [write])
 
     async def remove_group(self, group: str) -> None:
         """Stop the replica of ``group`` and delete its log durably. Its waiting proposals
@@ -472,9 +491,7 @@ class RaftHost:
             self._fail_group(g, NotFoundError(f"group {group} removed; outcome unknown"))
         self._dirty.discard(group)
         # On the writer thread, after any write already queued there (FIFO executor).
-        await asyncio.get_running_loop().run_in_executor(
-            self._writer, self._storage.remove_group, group
-        )
+        await self._on_writer(self._storage.remove_group, group)
 
     def groups(self) -> list[str]:
         return sorted(self._groups)
@@ -889,10 +906,14 @@ class RaftHost:
             # their acknowledgements are stepped only in a later round, after this write).
             early = self._send_appends_early(readies)
             # fsync-before-send for everything else: one transaction for every group.
-            written = asyncio.get_running_loop().run_in_executor(
-                self._writer, self._storage.write_batch, writes
-            )
-            if all(
+            written: asyncio.Future[Any] | None = None
+            if not early and self.config.inline_follower_writes and not self._writer_jobs:
+                # Nothing to overlap with the write (module docstring, "Following rounds
+                # write on the loop").
+                self._storage.write_batch(writes)
+            else:
+                written = self._on_writer(self._storage.write_batch, writes)
+            if written is not None and all(
                 id(m) in early or m.type == MessageType.HEARTBEAT
                 for _, rd in readies
                 for m in rd.messages
@@ -901,7 +922,8 @@ class RaftHost:
                 # docstring, "Applying during the write"); never ahead of messages that
                 # wait for the write, such as a follower's acknowledgements.
                 applied_early = self._apply_durable(readies)
-            await written
+            if written is not None:
+                await written
             self._written(writes)
         if not readies:
             return

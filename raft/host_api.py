@@ -91,6 +91,9 @@ class HostConfig:
     # Off: a follower learns a new commit index with its next append or heartbeat (a tick
     # later at the latest) instead of from a message of its own (RaftConfig.commit_notices).
     commit_notices: bool = False
+    # A round that sends no append early writes on the loop rather than the writer thread
+    # (host.py, "Following rounds write on the loop").
+    inline_follower_writes: bool = True
 
     def __post_init__(self) -> None:
         for name in (

@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+import raftstream
+
 _SCRIPT = """
 {prelude}
 import grpc
@@ -59,3 +61,48 @@ def test_importing_raftstream_quiets_grpc_core_info_lines(
     prelude: str, verbosity: str | None, printed: bool
 ) -> None:
     assert bool(_info_lines(prelude, verbosity)) is printed
+
+
+# -- the I/O engine (raftstream/__init__.py, GRPC_EXPERIMENTS_DEFAULT) -------------------------
+
+
+def _tcp_sources(prelude: str, experiments: str | None) -> set[str]:
+    """The core's source files that log the TCP trace of a health check: ``tcp_posix.cc``
+    is the older engine's endpoint (iomgr), ``endpoint.cc`` the EventEngine's."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GRPC_TRACE", "GRPC_EXPERIMENTS")}
+    env.update(GRPC_TRACE="tcp", GRPC_VERBOSITY="INFO")
+    if experiments is not None:
+        env["GRPC_EXPERIMENTS"] = experiments
+    res = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(prelude=prelude)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    return {
+        source
+        for line in res.stderr.splitlines()
+        if line.startswith("I")
+        for source in ("tcp_posix.cc", "endpoint.cc")
+        if f" {source}:" in line
+    }
+
+
+@pytest.mark.skipif(
+    raftstream._grpcio_version() != raftstream.GRPC_EXPERIMENTS_TESTED,
+    reason="the I/O engine default applies to the grpcio version it was measured on",
+)
+@pytest.mark.parametrize(
+    ("prelude", "experiments", "sources"),
+    [
+        ("", None, {"endpoint.cc"}),  # grpc alone: the EventEngine endpoints
+        ("import raftstream", None, {"tcp_posix.cc"}),
+        ("import raftstream", "", {"endpoint.cc"}),  # the user's setting wins, even empty
+    ],
+)
+def test_importing_raftstream_puts_grpc_client_and_listener_io_on_the_older_engine(
+    prelude: str, experiments: str | None, sources: set[str]
+) -> None:
+    assert _tcp_sources(prelude, experiments) == sources

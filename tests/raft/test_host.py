@@ -130,10 +130,18 @@ def start_hosts(
     return hosts, stores
 
 
+# Hosts whose storage the test stalls: elections slow enough that a stalled leader keeps its
+# term, and every write on the writer thread (a write on the loop, as a following round's
+# is, would stall the loop that all the hosts and the test share: host.py, "Following
+# rounds write on the loop").
+STALL_CFG = dataclasses.replace(
+    CFG, election_tick=50, liveness_ticks=50, inline_follower_writes=False
+)
+
+
 def start_stalling_hosts(make_storage: Callable[[], S]) -> tuple[dict[str, RaftHost], dict[str, S]]:
-    """``start_hosts`` on storages the test can stall, with elections slow enough that a
-    stalled leader keeps its term."""
-    return start_hosts(make_storage, dataclasses.replace(CFG, election_tick=50, liveness_ticks=50))
+    """``start_hosts`` on storages the test can stall (``STALL_CFG``)."""
+    return start_hosts(make_storage, STALL_CFG)
 
 
 def acks_waiting(host: RaftHost, index: int) -> set[str]:
@@ -207,6 +215,48 @@ def test_a_commit_index_alone_costs_no_write_and_reaches_storage_by_the_next_tic
             await stop_all(hosts)
 
     run(scenario)
+
+
+class ThreadNoting(MemoryLogStorage):
+    """Notes the thread of each write and whether it wrote entries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str, bool]] = []
+
+    def write_batch(self, writes: Sequence[GroupWrite]) -> None:
+        entries = any(w.entries for w in writes)
+        self.writes.append((threading.current_thread().name, entries))
+        super().write_batch(writes)
+
+
+def test_following_rounds_write_on_the_loop_and_leading_ones_on_the_writer_thread() -> None:
+    """host.py "Following rounds write on the loop": a follower's round (nothing to send
+    early) writes on the loop; the leader's rounds with new entries write on the writer
+    thread while its appends travel; with ``inline_follower_writes`` off, every write is on
+    the writer thread."""
+
+    async def scenario(inline: bool) -> None:
+        cfg = dataclasses.replace(CFG, inline_follower_writes=inline)
+        hosts, stores = start_hosts(ThreadNoting, cfg)
+        try:
+            lead = await elected(hosts, "a")
+            for i in range(5):
+                await hosts[lead].propose("a", b"%d" % i)
+            loop_thread = threading.current_thread().name
+            for n in NODES:
+                with_entries = {t for t, entries in stores[n].writes if entries}
+                if n == lead:
+                    assert loop_thread not in with_entries
+                elif inline:
+                    assert with_entries == {loop_thread}, with_entries
+                else:
+                    assert loop_thread not in with_entries
+        finally:
+            await stop_all(hosts)
+
+    run(lambda: scenario(True))
+    run(lambda: scenario(False))
 
 
 class GatedStorage(MemoryLogStorage):

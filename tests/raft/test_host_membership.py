@@ -11,7 +11,6 @@ bootstrap snapshot is durable across a restart.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from raftstream.raft.transport import MemoryNetwork, MemoryTransport
 from raftstream.raft.types import ConfChange, ConfChangeType, Role
 from tests.raft.test_host import (
     CFG,
+    STALL_CFG,
     ListMachine,
     PermitStorage,
     acks_waiting,
@@ -33,9 +33,9 @@ from tests.raft.test_host import (
 )
 
 GROUP = "g"
-# Elections slow enough that a leader whose disk a test stalls keeps its term (on a loaded
-# machine, CFG's 200 ms timeout passed while the stalled leader sent nothing: CI flake).
-STALL_CFG = dataclasses.replace(CFG, election_tick=50, liveness_ticks=50)
+# STALL_CFG (test_host.py): elections slow enough that a leader whose disk a test stalls
+# keeps its term (on a loaded machine, CFG's 200 ms timeout passed while the stalled leader
+# sent nothing: CI flake), and every write on the writer thread, which the test stalls.
 
 
 async def start_hosts(names: tuple[str, ...]) -> tuple[dict[str, RaftHost], dict[str, ListMachine]]:
