@@ -38,12 +38,11 @@ caller processes this batch, and the next ``fetch`` (with or without ``prefetch`
 them first, waiting only for that request to end; when it brought nothing, that fetch makes
 its own requests. At most one prefetched request is outstanding, so the subscription holds
 at most one batch beyond what the caller has; the consumer's ``max_ack_pending`` still
-bounds everything. The price: prefetched
-messages are delivered to this subscription (pending on the server) before the caller asks
-for them. If the caller stops fetching, call ``cancel_prefetch()``: it ends the request and
--NAKs the messages it brought, so they are redelivered at once; otherwise (or for those
-still in flight when it is called) they are redelivered after their ack wait, as for any
-client that goes away mid-fetch.
+bounds everything. The price: prefetched messages are delivered to this subscription
+(pending on the server) before the caller asks for them. If the caller stops fetching, call
+``cancel_prefetch()``: it ends the request and -NAKs the messages it brought, so they are
+redelivered at once; otherwise (or for those still in flight when it is called) they are
+redelivered after their ack wait, as for any client that goes away mid-fetch.
 """
 
 from __future__ import annotations
