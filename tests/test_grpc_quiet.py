@@ -33,11 +33,11 @@ server.stop(None).wait()
 """
 
 
-def _info_lines(prelude: str, verbosity: str | None) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("GRPC_VERBOSITY", "GRPC_TRACE")}
-    env["GRPC_TRACE"] = "http"
-    if verbosity is not None:
-        env["GRPC_VERBOSITY"] = verbosity
+def _core_info_lines(prelude: str, **grpc_env: str | None) -> list[str]:
+    """The core's INFO lines on stderr of ``_SCRIPT`` after ``prelude``, run with the
+    GRPC_* variables ``grpc_env`` names (set to its value; unset when None)."""
+    env = {k: v for k, v in os.environ.items() if k not in grpc_env}
+    env.update({k: v for k, v in grpc_env.items() if v is not None})
     res = subprocess.run(
         [sys.executable, "-c", _SCRIPT.format(prelude=prelude)],
         env=env,
@@ -47,6 +47,10 @@ def _info_lines(prelude: str, verbosity: str | None) -> list[str]:
     )
     assert res.returncode == 0, res.stderr
     return [line for line in res.stderr.splitlines() if line.startswith("I")]
+
+
+def _info_lines(prelude: str, verbosity: str | None) -> list[str]:
+    return _core_info_lines(prelude, GRPC_TRACE="http", GRPC_VERBOSITY=verbosity)
 
 
 @pytest.mark.parametrize(
@@ -69,22 +73,12 @@ def test_importing_raftstream_quiets_grpc_core_info_lines(
 def _tcp_sources(prelude: str, experiments: str | None) -> set[str]:
     """The core's source files that log the TCP trace of a health check: ``tcp_posix.cc``
     is the older engine's endpoint (iomgr), ``endpoint.cc`` the EventEngine's."""
-    env = {k: v for k, v in os.environ.items() if k not in ("GRPC_TRACE", "GRPC_EXPERIMENTS")}
-    env.update(GRPC_TRACE="tcp", GRPC_VERBOSITY="INFO")
-    if experiments is not None:
-        env["GRPC_EXPERIMENTS"] = experiments
-    res = subprocess.run(
-        [sys.executable, "-c", _SCRIPT.format(prelude=prelude)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    lines = _core_info_lines(
+        prelude, GRPC_TRACE="tcp", GRPC_VERBOSITY="INFO", GRPC_EXPERIMENTS=experiments
     )
-    assert res.returncode == 0, res.stderr
     return {
         source
-        for line in res.stderr.splitlines()
-        if line.startswith("I")
+        for line in lines
         for source in ("tcp_posix.cc", "endpoint.cc")
         if f" {source}:" in line
     }
