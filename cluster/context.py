@@ -247,7 +247,7 @@ class ServiceContext:
         return self._without_quorum(sa)
 
     def _offline(self, sa: StreamAssignment) -> NoLeaderError:
-        nodes = ", ".join(sa.peers)
+        nodes = ", ".join(sorted(sa.peers))
         return NoLeaderError(
             f"stream {sa.name!r} has no replica online: "
             f"{'its node' if len(sa.peers) == 1 else 'its nodes'} {nodes} "
@@ -284,7 +284,8 @@ class ServiceContext:
         """NO_LEADER that says why, when too many of the stream's replicas are known down
         for any election to win ("no leader yet" read as if waiting would help; a user
         review); None while a quorum is up (an election is the likely reason)."""
-        down = [p for p in sa.peers if p != self.node_id and self.peer_down(p)]
+        # Sorted: the message names them the same way whatever the placement's order.
+        down = sorted(p for p in sa.peers if p != self.node_id and self.peer_down(p))
         need = sa.quorum
         if len(sa.peers) - len(down) >= need:
             return None
