@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -138,11 +138,18 @@ def connect() -> Iterator[Callable[[Proxy], socket.socket]]:
         yield open_to
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[ChaosCluster]:
-    """Three nodes behind per-link proxies, started; killed and removed at teardown."""
+@contextmanager
+def started_cluster(tmp_path: Path, size: int) -> Iterator[ChaosCluster]:
+    """``size`` nodes behind per-link proxies, started; killed and removed on exit."""
     with start_toxiproxy() as proxies:
-        c = ChaosCluster(size=3, run_dir=tmp_path / "data", proxies=proxies)
+        c = ChaosCluster(size=size, run_dir=tmp_path / "data", proxies=proxies)
         with c:
             c.start()
             yield c
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ChaosCluster]:
+    """Three nodes behind per-link proxies, started; killed and removed at teardown."""
+    with started_cluster(tmp_path, 3) as c:
+        yield c

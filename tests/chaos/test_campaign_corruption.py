@@ -20,7 +20,8 @@ import pytest
 import raftstream
 from raftstream.chaos.cluster import ChaosCluster, wait_for
 from raftstream.chaos.nemesis import corrupt_file
-from raftstream.chaos.proxyctl import start_toxiproxy
+
+from .conftest import started_cluster
 
 MESSAGES = 300
 EXIT_WAIT_S = 30.0
@@ -28,11 +29,9 @@ EXIT_WAIT_S = 30.0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ChaosCluster]:
-    with start_toxiproxy() as proxies:
-        c = ChaosCluster(size=1, run_dir=tmp_path / "data", proxies=proxies)
-        with c:
-            c.start()
-            yield c
+    """One node (this module's tests damage its only copy), started as conftest's are."""
+    with started_cluster(tmp_path, 1) as c:
+        yield c
 
 
 async def fill(addr: str) -> None:
