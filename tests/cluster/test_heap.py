@@ -15,26 +15,34 @@ from raftstream.cluster import heap
 from raftstream.cluster.config import Address, NodeConfig
 from raftstream.localnet import free_port
 
-# Freed pieces of 1 MiB with small kept objects between them, twice (as compactions leave
-# the heap): glibc keeps the second round's; ``release`` gives them back.
+# Freed pieces of 1 MiB with small kept objects between them, as compactions leave the heap.
+# Whether glibc gives such pieces back by itself depends on where the kept objects land and
+# on its thresholds, which move as the process allocates (the same probe given to
+# ``python -c`` kept nothing, from a file everything): the probe fixes both thresholds with
+# ``mallopt`` (the pieces come from the heap; ``free`` never trims it), so only ``release``
+# can give the pieces back.
 _PROBE = textwrap.dedent(
     """
-    import gc, os
+    import ctypes, gc, os
     from raftstream.cluster import heap
     from raftstream.procfs import status_kib
+
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    libc = ctypes.CDLL(None)
+    assert libc.mallopt(M_MMAP_THRESHOLD, 16 << 20) == 1
+    assert libc.mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1
 
     def anon_mib():
         return status_kib(os.getpid(), "RssAnon")["RssAnon"] // 1024
 
     before = anon_mib()
     kept = []
-    for _ in range(2):  # the first round's pieces are mmapped, which raises the threshold
-        pieces = []
-        for _ in range(96):
-            pieces.append(os.urandom(1 << 20))
-            kept.append(os.urandom(1000))  # past pymalloc's 512 bytes: from malloc's heap
-        del pieces
-        gc.collect()
+    pieces = []
+    for _ in range(96):
+        pieces.append(os.urandom(1 << 20))
+        kept.append(os.urandom(1000))  # past pymalloc's 512 bytes: from malloc's heap
+    del pieces
+    gc.collect()
     freed = anon_mib()
     released = heap.release()
     print(before, freed, anon_mib(), released)
