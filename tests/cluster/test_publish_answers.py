@@ -93,3 +93,23 @@ def test_the_answer_loop_cancelled_while_waiting_is_cancelled_not_swallowed() ->
             await task
 
     asyncio.run(body())
+
+
+def test_a_publish_cancelled_while_the_loop_waits_on_it_is_answered_and_the_loop_goes_on() -> None:
+    """The head publish's future is cancelled under the waiting answer loop (a relay whose
+    call was cancelled): that publish is answered with its error, and the loop goes on."""
+
+    async def body() -> None:
+        inflight, futs, answers = _call(2)
+        nxt = asyncio.ensure_future(anext(answers))
+        for _ in range(3):  # let it reach the wait on the head's future
+            await asyncio.sleep(0)
+        futs[0].cancel()
+        futs[1].set_result(_ack(2))
+        got = dict(_results(await asyncio.wait_for(nxt, 5)))
+        assert "cancelled" in got[1] and got[2] == "seq 2"
+        inflight.append(None)
+        with pytest.raises(StopAsyncIteration):
+            await anext(answers)
+
+    asyncio.run(body())
