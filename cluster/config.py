@@ -123,10 +123,19 @@ class RaftSettings:
     proposals_pending_max: int = 100_000
     inbox_msgs_max: int = 200_000
     snapshot_entries: int = 10_000
+    ack_linger_ms: int = 5
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            _positive(f"raft.{f.name}", getattr(self, f.name))
+            if f.name != "ack_linger_ms":
+                _positive(f"raft.{f.name}", getattr(self, f.name))
+        linger = self.ack_linger_ms
+        if isinstance(linger, bool) or not isinstance(linger, int):
+            raise InvalidArgumentError("raft.ack_linger_ms", "must be an integer")
+        if linger > INT64_MAX:
+            raise InvalidArgumentError("raft.ack_linger_ms", f"must be at most {INT64_MAX} (int64)")
+        if not 0 <= linger <= self.tick_ms:
+            raise InvalidArgumentError("raft.ack_linger_ms", "must be 0 to raft.tick_ms")
         if self.election_ticks <= self.heartbeat_ticks:
             # A follower must hear several heartbeats before it may time out, or a healthy
             # leader loses its followers to elections.

@@ -1146,6 +1146,7 @@ def _host_config(cfg: NodeConfig) -> HostConfig:
         proposals_pending_max=r.proposals_pending_max,
         inbox_msgs_max=r.inbox_msgs_max,
         snapshot_entries=r.snapshot_entries,
+        lazy_linger_ms=r.ack_linger_ms,
     )
 
 

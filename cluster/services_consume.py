@@ -154,11 +154,14 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         forwarded: bool,
         *,
         patient: bool = True,
+        lazy: bool = False,
     ) -> pb.AckResponse:
         """Apply one ack through the stream leader; answered once the op committed.
         ``patient``: forwarded to a group without a leader, it waits for the next one
         (``ServiceContext.to_stream_leader``): a fire-and-forget ack (AckStream, push) has
-        no sender to retry it; a unary ``Ack``'s sender retries itself."""
+        no sender to retry it; a unary ``Ack``'s sender retries itself. ``lazy``: nobody
+        waits for its answer but a failure (an ``AckStream``'s fire-and-forget ack): its op
+        goes with the group's next Raft round (``StreamGroup.run``)."""
         meta = check_ack(item, self._ctx.config.limits)
         caller().check_read(meta.stream)
         sa = await self._ctx.caught_up(lambda: self._ctx.stream(account, meta.stream))
@@ -166,7 +169,8 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         if g is not None and g.ready:
             try:
                 c = g.leader_consumer(meta.consumer)
-                await g.run(c, _decide_ack(c, item, meta.stream_seq, meta.consumer_seq), timeout_s)
+                decide = _decide_ack(c, item, meta.stream_seq, meta.consumer_seq)
+                await g.run(c, decide, timeout_s, lazy=lazy and item.kind != pb.ACK_KIND_NEXT)
             except (NotLeaderError, NoLeaderError):
                 if forwarded:
                     raise  # the forwarding node follows the hint
@@ -279,7 +283,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
             c.ack_many(known, now)
             return []
 
-        await g.run(c, decide, timeout_s)
+        await g.run(c, decide, timeout_s, lazy=not any(item.sync for item in items))
         return refused
 
     @map_errors
@@ -331,7 +335,8 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
             t.add_done_callback(tasks.discard)
 
         async def one(item: pb.AckItem) -> _Refused:
-            await self.ack_one(item, account, timeout_s, forwarded)  # refusals raise here
+            # Refusals raise here. Lazy: only a failure is answered (docs/cluster-design.md).
+            await self.ack_one(item, account, timeout_s, forwarded, lazy=not item.sync)
             return []
 
         async def ack_grouped(

@@ -481,13 +481,15 @@ class StreamGroup:
 
     # -- proposals -----------------------------------------------------------------------------
 
-    def _propose(self, data: bytes, timeout_s: float | None = None) -> Awaitable[Any]:
+    def _propose(
+        self, data: bytes, timeout_s: float | None = None, *, lazy: bool = False
+    ) -> Awaitable[Any]:
         timeout_ms = self._d.proposal_timeout_ms
         within = answer_within(timeout_s)
         if within is not None:
             timeout_ms = max(1, min(timeout_ms, int(within * 1000)))
         self._d.metrics.proposals.labels("stream").inc()
-        return self._d.host.propose(self.group, data, timeout_ms=timeout_ms)
+        return self._d.host.propose(self.group, data, timeout_ms=timeout_ms, lazy=lazy)
 
     def _watch(self, fut: Awaitable[Any], *, on_error: Callable[[BaseException], None]) -> None:
         async def wait() -> None:
@@ -798,6 +800,7 @@ class StreamGroup:
         timeout_s: float | None,
         *,
         deliver_early: bool = False,
+        lazy: bool = False,
     ) -> asyncio.Future[Any] | None:
         """Run one decision of the leader copy ``c`` at the leader's time, propose the ops
         it recorded, and return once they committed, delivering its events then; with
@@ -806,7 +809,9 @@ class StreamGroup:
         commit then only drops the copies (module docstring). UnavailableError
         (retriable), with nothing decided, when ``c`` is a stale copy (``_stale``). While a
         leadership transfer is in progress it first waits for its end (``_await_transfer``:
-        NOT_LEADER, with nothing decided, when leadership moved)."""
+        NOT_LEADER, with nothing decided, when leadership moved). ``lazy`` (fire-and-forget
+        acks, whose sender waits for no answer): the op goes with the group's next Raft
+        round rather than starting one (``RaftHost.propose``; docs/cluster-design.md)."""
         await self._await_transfer(timeout_s)
         if self._stale(c):
             raise self._stale_copy() if self.is_leader else self.not_leader()
@@ -823,7 +828,7 @@ class StreamGroup:
                 commit = asyncio.ensure_future(self._propose_op_entry(c, ops, timeout_s))
                 self._watch(commit, on_error=self._proposal_failed)
             else:
-                await self._propose_ops(c, ops, timeout_s)
+                await self._propose_ops(c, ops, timeout_s, lazy=lazy)
         except RaftStreamError as exc:
             self._proposal_failed(exc)
             if isinstance(exc, DeadlineExceededError):
@@ -833,14 +838,16 @@ class StreamGroup:
         return commit
 
     def _propose_op_entry(
-        self, c: Consumer, ops: list[Any], timeout_s: float | None
+        self, c: Consumer, ops: list[Any], timeout_s: float | None, *, lazy: bool = False
     ) -> asyncio.Future[Any]:
-        fut = asyncio.ensure_future(self._propose(ops_entry(c.name, ops), timeout_s))
+        fut = asyncio.ensure_future(self._propose(ops_entry(c.name, ops), timeout_s, lazy=lazy))
         self._ops_inflight.add(fut)  # until settled: what ``handing_over`` waits for
         fut.add_done_callback(self._ops_inflight.discard)
         return fut
 
-    async def _propose_ops(self, c: Consumer, ops: list[Any], timeout_s: float | None) -> None:
+    async def _propose_ops(
+        self, c: Consumer, ops: list[Any], timeout_s: float | None, *, lazy: bool = False
+    ) -> None:
         """Propose ops the leader copy ``c`` already applied, surviving the caller's
         cancellation: the host skips a proposal whose future was cancelled, so a caller
         cancelled mid-way (a client gone, a deadline) would leave the copy ahead of a log
@@ -848,7 +855,7 @@ class StreamGroup:
         replica ("new delivery N is behind the cursor"; found by the chaos bridge nemesis on
         5 nodes). Shielded, the proposal goes on; if it then fails, the copies are dropped
         as for any failed proposal."""
-        fut = self._propose_op_entry(c, ops, timeout_s)
+        fut = self._propose_op_entry(c, ops, timeout_s, lazy=lazy)
         try:
             await asyncio.shield(fut)
         except asyncio.CancelledError:

@@ -126,6 +126,16 @@ messages go first, and applying waits until the transport has had them (the host
 once between sending and applying for that, so a long apply never delays an acknowledgement
 its leader's commit waits for).
 
+Lazy proposals (``propose(lazy=True)``). A proposal whose result nobody waits for soon (a
+stream's fire-and-forget acks) starts no round of its own: it waits in the queue, in order
+with every other proposal, until a round takes proposals anyway (an eager proposal of any
+group, or a lazy one's ``HostConfig.lazy_linger_ms`` running out), and goes with it. Rounds
+that only step messages or tick leave it queued. Each round with new entries costs every
+replica a log write (an fsync) and the leader a send per follower, whatever it carries; a
+consumer's acks and the Deliver op of its next pull, a millisecond or two apart, then share
+one. Nothing about commitment changes: a lazy proposal is an ordinary entry once taken, and
+a leadership transfer takes it with the rest of the queue (``transfer_leadership``).
+
 Membership. A group whose membership never changes is started with ``add_group`` (a static
 bootstrap, the same on every replica). One whose membership changes is started with
 ``create_group`` on its initial members and ``join_group`` on a node added later (see
@@ -294,6 +304,11 @@ class RaftHost:
         self._groups: dict[str, _Group] = {}
         self._inbox: collections.deque[Message | _QuiesceNotice] = collections.deque()
         self._proposals: collections.deque[_Proposal] = collections.deque()
+        # Whether a queued proposal asks for a round now, and when the oldest lazy one
+        # queued since the last round does ("Lazy proposals").
+        self._eager = False
+        self._lazy_due: float | None = None
+        self._lazy_timer: asyncio.TimerHandle | None = None
         self._pending = 0  # proposals queued or waiting, against proposals_pending_max
         self._deadlines: list[tuple[float, int, asyncio.Future[Any]]] = []
         self._reads: collections.deque[_Read] = collections.deque()
@@ -346,6 +361,9 @@ class RaftHost:
             self._wake.set()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
+            self._lazy_timer = None
         for g in self._groups.values():
             self._abandon_snapshot(g)  # before the state machines' stores close
         self._fail_all(UnavailableError("raft host stopped; the outcome is unknown"))
@@ -511,9 +529,14 @@ class RaftHost:
         return g
 
     # ------------------------------------------------------------------ proposals
-    def propose(self, group: str, data: bytes, *, timeout_ms: int | None = None) -> Awaitable[Any]:
+    def propose(
+        self, group: str, data: bytes, *, timeout_ms: int | None = None, lazy: bool = False
+    ) -> Awaitable[Any]:
         """Propose ``data`` to ``group``; the awaitable resolves to the state machine's
-        result once the entry is applied here.
+        result once the entry is applied here. ``lazy``: the proposal starts no round of
+        its own; it goes with the next round something else starts, at the latest
+        ``HostConfig.lazy_linger_ms`` later (module docstring, "Lazy proposals"), always
+        in the order proposals were made.
 
         Raises at once NotFoundError for an unknown group and LimitError when
         ``proposals_pending_max`` are pending. The awaitable fails with NotLeaderError
@@ -537,7 +560,13 @@ class RaftHost:
         timeout = self.config.proposal_timeout_ms if timeout_ms is None else timeout_ms
         heapq.heappush(self._deadlines, (loop.time() + timeout / 1000, next(self._seq), fut))
         self._proposals.append(_Proposal(group, data, fut))
-        self._wake.set()
+        if lazy and self.config.lazy_linger_ms:
+            if self._lazy_due is None:
+                self._lazy_due = loop.time() + self.config.lazy_linger_ms / 1000
+                self._lazy_timer = loop.call_at(self._lazy_due, self._wake.set)
+        else:
+            self._eager = True
+            self._wake.set()
         return fut
 
     def _proposal_done(self, _: asyncio.Future[Any]) -> None:
@@ -648,6 +677,11 @@ class RaftHost:
                 )
 
     def _take_proposals(self) -> None:
+        self._eager = False
+        self._lazy_due = None
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
+            self._lazy_timer = None
         while self._proposals:
             p = self._proposals.popleft()
             if p.future.done():
@@ -734,11 +768,17 @@ class RaftHost:
         try:
             while not self._stopping:
                 if not (
-                    self._inbox or self._proposals or self._reads or self._dirty or self._late_ticks
+                    self._inbox
+                    or self._eager
+                    or self._lazy_is_due(loop.time())
+                    or self._reads
+                    or self._dirty
+                    or self._late_ticks
                 ):
                     self._wake.clear()
+                    wake_at = min(next_tick, self._lazy_due or next_tick)
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(max(0.0, next_tick - loop.time())):
+                        async with asyncio.timeout(max(0.0, wake_at - loop.time())):
                             await self._wake.wait()
                     if self._stopping:
                         break
@@ -751,7 +791,8 @@ class RaftHost:
                     self._expire_proposals(now)
                 self._tick_late()
                 self._step_inbox()
-                self._take_proposals()
+                if self._eager or self._lazy_is_due(now):
+                    self._take_proposals()
                 self._take_reads()
                 await self._round()
                 if ticked:  # after the tick's round: peers it sent nothing get a ping
@@ -763,6 +804,9 @@ class RaftHost:
             self._failure = exc
             self._fail_all(UnavailableError("raft host failed; the outcome is unknown"))
             raise
+
+    def _lazy_is_due(self, now: float) -> bool:
+        return self._lazy_due is not None and now >= self._lazy_due
 
     def _tick_all(self, now: float) -> None:
         self.ticks += 1
@@ -1254,10 +1298,11 @@ class RaftHost:
             raise NotLeaderError(f"not the leader of {group}", leader=self.leader(group))
         if to not in g.node.status().conf.voters:
             raise InvalidArgumentError("to", f"{to!r} is not a voter of {group}")
-        # Proposals queued for the next round go into the log first: once the transfer
-        # starts the core refuses them, and the callers had already acted on them (a
-        # consumer's deliveries had left). In the log, ``to`` is caught up with them before
-        # it is told to campaign, and they commit in the new leader's term.
+        # Proposals queued for the next round (lazy ones too) go into the log first: once
+        # the transfer starts the core refuses them, and the callers had already acted on
+        # them (a consumer's deliveries had left, its acks were decided). In the log, ``to``
+        # is caught up with them before it is told to campaign, and they commit in the new
+        # leader's term.
         self._take_proposals()
         g.node.transfer_leadership(to)
         g.quiet = False  # the transfer needs ticks (its timeout) and messages
@@ -1310,6 +1355,7 @@ class RaftHost:
         timeout = self.config.proposal_timeout_ms if timeout_ms is None else timeout_ms
         heapq.heappush(self._deadlines, (loop.time() + timeout / 1000, next(self._seq), fut))
         self._proposals.append(_Proposal(group, b"", fut, change))
+        self._eager = True
         self._wake.set()
         return fut
 

@@ -94,6 +94,9 @@ class HostConfig:
     # A round that sends no append early writes on the loop rather than the writer thread
     # (host.py, "Following rounds write on the loop").
     inline_follower_writes: bool = True
+    # A lazy proposal (``propose(lazy=True)``) waits at most this long for a round that
+    # something else starts (host.py, "Lazy proposals"); 0: it starts one at once.
+    lazy_linger_ms: int = 5
 
     def __post_init__(self) -> None:
         for name in (
@@ -109,6 +112,8 @@ class HostConfig:
             raise InvalidArgumentError("snapshot_entries", "must be positive")
         if self.snapshot_log_bytes_min <= 0:
             raise InvalidArgumentError("snapshot_log_bytes_min", "must be positive")
+        if not 0 <= self.lazy_linger_ms <= self.tick_ms:
+            raise InvalidArgumentError("lazy_linger_ms", "must be 0 to tick_ms")
         if self.liveness_ticks < 2:  # a ping per tick arrives up to a tick apart, plus jitter
             raise InvalidArgumentError("liveness_ticks", "must be at least 2")
 

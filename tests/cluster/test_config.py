@@ -353,6 +353,14 @@ def test_election_must_outlast_heartbeats() -> None:
     assert info.value.field == "raft.election_ticks"
 
 
+def test_ack_linger_is_0_to_a_tick(tmp_path: Path) -> None:
+    assert RaftSettings(ack_linger_ms=0).ack_linger_ms == 0
+    assert RaftSettings(tick_ms=50, ack_linger_ms=50).ack_linger_ms == 50
+    for text in ("-1", "51", "true", '"5"'):
+        path = write(tmp_path, f"[raft]\ntick_ms = 50\nack_linger_ms = {text}\n")
+        bad("raft.ack_linger_ms", path, **FLAGS)
+
+
 def test_parse_peers_accepts_both_forms() -> None:
     table = parse_peers({"b": "h:2", "a": "h:1"})
     text = parse_peers(" a=h:1 , b=h:2 ")

@@ -28,11 +28,12 @@ import pytest
 
 from raftstream.cluster import services_push
 from raftstream.cluster.config import Limits
-from raftstream.cluster.services_consume import undelivered
+from raftstream.cluster.services_consume import ConsumeServicer, undelivered
 from raftstream.cluster.services_push import PUSH_STEPS_UNCOMMITTED_MAX, PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
 from raftstream.errors import NotLeaderError, UnavailableError
+from raftstream.proto import raftstream_pb2 as pb
 from raftstream.raft.host import RaftHost
 from tests.raft.test_host import run, until
 
@@ -115,12 +116,44 @@ def test_a_lost_deliver_op_means_delivered_again_and_a_late_ack_refused(tmp_path
     run(scenario)
 
 
+def test_fire_and_forget_acks_are_proposed_lazily_and_sync_ones_at_once(tmp_path: Path) -> None:
+    """docs/cluster-design.md, "Acks go with the next entry": an ``AckStream`` batch of
+    fire-and-forget +ACKs is one lazy proposal (it waits for the next round, at most
+    ``lazy_linger_ms``), a batch holding an ``ack_sync`` an eager one; both commit."""
+
+    async def scenario() -> None:
+        async with single_node(tmp_path) as (host, g):
+            real = host.propose
+            lazies: list[bool] = []
+
+            def noting(
+                group: str, data: bytes, *, timeout_ms: int | None = None, lazy: bool = False
+            ) -> Any:
+                lazies.append(lazy)
+                return real(group, data, timeout_ms=timeout_ms, lazy=lazy)
+
+            handle = await g.open_pull("C", {"batch": MSGS, "no_wait": True}, 5.0)
+            assert len(await delivered(handle)) == MSGS
+            handle.close()
+            host.propose = noting  # type: ignore[method-assign]
+            servicer = ConsumeServicer(SimpleNamespace())  # type: ignore[arg-type]
+            replica = g.replica.consumers["C"]
+            for seqs, sync in (([1, 2], False), ([3, 4], True)):
+                items = [pb.AckItem(kind=pb.ACK_KIND_ACK, sync=sync) for _ in seqs]
+                assert await servicer._ack_many(g, "C", items, seqs, 5.0) == []
+                assert lazies[-1] is not sync
+                assert not {*seqs} & replica.state.pending.keys()  # committed, applied
+            host.propose = real  # type: ignore[method-assign]
+
+    run(scenario)
+
+
 def held_proposals(host: RaftHost) -> list[asyncio.Future[Any]]:
     """Make ``host.propose`` hold every proposal: the futures, never in the log, are the
     test's to settle."""
     held: list[asyncio.Future[Any]] = []
 
-    def hold(group: str, data: bytes, *, timeout_ms: int | None = None) -> Any:
+    def hold(group: str, data: bytes, *, timeout_ms: int | None = None, lazy: bool = False) -> Any:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         held.append(fut)
         return fut
@@ -232,8 +265,10 @@ def test_a_barrier_that_commits_after_its_proposal_failed_builds_the_copies_once
             pull = await g.open_pull("C", {"batch": 1, "no_wait": True}, 5.0)
             pull.close()
 
-            def timed_out(group: str, data: bytes, *, timeout_ms: int | None = None) -> Any:
-                real(group, data, timeout_ms=timeout_ms)  # in the log all the same
+            def timed_out(
+                group: str, data: bytes, *, timeout_ms: int | None = None, lazy: bool = False
+            ) -> Any:
+                real(group, data, timeout_ms=timeout_ms, lazy=lazy)  # in the log all the same
                 fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 fut.set_exception(UnavailableError("not committed in time"))
                 return fut

@@ -22,7 +22,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from raftstream.errors import DataLossError, NotLeaderError, UnavailableError
+from raftstream.errors import (
+    DataLossError,
+    InvalidArgumentError,
+    NotLeaderError,
+    UnavailableError,
+)
 from raftstream.raft import host as host_module
 from raftstream.raft.host import HostConfig, RaftHost
 from raftstream.raft.storage import GroupWrite, LmdbLogStorage, LogStorage, MemoryLogStorage
@@ -257,6 +262,66 @@ def test_following_rounds_write_on_the_loop_and_leading_ones_on_the_writer_threa
 
     run(lambda: scenario(True))
     run(lambda: scenario(False))
+
+
+class EntryNoting(MemoryLogStorage):
+    """Notes the commands each write carries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[list[bytes]] = []
+
+    def write_batch(self, writes: Sequence[GroupWrite]) -> None:
+        self.writes.append([e.data for w in writes for e in w.entries])
+        super().write_batch(writes)
+
+
+def test_a_lazy_proposal_goes_with_the_next_round_that_takes_proposals() -> None:
+    """host.py "Lazy proposals": a lazy proposal stays queued through rounds that only step
+    messages (a read's heartbeat round trip), goes into the same write as the next eager
+    proposal, before it; alone, it commits once its linger runs out; with a linger of 0 it
+    is an ordinary proposal."""
+
+    async def scenario() -> None:
+        linger_ms = 300
+        cfg = HostConfig(
+            tick_ms=linger_ms, election_tick=3, liveness_ticks=5, lazy_linger_ms=linger_ms
+        )
+        hosts, stores = start_hosts(EntryNoting, cfg)
+        loop = asyncio.get_running_loop()
+        try:
+            lead = await elected(hosts, "a")
+            await hosts[lead].propose("a", b"first")  # the leader committed in its term
+            proposed_at = loop.time()
+            lazy = asyncio.ensure_future(hosts[lead].propose("a", b"lazy", lazy=True))
+            await hosts[lead].read_index("a")  # rounds that step the heartbeats' answers
+            if loop.time() - proposed_at < linger_ms / 1000 / 2:  # else its linger ran out
+                assert not lazy.done()
+                assert all(b"lazy" not in w for w in stores[lead].writes)
+            await hosts[lead].propose("a", b"eager")
+            assert lazy.done()
+            assert [b"lazy", b"eager"] in stores[lead].writes  # one write, in order
+            await hosts[lead].propose("a", b"alone", lazy=True)  # its linger runs out
+        finally:
+            await stop_all(hosts)
+
+        eager_cfg = dataclasses.replace(CFG, lazy_linger_ms=0)
+        hosts, stores = start_hosts(EntryNoting, eager_cfg)
+        try:
+            lead = await elected(hosts, "a")
+            await hosts[lead].propose("a", b"not lazy", lazy=True)
+        finally:
+            await stop_all(hosts)
+
+    run(scenario)
+
+
+def test_lazy_linger_ms_is_checked() -> None:
+    HostConfig(tick_ms=100, lazy_linger_ms=0)
+    HostConfig(tick_ms=100, lazy_linger_ms=100)
+    for bad in (-1, 101):
+        with pytest.raises(InvalidArgumentError, match="lazy_linger_ms"):
+            HostConfig(tick_ms=100, lazy_linger_ms=bad)
 
 
 class GatedStorage(MemoryLogStorage):
