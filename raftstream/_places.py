@@ -1,9 +1,10 @@
 """``Places``: a bounded number of places, handed out first come, first served.
 
-What ``asyncio.Semaphore`` does for ``publish_async``'s window, cheaper on that per-message
-path: Python 3.11's ``Semaphore.acquire`` and ``locked`` scan the waiters on every call (a
-tenth of a publishing client's CPU in the cluster bench's profile), while here a free place
-is taken without a coroutine and a place given back goes straight to the first waiter.
+What ``asyncio.Semaphore`` does for ``publish_async``'s window and the fire-and-forget acks
+queued, cheaper on those per-message paths: Python 3.11's ``Semaphore.acquire`` and
+``locked`` scan the waiters on every call (a tenth of a publishing client's CPU in the
+cluster bench's profile), while here a free place is taken without a coroutine and a place
+given back goes straight to the first waiter.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ class Places:
             return True
         return False
 
-    async def take(self, timeout_s: float) -> bool:
-        """Wait, behind earlier waiters, at most ``timeout_s`` for a place: True once taken,
-        False when none came in time (nothing taken). A caller cancelled just as a place
-        was handed to it passes the place on."""
+    async def take(self, timeout_s: float | None) -> bool:
+        """Wait, behind earlier waiters, at most ``timeout_s`` (None: as long as it takes)
+        for a place: True once taken, False when none came in time (nothing taken). A
+        caller cancelled just as a place was handed to it passes the place on."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         try:

@@ -42,6 +42,7 @@ from typing import Protocol
 from raftstream import errors
 from raftstream._conn import NotConnectedError, Router, Stubs
 from raftstream._pipeline import Entry, Pipeline, streaming_refused, wait_to_send_again
+from raftstream._places import Places
 from raftstream.models import MsgMetadata
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import from_error_message
@@ -129,16 +130,18 @@ class Msg:
         return self._stream if self._stream is not None else self.metadata.stream
 
     async def _send(self, item: pb.AckItem, *, terminal: bool) -> None:
+        """Send ``item`` (made with this message's ``reply``) unless acks are over."""
         if self._acked or self._acks_ignored:
             return
         if terminal:
             self._acked = True
-        item.reply = self.reply
         await self._sender.send(item, self._ack_stream())
 
     async def ack(self) -> None:
         """+ACK, fire-and-forget."""
-        await self._send(pb.AckItem(kind=pb.ACK_KIND_ACK), terminal=True)
+        if self._acked or self._acks_ignored:  # the common no-op, before making an item
+            return
+        await self._send(pb.AckItem(kind=pb.ACK_KIND_ACK, reply=self.reply), terminal=True)
 
     async def ack_sync(self, timeout: float | None = None) -> None:
         """+ACK, answered once replicated; raises the typed error otherwise (the message may
@@ -156,11 +159,12 @@ class Msg:
         (``ACK_DELAY_NS_MAX``); anything else (a str, a bool, NaN, a negative number) is
         ``InvalidArgumentError`` naming ``delay``, and nothing is sent."""
         delay_ns = _delay_ns(delay)
-        await self._send(pb.AckItem(kind=pb.ACK_KIND_NAK, delay_ns=delay_ns), terminal=True)
+        item = pb.AckItem(kind=pb.ACK_KIND_NAK, reply=self.reply, delay_ns=delay_ns)
+        await self._send(item, terminal=True)
 
     async def in_progress(self) -> None:
         """+WPI: still working on it; resets the ack wait."""
-        await self._send(pb.AckItem(kind=pb.ACK_KIND_PROGRESS), terminal=False)
+        await self._send(pb.AckItem(kind=pb.ACK_KIND_PROGRESS, reply=self.reply), terminal=False)
 
     async def term(self, reason: str = "") -> None:
         """+TERM: never redeliver; ``reason`` (at most ``ACK_REASON_BYTES_MAX`` bytes of
@@ -173,7 +177,8 @@ class Msg:
             raise errors.InvalidArgumentError(
                 "reason", f"must be at most {ACK_REASON_BYTES_MAX} bytes (UTF-8)"
             )
-        await self._send(pb.AckItem(kind=pb.ACK_KIND_TERM, reason=reason), terminal=True)
+        item = pb.AckItem(kind=pb.ACK_KIND_TERM, reply=self.reply, reason=reason)
+        await self._send(item, terminal=True)
 
 
 def _delay_ns(delay: object) -> int:
@@ -219,22 +224,25 @@ class Acker:
         self._router = router
         self._timeout_s = timeout_s
         self._pending_msgs_max = pending_msgs_max
-        self._room = asyncio.Semaphore(pending_msgs_max)
+        self._room = Places(pending_msgs_max)
         self._error_cb = error_cb
         self._pipes: dict[str, Pipeline] = {}
         self._opening = asyncio.Lock()
         self._last_reported: errors.RaftStreamError | None = None
 
     async def send(self, item: pb.AckItem, stream: str) -> None:
-        """Queue a fire-and-forget ack (waits for room; see the module docstring)."""
-        await self._room.acquire()
+        """Queue a fire-and-forget ack (waits for room; see the module docstring). Its
+        context is what sending it again needs (its stream and deadline; an ``_Unsent``
+        once it failed)."""
+        if not self._room.take_now():
+            await self._room.take(None)
         loop = asyncio.get_running_loop()
         entry = Entry(
-            request=item,
-            size_bytes=len(item.reply) + len(item.reason) + ACK_OVERHEAD_BYTES,
-            expects_result=False,
-            future=loop.create_future(),
-            context=_Unsent(stream, loop.time() + self._timeout_s),
+            item,
+            item.ByteSize() + ACK_OVERHEAD_BYTES,
+            False,
+            loop.create_future(),
+            (stream, loop.time() + self._timeout_s),
         )
         try:
             pipe = self._pipes.get(self._router.target(stream))
@@ -263,11 +271,13 @@ class Acker:
         )
 
     def _settle(self, entry: Entry, result: object) -> None:
-        self._room.release()
+        self._room.give()
 
     def _failed(self, entry: Entry, exc: errors.RaftStreamError) -> None:
         unsent = not entry.written or isinstance(exc, NotConnectedError)
         if unsent and not self._closing and _worth_sending_again(exc):
+            if not isinstance(entry.context, _Unsent):  # its first failure
+                entry.context = _Unsent(*entry.context)
             task = asyncio.get_running_loop().create_task(self._send_again(entry, exc))
             self._again.add(task)
             task.add_done_callback(self._again.discard)
@@ -276,7 +286,7 @@ class Acker:
 
     def _given_up(self, exc: errors.RaftStreamError) -> None:
         """An ack is lost (its message comes again after its ack wait): ``error_cb``."""
-        self._room.release()
+        self._room.give()
         if exc is not self._last_reported:  # one report per broken pipeline, not per ack
             self._last_reported = exc
             self._error_cb(exc)
@@ -302,7 +312,7 @@ class Acker:
         except errors.RaftStreamError as failure:
             self._given_up(failure)
         except asyncio.CancelledError:
-            self._room.release()  # the client is closing
+            self._room.give()  # the client is closing
             raise
 
     async def _send_unary(self, item: pb.AckItem, unsent: _Unsent) -> None:

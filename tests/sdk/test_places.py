@@ -80,3 +80,17 @@ def test_a_timed_out_or_cancelled_waiter_loses_no_place() -> None:
         assert not places.take_now()
 
     run(main())
+
+
+def test_a_waiter_without_a_time_limit_waits_until_a_place_is_given() -> None:
+    async def main() -> None:
+        places = Places(1)
+        assert places.take_now()
+        waiter = asyncio.ensure_future(places.take(None))
+        await _settle()
+        assert not waiter.done()
+        places.give()
+        assert await waiter
+        assert not places.take_now()
+
+    run(main())
