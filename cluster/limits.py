@@ -265,8 +265,9 @@ def _check_fetch(req: pb.FetchRequest, limits: Limits) -> None:
 def check_ack(item: pb.AckItem, limits: Limits) -> AckMetadata:
     """One ack item: a well-formed token with int64 sequences, a known kind, bounded
     numbers (before it reaches its stream). Returns the token's parsed metadata."""
-    _token(item.reply, "reply")
-    meta = parse_ack_subject(item.reply)
+    reply = item.reply  # once: each read of a proto string field makes a new str
+    _token(reply, "reply")
+    meta = parse_ack_subject(reply)
     _seq(meta.stream_seq, "reply")
     _seq(meta.consumer_seq, "reply")
     if item.kind not in _ACK_KINDS:
