@@ -173,9 +173,15 @@ def test_fire_and_forget_acks_are_kept_across_stream_step_downs(cluster3: LocalC
             sub = await js.pull_subscribe_bind("SA", "C")
             seen: set[int] = set()
             done = asyncio.Event()
+            step = ACKED_MSGS // (ACK_STEP_DOWNS + 2)
+            stepped = [0]
 
             async def consume() -> None:
                 while len(seen) < ACKED_MSGS:
+                    # At most a step ahead of the step-downs, which then all come while
+                    # acks are in flight, however fast this loop is.
+                    while len(seen) >= step * (stepped[0] + 2) and stepped[0] < ACK_STEP_DOWNS:
+                        await asyncio.sleep(0.005)
                     try:
                         msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
                     except (errors.DeadlineExceededError, errors.ConflictError):
@@ -185,13 +191,13 @@ def test_fire_and_forget_acks_are_kept_across_stream_step_downs(cluster3: LocalC
                         await m.ack()
 
             async def step_downs() -> int:
-                step = ACKED_MSGS // (ACK_STEP_DOWNS + 2)
                 for i in range(ACK_STEP_DOWNS):
                     while len(seen) < step * (i + 1) and not done.is_set():
                         await asyncio.sleep(0.005)
                     if done.is_set():
                         return i
                     await js.stream_leader_stepdown("SA", timeout=10)
+                    stepped[0] += 1
                 return ACK_STEP_DOWNS
 
             stepper = asyncio.create_task(step_downs())
