@@ -66,6 +66,7 @@ __all__ = [
     "bound_consumer",
     "capped_time_left",
     "check_ack",
+    "check_ack_run",
     "check_cluster_limits",
     "check_consumer_limits",
     "check_name",
@@ -479,7 +480,24 @@ def _consumer_step_down(r: pb.ConsumerStepDownRequest, _: Limits) -> None:
 
 
 def _ack(r: pb.AckRequest, limits: Limits) -> None:
-    check_ack(r.ack, limits)
+    if r.HasField("run"):
+        if r.HasField("ack"):
+            raise InvalidArgumentError("run", "must not come with ack (one or the other)")
+        check_ack_run(r.run)
+    else:
+        check_ack(r.ack, limits)
+
+
+def check_ack_run(run: pb.AckRun) -> None:
+    """A run of plain acks: valid stream and consumer names, and at least one sequence,
+    each from 1 to int64."""
+    check_name(run.stream, "run.stream")
+    check_name(run.consumer, "run.consumer")
+    seqs = run.stream_seqs
+    if not seqs:
+        raise InvalidArgumentError("run.stream_seqs", "is required")
+    if min(seqs) < 1 or max(seqs) > INT64_MAX:
+        raise InvalidArgumentError("run.stream_seqs", f"each must be 1 to {INT64_MAX}")
 
 
 def _meta_step_down(r: pb.MetaStepDownRequest, _: Limits) -> None:

@@ -20,6 +20,12 @@ new leader; the acks of an ``AckStream`` batch are sent on to the new leader fro
 a node that does not lead forwards them). ``AckStream`` answers only failures and sync
 acks (proto).
 
+An ``AckRun`` (proto) is plain +ACKs of one consumer by stream sequence, the SDK's compact
+form for the messages it fetched: no token per ack to send, read and parse. A run in an
+``AckStream`` batch is decided as one op (proposed lazily, as the batch's plain acks are);
+its refusals come back as one ``AckResult`` with id 0; on a node that does not lead it is
+sent on to the leader as a unary ``Ack`` carrying the run.
+
 ``Consume`` (push delivery) runs a ``PushSession`` (``cluster/services_push.py``).
 """
 
@@ -28,13 +34,13 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import AsyncIterator, Awaitable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from raftstream.cluster.auth import caller
 from raftstream.cluster.config import Limits
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.convert import add_bounded, pull_status_pb
-from raftstream.cluster.limits import capped_time_left, check_ack
+from raftstream.cluster.limits import capped_time_left, check_ack, check_ack_run
 from raftstream.cluster.services_push import PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.ack import AckMetadata
@@ -56,8 +62,12 @@ __all__ = ["ConsumeServicer"]
 _ACK = "/raftstream.v1.ConsumeService/Ack"
 ACKS_INFLIGHT_MAX = 4096  # per AckStream call: reading stops while this many are unanswered
 FETCH_MSGS_PER_RESPONSE_MAX = 256
+RUN_REFUSED_SEQS_NAMED = 5  # a refusal of a run's acks names at most this many sequences
 # Ack items refused as not delivered (``undelivered``), each with its error.
 _Refused = list[tuple[pb.AckItem, Exception]]
+# A run's stream sequences refused so.
+_RunRefused = list[tuple[int, Exception]]
+K = TypeVar("K")
 # A +NXT ack's messages count their subjects too (JetStream's max_bytes): room for the
 # subject of one largest message, which the answer must still hold.
 NEXT_SUBJECT_BYTES = 32 * 1024
@@ -88,6 +98,27 @@ def undelivered(c: Consumer, seq: int) -> PreconditionError | None:
     return PreconditionError(
         f"ack: consumer {c.name!r} has not delivered stream sequence {seq} (a delivery lost"
         " with a leader change is delivered again; ack that one)"
+    )
+
+
+def fire_and_forget(items: Sequence[pb.AckItem]) -> bool:
+    """Whether nobody waits for the answer to ``items`` but a failure (no ``sync`` one):
+    their op is then proposed lazily (docs/cluster-design.md, "Acks go with the next
+    entry")."""
+    return not any(item.sync for item in items)
+
+
+def _run_refusal(run: pb.AckRun, refused: _RunRefused) -> RaftStreamError:
+    """One error for the acks of ``run`` refused as not delivered (the first's, when one)."""
+    first = refused[0][1]
+    if len(refused) == 1 and isinstance(first, RaftStreamError):
+        return first
+    seqs = ", ".join(str(seq) for seq, _ in refused[:RUN_REFUSED_SEQS_NAMED])
+    more = ", ..." if len(refused) > RUN_REFUSED_SEQS_NAMED else ""
+    return PreconditionError(
+        f"ack: consumer {run.consumer!r} has not delivered {len(refused)} of the stream "
+        f"sequences acked ({seqs}{more}; a delivery lost with a leader change is delivered "
+        "again; ack that one)"
     )
 
 
@@ -212,9 +243,50 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
     @map_errors
     async def Ack(self, request: pb.AckRequest, context: Any) -> pb.AckResponse:
         forwarded = self._ctx.forwarded(context)
+        if request.HasField("run"):
+            refused = await self.ack_run(
+                request.run, account_of(context), time_left(context), forwarded, patient=False
+            )
+            if refused:
+                raise _run_refusal(request.run, refused)
+            return pb.AckResponse()
         return await self.ack_one(
             request.ack, account_of(context), time_left(context), forwarded, patient=False
         )
+
+    async def ack_run(
+        self,
+        run: pb.AckRun,
+        account: str,
+        timeout_s: float | None,
+        forwarded: bool,
+        *,
+        patient: bool = True,
+        lazy: bool = False,
+    ) -> _RunRefused:
+        """Apply a checked run of plain acks through the stream leader, answered once its op
+        committed; returns the sequences refused as not delivered (``undelivered``), which
+        it left out. ``patient`` and ``lazy`` as for ``ack_one``. A node that does not lead
+        sends the run on as a unary ``Ack``, whose refusal then raises here."""
+        caller().check_read(run.stream)
+        sa = await self._ctx.caught_up(lambda: self._ctx.stream(account, run.stream))
+        g = self._ctx.local_group(sa)
+        if g is not None and g.ready:
+            seqs = list(run.stream_seqs)
+            try:
+                return await self._ack_many(g, run.consumer, seqs, seqs, timeout_s, lazy=lazy)
+            except (NotLeaderError, NoLeaderError):
+                if forwarded:
+                    raise  # the forwarding node follows the hint
+                # A transfer moved the leadership before the run was decided: on to the new
+                # leader, as from a node that does not lead.
+        elif forwarded:
+            raise self._ctx.hint_for(sa)
+        req = pb.AckRequest(run=run)
+        await self._ctx.to_stream_leader(
+            sa, _ACK, req, pb.AckResponse.FromString, timeout_s, patient=patient
+        )
+        return []
 
     def _group_acks(
         self, items: Sequence[pb.AckItem], account: str
@@ -261,14 +333,17 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         self,
         g: StreamGroup,
         consumer: str,
-        items: list[pb.AckItem],
+        items: Sequence[K],
         seqs: list[int],
         timeout_s: float | None,
-    ) -> _Refused:
-        """+ACK ``seqs`` (of ``items``) as one op, answered once it committed; returns the
-        items refused as not delivered (``undelivered``), which it left out."""
+        *,
+        lazy: bool,
+    ) -> list[tuple[K, Exception]]:
+        """+ACK ``seqs`` (of ``items``, what a refusal names) as one op, answered once it
+        committed (``lazy``: proposed with the next round, ``StreamGroup.run``); returns
+        the items refused as not delivered (``undelivered``), which it left out."""
         c = g.leader_consumer(consumer)
-        refused: _Refused = []
+        refused: list[tuple[K, Exception]] = []
 
         def decide(now: int) -> list[PullEvent]:
             known = seqs
@@ -283,7 +358,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
             c.ack_many(known, now)
             return []
 
-        await g.run(c, decide, timeout_s, lazy=not any(item.sync for item in items))
+        await g.run(c, decide, timeout_s, lazy=lazy)
         return refused
 
     @map_errors
@@ -301,7 +376,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         room = asyncio.Event()
         results: collections.deque[pb.AckResult | None] = collections.deque()
         ready = asyncio.Event()
-        tasks: set[asyncio.Task[None]] = set()
+        tasks: set[asyncio.Future[None]] = set()
 
         def report(items: list[pb.AckItem], exc: BaseException | None) -> None:
             for item in items:
@@ -330,9 +405,27 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
                 report([item], why)
 
         def spawn(items: list[pb.AckItem], work: Awaitable[_Refused]) -> None:
-            t = asyncio.ensure_future(settle(items, work))
+            keep(asyncio.ensure_future(settle(items, work)))
+
+        def keep(t: asyncio.Future[None]) -> None:
             tasks.add(t)
             t.add_done_callback(tasks.discard)
+
+        async def settle_run(run: pb.AckRun) -> None:
+            """Apply ``run``; report its refusals, if any, as one result (id 0)."""
+            failure: Exception | None = None
+            try:
+                check_ack_run(run)
+                refused = await self.ack_run(run, account, timeout_s, forwarded, lazy=True)
+                if refused:
+                    failure = _run_refusal(run, refused)
+            except Exception as exc:
+                failure = exc
+            if failure is not None:
+                results.append(pb.AckResult(id=0, error=to_error_message(failure)))
+            inflight[0] -= len(run.stream_seqs)
+            room.set()
+            ready.set()
 
         async def one(item: pb.AckItem) -> _Refused:
             # Refusals raise here. Lazy: only a failure is answered (docs/cluster-design.md).
@@ -342,8 +435,9 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         async def ack_grouped(
             g: StreamGroup, consumer: str, items: list[pb.AckItem], seqs: list[int]
         ) -> _Refused:
+            lazy = fire_and_forget(items)
             try:
-                return await self._ack_many(g, consumer, items, seqs, timeout_s)
+                return await self._ack_many(g, consumer, items, seqs, timeout_s, lazy=lazy)
             except (NotLeaderError, NoLeaderError):
                 if forwarded:
                     raise  # the forwarding node follows the hint
@@ -361,7 +455,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         async def reader() -> None:
             try:
                 async for batch in request_iterator:
-                    n = len(batch.acks)
+                    n = len(batch.acks) + sum(len(run.stream_seqs) for run in batch.runs)
                     # An oversized batch still goes once nothing else is in flight.
                     while inflight[0] and inflight[0] + n > ACKS_INFLIGHT_MAX:
                         room.clear()
@@ -372,6 +466,8 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
                         spawn(items, ack_grouped(g, consumer, items, seqs))
                     for item in plain:
                         spawn([item], one(item))
+                    for run in batch.runs:
+                        keep(asyncio.ensure_future(settle_run(run)))
             finally:
                 await asyncio.gather(*list(tasks), return_exceptions=True)
                 results.append(None)

@@ -1742,22 +1742,62 @@ class AckItem(_message.Message):
 Global___AckItem: _TypeAlias = AckItem  # noqa: Y015
 
 @_typing.final
+class AckRun(_message.Message):
+    """Plain +ACKs of one consumer's deliveries, named by their stream sequences: what as many
+    AckItems of kind ACK (not sync) with those deliveries' tokens would say, without a token
+    each. raftstream's own compact form (the SDK's for messages it fetched); JetStream has no
+    such thing. Each sequence is 1 to 2^63-1; the consumer must have delivered it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_FIELD_NUMBER: _builtins.int
+    CONSUMER_FIELD_NUMBER: _builtins.int
+    STREAM_SEQS_FIELD_NUMBER: _builtins.int
+    stream: _builtins.str
+    consumer: _builtins.str
+    @_builtins.property
+    def stream_seqs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        stream: _builtins.str = ...,
+        consumer: _builtins.str = ...,
+        stream_seqs: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer", b"consumer", "stream", b"stream", "stream_seqs", b"stream_seqs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AckRun: _TypeAlias = AckRun  # noqa: Y015
+
+@_typing.final
 class AckRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ACK_FIELD_NUMBER: _builtins.int
+    RUN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def ack(self) -> Global___AckItem:
         """ack.sync: answer once the ack is replicated"""
+
+    @_builtins.property
+    def run(self) -> Global___AckRun:
+        """Instead of `ack`: a run of plain acks, answered once replicated (a node sends an
+        AckStream's runs on to the stream leader so; a client may too).
+        """
 
     def __init__(
         self,
         *,
         ack: Global___AckItem | None = ...,
+        run: Global___AckRun | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "run", b"run"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "run", b"run"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1796,16 +1836,22 @@ class AckBatch(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ACKS_FIELD_NUMBER: _builtins.int
+    RUNS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def acks(self) -> _containers.RepeatedCompositeFieldContainer[Global___AckItem]: ...
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___AckRun]:
+        """fire-and-forget: only a refusal is answered"""
+
     def __init__(
         self,
         *,
         acks: _abc.Iterable[Global___AckItem] | None = ...,
+        runs: _abc.Iterable[Global___AckRun] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "runs", b"runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1818,6 +1864,7 @@ class AckResult(_message.Message):
     ID_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     id: _builtins.int
+    """0: a refusal of acks of a run (`error` says which)"""
     @_builtins.property
     def error(self) -> Global___Error:
         """unset: the ack was replicated"""

@@ -660,6 +660,8 @@ class PushSubscription:
             sender=self._acker,
             acks_ignored=self._target.ack_none,
             stream=self._target.stream,
+            consumer=self._target.consumer,  # ack() goes as a sequence of an AckRun
+            stream_seq=m.seq,
         )
 
     def _answer(self, token: str, *, remember: bool = True) -> None:

@@ -17,6 +17,11 @@ JetStream ack kinds for its ack token (``reply``):
   leader change lost the delivery (deliveries leave before they are replicated, as in
   JetStream), and the message will be delivered again.
 
+A message the SDK received from its consumer (fetched, or pushed) knows its consumer and
+stream sequence: its ``ack()`` goes as that sequence in an ``AckRun`` (proto), which the
+acks of the same consumer queued meanwhile join, rather than as an item with its token
+(docs/cluster-design.md, "Acks as runs"). The other kinds, and ``ack_sync``, keep the token.
+
 After a terminal ack (ack, ack_sync, nak, term) further acks on the same message are ignored,
 as ADR-15 asks; ``in_progress`` may be sent any number of times before one. One exception:
 ``ack_sync`` is always sent, because what it promises is the server's answer (a
@@ -58,12 +63,15 @@ ACK_REASON_BYTES_MAX = 4096
 ACK_BATCH_MSGS_MAX = 4096
 ACK_BATCH_BYTES_MAX = 1024 * 1024
 ACK_OVERHEAD_BYTES = 16
+RUN_SEQ_BYTES = 10  # a sequence in an AckRun: a varint of at most 9 bytes, and a tag's share
 # How long closing a client waits for queued fire-and-forget acks to reach the server.
 ACK_FLUSH_TIMEOUT_S = 2.0
 
 
 class AckSender(Protocol):
     async def send(self, item: pb.AckItem, stream: str) -> None: ...
+
+    async def send_run(self, stream: str, consumer: str, stream_seq: int) -> None: ...
 
     async def send_sync(
         self, item: pb.AckItem, stream: str, *, timeout_s: float | None
@@ -76,8 +84,10 @@ class Msg:
     __slots__ = (
         "_acked",
         "_acks_ignored",
+        "_consumer",
         "_metadata",
         "_sender",
+        "_seq",
         "_stream",
         "data",
         "headers",
@@ -95,11 +105,16 @@ class Msg:
         sender: AckSender,
         acks_ignored: bool = False,
         stream: str | None = None,
+        consumer: str | None = None,
+        stream_seq: int = 0,
     ) -> None:
         """``acks_ignored``: the consumer's ack policy is none, so every ack method is a
         no-op (ADR-15: with ack policy none the client ignores requests to ack).
         ``stream``: the stream the message came from, when the receiver knows it (acks are
-        routed by it; None: read from the ack token, which costs a parse per ack)."""
+        routed by it; None: read from the ack token, which costs a parse per ack).
+        ``consumer`` and ``stream_seq`` (with ``stream``): the delivery's consumer and
+        stream sequence, when the receiver knows them: ``ack()`` then goes as a sequence
+        in an ``AckRun`` (proto) rather than an item with the token."""
         self.subject = subject
         self.data = data
         self.headers: Mapping[str, str] = headers or _EMPTY
@@ -109,6 +124,8 @@ class Msg:
         self._acked = False
         self._acks_ignored = acks_ignored
         self._stream = stream
+        self._consumer = consumer if stream is not None and stream_seq > 0 else None
+        self._seq = stream_seq
 
     def __repr__(self) -> str:
         return f"Msg(subject={self.subject!r}, reply={self.reply!r}, data={len(self.data)} bytes)"
@@ -140,6 +157,11 @@ class Msg:
     async def ack(self) -> None:
         """+ACK, fire-and-forget."""
         if self._acked or self._acks_ignored:  # the common no-op, before making an item
+            return
+        stream, consumer = self._stream, self._consumer
+        if consumer is not None and stream is not None:
+            self._acked = True
+            await self._sender.send_run(stream, consumer, self._seq)
             return
         await self._send(pb.AckItem(kind=pb.ACK_KIND_ACK, reply=self.reply), terminal=True)
 
@@ -204,6 +226,35 @@ def _results(batch: pb.AckResultBatch) -> list[tuple[int, pb.AckResult]]:
     return [(r.id, r) for r in batch.results]
 
 
+class _Run:
+    """The request of a run entry: plain +ACKs of one consumer by stream sequence (an
+    ``AckRun`` once written; ``id`` is the pipeline's, which the proto does not carry:
+    a refusal of a run comes back with id 0, to ``error_cb``)."""
+
+    __slots__ = ("consumer", "id", "stream", "stream_seqs")
+
+    def __init__(self, stream: str, consumer: str, stream_seqs: list[int]) -> None:
+        self.stream = stream
+        self.consumer = consumer
+        self.stream_seqs = stream_seqs
+        self.id = 0
+
+    def proto(self) -> pb.AckRun:
+        return pb.AckRun(stream=self.stream, consumer=self.consumer, stream_seqs=self.stream_seqs)
+
+
+def _ack_batch(items: list[pb.AckItem | _Run]) -> pb.AckBatch:
+    """One ``AckBatch`` of a write's entries: the items as they are, the runs as ``AckRun``s."""
+    acks: list[pb.AckItem] = []
+    runs: list[pb.AckRun] = []
+    for item in items:
+        if isinstance(item, _Run):
+            runs.append(item.proto())
+        else:
+            acks.append(item)
+    return pb.AckBatch(acks=acks, runs=runs)
+
+
 class Acker:
     """The ack path of one client: pipelined fire-and-forget acks and unary sync acks.
 
@@ -229,6 +280,8 @@ class Acker:
         self._pipes: dict[str, Pipeline] = {}
         self._opening = asyncio.Lock()
         self._last_reported: errors.RaftStreamError | None = None
+        # Per (stream, consumer): the run entry still queued, which further acks join.
+        self._open_runs: dict[tuple[str, str], Entry] = {}
 
     async def send(self, item: pb.AckItem, stream: str) -> None:
         """Queue a fire-and-forget ack (waits for room; see the module docstring). Its
@@ -256,6 +309,40 @@ class Acker:
             self._settle(entry, None)
             self._error_cb(exc)
 
+    async def send_run(self, stream: str, consumer: str, stream_seq: int) -> None:
+        """Queue a fire-and-forget +ACK of ``consumer``'s delivery of ``stream_seq``, as a
+        sequence of an ``AckRun``: it joins the run of that consumer still queued, if any
+        (not handed to a write yet), else starts one. Each sequence takes its own room."""
+        if not self._room.take_now():
+            await self._room.take(None)
+        key = (stream, consumer)
+        entry = self._open_runs.get(key)
+        if entry is not None and not entry.written:
+            entry.request.stream_seqs.append(stream_seq)
+            entry.size_bytes += RUN_SEQ_BYTES
+            return
+        loop = asyncio.get_running_loop()
+        entry = Entry(
+            _Run(stream, consumer, [stream_seq]),
+            len(stream) + len(consumer) + RUN_SEQ_BYTES + ACK_OVERHEAD_BYTES,
+            False,
+            loop.create_future(),
+            (stream, loop.time() + self._timeout_s),
+        )
+        try:
+            pipe = self._pipes.get(self._router.target(stream))
+            if pipe is None or pipe.dead:
+                pipe = await self._pipeline(stream)
+            pipe.submit(entry)
+        except errors.ClientClosedError:
+            self._settle(entry, None)
+            raise
+        except errors.RaftStreamError as exc:
+            self._settle(entry, None)
+            self._error_cb(exc)
+            return
+        self._open_runs[key] = entry
+
     async def send_sync(self, item: pb.AckItem, stream: str, *, timeout_s: float | None) -> None:
         """One ack, answered once replicated; retried (an ack is idempotent) and
         hint-following within ``timeout_s``. Raises the typed error."""
@@ -271,9 +358,28 @@ class Acker:
         )
 
     def _settle(self, entry: Entry, result: object) -> None:
-        self._room.give()
+        self._give_room(entry)
+
+    def _give_room(self, entry: Entry) -> None:
+        """Give back the room of ``entry``'s acks (one, or a run's sequences)."""
+        request = entry.request
+        if isinstance(request, _Run):
+            self._close_run(entry)
+            for _ in request.stream_seqs:
+                self._room.give()
+        else:
+            self._room.give()
+
+    def _close_run(self, entry: Entry) -> None:
+        """No more acks join run ``entry`` (settled or failed)."""
+        run: _Run = entry.request
+        key = (run.stream, run.consumer)
+        if self._open_runs.get(key) is entry:
+            del self._open_runs[key]
 
     def _failed(self, entry: Entry, exc: errors.RaftStreamError) -> None:
+        if isinstance(entry.request, _Run):
+            self._close_run(entry)
         unsent = not entry.written or isinstance(exc, NotConnectedError)
         if unsent and not self._closing and _worth_sending_again(exc):
             if not isinstance(entry.context, _Unsent):  # its first failure
@@ -282,11 +388,12 @@ class Acker:
             self._again.add(task)
             task.add_done_callback(self._again.discard)
             return
-        self._given_up(exc)
+        self._given_up(entry, exc)
 
-    def _given_up(self, exc: errors.RaftStreamError) -> None:
-        """An ack is lost (its message comes again after its ack wait): ``error_cb``."""
-        self._room.give()
+    def _given_up(self, entry: Entry, exc: errors.RaftStreamError) -> None:
+        """An ack (or a run's) is lost (its message comes again after its ack wait):
+        ``error_cb``."""
+        self._give_room(entry)
         if exc is not self._last_reported:  # one report per broken pipeline, not per ack
             self._last_reported = exc
             self._error_cb(exc)
@@ -310,14 +417,19 @@ class Acker:
             entry.sent_at = 0.0
             pipe.submit(entry)
         except errors.RaftStreamError as failure:
-            self._given_up(failure)
+            self._given_up(entry, failure)
         except asyncio.CancelledError:
-            self._room.give()  # the client is closing
+            self._give_room(entry)  # the client is closing
             raise
 
-    async def _send_unary(self, item: pb.AckItem, unsent: _Unsent) -> None:
+    async def _send_unary(self, item: pb.AckItem | _Run, unsent: _Unsent) -> None:
+        if isinstance(item, _Run):
+            request = pb.AckRequest(run=item.proto())
+        else:
+            request = pb.AckRequest(ack=item)
+
         async def invoke(stubs: Stubs, left_s: float) -> None:
-            await stubs.consume.Ack(pb.AckRequest(ack=item), timeout=left_s)
+            await stubs.consume.Ack(request, timeout=left_s)
 
         left_s = unsent.deadline - asyncio.get_running_loop().time()
         await self._router.call(unsent.stream, invoke, timeout_s=left_s, idempotent=True)
@@ -340,7 +452,7 @@ class Acker:
             if pipe is None or pipe.dead:
                 pipe = Pipeline(
                     stubs.consume.AckStream(),
-                    batch_of=lambda items: pb.AckBatch(acks=items),
+                    batch_of=_ack_batch,
                     results_of=_results,
                     on_result=self._settle,
                     on_failed=self._failed,

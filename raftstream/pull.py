@@ -455,4 +455,6 @@ class PullSubscription:
             reply=m.reply,
             sender=self._acker,
             stream=self._stream,  # the fetch's: acks route without parsing the token
+            consumer=self._consumer,  # ack() goes as a sequence of an AckRun
+            stream_seq=m.seq,
         )

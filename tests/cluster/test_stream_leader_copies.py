@@ -28,7 +28,7 @@ import pytest
 
 from raftstream.cluster import services_push
 from raftstream.cluster.config import Limits
-from raftstream.cluster.services_consume import ConsumeServicer, undelivered
+from raftstream.cluster.services_consume import ConsumeServicer, fire_and_forget, undelivered
 from raftstream.cluster.services_push import PUSH_STEPS_UNCOMMITTED_MAX, PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
@@ -140,7 +140,8 @@ def test_fire_and_forget_acks_are_proposed_lazily_and_sync_ones_at_once(tmp_path
             replica = g.replica.consumers["C"]
             for seqs, sync in (([1, 2], False), ([3, 4], True)):
                 items = [pb.AckItem(kind=pb.ACK_KIND_ACK, sync=sync) for _ in seqs]
-                assert await servicer._ack_many(g, "C", items, seqs, 5.0) == []
+                lazy = fire_and_forget(items)
+                assert await servicer._ack_many(g, "C", items, seqs, 5.0, lazy=lazy) == []
                 assert lazies[-1] is not sync
                 assert not {*seqs} & replica.state.pending.keys()  # committed, applied
             host.propose = real  # type: ignore[method-assign]

@@ -138,7 +138,9 @@ class Nodes:
 
 
 class AckRecorder:
-    """AckStream that records acks and reports a failure for replies listed in ``fail``."""
+    """AckStream that records acks and reports a failure for replies listed in ``fail``.
+    A run's sequences are recorded as the +ACK items of the tokens ``ack_token`` makes for
+    them (a run refused as one result, id 0, as the node does)."""
 
     def __init__(self) -> None:
         self.items: list[pb.AckItem] = []
@@ -154,6 +156,14 @@ class AckRecorder:
                 for a in batch.acks
                 if a.reply in self.fail
             ]
+            for run in batch.runs:
+                tokens = [
+                    ack_token(s, stream=run.stream, consumer=run.consumer) for s in run.stream_seqs
+                ]
+                self.items.extend(pb.AckItem(reply=t) for t in tokens)
+                refused = [self.fail[t] for t in tokens if t in self.fail]
+                if refused:
+                    failed.append(pb.AckResult(id=0, error=pe.to_error_message(refused[0])))
             if failed:
                 yield pb.AckResultBatch(results=failed)
 

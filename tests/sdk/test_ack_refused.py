@@ -98,7 +98,9 @@ def test_an_ack_refused_for_streaming_calls_max_goes_as_a_unary_ack():
                 await m1.ack()
                 await wait_until(lambda: bool(node.calls_to("Ack")), what="a unary ack")
             [call] = node.calls_to("Ack")
-            assert call.request.ack.reply == m1.reply and not call.request.ack.sync
+            # A fetched message's ack goes as a run (proto AckRun): the unary Ack carries it.
+            assert not call.request.HasField("ack")
+            assert call.request.run == pb.AckRun(stream="ORDERS", consumer="C", stream_seqs=[1])
             assert reported == []
 
     run(main())

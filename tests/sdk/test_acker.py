@@ -100,3 +100,57 @@ def test_acks_wait_for_room_and_leave_in_order() -> None:
         await acker.close(flush_timeout_s=1)
 
     asyncio.run(main())
+
+
+class RunsCall(GatedCall):
+    """Notes each write's runs too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[list[tuple[str, str, list[int]]]] = []
+
+    async def write(self, batch: pb.AckBatch) -> None:
+        await super().write(batch)
+        self.runs.append([(r.stream, r.consumer, list(r.stream_seqs)) for r in batch.runs])
+
+
+def test_acks_of_fetched_messages_join_the_queued_run_of_their_consumer() -> None:
+    """A message that knows its consumer and stream sequence (a fetched one) acks as a
+    sequence of an ``AckRun``: acks made while a run is queued join it, each taking its own
+    room; once the run is handed to a write, the next ack starts another. A message without
+    them (no consumer known) acks with its token, as before."""
+
+    async def main() -> None:
+        call = RunsCall()
+        errors: list[Exception] = []
+        acker = Acker(Router(call), timeout_s=5, pending_msgs_max=3, error_cb=errors.append)  # type: ignore[arg-type]
+
+        def fetched(seq: int, consumer: str = "C") -> Msg:
+            return Msg(
+                subject="s",
+                data=b"",
+                headers=None,
+                reply=f"t.{seq}",
+                sender=acker,
+                stream="S",
+                consumer=consumer,
+                stream_seq=seq,
+            )
+
+        await fetched(1).ack()
+        await fetched(2).ack()
+        await fetched(3, "D").ack()
+        fourth = asyncio.ensure_future(fetched(4).ack())
+        await _settle()
+        assert not fourth.done()  # three sequences queued: no room
+        call.gate.set()
+        await fourth
+        await Msg(subject="s", data=b"", headers=None, reply="t.9", sender=acker, stream="S").ack()
+        await _settle()
+        assert call.runs[0] == [("S", "C", [1, 2]), ("S", "D", [3])]
+        assert [run for runs in call.runs[1:] for run in runs] == [("S", "C", [4])]
+        assert [item for batch in call.written for item in batch] == [("t.9", pb.ACK_KIND_ACK)]
+        assert errors == []
+        await acker.close(flush_timeout_s=1)
+
+    asyncio.run(main())
