@@ -67,7 +67,7 @@ RUN_REFUSED_SEQS_NAMED = 5  # a refusal of a run's acks names at most this many 
 _Refused = list[tuple[pb.AckItem, Exception]]
 # A run's stream sequences refused so.
 _RunRefused = list[tuple[int, Exception]]
-K = TypeVar("K")
+_K = TypeVar("_K")
 # A +NXT ack's messages count their subjects too (JetStream's max_bytes): room for the
 # subject of one largest message, which the answer must still hold.
 NEXT_SUBJECT_BYTES = 32 * 1024
@@ -333,17 +333,17 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         self,
         g: StreamGroup,
         consumer: str,
-        items: Sequence[K],
+        items: Sequence[_K],
         seqs: list[int],
         timeout_s: float | None,
         *,
         lazy: bool,
-    ) -> list[tuple[K, Exception]]:
+    ) -> list[tuple[_K, Exception]]:
         """+ACK ``seqs`` (of ``items``, what a refusal names) as one op, answered once it
         committed (``lazy``: proposed with the next round, ``StreamGroup.run``); returns
         the items refused as not delivered (``undelivered``), which it left out."""
         c = g.leader_consumer(consumer)
-        refused: list[tuple[K, Exception]] = []
+        refused: list[tuple[_K, Exception]] = []
 
         def decide(now: int) -> list[PullEvent]:
             known = seqs

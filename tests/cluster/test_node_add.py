@@ -100,6 +100,14 @@ async def _grow(c: GrowingCluster) -> None:
             assert {r.name for r in meta.replicas} | {meta.leader} >= {*FOUNDERS, "n4"}
 
         await retry_async(lambda: n4_is_a_voter(js))
+        # Every founder sees it online (the meta leader among them places the next stream;
+        # a CI run asked it a moment too soon: "4 replicas need 4 live nodes; 3 are up").
+        for name in FOUNDERS:
+            via = await raftstream.connect(servers=[c.addr(name)], timeout=20)
+            try:
+                await retry_async(lambda via=via: n4_is_a_voter(via))
+            finally:
+                await via.close()
         # Placement sees it: an R4 stream needs every node.
         await js.add_stream(StreamConfig(name="WIDE", subjects=("wide.>",), num_replicas=4))
         await _publish(js, "WIDE", 0, MSGS)
