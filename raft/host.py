@@ -534,7 +534,7 @@ class RaftHost:
     ) -> Awaitable[Any]:
         """Propose ``data`` to ``group``; the awaitable resolves to the state machine's
         result once the entry is applied here. ``lazy``: the proposal starts no round of
-        its own; it goes with the next round something else starts, at the latest
+        its own; it goes with the next eager proposal (of any group), at the latest
         ``HostConfig.lazy_linger_ms`` later (module docstring, "Lazy proposals"), always
         in the order proposals were made.
 

@@ -94,8 +94,8 @@ class HostConfig:
     # A round that sends no append early writes on the loop rather than the writer thread
     # (host.py, "Following rounds write on the loop").
     inline_follower_writes: bool = True
-    # A lazy proposal (``propose(lazy=True)``) waits at most this long for a round that
-    # something else starts (host.py, "Lazy proposals"); 0: it starts one at once.
+    # A lazy proposal (``propose(lazy=True)``) waits at most this long for an eager one to
+    # go with (host.py, "Lazy proposals"); 0: it is an eager one itself.
     lazy_linger_ms: int = 5
 
     def __post_init__(self) -> None:
