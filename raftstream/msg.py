@@ -284,15 +284,43 @@ class Acker:
         self._open_runs: dict[tuple[str, str], Entry] = {}
 
     async def send(self, item: pb.AckItem, stream: str) -> None:
-        """Queue a fire-and-forget ack (waits for room; see the module docstring). Its
-        context is what sending it again needs (its stream and deadline; an ``_Unsent``
-        once it failed)."""
+        """Queue a fire-and-forget ack (waits for room; see the module docstring)."""
+        await self._take_room()
+        await self._queue(item, item.ByteSize() + ACK_OVERHEAD_BYTES, stream)
+
+    async def send_run(self, stream: str, consumer: str, stream_seq: int) -> None:
+        """Queue a fire-and-forget +ACK of ``consumer``'s delivery of ``stream_seq``, as a
+        sequence of an ``AckRun``: it joins the run of that consumer still queued, if any
+        (not handed to a write yet), else starts one. Each sequence takes its own room."""
+        await self._take_room()
+        key = (stream, consumer)
+        entry = self._open_runs.get(key)
+        if entry is not None and not entry.written:
+            entry.request.stream_seqs.append(stream_seq)
+            entry.size_bytes += RUN_SEQ_BYTES
+            return
+        run = _Run(stream, consumer, [stream_seq])
+        size = len(stream) + len(consumer) + RUN_SEQ_BYTES + ACK_OVERHEAD_BYTES
+        entry = await self._queue(run, size, stream)
+        if entry is not None:
+            self._open_runs[key] = entry
+
+    async def _take_room(self) -> None:
+        """A place under ``pending_msgs_max`` (waiting behind earlier acks for one)."""
         if not self._room.take_now():
             await self._room.take(None)
+
+    async def _queue(
+        self, request: pb.AckItem | _Run, size_bytes: int, stream: str
+    ) -> Entry | None:
+        """Queue ``request`` (its room taken) on the ``AckStream`` to ``stream``'s leader;
+        the entry, or None when it could not be (the failure to ``error_cb``, its room
+        given back). Its context is what sending it again needs (its stream and deadline;
+        an ``_Unsent`` once it failed)."""
         loop = asyncio.get_running_loop()
         entry = Entry(
-            item,
-            item.ByteSize() + ACK_OVERHEAD_BYTES,
+            request,
+            size_bytes,
             False,
             loop.create_future(),
             (stream, loop.time() + self._timeout_s),
@@ -308,40 +336,8 @@ class Acker:
         except errors.RaftStreamError as exc:
             self._settle(entry, None)
             self._error_cb(exc)
-
-    async def send_run(self, stream: str, consumer: str, stream_seq: int) -> None:
-        """Queue a fire-and-forget +ACK of ``consumer``'s delivery of ``stream_seq``, as a
-        sequence of an ``AckRun``: it joins the run of that consumer still queued, if any
-        (not handed to a write yet), else starts one. Each sequence takes its own room."""
-        if not self._room.take_now():
-            await self._room.take(None)
-        key = (stream, consumer)
-        entry = self._open_runs.get(key)
-        if entry is not None and not entry.written:
-            entry.request.stream_seqs.append(stream_seq)
-            entry.size_bytes += RUN_SEQ_BYTES
-            return
-        loop = asyncio.get_running_loop()
-        entry = Entry(
-            _Run(stream, consumer, [stream_seq]),
-            len(stream) + len(consumer) + RUN_SEQ_BYTES + ACK_OVERHEAD_BYTES,
-            False,
-            loop.create_future(),
-            (stream, loop.time() + self._timeout_s),
-        )
-        try:
-            pipe = self._pipes.get(self._router.target(stream))
-            if pipe is None or pipe.dead:
-                pipe = await self._pipeline(stream)
-            pipe.submit(entry)
-        except errors.ClientClosedError:
-            self._settle(entry, None)
-            raise
-        except errors.RaftStreamError as exc:
-            self._settle(entry, None)
-            self._error_cb(exc)
-            return
-        self._open_runs[key] = entry
+            return None
+        return entry
 
     async def send_sync(self, item: pb.AckItem, stream: str, *, timeout_s: float | None) -> None:
         """One ack, answered once replicated; retried (an ack is idempotent) and
