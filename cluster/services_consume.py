@@ -384,7 +384,11 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
                     results.append(pb.AckResult(id=item.id, error=to_error_message(exc)))
                 elif item.sync:
                     results.append(pb.AckResult(id=item.id))
-            inflight[0] -= len(items)
+            answered(len(items))
+
+        def answered(acks: int) -> None:
+            """``acks`` are settled: their room back, their results (if any) to send."""
+            inflight[0] -= acks
             room.set()
             ready.set()
 
@@ -423,9 +427,7 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
                 failure = exc
             if failure is not None:
                 results.append(pb.AckResult(id=0, error=to_error_message(failure)))
-            inflight[0] -= len(run.stream_seqs)
-            room.set()
-            ready.set()
+            answered(len(run.stream_seqs))
 
         async def one(item: pb.AckItem) -> _Refused:
             # Refusals raise here. Lazy: only a failure is answered (docs/cluster-design.md).
