@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from raftstream.audit.layout import check_root, scrub_root, snapshot_root
-from raftstream.cli_common import describe_error, fail
+from raftstream.cli.common import describe_error, fail
 from raftstream.errors import DataLossError
 
 if TYPE_CHECKING:

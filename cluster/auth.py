@@ -26,7 +26,9 @@ certificate is a node certificate, so a minted token is worthless to a client.
 Node-to-node services (Raft, repair, node descriptions: ``NODE_SERVICE_PREFIXES``) are not
 client calls; ``NodeCallsInterceptor`` keeps them to nodes: with ``[tls]`` the caller's
 certificate must be a node certificate, else (with ``[auth]``) the call must carry a node
-token. Without either, a development cluster trusts its network.
+token. Without either, a development cluster trusts its network. The one exception is
+``NodeService.Prove`` without ``[tls]``: a node proves there that it holds the node key
+before any node credentials are sent to it (``cluster/node_proof.py``), so it wants none.
 
 bcrypt is slow on purpose (tens of milliseconds per check): a verified result is cached in
 memory, bounded (``verified_cache_entries_max``), keyed by a SHA-256 of the credentials;
@@ -68,6 +70,7 @@ from raftstream.cluster.names import validate_account
 from raftstream.engine.subjects import subject_matches, validate_filter
 from raftstream.errors import (
     InvalidArgumentError,
+    LimitError,
     PermissionDeniedError,
     RaftStreamError,
     UnauthenticatedError,
@@ -80,8 +83,10 @@ __all__ = [
     "ANONYMOUS",
     "AUTHORIZATION_KEY",
     "LIMIT_KEYS",
+    "NODE_PROVE_METHOD",
     "SYSTEM_ACCOUNT",
     "TOKEN_KEYS",
+    "USER_CALLS_MAX",
     "USER_KEYS",
     "AccountLimits",
     "AuthConfig",
@@ -91,6 +96,7 @@ __all__ = [
     "NodeCallsInterceptor",
     "Permissions",
     "Principal",
+    "UserCalls",
     "acting_as",
     "bcrypt_cost",
     "bind_caller",
@@ -98,6 +104,7 @@ __all__ = [
     "cluster_metadata",
     "hash_secret",
     "node_caller",
+    "node_key",
     "node_token",
     "parse_auth",
 ]
@@ -117,6 +124,11 @@ BCRYPT_CHECKS_CONCURRENT_MAX = 2
 # bcrypt checks running or queued at once: beyond, a call is refused UNAVAILABLE (retriable)
 # at once rather than queued for minutes behind a storm of bad credentials.
 BCRYPT_CHECKS_PENDING_MAX = 64
+# Client API calls one user (account and user) has open on one node at once: one more is
+# RESOURCE_EXHAUSTED before its request is read, so no one user takes every place a node
+# has (streaming_calls_max, waiting fetches) from the others. Nodes acting for an account
+# (node tokens) are not counted: their links and relays have bounds of their own.
+USER_CALLS_MAX = 1024
 _BCRYPT_HASH = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
 _CLIENT_API_PREFIX = "/raftstream.v1."
 log = logging.getLogger(__name__)
@@ -127,6 +139,10 @@ NODE_SECRET_BYTES_MIN = 32  # a node_secret_file shorter than this is refused
 REFUSAL_LOG_INTERVAL_S = 60.0  # at most one warning this often about refused node calls
 # Services only nodes call (Raft, repair after data loss, placement descriptions).
 NODE_SERVICE_PREFIXES = ("/raftstream.raft.v1.", "/raftstream.repair.v1.", "/raftstream.node.v1.")
+# The one node call without a node token: a node proves there that it holds the node key
+# before any node credentials are sent to it (cluster/node_proof.py), so its caller (the
+# meta leader adding it) sends none.
+NODE_PROVE_METHOD = "/raftstream.node.v1.NodeService/Prove"
 
 
 def hash_secret(secret: str, *, rounds: int = 12) -> str:
@@ -226,8 +242,9 @@ class AuthConfig:
     users: Mapping[str, Principal]
     tokens: tuple[Principal, ...] = ()
     verified_cache_entries_max: int = VERIFIED_CACHE_ENTRIES_MAX
+    user_calls_max: int = USER_CALLS_MAX
     # The contents of node_secret_file (stripped): the key of node tokens. None: the key is
-    # derived from the section itself (see _node_key). Never shown.
+    # derived from the section itself (see node_key). Never shown.
     node_secret: bytes | None = field(default=None, repr=False)
     # Where node_secret was read from (its mode is checked at start: cluster/config.py).
     node_secret_file: Path | None = None
@@ -297,7 +314,7 @@ def acting_as(who: Caller) -> Iterator[None]:
         _CALLER.reset(token)
 
 
-def _node_key(config: AuthConfig) -> bytes:
+def node_key(config: AuthConfig) -> bytes:
     """The key of node tokens: a digest of ``node_secret_file``'s secret when set (the same
     file on every node), else of the whole [auth] section (then the section's hashes are as
     secret as the key: docs/security.md)."""
@@ -320,7 +337,7 @@ def node_token(config: AuthConfig | None, account: str) -> str | None:
     what an SDK client the node runs for the account passes as ``connect(token=...)``."""
     if config is None:
         return None
-    return f"{NODE_TOKEN_PREFIX}{account}.{_node_mac(_node_key(config), account)}"
+    return f"{NODE_TOKEN_PREFIX}{account}.{_node_mac(node_key(config), account)}"
 
 
 def cluster_metadata(config: AuthConfig | None) -> tuple[tuple[str, str], ...]:
@@ -367,7 +384,14 @@ _PERMISSION_KEYS = ("publish", "read", "manage")
 USER_KEYS = frozenset({"user", "password", "account", *_PERMISSION_KEYS})
 TOKEN_KEYS = frozenset({"name", "token", "account", *_PERMISSION_KEYS})
 _AUTH_KEYS = frozenset(
-    {"accounts", "users", "tokens", "verified_cache_entries_max", "node_secret_file"}
+    {
+        "accounts",
+        "users",
+        "tokens",
+        "verified_cache_entries_max",
+        "user_calls_max",
+        "node_secret_file",
+    }
 )
 
 
@@ -398,11 +422,14 @@ def parse_auth(table: Mapping[str, Any]) -> AuthConfig:
         raise InvalidArgumentError("auth", "needs at least one user or token")
     cache_max = table.get("verified_cache_entries_max", VERIFIED_CACHE_ENTRIES_MAX)
     _count("auth.verified_cache_entries_max", cache_max, minimum=1)
+    user_calls_max = table.get("user_calls_max", USER_CALLS_MAX)
+    _count("auth.user_calls_max", user_calls_max, minimum=1)
     return AuthConfig(
         accounts=MappingProxyType(accounts),
         users=MappingProxyType(users),
         tokens=tuple(tokens),
         verified_cache_entries_max=cache_max,
+        user_calls_max=user_calls_max,
         node_secret=_node_secret(table.get("node_secret_file")),
         node_secret_file=_path_or_none(table.get("node_secret_file")),
     )
@@ -516,7 +543,7 @@ class Authenticator:
         self._verified: OrderedDict[bytes, Principal] = OrderedDict()
         self._checks = asyncio.Semaphore(BCRYPT_CHECKS_CONCURRENT_MAX)
         self._pending = 0  # bcrypt checks running or waiting (BCRYPT_CHECKS_PENDING_MAX)
-        self._node_key = _node_key(config)
+        self._node_key = node_key(config)
         # The unknown user's decoy check must cost what a known user's does, and bcrypt's
         # cost differs per hash (a cost raised later, ``hash-password --cost``): the
         # costliest configured hash, so no real user's refusal takes longer than an
@@ -622,6 +649,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     they do not resolve. Calls outside ``/raftstream.v1.`` pass untouched (node-to-node
     services: ``NodeCallsInterceptor``; health, reflection).
 
+    A refused call's request is never read (``_refusal``): without credentials a caller
+    holds no more of the node than its call's headers (issue 39, finding 6: 4.4 MB
+    requests without credentials were received and decoded in full, then refused). A user
+    with ``user_calls_max`` calls open on this node has its next one refused
+    RESOURCE_EXHAUSTED, unread too (``UserCalls``).
+
     ``node_certificates`` (the node has ``[tls]``): a node token is accepted only on a call
     whose verified certificate is a node certificate, so whoever mints one (from a leaked
     key or config) still cannot use it from a client's connection."""
@@ -629,6 +662,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, authenticator: Authenticator, *, node_certificates: bool = False) -> None:
         self._auth = authenticator
         self._node_certificates = node_certificates
+        self._calls = UserCalls(authenticator.config.user_calls_max)
 
     async def intercept_service(
         self,
@@ -639,14 +673,82 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None or not str(handler_call_details.method).startswith(_CLIENT_API_PREFIX):
             return handler
         try:
-            who: Caller | RaftStreamError = await self._auth.resolve(
-                handler_call_details.invocation_metadata
-            )
+            who = await self._auth.resolve(handler_call_details.invocation_metadata)
         except RaftStreamError as exc:  # UNAUTHENTICATED, or UNAVAILABLE when checks pile up
-            who = exc
-        if isinstance(who, Caller) and who.user == NODE_USER and self._node_certificates:
-            return _bound(handler, _node_certificate_gate(who))
-        return _bound(handler, lambda _context: who)
+            return _refusal(handler, exc)
+        if who.user == NODE_USER:  # a node acting for an account: not a user's call
+            if self._node_certificates:
+                return _bound(handler, _node_certificate_gate(who))
+            return _bound(handler, lambda _context: who)
+        full = self._calls.refusal(who)
+        if full is not None:  # the common case refused unread; ``_bound`` counts exactly
+            return _refusal(handler, full)
+        return _bound(handler, lambda _context: who, calls=self._calls)
+
+
+class UserCalls:
+    """Client API calls open per user (account and user) on this node, at most ``bound``
+    each (``[auth] user_calls_max``). A call counts from when its behaviour starts to when
+    it ends: never counted in, never counted out, whatever ends the call. Owned by the
+    server's event loop."""
+
+    def __init__(self, bound: int) -> None:
+        self._bound = bound
+        self._open: dict[tuple[str, str | None], int] = {}
+
+    def refusal(self, who: Caller) -> LimitError | None:
+        """The error refusing one more call of ``who``, or None while it has room."""
+        if self._open.get((who.account, who.user), 0) < self._bound:
+            return None
+        return LimitError(
+            f"user {who.user!r} has user_calls_max ({self._bound}) calls open on this node;"
+            " retry once some end",
+            limit="user_calls_max",
+        )
+
+    def take(self, who: Caller) -> LimitError | None:
+        """Count a call of ``who`` in, or the error refusing it (then nothing is counted)."""
+        refused = self.refusal(who)
+        if refused is None:
+            key = (who.account, who.user)
+            self._open[key] = self._open.get(key, 0) + 1
+        return refused
+
+    def give(self, who: Caller) -> None:
+        """Count a call of ``who`` out (one ``take`` let in)."""
+        key = (who.account, who.user)
+        left = self._open.get(key, 0) - 1
+        if left > 0:
+            self._open[key] = left
+        else:
+            self._open.pop(key, None)  # no entry per user who has no call open
+
+    def open_calls(self, who: Caller) -> int:
+        return self._open.get((who.account, who.user), 0)
+
+
+def _refusal(handler: Any, exc: RaftStreamError) -> Any:
+    """A handler that ends the call with ``exc`` and never reads its request. grpc.aio
+    receives and deserializes a unary request in full before it runs a unary behaviour, so
+    the refusal is a request-streaming handler whatever the method's kind (the wire is the
+    same: the client cannot tell): its behaviour aborts without asking for a message, and
+    gRPC drops what of the request had arrived."""
+    serializer = handler.response_serializer
+
+    if handler.response_streaming:
+
+        async def refuse_streamed(_requests: Any, context: Any) -> AsyncIterator[Any]:
+            await abort(context, exc)
+            yield  # (never reached: abort raises) it makes this an async generator
+
+        return grpc.stream_stream_rpc_method_handler(
+            refuse_streamed, response_serializer=serializer
+        )
+
+    async def refuse(_requests: Any, context: Any) -> Any:
+        await abort(context, exc)
+
+    return grpc.stream_unary_rpc_method_handler(refuse, response_serializer=serializer)
 
 
 def _node_certificate_gate(who: Caller) -> Callable[[Any], Caller | Exception]:
@@ -684,6 +786,8 @@ class NodeCallsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return handler
         if self._tls:
             return _bound(handler, _node_certificate_required)
+        if method == NODE_PROVE_METHOD:
+            return handler
         who: Caller | Exception = UnauthenticatedError("node-to-node calls need a node token")
         values = [
             v for k, v in handler_call_details.invocation_metadata or () if k == AUTHORIZATION_KEY
@@ -718,15 +822,15 @@ def _node_certificate_required(context: Any) -> Caller | Exception:
 Gate = Callable[[Any], "Caller | Exception"]
 
 
-def _bound(handler: Any, gate: Gate) -> Any:
+def _bound(handler: Any, gate: Gate, *, calls: UserCalls | None = None) -> Any:
     """``handler`` with the caller ``gate(context)`` decides bound before its behaviour runs
-    (or refused with the error it returns)."""
+    (or refused with the error it returns), counted in ``calls`` while it runs when given."""
 
     def unary(behavior: Any) -> Any:
-        return _unary(behavior, gate)
+        return _unary(behavior, gate, calls)
 
     def streamed(behavior: Any) -> Any:
-        return _streamed(behavior, gate)
+        return _streamed(behavior, gate, calls)
 
     return rewrap(
         handler,
@@ -737,24 +841,41 @@ def _bound(handler: Any, gate: Gate) -> Any:
     )
 
 
-def _unary(behavior: Callable[..., Awaitable[Any]], gate: Gate) -> Any:
+async def _admit(context: Any, gate: Gate, calls: UserCalls | None) -> Caller:
+    """The call's caller, bound to its task and counted in ``calls``; the call is aborted
+    with the error when the gate or ``calls`` refuses it."""
+    who = gate(context)
+    if isinstance(who, Exception):
+        await abort(context, who)
+    refused = calls.take(who) if calls is not None else None
+    if refused is not None:
+        await abort(context, refused)
+    bind_caller(who)
+    return who
+
+
+def _unary(behavior: Callable[..., Awaitable[Any]], gate: Gate, calls: UserCalls | None) -> Any:
     async def bound(request: Any, context: Any) -> Any:
-        who = gate(context)
-        if isinstance(who, Exception):
-            await abort(context, who)
-        bind_caller(who)
-        return await behavior(request, context)
+        who = await _admit(context, gate, calls)
+        try:
+            return await behavior(request, context)
+        finally:
+            if calls is not None:
+                calls.give(who)
 
     return bound
 
 
-def _streamed(behavior: Callable[..., AsyncIterator[Any]], gate: Gate) -> Any:
+def _streamed(
+    behavior: Callable[..., AsyncIterator[Any]], gate: Gate, calls: UserCalls | None
+) -> Any:
     async def bound(request: Any, context: Any) -> AsyncIterator[Any]:
-        who = gate(context)
-        if isinstance(who, Exception):
-            await abort(context, who)
-        bind_caller(who)
-        async for item in behavior(request, context):
-            yield item
+        who = await _admit(context, gate, calls)
+        try:
+            async for item in behavior(request, context):
+                yield item
+        finally:
+            if calls is not None:
+                calls.give(who)
 
     return bound

@@ -36,14 +36,46 @@ __all__ = [
 ]
 
 
+# How deep a config document may nest (objects and arrays): a stream config's deepest legal
+# part (sources[].subject_transforms[] objects) is 4 levels; deeper is refused, so no later
+# step (parsing, copying, encoding a meta entry) recurses without bound (issue 39, finding 9).
+CONFIG_JSON_DEPTH_MAX = 32
+
+
 def parse_json(text: str, field: str = "config_json") -> dict[str, Any]:
+    """A JSON object; INVALID_ARGUMENT naming ``field`` when the text is not one or nests
+    deeper than ``CONFIG_JSON_DEPTH_MAX`` (never a RecursionError: that was INTERNAL)."""
     try:
         raw = json.loads(text)
+    except RecursionError:
+        raise _too_deep(field) from None
     except ValueError as exc:
         raise InvalidArgumentError(field, f"is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise InvalidArgumentError(field, "must be a JSON object")
+    if _depth_over(raw, CONFIG_JSON_DEPTH_MAX):
+        raise _too_deep(field)
     return raw
+
+
+def _too_deep(field: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        field, f"must nest at most {CONFIG_JSON_DEPTH_MAX} levels (config_json_depth_max)"
+    )
+
+
+def _depth_over(value: Any, depth_max: int) -> bool:
+    """Whether ``value`` nests objects or arrays deeper than ``depth_max`` (iterative)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > depth_max:
+            return True
+        if isinstance(v, dict):
+            stack.extend((c, depth + 1) for c in v.values() if isinstance(c, dict | list))
+        elif isinstance(v, list):
+            stack.extend((c, depth + 1) for c in v if isinstance(c, dict | list))
+    return False
 
 
 def group_info_pb(

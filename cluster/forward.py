@@ -17,8 +17,12 @@ Answered as UNAVAILABLE it would be "outcome unknown", and such a publish is not
 ``forwarded`` metadata marks the call so the remote never forwards it again (two nodes that
 disagree about the leader would otherwise bounce a request between them).
 A forwarded call keeps the caller's identity: it carries the caller's own credentials
-(``cluster/auth.py``), which the remote resolves as it would the client's; a publish relay
-is therefore shared only by calls with the same credentials.
+(``cluster/auth.py``), which the remote resolves as it would the client's. A publish relay
+is shared by the calls of one RESOLVED caller (account, user, permissions), whatever the
+spelling of their credentials: keyed by the raw ``authorization`` text, one password
+written in many letter cases and spacings opened a relay (a streaming call on the leader's
+node, counted against its ``streaming_calls_max``) per spelling, each kept forever (issue
+39, finding 4). A relay with nothing in flight for ``relay_idle_s`` ends its call.
 
 Owned by the node's event loop. At most one channel per peer address; with the node's
 ``credentials`` (its mutual TLS, when configured) on every one of them.
@@ -37,7 +41,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from raftstream.cluster.auth import caller
+from raftstream.cluster.auth import Permissions, caller
 from raftstream.errors import (
     LimitError,
     NoLeaderError,
@@ -61,6 +65,9 @@ RELAY_BATCH_MSGS_MAX = 1024  # requests per PublishBatch written to the leader's
 # ``payload_bytes_max`` plus its headers). 1,024 publishes of 1 MiB made a 132 MB message that
 # gRPC refused, breaking the relay and every publish in it (a user review).
 RELAY_BATCH_BYTES_MAX = 2 * 1024 * 1024
+# A relay with no publish queued or unanswered this long ends its call on the leader's node
+# (where it holds one of ``streaming_calls_max`` places); the next publish opens another.
+RELAY_IDLE_S = 10.0
 
 FORWARDED_KEY = "raftstream-forwarded"
 
@@ -104,21 +111,28 @@ def was_forwarded(context: Any) -> bool:
     return any(k == FORWARDED_KEY for k, _ in md)
 
 
+_RelayKey = tuple[str, str, str | None, Permissions]  # address, account, user, permissions
+
+
 class Forwarder:
     """Channels to the other nodes' client API, keyed by address; ``credentials``: TLS
-    credentials for them (None: plaintext)."""
+    credentials for them (None: plaintext); publish relays per address and caller, each
+    ending its call once idle ``relay_idle_s``."""
 
     def __init__(
         self,
         *,
         channel_options: list[tuple[str, int]],
         credentials: grpc.ChannelCredentials | None = None,
+        relay_idle_s: float = RELAY_IDLE_S,
     ) -> None:
         self._options = channel_options
         self._credentials = credentials
+        self._relay_idle_s = relay_idle_s
         self._channels: dict[str, grpc.aio.Channel] = {}
-        # Keyed by address and the callers' credentials: a relay acts for one identity.
-        self._relays: dict[tuple[str, tuple[tuple[str, str], ...]], PublishRelay] = {}
+        # Keyed by address and the resolved caller: a relay acts for one identity, however
+        # its credentials are spelt (module docstring).
+        self._relays: dict[_RelayKey, PublishRelay] = {}
 
     def channel(self, addr: str) -> grpc.aio.Channel:
         """The channel to ``addr`` (made on first use, kept until ``close``)."""
@@ -157,13 +171,28 @@ class Forwarder:
 
     def relay(self, addr: str) -> PublishRelay:
         """The live publish relay to ``addr`` for the current caller (made on first use,
-        remade after a break)."""
-        metadata = _forward_metadata()
-        key = (addr, metadata)
+        remade after a break or once it ended idle). Callers resolved to the same account,
+        user and permissions share one, which sends the first one's credentials: each
+        spelling of them resolved to that identity here, and does on the leader's node."""
+        who = caller()
+        key = (addr, who.account, who.user, who.permissions)
         r = self._relays.get(key)
         if r is None or r.broken:
-            r = self._relays[key] = PublishRelay(self.channel(addr), metadata, addr=addr)
+            self._drop_ended()
+            r = self._relays[key] = PublishRelay(
+                self.channel(addr), _forward_metadata(), addr=addr, idle_s=self._relay_idle_s
+            )
         return r
+
+    def relays_open(self) -> int:
+        """The relays whose call is open now (not broken nor ended idle)."""
+        return sum(1 for r in self._relays.values() if not r.broken)
+
+    def _drop_ended(self) -> None:
+        """Forget the relays whose call is over (their reader finished): the map holds at
+        most one per address and caller, plus those still ending."""
+        for key in [k for k, r in self._relays.items() if r.ended]:
+            del self._relays[key]
 
     async def close(self) -> None:
         for r in self._relays.values():
@@ -217,13 +246,20 @@ class PublishRelay:
     nothing was sent (module docstring). Nothing is written before the leader's node accepts
     the call (``raftstream.proto.calls``), so a call it refuses as a whole (NOT_LEADER while
     under repair, ``streaming_calls_max``) fails every relayed publish as not sent
-    (``_refused``). Owned by the node's event loop.
+    (``_refused``). With nothing queued or unanswered for ``idle_s`` the relay ends its call
+    (``broken`` from then on). Owned by the node's event loop.
     """
 
     def __init__(
-        self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...], *, addr: str = ""
+        self,
+        channel: grpc.aio.Channel,
+        metadata: tuple[tuple[str, str], ...],
+        *,
+        addr: str = "",
+        idle_s: float = RELAY_IDLE_S,
     ) -> None:
         self._addr = addr
+        self._idle_s = idle_s
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[pb.PubAck]] = {}
         self._queue: collections.deque[tuple[pb.PublishRequest, int]] = collections.deque()
@@ -255,7 +291,17 @@ class PublishRelay:
             return  # refused: _read fails every relayed publish with the status
         self._accepted = True
         while not self.broken:
-            await self._wake.wait()
+            try:
+                async with asyncio.timeout(self._idle_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                if not self._waiting and not self._queue:
+                    # Idle: broken first, so no publish joins a call that is ending (the
+                    # next one makes a new relay); then the half-close ends the call and
+                    # frees its place on the leader's node.
+                    self.broken = True
+                    return
+                continue
             self._wake.clear()
             while self._queue:
                 yield pb.PublishBatch(requests=take_batch(self._queue))
@@ -281,6 +327,11 @@ class PublishRelay:
             _log_break(self._addr, repr(exc))
         finally:
             self._break(unsent)
+
+    @property
+    def ended(self) -> bool:
+        """The call is over and its answers read (broken, and its reader finished)."""
+        return self.broken and self._reader.done()
 
     def _break(self, unsent: RaftStreamError | None = None) -> None:
         self.broken = True

@@ -52,14 +52,16 @@ from raftstream.errors import (
     LimitError,
     RaftStreamError,
 )
-from raftstream.msg import ACK_DELAY_NS_MAX, ACK_REASON_BYTES_MAX
+from raftstream.msg import ACK_DELAY_NS_MAX, ACK_REASON_BYTES_MAX, ACK_RUN_SEQS_MAX
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import abort
 
 __all__ = [
+    "CONSUMER_FILTER_SUBJECTS_MAX",
     "INT64_MAX",
     "NAME_BYTES_MAX",
     "PULL_HEARTBEAT_MIN_NS",
+    "STREAM_SUBJECTS_MAX",
     "SUBJECTS_DETAIL_MAX",
     "TOKEN_BYTES_MAX",
     "LimitsInterceptor",
@@ -68,10 +70,13 @@ __all__ = [
     "check_ack",
     "check_ack_run",
     "check_cluster_limits",
+    "check_config_name",
+    "check_consumer_filter_count",
     "check_consumer_limits",
     "check_name",
     "check_publish",
     "check_request",
+    "check_stream_subject_count",
     "check_subjects_detail",
     "sanitize",
     "server_options",
@@ -84,6 +89,13 @@ HEADER_NAME_BYTES_MAX = 256
 PULL_HEARTBEAT_MIN_NS = 10_000_000  # 10 ms: a pull's idle heartbeats are at most 100 per second
 SANITIZED_CHARS_MAX = 32
 SUBJECTS_DETAIL_MAX = 100_000  # per-subject counts one stream info may carry
+# Subjects of one stream and filter subjects of one consumer, in a create or update request
+# (JetStream has no count; the overlap check of a list, and of a stream against the
+# account's others, costs O(the list's tokens), so this bounds a request's work on the meta
+# leader's loop and on every node that applies it). Definitions stored before the bound
+# still load: it is checked on requests, never on apply or restore.
+STREAM_SUBJECTS_MAX = 1_000
+CONSUMER_FILTER_SUBJECTS_MAX = 1_000
 # JetStream's name rule (isValidName) plus path separators: names end up in subjects, group
 # ids and paths.
 _NAME_FORBIDDEN = frozenset(".*>/\\")
@@ -422,6 +434,36 @@ def _config(config_json: str, limits: Limits) -> None:
         raise InvalidArgumentError("config_json", "is too large to be a configuration")
 
 
+def check_config_name(raw: Mapping[str, Any]) -> str:
+    """The ``name`` of a parsed stream config (``config_json``), checked as a name: what a
+    permission check needs before the config is parsed any further."""
+    name = raw.get("name")
+    if not isinstance(name, str):
+        raise InvalidArgumentError("name", "is required (a string)")
+    return check_name(name, "name")
+
+
+def _count(raw: Mapping[str, Any], key: str, count_max: int, rule: str) -> None:
+    value = raw.get(key)
+    if isinstance(value, list | tuple) and len(value) > count_max:
+        raise InvalidArgumentError(
+            key, f"must hold at most {count_max} subjects ({rule}); {len(value)} given"
+        )
+
+
+def check_stream_subject_count(raw: Mapping[str, Any]) -> None:
+    """A parsed stream config of a create or update request holds at most
+    ``STREAM_SUBJECTS_MAX`` subjects (before ``from_dict`` checks each, or any overlap)."""
+    _count(raw, "subjects", STREAM_SUBJECTS_MAX, "stream_subjects_max")
+
+
+def check_consumer_filter_count(raw: Mapping[str, Any]) -> None:
+    """A parsed consumer config of a create or update request holds at most
+    ``CONSUMER_FILTER_SUBJECTS_MAX`` filter subjects (before ``from_dict`` checks each, or
+    their overlap)."""
+    _count(raw, "filter_subjects", CONSUMER_FILTER_SUBJECTS_MAX, "consumer_filter_subjects_max")
+
+
 def _stream_consumer(stream: str, consumer: str) -> None:
     check_name(stream, "stream")
     check_name(consumer, "consumer")
@@ -489,13 +531,20 @@ def _ack(r: pb.AckRequest, limits: Limits) -> None:
 
 
 def check_ack_run(run: pb.AckRun) -> None:
-    """A run of plain acks: valid stream and consumer names, and at least one sequence,
-    each from 1 to int64."""
+    """A run of plain acks: valid stream and consumer names, and 1 to ``ACK_RUN_SEQS_MAX``
+    sequences, each from 1 to int64. O(len) and allocation-free: the bound comes first, so
+    what a refused run costs does not grow past it either."""
     check_name(run.stream, "run.stream")
     check_name(run.consumer, "run.consumer")
     seqs = run.stream_seqs
     if not seqs:
         raise InvalidArgumentError("run.stream_seqs", "is required")
+    if len(seqs) > ACK_RUN_SEQS_MAX:
+        raise InvalidArgumentError(
+            "run.stream_seqs",
+            f"must hold at most {ACK_RUN_SEQS_MAX} sequences (ack_run_seqs_max); "
+            "send longer runs as several",
+        )
     if min(seqs) < 1 or max(seqs) > INT64_MAX:
         raise InvalidArgumentError("run.stream_seqs", f"each must be 1 to {INT64_MAX}")
 

@@ -82,7 +82,12 @@ from raftstream.engine.stream_config import (
     check_no_overlap,
 )
 from raftstream.engine.stream_config import check_update as check_stream_update
-from raftstream.engine.subjects import subjects_collide, validate_filter, validate_subject
+from raftstream.engine.subjects import (
+    OverlapIndex,
+    subjects_collide,
+    validate_filter,
+    validate_subject,
+)
 from raftstream.engine.sublist import SubList, Subscription
 from raftstream.errors import (
     AlreadyExistsError,
@@ -706,8 +711,26 @@ class MetaState:
             indexed = {(s.subject, s.sid) for s in acct.sublist.subscriptions()}
             wanted = {(s, n) for n, sa in acct.streams.items() for s in sa.config.subjects}
             invariant(indexed == wanted, f"subject index of {account!r} out of sync")
+            _check_no_overlap(account, acct)
             for name, sa in acct.streams.items():
                 _check_stream_invariants(account, name, sa, acct)
+
+
+def _check_no_overlap(account: str, acct: _Account) -> None:
+    """No subject of one stream of ``acct`` overlaps one of another (each stream's own are
+    disjoint by its config's rules). One ``OverlapIndex`` query per subject, not a
+    comparison per pair: this runs on every snapshot restore, at every restart."""
+    owners = [(s, name) for name, sa in acct.streams.items() for s in sa.config.subjects]
+    index = OverlapIndex([s for s, _ in owners])
+    start = 0
+    for name, sa in acct.streams.items():
+        end = start + len(sa.config.subjects)
+        own = ((1 << end) - 1) ^ ((1 << start) - 1)  # this stream's bits
+        for s in sa.config.subjects:
+            hits = index.colliding(s) & ~own
+            other = owners[(hits & -hits).bit_length() - 1][1] if hits else None
+            invariant(other is None, f"{name!r} overlaps {other!r} in account {account!r}")
+        start = end
 
 
 def _check_stream_invariants(account: str, name: str, sa: StreamAssignment, acct: _Account) -> None:
@@ -715,10 +738,6 @@ def _check_stream_invariants(account: str, name: str, sa: StreamAssignment, acct
     invariant(sa.group == stream_group_id(account, name), f"group id of {name!r}")
     invariant(len(set(sa.peers)) == len(sa.peers), f"duplicate peer in {sa.group}")
     invariant(len(sa.peers) <= sa.config.num_replicas, f"too many peers in {sa.group}")
-    for other in acct.configs_except(name):
-        for s in sa.config.subjects:
-            for t in other.subjects:
-                invariant(not subjects_collide(s, t), f"{name!r} overlaps {other.name!r}")
     for cname, ca in acct.consumers[name].items():
         invariant(ca.name == cname and ca.stream == name, f"consumer {cname!r} filed wrongly")
         invariant(

@@ -53,9 +53,9 @@ from raftstream.cluster.meta import (
 from raftstream.cluster.meta_entries import MetaEntry, encode_entry
 from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.placement import NodeInfo, plan_repairs
+from raftstream.cluster.raft_errors import LeadershipTransferError
 from raftstream.cluster.stream_leader import answer_within, moving_to, no_commit
 from raftstream.errors import DeadlineExceededError, NoLeaderError, NotLeaderError, RaftStreamError
-from raftstream.raft.core.errors import TransferInProgressError
 from raftstream.raft.host import RaftHost
 from raftstream.raft.types import Entry
 
@@ -238,7 +238,7 @@ class MetaGroup:
         except NotLeaderError:
             self._metrics.proposal_failures.labels("meta").inc()
             raise self.not_leader() from None
-        except TransferInProgressError as exc:
+        except LeadershipTransferError as exc:
             self._metrics.proposal_failures.labels("meta").inc()
             raise moving_to("the meta leadership", exc.to, self._client_addr(exc.to)) from None
         except DeadlineExceededError:

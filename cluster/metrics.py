@@ -15,13 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import socket
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from socketserver import ThreadingMixIn
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
 from prometheus_client import (
@@ -31,11 +27,11 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
-    make_wsgi_app,
 )
 
 from raftstream.cluster.handlers import rewrap
 from raftstream.cluster.meta_entries import split_group_id
+from raftstream.cluster.metrics_http import METRICS_PATH, MetricsServer
 from raftstream.proto.errors import ABORT_REASON
 
 __all__ = [
@@ -48,7 +44,6 @@ __all__ = [
     "group_labels",
 ]
 
-METRICS_PATH = "/metrics"  # the one path served; anything else is 404 naming it
 # Every per-group series: the Raft group id, and a stream group's account and stream apart
 # (empty for the meta group), so a query can sum or filter by stream without parsing ids.
 GROUP_LABELS = ("group", "account", "stream")
@@ -115,7 +110,7 @@ class NodeMetrics:
     def __init__(self, node: str) -> None:
         self.node = node
         self.registry = CollectorRegistry()
-        self._http: WSGIServer | None = None
+        self._http: MetricsServer | None = None
         r = self.registry
         self.rpc_latency = Histogram(
             "raftstream_rpc_latency_seconds",
@@ -280,53 +275,20 @@ class NodeMetrics:
             with contextlib.suppress(KeyError):
                 gauge.remove(*group_labels(group))
 
-    def serve(self, host: str, port: int) -> None:
-        """Serve ``/metrics`` over HTTP on ``host:port`` from daemon threads (the library's
-        WSGI app; any other path is 404 naming ``/metrics``, where the library's own server
-        answered every path with the page); ``OSError`` naming the address and the key when
-        it cannot listen there."""
-        try:
-            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-            server_class = type("_Server", (_MetricsServer,), {"address_family": family})
-            app = _only_metrics(make_wsgi_app(self.registry))
-            self._http = make_server(
-                host, port, app, server_class=server_class, handler_class=_QuietHandler
-            )
-        except OSError as exc:
-            raise OSError(
-                f"cannot serve metrics on {host}:{port} (metrics_listen): "
-                f"{exc.strerror or exc} (another node's metrics port?)"
-            ) from exc
-        threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True).start()
+    async def serve(self, host: str, port: int) -> None:
+        """Serve ``/metrics`` over HTTP on ``host:port`` from the running event loop, each
+        connection bounded in count, time and size (``cluster/metrics_http.py``); any other
+        path is 404 naming ``/metrics``. ``OSError`` naming the address and the key when it
+        cannot listen there."""
+        server = MetricsServer(self.registry)
+        await server.start(host, port)
+        self._http = server
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Stop serving (a node's metrics live as long as its process; tests close them)."""
         http, self._http = self._http, None
         if http is not None:
-            http.shutdown()
-            http.server_close()
-
-
-class _MetricsServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True  # a slow scraper never holds the process at exit
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """No access log line per scrape on the node's stderr."""
-
-
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-
-def _only_metrics(app: WsgiApp) -> WsgiApp:
-    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") == METRICS_PATH:
-            return app(environ, start_response)
-        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-        return [f"not found: this node's metrics are at {METRICS_PATH}\n".encode()]
-
-    return serve
+            await http.close()
 
 
 def _code_name(context: Any) -> str:
@@ -361,6 +323,8 @@ class LatencyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             handler,
             unary_unary=lambda behavior: self._unary(name, behavior),
             unary_stream=lambda behavior: self._streamed(name, behavior),
+            # (a call refused before its request is read: cluster/auth.py ``_refusal``)
+            stream_unary=lambda behavior: self._unary(name, behavior),
             stream_stream=lambda behavior: self._streamed(name, behavior),
         )
 

@@ -91,6 +91,8 @@ from raftstream.cluster.membership import MembershipDriver
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import ConsumerNumbers, LatencyInterceptor, NodeMetrics
 from raftstream.cluster.node_book import NodeBook
+from raftstream.cluster.private_files import FILE_MODE, make_private_dir, warn_if_loose
+from raftstream.cluster.raft_errors import app_error
 from raftstream.cluster.repair import (
     RepairClient,
     RepairGate,
@@ -127,6 +129,7 @@ from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
+from raftstream.raft.errors import RaftError
 from raftstream.raft.host import HostConfig, RaftHost
 from raftstream.raft.storage import LmdbLogStorage
 from raftstream.raft.transport import GrpcTransport, GrpcTransportConfig
@@ -265,12 +268,14 @@ class Node:
         self._data_lock = lock_data_dir(data)
         try:
             await self._start()
-        except BaseException:
+        except BaseException as exc:
             # A half-started node (a port taken, say): its gRPC server stopped here, on the
             # loop; left to the garbage collector it would print a traceback at exit.
             if self._server is not None:
                 await self._server.stop(None)
             self._unlock_data()
+            if isinstance(exc, RaftError):  # the Raft log refused to open (DataLossError)
+                raise app_error(exc) from exc
             raise
 
     def _unlock_data(self) -> None:
@@ -311,10 +316,16 @@ class Node:
         self._storage = LmdbLogStorage(data / "raft", map_size_bytes=map_size)
         self._env = open_node_env(store_dir, sync=False, map_size_bytes=map_size)
         self._room = StorageRoom(data, [self._storage.env, self._env], map_size)
+        for path in (data / "raft", data / "raft" / "data.mdb", data / "raft" / "lock.mdb"):
+            warn_if_loose(path)  # made before this version, or by hand
         self._transport = GrpcTransport(cfg.name, peers=peers, config=tcfg, tls=self._tls)
         self._dialled = dict(peers)  # what the transport was told, per peer
         self.host = RaftHost(
-            cfg.name, storage=self._storage, transport=self._transport, config=_host_config(cfg)
+            cfg.name,
+            storage=self._storage,
+            transport=self._transport,
+            config=_host_config(cfg),
+            map_error=app_error,  # the host's errors reach cluster/ as raftstream's own
         )
         self.meta = MetaGroup(
             node_id=cfg.name,
@@ -382,7 +393,7 @@ class Node:
             )
             self._tasks.append(loop.create_task(client.run(), name="repair"))
         if cfg.metrics_listen is not None:
-            self.metrics.serve(cfg.metrics_listen.host, cfg.metrics_listen.port)
+            await self.metrics.serve(cfg.metrics_listen.host, cfg.metrics_listen.port)
         # grpc's health service starts out SERVING: a node under repair must say it is not.
         status = health_pb2.HealthCheckResponse
         serving = status.SERVING if self._repair_id is None else status.NOT_SERVING
@@ -570,6 +581,8 @@ class Node:
                 outsider=self._outsider,
                 meta_leader=lambda: self.meta.leader if self._meta_started else None,
                 led=lambda groups: led_group_infos(ctx, groups),
+                name=self.config.name,
+                address=str(self.config.advertise),
             ),
             server,
         )
@@ -1126,9 +1139,8 @@ class Node:
         await self._forwarder.close()
         self._storage.close()
         self._env.close()
-        # Its port is free again (a node stopped in a test's process); shutdown() waits for
-        # the server's poll (0.5 s), so not on the loop.
-        await asyncio.to_thread(self.metrics.close)
+        # Its port is free again (a node stopped in a test's process).
+        await self.metrics.close()
         self._unlock_data()
         log.info("node stopped")
 
@@ -1157,9 +1169,10 @@ def lock_data_dir(data: Path) -> int:
     """Take the node's exclusive lock on ``data`` (``flock`` on ``data/LOCK``, which holds
     the owner's pid); the open descriptor, held until ``unlock_data_dir`` or the process
     ends (the kernel drops the lock then, even after kill -9). ``OSError`` naming the
-    holder when another process has it."""
-    data.mkdir(parents=True, exist_ok=True)
-    fd = os.open(data / DATA_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    holder when another process has it. ``data`` is created 0700, a looser one warned of
+    (``cluster/private_files.py``)."""
+    make_private_dir(data)
+    fd = os.open(data / DATA_LOCK_FILE, os.O_RDWR | os.O_CREAT, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

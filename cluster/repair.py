@@ -72,12 +72,12 @@ from raftstream.cluster.known_peers import CHECKING_MARKER, begin_check, end_che
 from raftstream.cluster.membership import LEARNER_LAG_MAX_ENTRIES
 from raftstream.cluster.meta_entries import RepairCleared, RepairDone, RepairStart
 from raftstream.cluster.meta_group import META_GROUP, meta_members
+from raftstream.cluster.raft_errors import app_error
 from raftstream.cluster.services_node import knows_asker, led_groups, probe_metadata
 from raftstream.engine.lmdbstore import DEFAULT_MAP_SIZE_BYTES
 from raftstream.errors import (
     DataLossError,
     InvalidArgumentError,
-    InvariantError,
     NotLeaderError,
     PreconditionError,
     RaftStreamError,
@@ -88,6 +88,7 @@ from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
 from raftstream.proto.errors import abort, map_errors
+from raftstream.raft import errors as raft_errors
 from raftstream.raft.storage import LmdbLogStorage
 from raftstream.raft.types import ConfChange, ConfChangeType
 
@@ -132,8 +133,10 @@ def scrub_raft_env(path: Path) -> None:
         return
     try:
         storage = LmdbLogStorage(path, map_size_bytes=DEFAULT_MAP_SIZE_BYTES)
-    except (lmdb.Error, InvariantError) as exc:
+    except (lmdb.Error, raft_errors.InvariantError) as exc:
         raise DataLossError(f"{path}: LMDB refused the environment: {exc}") from None
+    except raft_errors.RaftError as exc:  # DataLossError: a truncated data file
+        raise app_error(exc) from None
     try:
         for group in storage.groups():
             view = storage.log(group)
@@ -142,8 +145,10 @@ def scrub_raft_env(path: Path) -> None:
             while lo <= last:
                 got = view.entries(lo, last + 1, SCRUB_BATCH_BYTES_MAX)
                 lo += max(1, len(got))
-    except (lmdb.Error, InvariantError) as exc:
+    except (lmdb.Error, raft_errors.InvariantError) as exc:
         raise DataLossError(f"{path}: LMDB found damage: {exc}") from None
+    except raft_errors.RaftError as exc:  # DataLossError: a record failed its checksum
+        raise app_error(exc) from None
     finally:
         storage.close()
 

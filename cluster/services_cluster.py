@@ -24,7 +24,11 @@ a node comes online). A node that lost its data comes back through the repair pr
 ``AddPeer`` with an address adds a new node to the cluster (``NodeAdd``, recorded in the
 meta state: every node learns where it serves, ``cluster/node_book.py``); the node then
 joins with ``raftstream server --join`` through the same protocol, which takes it into the
-meta group, and replicas may be placed on it once it is online.
+meta group, and replicas may be placed on it once it is online. With ``[auth]`` and
+without ``[tls]`` every node would then send node tokens to that address, so the meta
+leader first has the server there prove it holds the node key (``cluster/node_proof.py``):
+the node must be running already, and an address that does not prove it is refused with
+nothing changed.
 
 With ``[auth]`` (docs/security.md), any authenticated user may read cluster info, but it
 lists only its own account's stream groups; users of the ``$SYS`` account see every group
@@ -48,6 +52,7 @@ from raftstream.cluster.meta import NodeAdded, PeerAdded
 from raftstream.cluster.meta_entries import NodeAdd, NodeForget, PeerAdd, PeerRemove
 from raftstream.cluster.meta_group import META_GROUP, meta_members
 from raftstream.cluster.names import validate_node_name
+from raftstream.cluster.node_proof import PROVE_TIMEOUT_S, check_new_node
 from raftstream.cluster.repair import meta_conf_change, meta_learner_caught_up
 from raftstream.cluster.services_streams import group_info, step_down
 from raftstream.errors import InvalidArgumentError, PreconditionError
@@ -331,6 +336,19 @@ async def _add_node(
         if addr == address and other != name:
             raise InvalidArgumentError("address", f"node {other!r} serves on {address}")
     _check_every_node_reads_node_entries(ctx, "add a node")
+    auth = ctx.config.auth
+    if auth is not None and ctx.config.tls is None:
+        # Every node sends node tokens to the addresses of the node book: without [tls]
+        # nothing on the wire says who answers there, so the server must prove first that
+        # it holds the node key (cluster/node_proof.py), or a $SYS user's address would
+        # harvest them.
+        left = time_left(context)
+        await check_new_node(
+            auth,
+            name=name,
+            address=address,
+            timeout_s=PROVE_TIMEOUT_S if left is None else min(PROVE_TIMEOUT_S, left),
+        )
     result = await ctx.meta.propose(
         NodeAdd(node=name, address=address, ts_ns=time.time_ns()), time_left(context)
     )

@@ -65,8 +65,6 @@ FETCH_MSGS_PER_RESPONSE_MAX = 256
 RUN_REFUSED_SEQS_NAMED = 5  # a refusal of a run's acks names at most this many sequences
 # Ack items refused as not delivered (``undelivered``), each with its error.
 _Refused = list[tuple[pb.AckItem, Exception]]
-# A run's stream sequences refused so.
-_RunRefused = list[tuple[int, Exception]]
 _K = TypeVar("_K")
 # A +NXT ack's messages count their subjects too (JetStream's max_bytes): room for the
 # subject of one largest message, which the answer must still hold.
@@ -95,8 +93,12 @@ def undelivered(c: Consumer, seq: int) -> PreconditionError | None:
     take any ack as a no-op, as before."""
     if not c.config.acks_required or not c.state.will_deliver(seq):
         return None
+    return _undelivered_error(c.name, seq)
+
+
+def _undelivered_error(consumer: str, seq: int) -> PreconditionError:
     return PreconditionError(
-        f"ack: consumer {c.name!r} has not delivered stream sequence {seq} (a delivery lost"
+        f"ack: consumer {consumer!r} has not delivered stream sequence {seq} (a delivery lost"
         " with a leader change is delivered again; ack that one)"
     )
 
@@ -108,12 +110,12 @@ def fire_and_forget(items: Sequence[pb.AckItem]) -> bool:
     return not any(item.sync for item in items)
 
 
-def _run_refusal(run: pb.AckRun, refused: _RunRefused) -> RaftStreamError:
-    """One error for the acks of ``run`` refused as not delivered (the first's, when one)."""
-    first = refused[0][1]
-    if len(refused) == 1 and isinstance(first, RaftStreamError):
-        return first
-    seqs = ", ".join(str(seq) for seq, _ in refused[:RUN_REFUSED_SEQS_NAMED])
+def _run_refusal(run: pb.AckRun, refused: Sequence[int]) -> RaftStreamError:
+    """One error for the stream sequences of ``run`` refused as not delivered (made once
+    per run, never per sequence: a run of never-delivered ones costs one error)."""
+    if len(refused) == 1:
+        return _undelivered_error(run.consumer, refused[0])
+    seqs = ", ".join(str(seq) for seq in refused[:RUN_REFUSED_SEQS_NAMED])
     more = ", ..." if len(refused) > RUN_REFUSED_SEQS_NAMED else ""
     return PreconditionError(
         f"ack: consumer {run.consumer!r} has not delivered {len(refused)} of the stream "
@@ -263,16 +265,21 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         *,
         patient: bool = True,
         lazy: bool = False,
-    ) -> _RunRefused:
-        """Apply a checked run of plain acks through the stream leader, answered once its op
+    ) -> list[int]:
+        """Apply a run of plain acks through the stream leader, answered once its op
         committed; returns the sequences refused as not delivered (``undelivered``), which
         it left out. ``patient`` and ``lazy`` as for ``ack_one``. A node that does not lead
-        sends the run on as a unary ``Ack``, whose refusal then raises here."""
+        sends the run on as a unary ``Ack``, whose refusal then raises here.
+
+        The run is checked here (``check_ack_run``: at most ``ACK_RUN_SEQS_MAX`` sequences)
+        whichever way it came, and its sequences taken once each in their order: the work
+        is O(len) and its op holds no duplicate, so no replica repeats it per copy."""
+        check_ack_run(run)
         caller().check_read(run.stream)
         sa = await self._ctx.caught_up(lambda: self._ctx.stream(account, run.stream))
         g = self._ctx.local_group(sa)
         if g is not None and g.ready:
-            seqs = list(run.stream_seqs)
+            seqs = list(dict.fromkeys(run.stream_seqs))
             try:
                 return await self._ack_many(g, run.consumer, seqs, seqs, timeout_s, lazy=lazy)
             except (NotLeaderError, NoLeaderError):
@@ -338,23 +345,25 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
         timeout_s: float | None,
         *,
         lazy: bool,
-    ) -> list[tuple[_K, Exception]]:
+    ) -> list[_K]:
         """+ACK ``seqs`` (of ``items``, what a refusal names) as one op, answered once it
         committed (``lazy``: proposed with the next round, ``StreamGroup.run``); returns
-        the items refused as not delivered (``undelivered``), which it left out."""
+        the items refused as not delivered (``undelivered``), which it left out. O(len):
+        one cursor test per sequence, nothing made per refused one (the caller makes the
+        errors it reports)."""
         c = g.leader_consumer(consumer)
-        refused: list[tuple[_K, Exception]] = []
+        refused: list[_K] = []
 
         def decide(now: int) -> list[PullEvent]:
             known = seqs
             if c.config.acks_required:
                 known = []
+                ahead = c.state.will_deliver
                 for item, seq in zip(items, seqs, strict=True):
-                    exc = undelivered(c, seq)
-                    if exc is None:
-                        known.append(seq)
+                    if ahead(seq):
+                        refused.append(item)
                     else:
-                        refused.append((item, exc))
+                        known.append(seq)
             c.ack_many(known, now)
             return []
 
@@ -419,7 +428,6 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
             """Apply ``run``; report its refusals, if any, as one result (id 0)."""
             failure: Exception | None = None
             try:
-                check_ack_run(run)
                 refused = await self.ack_run(run, account, timeout_s, forwarded, lazy=True)
                 if refused:
                     failure = _run_refusal(run, refused)
@@ -438,11 +446,14 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
             g: StreamGroup, consumer: str, items: list[pb.AckItem], seqs: list[int]
         ) -> _Refused:
             lazy = fire_and_forget(items)
+            pairs = list(zip(items, seqs, strict=True))  # what a refusal names
             try:
-                return await self._ack_many(g, consumer, items, seqs, timeout_s, lazy=lazy)
+                out = await self._ack_many(g, consumer, pairs, seqs, timeout_s, lazy=lazy)
             except (NotLeaderError, NoLeaderError):
                 if forwarded:
                     raise  # the forwarding node follows the hint
+            else:
+                return [(item, _undelivered_error(consumer, seq)) for item, seq in out]
             # The leadership moved (a transfer) before these acks were decided: nothing of
             # them was, so each goes to the new leader, as from a node that does not lead.
             outcomes = await asyncio.gather(*map(one, items), return_exceptions=True)

@@ -31,7 +31,11 @@ from raftstream.cluster.context import (
 )
 from raftstream.cluster.convert import consumer_info_pb, parse_json
 from raftstream.cluster.descriptions import LOG_FEATURE_LINKED_FILTERS
-from raftstream.cluster.limits import bound_consumer, check_cluster_limits
+from raftstream.cluster.limits import (
+    bound_consumer,
+    check_cluster_limits,
+    check_consumer_filter_count,
+)
 from raftstream.cluster.meta import (
     ConsumerAdded,
     ConsumerUpdated,
@@ -139,6 +143,22 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
                 check_update_dict(old, raw)
             raise
 
+    def _authorized_config(
+        self, context: Any, account: str, stream: str, config_json: str
+    ) -> ConsumerConfig:
+        """The consumer config of a create or update, in the node's pull limits, once the
+        caller may: ``read`` on ``stream`` before the config is parsed (issue 39: a user
+        without it made the meta leader run the filters' overlap check first), the filters'
+        count bounded before they are read, ``manage`` too for a durable (which the config
+        says)."""
+        caller_of(context).check_read(stream)
+        raw = parse_json(config_json)
+        check_consumer_filter_count(raw)
+        cfg = self._parsed(account, stream, raw)
+        cfg = bound_consumer(cfg, self._ctx.config.limits)  # within the node's pull limits
+        self._check(context, stream, manage=cfg.is_durable)
+        return cfg
+
     def _reachable(self, account: str, stream: str) -> None:
         """Refuse at once, proposing nothing, a consumer change whose stream's group cannot
         have a leader now (``ServiceContext.unreachable``: its replicas offline or lost).
@@ -203,9 +223,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         if not meta.is_leader:
             raise meta.not_leader()
         account = account_of(context)
-        cfg = self._parsed(account, request.stream, parse_json(request.config_json))
-        cfg = bound_consumer(cfg, self._ctx.config.limits)  # within the node's pull limits
-        self._check(context, request.stream, manage=cfg.is_durable)
+        cfg = self._authorized_config(context, account, request.stream, request.config_json)
         if cfg.consumer_name is None:  # ephemeral: the leader names it before proposing
             cfg = with_changes(cfg, name=secrets.token_hex(EPHEMERAL_NAME_BYTES // 2).upper())
         self._reachable(account, request.stream)
@@ -238,9 +256,9 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
             return await self._ctx.to_meta_leader(
                 _SVC + "UpdateConsumer", request, pb.ConsumerInfo.FromString, time_left(context)
             )
-        cfg = self._parsed(account_of(context), request.stream, parse_json(request.config_json))
-        cfg = bound_consumer(cfg, self._ctx.config.limits)  # within the node's pull limits
-        self._check(context, request.stream, manage=cfg.is_durable)
+        cfg = self._authorized_config(
+            context, account_of(context), request.stream, request.config_json
+        )
         self._reachable(account_of(context), request.stream)
         self._filters_readable(account_of(context), request.stream, cfg)
         entry = UpdateConsumer(

@@ -1,5 +1,7 @@
 """``raftstream.node.v1.NodeService``: a node's description, asked for by its peers' probers,
-and the groups it leads, asked for by a peer answering cluster info (``LedGroups``).
+the groups it leads, asked for by a peer answering cluster info (``LedGroups``), and the
+proof that it holds the cluster's node key, asked for by a meta leader adding it by address
+(``Prove``, ``cluster/node_proof.py``: the one call here that needs no node token).
 
 Node to node only (``cluster/descriptions.py`` says what a description holds and why). The
 service lives outside ``/raftstream.v1.``, so the client API's interceptors (accounts,
@@ -22,7 +24,8 @@ import grpc
 
 from raftstream.cluster.auth import AUTHORIZATION_KEY, AuthConfig, node_token
 from raftstream.cluster.descriptions import NodeDescription
-from raftstream.errors import UnauthenticatedError, UnavailableError
+from raftstream.cluster.node_proof import node_proof
+from raftstream.errors import PreconditionError, UnauthenticatedError, UnavailableError
 from raftstream.proto import node_pb2 as npb
 from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto import raftstream_pb2 as pb
@@ -52,9 +55,10 @@ class NodeServicer(npbg.NodeServiceServicer):
     """Answers ``Describe`` with ``describe()`` (called per request: free space is measured
     then), ``knows(asker)`` (``cluster/known_peers.py``) and ``outsider(asker)`` (the
     asker did not found this node's cluster: ``cluster/node_book.py``) and
-    ``meta_leader()``, and ``LedGroups`` with ``led(groups)``. Keyword-only:
+    ``meta_leader()``, ``LedGroups`` with ``led(groups)``, and ``Prove`` as node ``name``
+    reached at ``address`` (its own entry in ``peers``). Keyword-only:
     ``NodeServicer(auth=..., describe=..., knows=..., outsider=..., meta_leader=...,
-    led=...)``."""
+    led=..., name=..., address=...)``."""
 
     def __init__(
         self,
@@ -65,7 +69,12 @@ class NodeServicer(npbg.NodeServiceServicer):
         outsider: Callable[[str], bool] = lambda name: False,
         meta_leader: Callable[[], str | None] = lambda: None,
         led: Callable[[Sequence[str]], list[pb.GroupInfo]] = lambda groups: [],
+        name: str = "",
+        address: str = "",
     ) -> None:
+        self._auth = auth
+        self._name = name
+        self._address = address
         # The authorization value of each account's node token (an HMAC: no bcrypt).
         self._accepted = (
             None
@@ -97,6 +106,15 @@ class NodeServicer(npbg.NodeServiceServicer):
         if self._accepted is not None:
             self._check_node(context.invocation_metadata(), self._accepted)
         return npb.LedGroupsResponse(groups=self._led(list(request.groups)))
+
+    @map_errors
+    async def Prove(self, request: npb.ProveRequest, context: Any) -> npb.ProveResponse:
+        # No node token here (cluster/auth.py NodeCallsInterceptor lets this call through):
+        # the answer proves this node holds the node key, and is worth nothing as a token.
+        if self._auth is None:
+            raise PreconditionError("this node has no [auth]: it holds no node key to prove")
+        proof = node_proof(self._auth, bytes(request.nonce), self._name, self._address)
+        return npb.ProveResponse(name=self._name, address=self._address, proof=proof)
 
     @staticmethod
     def _check_node(metadata: Any, accepted: tuple[bytes, ...]) -> None:

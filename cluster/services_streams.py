@@ -42,7 +42,12 @@ from raftstream.cluster.convert import (
     stream_state_pb,
 )
 from raftstream.cluster.descriptions import NodeDescription, node_infos
-from raftstream.cluster.limits import check_cluster_limits, check_subjects_detail
+from raftstream.cluster.limits import (
+    check_cluster_limits,
+    check_config_name,
+    check_stream_subject_count,
+    check_subjects_detail,
+)
 from raftstream.cluster.meta import (
     LIST_LIMIT_MAX,
     StreamAdded,
@@ -216,6 +221,17 @@ async def step_down(ctx: ServiceContext, group: str, preferred: str) -> pb.StepD
     raise UnavailableError("leadership did not move in time", group=group)
 
 
+def _authorized_config(config_json: str, context: Any) -> StreamConfig:
+    """The stream config of a create or update, once the caller may manage the stream it
+    names: authenticate (the interceptor), authorize on the name, and only then parse and
+    check the rest (issue 39: a user without the permission made the meta leader run the
+    subjects' overlap check first). The subjects' count is bounded before they are read."""
+    raw = parse_json(config_json)
+    caller_of(context).check_manage(check_config_name(raw))
+    check_stream_subject_count(raw)
+    return StreamConfig.from_dict(raw)
+
+
 class StreamServicer(pbg.StreamServiceServicer):
     def __init__(self, ctx: ServiceContext) -> None:
         self._ctx = ctx
@@ -257,8 +273,7 @@ class StreamServicer(pbg.StreamServiceServicer):
         meta = self._ctx.meta
         if not meta.is_leader:
             raise meta.not_leader()
-        cfg = StreamConfig.from_dict(parse_json(request.config_json))
-        caller_of(context).check_manage(cfg.name)
+        cfg = _authorized_config(request.config_json, context)
         account = account_of(context)
         self._check_origins(context, account, cfg)
         existing = self._existing_stream(account, cfg)
@@ -311,8 +326,7 @@ class StreamServicer(pbg.StreamServiceServicer):
         meta = self._ctx.meta
         if not meta.is_leader:
             raise meta.not_leader()
-        cfg = StreamConfig.from_dict(parse_json(request.config_json))
-        caller_of(context).check_manage(cfg.name)
+        cfg = _authorized_config(request.config_json, context)
         account = account_of(context)
         # Every origin of the new config, not only new ones: simplest, and an origin kept
         # from before is checked against the permissions the user has now.

@@ -4,8 +4,9 @@
 (``StreamReplica``, registered with the ``RaftHost``) plus, while this node leads, the work
 only a leader does. Everything belongs to the node's event loop.
 
-Time: the leader stamps every entry and consumer op with its clock (``_now_ns``); replicas
-never read the clock, so they all compute the same state from the same log.
+Time: the leader stamps every entry and consumer op with its clock (``GroupDeps.clock``,
+``cluster/clock.py``); replicas never read the clock, so they all compute the same state from
+the same log.
 
 Publishes: each waits in a bounded queue (``publish_queue_msgs_max``); on the next loop turn
 the queue is cut into Raft entries of at most ``publish_batch_entries_max`` publishes and
@@ -55,16 +56,17 @@ import collections
 import contextlib
 import itertools
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
+from raftstream.cluster.clock import SYSTEM_CLOCK, NodeClock
 from raftstream.cluster.config import Limits
 from raftstream.cluster.descriptions import LOG_FEATURE_SNAPSHOT_RECORDS
 from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.mirror_links import LinkSet
+from raftstream.cluster.raft_errors import LeadershipTransferError
 from raftstream.cluster.stream_entries import (
     ConsumerDelete,
     ConsumerPut,
@@ -91,7 +93,6 @@ from raftstream.errors import (
     UnavailableError,
 )
 from raftstream.proto import raftstream_pb2 as pb
-from raftstream.raft.core.errors import TransferInProgressError
 from raftstream.raft.host import RaftHost
 from raftstream.raft.transport.tls import PeerTls
 from raftstream.raft.types import Role
@@ -140,6 +141,8 @@ class GroupDeps:
     # (peers, log feature) -> whether every one of them reads that kind of log entry
     # (``cluster/descriptions.py``, ``LOG_FEATURES``); None: not known yet for every peer.
     replicas_read: Callable[[Sequence[str], str], bool | None] = lambda peers, feature: False
+    # The node's clocks (a simulation gives its own): the leader's stamps come from it.
+    clock: NodeClock = SYSTEM_CLOCK
 
 
 @dataclass(slots=True)
@@ -244,12 +247,6 @@ def answered_within(
     return out
 
 
-def _now_ns() -> int:
-    # The leader's clock, stamped into entries and ops: replicas never read theirs (they
-    # use the stamp), so every replica computes the same expiry, deadlines and state.
-    return time.time_ns()
-
-
 class StreamGroup:
     """This node's replica of a stream group and, while it leads, the leader's work."""
 
@@ -305,6 +302,11 @@ class StreamGroup:
             tls=deps.client_tls,
             token=deps.link_token(self.account),
         )
+
+    def _now_ns(self) -> int:
+        # The leader's clock, stamped into entries and ops: replicas never read theirs (they
+        # use the stamp), so every replica computes the same expiry, deadlines and state.
+        return self._d.clock.time_ns()
 
     # -- leadership ----------------------------------------------------------------------------
 
@@ -369,7 +371,7 @@ class StreamGroup:
         self._barrier_term = term
         self._leaders = {n: self.replica.leader_copy(n) for n in self.replica.consumers}
         # Inactivity counts from when this leader took over (its copies' clocks start now).
-        self._active_ns = dict.fromkeys(self._leaders, _now_ns())
+        self._active_ns = dict.fromkeys(self._leaders, self._now_ns())
         self._lead_term = term
         log.info("leading", extra={"node": self._d.node_id, "group": self.group, "term": term})
         if self._poller is None or self._poller.done():
@@ -527,7 +529,7 @@ class StreamGroup:
         proposal timeout (ambiguous: it may be stored). Raises at once when this node does
         not lead or the queue is full."""
         self._check_room()
-        entry = Publish(ts_ns=_now_ns(), **entry_args)
+        entry = Publish(ts_ns=self._now_ns(), **entry_args)
         size = len(entry.data) + len(entry.subject) + sum(map(len, entry.headers)) + 64
         self._check_storage(size)
         return self._enqueue(entry, size)
@@ -538,7 +540,7 @@ class StreamGroup:
         self._check_room()
         size = len(data) + len(subject) + 64
         self._check_storage(size)
-        return self._enqueue(plain_publish(_now_ns(), subject, data), size)
+        return self._enqueue(plain_publish(self._now_ns(), subject, data), size)
 
     def _check_room(self) -> None:
         if not self.is_leader:
@@ -553,7 +555,7 @@ class StreamGroup:
         every ``STORAGE_CHECK_S`` (a publish on the hot path costs a subtraction), and what
         this group admitted in between counts against it."""
         left = self._room_left - size
-        if left >= 0 and time.monotonic() < self._room_until:
+        if left >= 0 and self._d.clock.monotonic() < self._room_until:
             self._room_left = left
             self._room_taken += size
             return
@@ -565,7 +567,7 @@ class StreamGroup:
             return
         node, room, reserve = tightest
         self._room_left = room - reserve - size
-        self._room_until = time.monotonic() + STORAGE_CHECK_S
+        self._room_until = self._d.clock.monotonic() + STORAGE_CHECK_S
         if self._room_left < 0:
             self._room_left = 0
             raise LimitError(
@@ -650,11 +652,11 @@ class StreamGroup:
     def _hinted(self, exc: RaftStreamError) -> RaftStreamError:
         if isinstance(exc, DeadlineExceededError):
             return no_commit("publish")
-        if isinstance(exc, TransferInProgressError):
+        if isinstance(exc, LeadershipTransferError):
             return self._moving(exc)
         return self.not_leader() if isinstance(exc, NotLeaderError) else exc
 
-    def _moving(self, exc: TransferInProgressError) -> NotLeaderError:
+    def _moving(self, exc: LeadershipTransferError) -> NotLeaderError:
         return moving_to(
             f"the leadership of stream {self.name!r}", exc.to, self._d.client_addr(exc.to)
         )
@@ -717,7 +719,7 @@ class StreamGroup:
             return await fut
         except NotLeaderError:
             raise self.not_leader() from None
-        except TransferInProgressError as exc:
+        except LeadershipTransferError as exc:
             raise self._moving(exc) from None
         except DeadlineExceededError:
             raise no_commit("stream change") from None
@@ -729,7 +731,7 @@ class StreamGroup:
         differences; level-triggered, so a lost proposal is made again on the next call)."""
         if not self.ready:
             return
-        now = _now_ns()
+        now = self._now_ns()
         wanted = {ca.name: ca for ca in self._d.consumers_of(self.account, self.name)}
         have = self.replica.consumers
         for name, ca in wanted.items():
@@ -815,7 +817,7 @@ class StreamGroup:
         await self._await_transfer(timeout_s)
         if self._stale(c):
             raise self._stale_copy() if self.is_leader else self.not_leader()
-        now = _now_ns()
+        now = self._now_ns()
         events = decide(now)
         self._active_ns[c.name] = now
         ops = c.take_ops()
@@ -879,7 +881,7 @@ class StreamGroup:
             self._attached[consumer] = left
         else:
             self._attached.pop(consumer, None)
-        self._active_ns[consumer] = _now_ns()  # its inactivity starts now
+        self._active_ns[consumer] = self._now_ns()  # its inactivity starts now
 
     def push_bound(self, consumer: str) -> bool:
         return self._attached.get(consumer, 0) > 0
@@ -936,7 +938,7 @@ class StreamGroup:
         self._waiters.pop(reply, None)
         if c.deleted or self._stale(c) or not c.cancel_pull(reply):
             return
-        self._active_ns[c.name] = _now_ns()  # inactivity starts when the last pull ends
+        self._active_ns[c.name] = self._now_ns()  # inactivity starts when the last pull ends
 
     def _dispatch(self, events: list[PullEvent]) -> None:
         """Hand ``events`` to their pull handles, one batch per handle."""
@@ -993,7 +995,7 @@ class StreamGroup:
         attached, no request or ack) are deleted through the meta leader, as in JetStream
         2.9+: every ephemeral (5 s unless set) and a durable that sets one (0, a durable's
         default: never). The deletion then comes back to this group as a CONSUMER_DELETE."""
-        now = _now_ns()
+        now = self._now_ns()
         if len(self._active_ns) > len(self._leaders):  # consumers deleted since: forget them
             for gone in [n for n in self._active_ns if n not in self._leaders]:
                 del self._active_ns[gone]
@@ -1030,7 +1032,7 @@ class StreamGroup:
     def _next_wake_s(self) -> float:
         if self._held():
             return POLL_INTERVAL_MAX_S  # ``_transfer_ended`` wakes it
-        now = _now_ns()
+        now = self._now_ns()
         wakes = [c.next_wake_ns(now) for c in self._leaders.values() if not c.deleted]
         due = min((w for w in wakes if w), default=0)
         if not due:
@@ -1042,7 +1044,7 @@ class StreamGroup:
         st = self.replica.store.state()
         if not st.msgs or not (cfg.max_age or cfg.allow_msg_ttl):
             return
-        now = _now_ns()
+        now = self._now_ns()
         if cfg.max_age and st.first_ts + cfg.max_age > now and not cfg.allow_msg_ttl:
             return
         with contextlib.suppress(RaftStreamError):

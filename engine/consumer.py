@@ -15,6 +15,12 @@ first, then new messages in stream order. A message whose last allowed delivery
 (``max_deliver``) expires is given up with a MAX_DELIVERIES event; new messages stop while
 ``max_ack_pending`` messages are unacked; a paused consumer delivers nothing.
 
+Layout (issue 34): this module keeps the ``Consumer`` itself (construction, applying ops,
+the outbox, persistence, acks, control); the delivery decisions are in
+``consumer_deliver.py``, serving pull requests, push steps and published acks in
+``consumer_serve.py``, the info values in ``consumer_info.py`` (``ConsumerInfo`` and
+``SequenceInfo`` are re-exported here), the push plan in ``consumer_push.py``.
+
 Threading: a consumer belongs to one thread (the node's apply thread); it is not thread-safe.
 """
 
@@ -23,16 +29,10 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Protocol
 
-from raftstream.engine.ack import AckKind, parse_ack_payload, parse_ack_subject
-from raftstream.engine.consumer_config import (
-    UNLIMITED,
-    ConsumerConfig,
-    ReplayPolicy,
-)
+from raftstream.engine.consumer_config import ConsumerConfig
+from raftstream.engine.consumer_info import ConsumerInfo, SequenceInfo, consumer_info
 from raftstream.engine.consumer_pull import (
     Delivery,
     PullEvent,
@@ -40,9 +40,9 @@ from raftstream.engine.consumer_pull import (
     StatusCode,
     WaitingQueue,
     WaitingRequest,
-    delivery_event,
 )
-from raftstream.engine.consumer_push import FLOW_WINDOW_MSGS, Heartbeat, PushPlanner, PushStep
+from raftstream.engine.consumer_push import FLOW_WINDOW_MSGS, PushStep, new_planner
+from raftstream.engine.consumer_serve import fill_new, process_ack, push_step, refusal, serve
 from raftstream.engine.consumer_start import start_op
 from raftstream.engine.consumer_state import (
     Ack,
@@ -51,14 +51,13 @@ from raftstream.engine.consumer_state import (
     ConsumerState,
     Deliver,
     Event,
-    Gone,
-    MaxDelivered,
     Nak,
     Pause,
     Progress,
     Reset,
     Term,
     apply_op,
+    fresh_deliveries,
 )
 from raftstream.engine.consumer_store import ConsumerKey, ConsumerStateStore
 from raftstream.engine.store import StoredMsg, StreamStore
@@ -78,34 +77,6 @@ class RetentionListener(Protocol):
     def released(self, consumer: Consumer, stream_seqs: Sequence[int], *, rescan: bool) -> None:
         """``stream_seqs`` are no longer held by ``consumer``; ``rescan``: its holds moved
         wholesale (start/reset), so every message may need a fresh look."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SequenceInfo:
-    """A consumer and stream sequence pair; ``last_active_ns``: when the last delivery (for
-    ``delivered``) or ack (for ``ack_floor``) was applied here, by the op's own time, 0 when
-    none was since this replica started (not persisted: a restart forgets it)."""
-
-    consumer_seq: int
-    stream_seq: int
-    last_active_ns: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConsumerInfo:
-    """A consumer's info, as JetStream reports it (times in ns)."""
-
-    stream: str
-    name: str
-    config: ConsumerConfig
-    delivered: SequenceInfo
-    ack_floor: SequenceInfo
-    num_ack_pending: int
-    num_redelivered: int
-    num_waiting: int
-    num_pending: int
-    paused: bool
-    pause_remaining_ns: int
 
 
 class Consumer:
@@ -156,7 +127,7 @@ class Consumer:
         self._clear_pending = False
         self._pending_cache: tuple[tuple[int, int, int], int] | None = None
         self._waiting = WaitingQueue(max_waiting=config.max_waiting)
-        self._push = self._new_planner()
+        self._push = new_planner(self.stream, self.name, self._config, self._flow_window_msgs)
         self._last_active_ns = 0
         # JetStream's delivered.last_active and ack_floor.last_active: the times of the last
         # Deliver and Ack ops applied (each op carries the leader's time, so every replica
@@ -165,7 +136,7 @@ class Consumer:
         self._last_acked_ns = 0
         self._deleted = False
         # A scan of the stream for new messages, live only inside one serving call (see
-        # ``_scanning``): one read transaction per chunk instead of one per message.
+        # ``consumer_deliver.scanning``): one read transaction per chunk, not one per message.
         self._scan: Iterator[StoredMsg] | None = None
         self._scan_peek: StoredMsg | None = None
         self._scan_live = False
@@ -251,17 +222,6 @@ class Consumer:
         """The live replicated state (owned by this consumer: read, never mutate)."""
         return self._state
 
-    def _new_planner(self) -> PushPlanner:
-        cfg = self._config
-        return PushPlanner(
-            fc_prefix=f"$JS.FC.{self.stream}.{self.name}",
-            idle_heartbeat_ns=cfg.idle_heartbeat,
-            flow_control=cfg.flow_control,
-            rate_limit_bps=cfg.rate_limit_bps,
-            replay_original=cfg.replay_policy is ReplayPolicy.ORIGINAL,
-            flow_window_msgs=self._flow_window_msgs,
-        )
-
     # -- applying ops ---------------------------------------------------------------------
 
     def apply(self, op: ConsumerOp) -> list[Event]:
@@ -281,7 +241,7 @@ class Consumer:
     def _apply(self, op: ConsumerOp) -> list[Event]:
         self._check_live()
         changes = Changes()
-        fresh = self._fresh_count(op)
+        fresh = fresh_deliveries(self._state, op)
         apply_op(self._state, self._config, op, changes)
         if isinstance(op, Deliver):
             self._last_delivered_ns = max(self._last_delivered_ns, op.now_ns)
@@ -313,18 +273,6 @@ class Consumer:
         if self._retention is not None and (changes.settled or changes.reset):
             self._retention.released(self, changes.settled, rescan=changes.reset)
         return changes.events
-
-    def _fresh_count(self, op: ConsumerOp) -> int | None:
-        """New deliveries in ``op`` (0 for ops that leave num_pending alone); None when the
-        op may move the cursor otherwise, so the num_pending cache must go."""
-        if self._state.lps_queue:
-            return None
-        if isinstance(op, Deliver):
-            pending = self._state.pending
-            return sum(1 for s in op.stream_seqs if s not in pending)
-        if isinstance(op, Ack | Nak | Progress | Term | MaxDelivered):
-            return 0
-        return None
 
     def _commit(self, op: ConsumerOp) -> None:
         """Leader path: apply now and keep the op for replication."""
@@ -407,109 +355,6 @@ class Consumer:
     def is_paused(self, now_ns: int) -> bool:
         return self._state.paused_until_ns > now_ns
 
-    def _eligible_redelivery(self, now_ns: int) -> int | None:
-        heap = self._heap
-        pending = self._state.pending
-        while heap:
-            deadline, seq = heap[0]
-            p = pending.get(seq)
-            if p is None or p.deadline_ns != deadline:
-                heapq.heappop(heap)  # stale: settled, or renewed with a later entry
-                continue
-            return seq if deadline <= now_ns else None
-        return None
-
-    def _load(self, seq: int) -> StoredMsg | None:
-        try:
-            return self._store.load(seq)
-        except NotFoundError:
-            return None
-
-    def _candidate(self, now_ns: int) -> StoredMsg | None:
-        """The next message to hand out at ``now_ns``, not yet consumed (None: nothing).
-
-        May commit MaxDelivered/Gone ops for pending messages it finds exhausted or gone.
-        """
-        max_deliver = self._config.max_deliver
-        while (seq := self._eligible_redelivery(now_ns)) is not None:
-            p = self._state.pending[seq]
-            if max_deliver != UNLIMITED and p.deliveries >= max_deliver:
-                self._commit(MaxDelivered(stream_seq=seq))
-                continue
-            msg = self._load(seq)
-            if msg is None:
-                self._commit(Gone(stream_seqs=(seq,)))
-                continue
-            return msg
-        cap = self._config.max_ack_pending
-        if cap != UNLIMITED and len(self._state.pending) >= cap:
-            return None
-        return self._next_new()
-
-    def _next_new(self) -> StoredMsg | None:
-        state = self._state
-        while state.lps_queue:
-            msg = self._load(state.lps_queue[0])
-            if msg is not None:
-                return msg
-            self._commit(Gone(stream_seqs=(state.lps_queue[0],)))
-        return self._new_from(state.delivered_stream_seq + 1)
-
-    def _new_from(self, start: int) -> StoredMsg | None:
-        """The first message at or after ``start`` that passes the filters (None: none)."""
-        filters = self._config.filters
-        if self._scan_live and len(filters) == 1:
-            return self._scan_next(start, filters[0])
-        best: StoredMsg | None = None
-        for f in filters:
-            msg = self._store.load_next(f, start)
-            if msg is not None and (best is None or msg.seq < best.seq):
-                best = msg
-        return best
-
-    def _scan_next(self, start: int, subject_filter: str) -> StoredMsg | None:
-        """The first message at or after ``start`` from the call's scan (created lazily).
-
-        Sound within one call: the cursor only grows, and the only store writes meanwhile
-        are retention removals of messages this consumer already settled.
-        """
-        if self._scan is None:
-            head = self._waiting.head()  # a pull's batch is about what it takes
-            expect = head.remaining_msgs if head is not None else 0
-            self._scan = self._store.iter_from(start, subject_filter, expect=expect)
-            self._scan_peek = None
-        while self._scan_peek is None or self._scan_peek.seq < start:
-            self._scan_peek = next(self._scan, None)
-            if self._scan_peek is None:
-                return None
-        return self._scan_peek
-
-    @contextmanager
-    def _scanning(self) -> Iterator[None]:
-        self._scan_live = True
-        try:
-            yield
-        finally:
-            self._scan_live = False
-            self._scan = None
-            self._scan_peek = None
-
-    def _hand_out(self, msg: StoredMsg, now_ns: int) -> Delivery:
-        """Commit the delivery of ``msg`` and describe it for the client."""
-        self._commit(Deliver(stream_seqs=(msg.seq,), now_ns=now_ns))
-        p = self._state.pending.get(msg.seq)
-        return Delivery(
-            stream=self.stream,
-            consumer=self.name,
-            msg=msg,
-            consumer_seq=p.consumer_seq if p else self._state.delivered_consumer_seq,
-            deliveries=p.deliveries if p else 1,
-            num_pending=self._pending_cache[1] if self._pending_cache else self.num_pending(),
-            headers_only=self._config.headers_only,
-            domain=self._domain,
-            account=self._account,
-        )
-
     def num_pending(self) -> int:
         """Messages matching the filters not delivered yet (exact; cached while the stream
         and the cursor move only by this consumer's own deliveries)."""
@@ -526,6 +371,10 @@ class Consumer:
 
     # -- pull ---------------------------------------------------------------------------------
 
+    # The run of new deliveries (``consumer_serve.fill_new``), bound as a method: the serving
+    # loop reaches it as ``_fill_new``, which a test's oracle overrides to switch runs off.
+    _fill_new = fill_new
+
     def pull(self, request: PullRequest, now_ns: int) -> list[PullEvent]:
         """Take a pull request: answer it at once where possible, else queue it.
 
@@ -534,151 +383,27 @@ class Consumer:
         """
         self._check_live()
         self._last_active_ns = now_ns
-        refusal = self._refuse(request)
-        if refusal is not None:
+        refused = refusal(self._config, request)
+        if refused is not None:
             w = WaitingRequest.start(request, now_ns)
-            return [w.status(StatusCode.CONFLICT, refusal)]
+            return [w.status(StatusCode.CONFLICT, refused)]
         events = self._waiting.expire(now_ns)
         if self._waiting.full:
             w = WaitingRequest.start(request, now_ns)
             return [*events, w.status(StatusCode.CONFLICT, "Exceeded MaxWaiting")]
         self._waiting.add(WaitingRequest.start(request, now_ns))
-        events.extend(self._serve(now_ns))
+        events.extend(serve(self, now_ns))
         self.flush()
         return events
-
-    def _refuse(self, request: PullRequest) -> str | None:
-        cfg = self._config
-        if not cfg.is_pull:
-            return "Consumer is push based"
-        if cfg.max_batch and request.batch > cfg.max_batch:
-            return f"Exceeded MaxRequestBatch of {cfg.max_batch}"
-        if cfg.max_expires and (request.expires == 0 or request.expires > cfg.max_expires):
-            return f"Exceeded MaxRequestExpires of {cfg.max_expires}ns"
-        # As JetStream: a request must carry expires under max_expires, while max_bytes
-        # only caps requests that ask for a byte limit.
-        if cfg.max_bytes and request.max_bytes > cfg.max_bytes:
-            return f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"
-        return None
 
     def poll(self, now_ns: int) -> list[PullEvent]:
         """Serve waiting requests at ``now_ns``: new messages, redeliveries that fell due,
         expiries (408) and idle heartbeats (100). Call on new messages, acks and timers."""
         self._check_live()
         events = self._waiting.expire(now_ns)
-        events.extend(self._serve(now_ns))
+        events.extend(serve(self, now_ns))
         self.flush()
         return events
-
-    def _serve(self, now_ns: int) -> list[PullEvent]:
-        events: list[PullEvent] = []
-        q = self._waiting
-        paused = self.is_paused(now_ns)
-        if not paused and len(q):
-            self.num_pending()  # validate the cache once; deliveries then keep it exact
-            with self._scanning():
-                self._fill(now_ns, events)
-        events.extend(q.finish_no_wait())
-        s = self._state
-        events.extend(q.heartbeats(now_ns, s.delivered_consumer_seq, s.delivered_stream_seq))
-        return events
-
-    def _fill(self, now_ns: int, events: list[PullEvent]) -> None:
-        """Hand messages to waiting requests, round-robin, while there are any."""
-        q = self._waiting
-        while (w := q.head()) is not None:
-            if self._fill_new(now_ns, events):
-                continue
-            msg = self._candidate(now_ns)
-            if msg is None:
-                break
-            if w.request.max_bytes and msg.size > w.remaining_bytes:
-                q.pop_head()
-                events.append(w.status(StatusCode.CONFLICT, "Message Size Exceeds MaxBytes"))
-                continue
-            d = self._hand_out(msg, now_ns)
-            w.took(msg.size, now_ns)
-            events.append(PullEvent(reply=w.request.reply, delivery=d))
-            if w.done:
-                q.pop_head()
-            else:
-                q.rotate()
-
-    def _fill_new(self, now_ns: int, events: list[PullEvent]) -> bool:
-        """Hand out a run of new messages to the waiting requests, round-robin, as ONE
-        Deliver op; True when it answered anything (deliveries, or a request finished with
-        409), False when it did nothing: no new message, a redelivery is due or the
-        consumer still owes last-per-subject messages (those go one by one through
-        ``_candidate``).
-
-        The same decisions as ``_candidate`` + ``_hand_out`` per message, made without
-        applying each delivery first: while no redelivery is due at ``now_ns``, a new
-        delivery changes only what this run tracks itself (the cursor, the next consumer
-        sequence, num_pending, the room under ``max_ack_pending``), and makes no redelivery
-        due (its deadline is ``now_ns`` plus a positive ack wait). Applying one op for the
-        run instead of one per message is most of the cost of a fetch on the leader.
-        """
-        state = self._state
-        if state.lps_queue or self._eligible_redelivery(now_ns) is not None:
-            return False
-        cfg = self._config
-        track = cfg.acks_required
-        # As ``_candidate``: no new message while max_ack_pending are pending.
-        capped = cfg.max_ack_pending != UNLIMITED
-        room = cfg.max_ack_pending - len(state.pending)
-        if capped and room <= 0:
-            return False
-        cache = self._pending_cache
-        pending_left = cache[1] if cache is not None else self.num_pending()
-        q = self._waiting
-        events_before = len(events)
-        seqs: list[int] = []
-        cseq = state.delivered_consumer_seq
-        start = state.delivered_stream_seq + 1
-        stream, name, account, domain = self.stream, self.name, self._account, self._domain
-        headers_only = cfg.headers_only
-        while (not capped or room > 0) and (w := q.head()) is not None:
-            msg = self._new_from(start)
-            if msg is None:
-                break
-            size = 0  # counted only against a request's max_bytes (``WaitingRequest.took``)
-            if w.request.max_bytes:
-                size = msg.size
-                if size > w.remaining_bytes:
-                    q.pop_head()
-                    events.append(w.status(StatusCode.CONFLICT, "Message Size Exceeds MaxBytes"))
-                    continue
-            seqs.append(msg.seq)
-            cseq += 1
-            pending_left -= 1
-            events.append(
-                delivery_event(
-                    w.request.reply,
-                    stream=stream,
-                    consumer=name,
-                    msg=msg,
-                    consumer_seq=cseq,
-                    deliveries=1,
-                    num_pending=pending_left,
-                    headers_only=headers_only,
-                    domain=domain,
-                    account=account,
-                )
-            )
-            w.took(size, now_ns)
-            if w.done:
-                q.pop_head()
-            else:
-                q.rotate()
-            start = msg.seq + 1
-            if track:
-                room -= 1
-        if seqs:
-            self._commit(Deliver(stream_seqs=tuple(seqs), now_ns=now_ns))
-            invariant(
-                state.delivered_consumer_seq == cseq, "a run of new deliveries took its sequences"
-            )
-        return len(events) > events_before
 
     def cancel_pull(self, reply: str) -> bool:
         """The requester of ``reply`` went away (a cancelled call, a client gone): drop its
@@ -715,44 +440,7 @@ class Consumer:
 
     def push_step(self, now_ns: int, *, max_msgs: int = 256) -> PushStep:
         """What a push consumer sends now (see ``consumer_push``): at most ``max_msgs``."""
-        self._check_live()
-        if self._config.is_pull:
-            raise PreconditionError("push_step on a pull consumer")
-        plan = self._push
-        self.num_pending()  # validate the cache once; deliveries then keep it exact
-        with self._scanning():
-            out, wake, fc = self._push_fill(now_ns, max_msgs)
-        s = self._state
-        hb: Heartbeat | None = None
-        if not out:
-            hb = plan.heartbeat_due(now_ns, s.delivered_consumer_seq, s.delivered_stream_seq)
-        times = [t for t in (wake, plan.next_heartbeat_ns(), self.next_wake_ns(now_ns)) if t]
-        self.flush()
-        return PushStep(
-            deliveries=tuple(out), flow_control=fc, heartbeat=hb, wake_at_ns=min(times, default=0)
-        )
-
-    def _push_fill(self, now_ns: int, max_msgs: int) -> tuple[list[Delivery], int, str | None]:
-        """Deliveries allowed now, the time to wake for more (0: none), and a flow-control
-        request when the window filled up."""
-        out: list[Delivery] = []
-        plan = self._push
-        while not self.is_paused(now_ns) and len(out) < max_msgs:
-            blocked = plan.blocked_until(now_ns)
-            if blocked is not None:
-                return out, blocked, None
-            msg = self._candidate(now_ns)
-            if msg is None:
-                break
-            at = plan.replay_at(msg.ts, now_ns) if msg.seq not in self._state.pending else now_ns
-            if at > now_ns:
-                return out, at, None
-            out.append(self._hand_out(msg, now_ns))
-            plan.sent(msg.size, now_ns)
-            fc = plan.flow_control_due()
-            if fc is not None:
-                return out, 0, fc  # the window is used up: stall until the client answers
-        return out, 0, None
+        return push_step(self, now_ns, max_msgs)
 
     def flow_control_reply(self, reply: str) -> bool:
         """The client answered a flow-control request; True when delivery resumes."""
@@ -809,22 +497,7 @@ class Consumer:
         Raises ``InvalidArgumentError`` for a malformed token or payload, or a token naming
         another stream or consumer.
         """
-        meta = parse_ack_subject(subject)
-        if meta.stream != self.stream or meta.consumer != self.name:
-            raise InvalidArgumentError("ack_subject", "names another stream or consumer")
-        cmd = parse_ack_payload(payload)
-        seq, cseq = meta.stream_seq, meta.consumer_seq
-        if cmd.kind is AckKind.NAK:
-            self.nak(seq, now_ns, delay_ns=cmd.delay_ns, consumer_seq=cseq)
-        elif cmd.kind is AckKind.PROGRESS:
-            self.progress(seq, now_ns, consumer_seq=cseq)
-        elif cmd.kind is AckKind.TERM:
-            self.term(seq, now_ns, reason=cmd.reason)
-        else:
-            self.ack(seq, now_ns)
-        if cmd.kind is AckKind.NEXT:
-            return self.pull(PullRequest.from_dict(cmd.next_request or {}, reply=reply), now_ns)
-        return []
+        return process_ack(self, subject, payload, now_ns, reply)
 
     # -- control ------------------------------------------------------------------------------
 
@@ -863,13 +536,13 @@ class Consumer:
         self._config = config
         # The filters may have changed: num_pending's cache is keyed on the stream only.
         self._pending_cache = None
-        self._push = self._new_planner()
+        self._push = new_planner(self.stream, self.name, self._config, self._flow_window_msgs)
         self._config_dirty = True
         self.flush()
 
     def leadership_lost(self) -> list[PullEvent]:
         """This replica stops leading: waiting requests get 409 Leadership Change."""
-        self._push = self._new_planner()
+        self._push = new_planner(self.stream, self.name, self._config, self._flow_window_msgs)
         return self._waiting.drain("Leadership Change")
 
     def delete(self) -> list[PullEvent]:
@@ -907,25 +580,4 @@ class Consumer:
         return not self._deleted and self._state.needs_ack(stream_seq)
 
     def info(self, now_ns: int) -> ConsumerInfo:
-        s = self._state
-        return ConsumerInfo(
-            stream=self.stream,
-            name=self.name,
-            config=self._config,
-            delivered=SequenceInfo(
-                consumer_seq=s.delivered_consumer_seq,
-                stream_seq=s.delivered_stream_seq,
-                last_active_ns=self._last_delivered_ns,
-            ),
-            ack_floor=SequenceInfo(
-                consumer_seq=s.ack_floor_consumer_seq,
-                stream_seq=s.ack_floor_stream_seq,
-                last_active_ns=self._last_acked_ns,
-            ),
-            num_ack_pending=len(s.pending),
-            num_redelivered=s.num_redelivered(),
-            num_waiting=len(self._waiting),
-            num_pending=self.num_pending(),
-            paused=self.is_paused(now_ns),
-            pause_remaining_ns=max(0, s.paused_until_ns - now_ns),
-        )
+        return consumer_info(self, now_ns)

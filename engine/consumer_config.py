@@ -31,7 +31,13 @@ from types import MappingProxyType
 from typing import Any
 
 from raftstream.engine.store import TS_NS_MAX
-from raftstream.engine.subjects import subjects_collide, validate_filter, validate_subject
+from raftstream.engine.subjects import (
+    OverlapIndex,
+    first_overlap,
+    subjects_collide,
+    validate_filter,
+    validate_subject,
+)
 from raftstream.errors import InvalidArgumentError
 
 __all__ = [
@@ -430,10 +436,9 @@ def _check_filters(cfg: ConsumerConfig) -> None:
     subjects = cfg.filter_subjects
     for s in subjects:
         validate_filter(s, "filter_subjects")
-    for i, a in enumerate(subjects):
-        for b in subjects[i + 1 :]:
-            if subjects_collide(a, b):
-                raise _bad("filter_subjects", f"filters may not overlap: {a!r} and {b!r}")
+    pair = first_overlap(subjects)  # O(tokens), not O(n^2) pairs: issue 39
+    if pair is not None:
+        raise _bad("filter_subjects", f"filters may not overlap: {pair[0]!r} and {pair[1]!r}")
 
 
 def _check_pull(cfg: ConsumerConfig) -> None:
@@ -535,15 +540,19 @@ def check_workqueue_filters(config: ConsumerConfig, others: Iterable[ConsumerCon
     filter takes every subject, so it must be alone. Raises ``InvalidArgumentError``.
     """
     mine = config.filters
+    index = OverlapIndex(mine)  # O(the others' filter tokens), not mine x theirs pairs
     for other in others:
-        for a in mine:
-            for b in other.filters:
-                if subjects_collide(a, b):
-                    raise _bad(
-                        "filter_subject",
-                        f"overlaps consumer {other.consumer_name!r} on a workqueue stream "
-                        f"({a!r} and {b!r}); workqueue consumers need disjoint filters",
-                    )
+        hits = 0
+        for b in other.filters:
+            hits |= index.colliding(b)
+        if hits:
+            a = mine[(hits & -hits).bit_length() - 1]  # the first of mine that overlaps
+            b = next(b for b in other.filters if subjects_collide(a, b))
+            raise _bad(
+                "filter_subject",
+                f"overlaps consumer {other.consumer_name!r} on a workqueue stream "
+                f"({a!r} and {b!r}); workqueue consumers need disjoint filters",
+            )
 
 
 def check_for_stream(
@@ -566,9 +575,9 @@ def check_for_stream(
             raise _bad("deliver_policy", "a workqueue stream requires deliver_policy all")
         check_workqueue_filters(config, others)
     if stream_subjects is not None:
-        captured = tuple(stream_subjects)
+        captured = OverlapIndex(tuple(stream_subjects))
         for f in config.filters:
-            if f != ">" and not any(subjects_collide(f, s) for s in captured):
+            if f != ">" and not captured.colliding(f):
                 raise _bad("filter_subject", f"{f!r} matches no subject of the stream")
 
 

@@ -20,10 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from raftstream.engine.consumer_config import ConsumerConfig, ReplayPolicy
 from raftstream.engine.consumer_pull import Delivery
 from raftstream.errors import invariant
 
-__all__ = ["FLOW_WINDOW_BYTES", "FLOW_WINDOW_MSGS", "Heartbeat", "PushPlanner", "PushStep"]
+__all__ = [
+    "FLOW_WINDOW_BYTES",
+    "FLOW_WINDOW_MSGS",
+    "Heartbeat",
+    "PushPlanner",
+    "PushStep",
+    "new_planner",
+]
 
 FLOW_WINDOW_MSGS = 512
 FLOW_WINDOW_BYTES = 4 * 1024 * 1024
@@ -157,3 +165,18 @@ class PushPlanner:
         if not self._hb_ns or self._last_sent_ns is None:
             return 0
         return self._last_sent_ns + self._hb_ns
+
+
+def new_planner(
+    stream: str, consumer: str, config: ConsumerConfig, flow_window_msgs: int
+) -> PushPlanner:
+    """A fresh plan for ``consumer`` of ``stream`` under ``config`` (a new leader, a config
+    update, a lost leadership each start one)."""
+    return PushPlanner(
+        fc_prefix=f"$JS.FC.{stream}.{consumer}",
+        idle_heartbeat_ns=config.idle_heartbeat,
+        flow_control=config.flow_control,
+        rate_limit_bps=config.rate_limit_bps,
+        replay_original=config.replay_policy is ReplayPolicy.ORIGINAL,
+        flow_window_msgs=flow_window_msgs,
+    )

@@ -36,6 +36,7 @@ stream sequences, lps_end, paused_until_ns, started flag, lps seqs) then the pen
 
 from __future__ import annotations
 
+import bisect
 import enum
 import struct
 from collections.abc import Iterable
@@ -65,6 +66,7 @@ __all__ = [
     "decode_state",
     "encode_op",
     "encode_state",
+    "fresh_deliveries",
 ]
 
 
@@ -122,9 +124,12 @@ class ConsumerState:
         return sum(1 for p in self.pending.values() if p.deliveries > 1)
 
     def will_deliver(self, stream_seq: int) -> bool:
-        """True when ``stream_seq`` is still ahead of the cursor (would be delivered new)."""
-        if self.lps_queue:
-            return stream_seq in self.lps_queue or stream_seq > self.lps_end
+        """True when ``stream_seq`` is still ahead of the cursor (would be delivered new).
+        O(log n) in the last_per_subject queue (sorted): it runs for every acked sequence."""
+        queue = self.lps_queue
+        if queue:
+            i = bisect.bisect_left(queue, stream_seq)
+            return (i < len(queue) and queue[i] == stream_seq) or stream_seq > self.lps_end
         return stream_seq > self.delivered_stream_seq
 
     def needs_ack(self, stream_seq: int) -> bool:
@@ -253,6 +258,20 @@ class Changes:
     dirty: set[int] = field(default_factory=set)  # pending keys written or removed
     settled: list[int] = field(default_factory=list)  # stream seqs no longer held
     reset: bool = False  # the whole pending table was replaced
+
+
+def fresh_deliveries(state: ConsumerState, op: ConsumerOp) -> int | None:
+    """New deliveries in ``op`` applied to ``state`` (0 for ops that leave num_pending
+    alone); None when the op may move the cursor otherwise, so a cached num_pending must go
+    (``Consumer._apply``; moved here from ``consumer.py``)."""
+    if state.lps_queue:
+        return None
+    if isinstance(op, Deliver):
+        pending = state.pending
+        return sum(1 for s in op.stream_seqs if s not in pending)
+    if isinstance(op, Ack | Nak | Progress | Term | MaxDelivered):
+        return 0
+    return None
 
 
 def apply_op(

@@ -103,7 +103,8 @@ def open_node_env(
     returns, which is what "acknowledged" promises. Off is a relaxed mode for benchmarks.
     ``DataLossError`` when the data file is shorter than LMDB's record of its pages.
     """
-    Path(path).mkdir(parents=True, exist_ok=True)
+    # Private to the node's user: the data holds every account's messages (issue 39, 7).
+    Path(path).mkdir(parents=True, exist_ok=True, mode=0o700)
     # LMDB mmaps the file: a truncated one would SIGBUS on first read, so check it first.
     check_lmdb_env(path)
     return lmdb.open(
@@ -114,6 +115,7 @@ def open_node_env(
         sync=sync,
         metasync=sync,
         readahead=False,  # random reads of a large map; readahead only evicts useful pages
+        mode=0o600,  # data.mdb and lock.mdb, when it creates them
     )
 
 

@@ -3,6 +3,9 @@
 Same Protocol (``engine/store.py``) and same test suite as ``LmdbStreamStore``; used for
 ``storage: memory`` streams and as the fast store in tests of the layers above. Nothing is
 durable: a closed store is gone.
+
+The deduplication records are a composed ``MemoryDedup`` (``engine/memdedup.py``, moved out
+for issue 34); this class opens the transaction around their changes.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from raftstream.engine.memdedup import MemoryDedup
 from raftstream.engine.store import (
     DEDUP_EXPIRE_RECORDS_MAX,
     EMPTY_HEADERS,
@@ -24,7 +28,6 @@ from raftstream.engine.store import (
     StoreLimits,
     StreamState,
     check_dedup_args,
-    dedup_key,
     headers_size,
     limit_set,
     missing_seqs,
@@ -93,11 +96,7 @@ class MemoryStreamStore:
         self._txn_depth = 0
         self._undo: list[tuple[bool, StoredMsg]] | None = None  # (was_added, msg)
         self._saved: tuple[_Counters, StoreLimits] | None = None
-        self._dedup: dict[str, DedupRecord] = {}
-        # (ts_ns, dedup_key, msg_id) in expiry order; an entry whose record was replaced or
-        # removed is stale and skipped when it comes up (lazy deletion).
-        self._dedup_heap: list[tuple[int, bytes, str]] = []
-        self._dedup_undo: list[tuple[str, DedupRecord | None]] | None = None  # (id, before)
+        self._dedup = MemoryDedup()
         self._closed = False
 
     # -- Protocol: configuration and transactions ------------------------------------------
@@ -141,7 +140,7 @@ class MemoryStreamStore:
     @contextmanager
     def _outermost_transaction(self) -> Iterator[None]:
         self._undo = []
-        self._dedup_undo = []
+        self._dedup.begin()
         self._saved = (replace(self._c), self._limits)
         self._txn_depth = 1
         try:
@@ -152,7 +151,7 @@ class MemoryStreamStore:
             raise
         self._txn_depth = 0
         self._undo = None
-        self._dedup_undo = None
+        self._dedup.end()
         self._saved = None
 
     # -- Protocol: writes ------------------------------------------------------------------
@@ -249,8 +248,7 @@ class MemoryStreamStore:
         self._open()
         check_dedup_args(msg_id, seq, ts_ns)
         with self.transaction():
-            self._set_dedup(msg_id, DedupRecord(msg_id, seq, ts_ns))
-            heapq.heappush(self._dedup_heap, (ts_ns, dedup_key(msg_id), msg_id))
+            self._dedup.put(msg_id, seq, ts_ns)
 
     def dedup_get(self, msg_id: str) -> DedupRecord | None:
         self._open()
@@ -259,33 +257,15 @@ class MemoryStreamStore:
     def dedup_expire(self, before_ts_ns: int, *, limit: int = DEDUP_EXPIRE_RECORDS_MAX) -> int:
         """Remove up to ``limit`` records older than ``before_ts_ns``, oldest first."""
         self._open()
-        heap = self._dedup_heap
-        if not heap or heap[0][0] >= before_ts_ns:
+        if not self._dedup.due(before_ts_ns):
             return 0  # none is due: the common case, once per applied entry
-        removed = 0
         with self.transaction():
-            while heap and heap[0][0] < before_ts_ns and removed < limit:
-                ts, _, msg_id = heapq.heappop(heap)
-                rec = self._dedup.get(msg_id)
-                if rec is None or rec.ts_ns != ts:
-                    continue  # stale: replaced or removed since (not counted: no record went)
-                self._set_dedup(msg_id, None)
-                removed += 1
-        return removed
+            return self._dedup.expire(before_ts_ns, limit)
 
     def dedup_iter(self) -> Iterator[DedupRecord]:
         """Every record in expiry order (a snapshot taken now: O(records log records))."""
         self._open()
-        return iter(sorted(self._dedup.values(), key=lambda r: (r.ts_ns, dedup_key(r.msg_id))))
-
-    def _set_dedup(self, msg_id: str, rec: DedupRecord | None) -> None:
-        """Replace (``rec``) or remove (None) the record of ``msg_id``, undoably."""
-        if self._dedup_undo is not None:
-            self._dedup_undo.append((msg_id, self._dedup.get(msg_id)))
-        if rec is None:
-            del self._dedup[msg_id]
-        else:
-            self._dedup[msg_id] = rec
+        return self._dedup.iter()
 
     # -- Protocol: reads -------------------------------------------------------------------
 
@@ -398,7 +378,6 @@ class MemoryStreamStore:
         self._subjects.clear()
         self._ttl_heap.clear()
         self._dedup.clear()
-        self._dedup_heap.clear()
 
     # -- internals -------------------------------------------------------------------------
 
@@ -565,13 +544,12 @@ class MemoryStreamStore:
         return next(s for s in seqs if s >= seq)
 
     def _rollback(self) -> None:
-        undo, saved, dedup_undo = self._undo, self._saved, self._dedup_undo
-        if undo is None or saved is None or dedup_undo is None:
+        undo, saved = self._undo, self._saved
+        if undo is None or saved is None or not self._dedup.in_transaction:
             raise InvariantError("rollback outside a transaction")
         self._undo = None
         self._saved = None
-        self._dedup_undo = None
-        self._rollback_dedup(dedup_undo)
+        self._dedup.rollback()
         for was_added, msg in reversed(undo):
             if was_added:
                 del self._msgs[msg.seq]
@@ -589,14 +567,3 @@ class MemoryStreamStore:
         self._ttl_heap = [(m.ts + m.ttl_ns, m.seq) for m in self._msgs.values() if m.ttl_ns]
         heapq.heapify(self._ttl_heap)
         self._c, self._limits = saved
-
-    def _rollback_dedup(self, undo: list[tuple[str, DedupRecord | None]]) -> None:
-        """Put back the records the aborted transaction replaced or removed."""
-        for msg_id, before in reversed(undo):
-            if before is None:
-                self._dedup.pop(msg_id, None)
-            else:
-                self._dedup[msg_id] = before
-        if undo:  # rare: rebuild the heap rather than undo its pushes and pops
-            self._dedup_heap = [(r.ts_ns, dedup_key(i), i) for i, r in self._dedup.items()]
-            heapq.heapify(self._dedup_heap)

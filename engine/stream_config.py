@@ -15,6 +15,9 @@ most ``DURATION_MAX_NS`` (100 years), so that a timestamp plus a duration still 
 ``validate`` (and ``normalized``) also check every field's Python type, so a config built in
 code fails like one read by ``from_dict``: ``InvalidArgumentError`` naming the field.
 
+The ``subject_transform`` value, ``SubjectTransform``, and its mapping compiler live in
+``engine/subject_transform.py`` (moved there for issue 34; re-exported here).
+
 Lifecycle rules live beside the value: ``check_create`` (a new stream may not be sealed),
 ``check_update`` (which fields may change and how) and ``check_no_overlap`` (no two streams
 capture the same subject; the meta group calls it with the other streams' configs).
@@ -32,10 +35,8 @@ refused by ``from_dict`` with a rule saying so, rather than silently ignored.
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
@@ -49,15 +50,11 @@ from raftstream.engine.stream_source import (
     check_links,
     find_cycle,
 )
+from raftstream.engine.subject_transform import SubjectTransform
 from raftstream.engine.subjects import (
-    FWC,
-    PWC,
-    subject_matches,
-    subjects_collide,
-    tokenize,
-    validate_filter,
+    OverlapIndex,
+    first_overlap,
     validate_stream_subject,
-    validate_subject,
 )
 from raftstream.errors import InvalidArgumentError
 
@@ -115,145 +112,6 @@ _DEFERRED_FIELDS: Mapping[str, str] = MappingProxyType(
 # Characters JetStream refuses in names: the subject separators and wildcards (a name is used
 # as a subject token) and path separators (a name is used as a directory on disk).
 _NAME_FORBIDDEN = frozenset(".*>/\\")
-
-
-_FUNC_TOKEN = re.compile(r"^\{\{\s*([A-Za-z]+)\s*\(([^()]*)\)\s*\}\}$")
-_DOLLAR_TOKEN = re.compile(r"^\$([0-9]+)$")
-# One destination token of a compiled transform: ("lit", text), ("wc", index),
-# ("part", (buckets, index, ...)) or ("rest", 0) for a trailing '>'.
-_Op = tuple[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class SubjectTransform:
-    """JetStream's stream ``subject_transform``: rewrite a matching subject before storing.
-
-    ``src`` is a filter (empty means ``>``); ``dest`` is built token by token from literals
-    and these JetStream mapping references to ``src``'s ``*`` tokens (numbered from 1):
-    ``$n`` and ``{{wildcard(n)}}`` (the n-th ``*`` token), ``{{partition(p,n,...)}}`` (FNV-1a
-    of the referenced tokens, concatenated, modulo ``p``, as JetStream computes it), and a
-    trailing ``>`` when ``src`` ends in ``>`` (the tokens that ``>`` matched). JetStream's
-    other mapping functions (split, slice, ...) and positional ``*`` in ``dest`` are refused
-    by ``validate`` with a rule naming what is supported.
-    """
-
-    src: str
-    dest: str
-
-    def validate(self) -> None:
-        """Raise ``InvalidArgumentError`` naming ``subject_transform.src``/``.dest``."""
-        _compile(self.src or FWC, self.dest)
-
-    def apply(self, subject: str) -> str:
-        """The stored subject for literal ``subject``: transformed when ``src`` matches it,
-        else unchanged. The transform must be valid (``validate``)."""
-        src = self.src or FWC
-        if not subject_matches(src, subject):
-            return subject
-        return _render(_compile(src, self.dest), tokenize(src), tokenize(subject))
-
-    def to_dict(self) -> dict[str, str]:
-        return {"src": self.src, "dest": self.dest}
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> SubjectTransform:
-        for key in raw:
-            if key not in ("src", "dest"):
-                raise InvalidArgumentError(f"subject_transform.{key}", "unknown field")
-        src = raw.get("src") or ""
-        dest = raw.get("dest")
-        if not isinstance(src, str):
-            raise InvalidArgumentError("subject_transform.src", "must be a string")
-        if not isinstance(dest, str):
-            raise InvalidArgumentError("subject_transform.dest", "is required (a string)")
-        return cls(src=src, dest=dest)
-
-
-def _int_args(text: str, field_name: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(a.strip()) for a in text.split(","))
-    except ValueError:
-        raise InvalidArgumentError(field_name, f"arguments must be integers: {text!r}") from None
-
-
-def _compile_token(tok: str, wildcards: int, field_name: str) -> _Op:
-    """One ``dest`` token to its op, with indexes checked against ``src``'s wildcards."""
-
-    def index(i: int) -> int:
-        if not 1 <= i <= wildcards:
-            raise InvalidArgumentError(
-                field_name, f"wildcard index {i} out of range (src has {wildcards} '*' tokens)"
-            )
-        return i
-
-    if m := _DOLLAR_TOKEN.match(tok):
-        return ("wc", index(int(m.group(1))))
-    if m := _FUNC_TOKEN.match(tok):
-        func, args = m.group(1).lower(), _int_args(m.group(2), field_name)
-        if func == "wildcard" and len(args) == 1:
-            return ("wc", index(args[0]))
-        if func == "partition" and len(args) >= 2 and args[0] > 0:
-            return ("part", (args[0], *(index(a) for a in args[1:])))
-        raise InvalidArgumentError(
-            field_name,
-            f"unsupported mapping {tok!r}: supported are $n, {{{{wildcard(n)}}}} and "
-            "{{partition(p,n,...)}} with p > 0",
-        )
-    if "{{" in tok or "}}" in tok:
-        raise InvalidArgumentError(field_name, f"malformed mapping function: {tok!r}")
-    if tok == PWC:
-        raise InvalidArgumentError(
-            field_name, "positional '*' is not supported in dest; use $n or {{wildcard(n)}}"
-        )
-    return ("lit", tok)
-
-
-@lru_cache(maxsize=256)
-def _compile(src: str, dest: str) -> tuple[_Op, ...]:
-    """Check a transform and compile ``dest``; cached because it runs on every publish."""
-    validate_filter(src, "subject_transform.src")
-    dfield = "subject_transform.dest"
-    if not dest:
-        raise InvalidArgumentError(dfield, "is required")
-    src_tokens = tokenize(src)
-    dest_tokens = tokenize(dest)
-    wildcards = src_tokens.count(PWC)
-    ops: list[_Op] = []
-    for i, tok in enumerate(dest_tokens):
-        if tok == FWC:
-            if i != len(dest_tokens) - 1 or src_tokens[-1] != FWC:
-                raise InvalidArgumentError(
-                    dfield, "'>' only as the last token, and only when src ends in '>'"
-                )
-            ops.append(("rest", 0))
-        else:
-            ops.append(_compile_token(tok, wildcards, dfield))
-    # Every literal piece must make a valid subject; mapped tokens are valid by construction.
-    validate_subject(".".join(t if op == "lit" else "x" for op, t in ops), dfield)
-    return tuple(ops)
-
-
-def _fnv1a_32(data: bytes) -> int:
-    h = 0x811C9DC5
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
-
-
-def _render(ops: tuple[_Op, ...], src: tuple[str, ...], subject: tuple[str, ...]) -> str:
-    stars = [subject[i] for i, t in enumerate(src) if t == PWC]
-    out: list[str] = []
-    for op, arg in ops:
-        if op == "lit":
-            out.append(arg)
-        elif op == "wc":
-            out.append(stars[arg - 1])
-        elif op == "part":
-            key = "".join(stars[i - 1] for i in arg[1:]).encode()
-            out.append(str(_fnv1a_32(key) % arg[0]))
-        else:
-            out.extend(subject[len(src) - 1 :])
-    return ".".join(out)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -710,11 +568,9 @@ def _check_subjects(cfg: StreamConfig) -> None:
         if s in seen:
             raise InvalidArgumentError("subjects", f"duplicate subject {s!r}")
         seen.add(s)
-    subjects = cfg.subjects
-    for i, a in enumerate(subjects):
-        for b in subjects[i + 1 :]:
-            if subjects_collide(a, b):
-                raise InvalidArgumentError("subjects", f"subjects overlap: {a!r} and {b!r}")
+    pair = first_overlap(cfg.subjects)  # O(tokens), not O(n^2) pairs: issue 39
+    if pair is not None:
+        raise InvalidArgumentError("subjects", f"subjects overlap: {pair[0]!r} and {pair[1]!r}")
 
 
 _INT64_RULE = f"must be at most {INT64_MAX} (a signed 64-bit integer)"
@@ -869,19 +725,20 @@ def check_no_overlap(config: StreamConfig, others: Iterable[StreamConfig]) -> No
 
     ``others`` are the other streams' configs (a config with ``config``'s name is skipped, so
     the meta group may pass every stream on an update). Subjects are taken after
-    normalisation, so a stream with no subjects captures its own name.
+    normalisation, so a stream with no subjects captures its own name. O(the others'
+    subject tokens): each is one query of an index of ``config``'s subjects.
     """
-    mine = config.normalized().subjects
+    mine = OverlapIndex(config.normalized().subjects)
     for other in others:
         if other.name == config.name:
             continue
         for theirs in other.normalized().subjects:
-            for s in mine:
-                if subjects_collide(s, theirs):
-                    raise InvalidArgumentError(
-                        "subjects",
-                        f"subject {s!r} overlaps {theirs!r} of stream {other.name!r}",
-                    )
+            s = mine.first_colliding(theirs)
+            if s is not None:
+                raise InvalidArgumentError(
+                    "subjects",
+                    f"subject {s!r} overlaps {theirs!r} of stream {other.name!r}",
+                )
 
 
 def _origins(config: StreamConfig) -> tuple[str, ...]:

@@ -13,6 +13,11 @@ Per-item failures inside stream RPCs (a publish in PublishStream, an ack in AckS
 as ``raftstream.v1.Error`` messages with the same content: ``to_error_message`` and
 ``from_error_message``.
 
+Errors of the Raft library (``raftstream.raft.errors``, its own hierarchy) never come here
+as they are: the node turns them into ``raftstream.errors`` first, in one converter
+(``raftstream.cluster.raft_errors.app_error``, which the Raft host is given); one that
+slipped through would be a bug, sent as INTERNAL like any other.
+
 Client side: ``from_rpc_error(err)`` turns a ``grpc.RpcError`` (``grpc.aio.AioRpcError``
 included) into the typed exception, chosen by the ErrorInfo ``reason`` (never parsed from
 the message text), with its attributes (``field``, ``rule``, ``leader``, ``leader_addr``)

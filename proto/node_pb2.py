@@ -25,21 +25,25 @@ _sym_db = _symbol_database.Default()
 from raftstream.proto import raftstream_pb2 as raftstream_dot_proto_dot_raftstream__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1braftstream/proto/node.proto\x12\x12raftstream.node.v1\x1a!raftstream/proto/raftstream.proto\"\"\n\x10LedGroupsRequest\x12\x0e\n\x06groups\x18\x01 \x03(\t\"=\n\x11LedGroupsResponse\x12(\n\x06groups\x18\x01 \x03(\x0b\x32\x18.raftstream.v1.GroupInfo\" \n\x0f\x44\x65scribeRequest\x12\r\n\x05\x61sker\x18\x01 \x01(\t\"\xd1\x01\n\x0fNodeDescription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\x12\x12\n\nfree_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07version\x18\x05 \x01(\t\x12\x14\n\x0c\x64\x65scribed_ns\x18\x06 \x01(\x03\x12\x13\n\x0bknows_asker\x18\x07 \x01(\x08\x12\x14\n\x0clog_features\x18\x08 \x03(\t\x12\x16\n\x0e\x61sker_outsider\x18\t \x01(\x08\x12\x13\n\x0bmeta_leader\x18\n \x01(\t2\xbd\x01\n\x0bNodeService\x12T\n\x08\x44\x65scribe\x12#.raftstream.node.v1.DescribeRequest\x1a#.raftstream.node.v1.NodeDescription\x12X\n\tLedGroups\x12$.raftstream.node.v1.LedGroupsRequest\x1a%.raftstream.node.v1.LedGroupsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1braftstream/proto/node.proto\x12\x12raftstream.node.v1\x1a!raftstream/proto/raftstream.proto\"\x1d\n\x0cProveRequest\x12\r\n\x05nonce\x18\x01 \x01(\x0c\"=\n\rProveResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05proof\x18\x03 \x01(\x0c\"\"\n\x10LedGroupsRequest\x12\x0e\n\x06groups\x18\x01 \x03(\t\"=\n\x11LedGroupsResponse\x12(\n\x06groups\x18\x01 \x03(\x0b\x32\x18.raftstream.v1.GroupInfo\" \n\x0f\x44\x65scribeRequest\x12\r\n\x05\x61sker\x18\x01 \x01(\t\"\xd1\x01\n\x0fNodeDescription\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\x12\x12\n\nfree_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07version\x18\x05 \x01(\t\x12\x14\n\x0c\x64\x65scribed_ns\x18\x06 \x01(\x03\x12\x13\n\x0bknows_asker\x18\x07 \x01(\x08\x12\x14\n\x0clog_features\x18\x08 \x03(\t\x12\x16\n\x0e\x61sker_outsider\x18\t \x01(\x08\x12\x13\n\x0bmeta_leader\x18\n \x01(\t2\x8b\x02\n\x0bNodeService\x12T\n\x08\x44\x65scribe\x12#.raftstream.node.v1.DescribeRequest\x1a#.raftstream.node.v1.NodeDescription\x12X\n\tLedGroups\x12$.raftstream.node.v1.LedGroupsRequest\x1a%.raftstream.node.v1.LedGroupsResponse\x12L\n\x05Prove\x12 .raftstream.node.v1.ProveRequest\x1a!.raftstream.node.v1.ProveResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'raftstream.proto.node_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LEDGROUPSREQUEST']._serialized_start=86
-  _globals['_LEDGROUPSREQUEST']._serialized_end=120
-  _globals['_LEDGROUPSRESPONSE']._serialized_start=122
-  _globals['_LEDGROUPSRESPONSE']._serialized_end=183
-  _globals['_DESCRIBEREQUEST']._serialized_start=185
-  _globals['_DESCRIBEREQUEST']._serialized_end=217
-  _globals['_NODEDESCRIPTION']._serialized_start=220
-  _globals['_NODEDESCRIPTION']._serialized_end=429
-  _globals['_NODESERVICE']._serialized_start=432
-  _globals['_NODESERVICE']._serialized_end=621
+  _globals['_PROVEREQUEST']._serialized_start=86
+  _globals['_PROVEREQUEST']._serialized_end=115
+  _globals['_PROVERESPONSE']._serialized_start=117
+  _globals['_PROVERESPONSE']._serialized_end=178
+  _globals['_LEDGROUPSREQUEST']._serialized_start=180
+  _globals['_LEDGROUPSREQUEST']._serialized_end=214
+  _globals['_LEDGROUPSRESPONSE']._serialized_start=216
+  _globals['_LEDGROUPSRESPONSE']._serialized_end=277
+  _globals['_DESCRIBEREQUEST']._serialized_start=279
+  _globals['_DESCRIBEREQUEST']._serialized_end=311
+  _globals['_NODEDESCRIPTION']._serialized_start=314
+  _globals['_NODEDESCRIPTION']._serialized_end=523
+  _globals['_NODESERVICE']._serialized_start=526
+  _globals['_NODESERVICE']._serialized_end=793
 # @@protoc_insertion_point(module_scope)

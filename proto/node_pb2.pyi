@@ -24,6 +24,56 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class ProveRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NONCE_FIELD_NUMBER: _builtins.int
+    nonce: _builtins.bytes
+    """fresh random bytes of the challenger (16 to 64)"""
+    def __init__(
+        self,
+        *,
+        nonce: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nonce", b"nonce"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProveRequest: _TypeAlias = ProveRequest  # noqa: Y015
+
+@_typing.final
+class ProveResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    PROOF_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """this node's name"""
+    address: _builtins.str
+    """where it says other nodes reach it (its own entry in `peers`)"""
+    proof: _builtins.bytes
+    """HMAC-SHA256, under a key derived from the node key, of the nonce, name and address
+    (cluster/node_proof.py): only a holder of the cluster's node key can make it.
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        address: _builtins.str = ...,
+        proof: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "name", b"name", "proof", b"proof"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProveResponse: _TypeAlias = ProveResponse  # noqa: Y015
+
+@_typing.final
 class LedGroupsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

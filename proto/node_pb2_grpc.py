@@ -44,6 +44,11 @@ class NodeServiceStub:
                 request_serializer=raftstream_dot_proto_dot_node__pb2.LedGroupsRequest.SerializeToString,
                 response_deserializer=raftstream_dot_proto_dot_node__pb2.LedGroupsResponse.FromString,
                 _registered_method=True)
+        self.Prove = channel.unary_unary(
+                '/raftstream.node.v1.NodeService/Prove',
+                request_serializer=raftstream_dot_proto_dot_node__pb2.ProveRequest.SerializeToString,
+                response_deserializer=raftstream_dot_proto_dot_node__pb2.ProveResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -66,6 +71,17 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Prove(self, request, context):
+        """Proves that this node holds the cluster's node key, before a node sends it any node
+        credentials: with [auth] and without [tls], the meta leader adds a node by address
+        (ClusterService.AddPeer) only once the node there answers a fresh nonce of its own
+        with an HMAC over the nonce, the node's name and its address (docs/security.md). The
+        only node call that needs no node token: the challenger sends no credentials at all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +94,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.LedGroups,
                     request_deserializer=raftstream_dot_proto_dot_node__pb2.LedGroupsRequest.FromString,
                     response_serializer=raftstream_dot_proto_dot_node__pb2.LedGroupsResponse.SerializeToString,
+            ),
+            'Prove': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prove,
+                    request_deserializer=raftstream_dot_proto_dot_node__pb2.ProveRequest.FromString,
+                    response_serializer=raftstream_dot_proto_dot_node__pb2.ProveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +155,33 @@ class NodeService:
             '/raftstream.node.v1.NodeService/LedGroups',
             raftstream_dot_proto_dot_node__pb2.LedGroupsRequest.SerializeToString,
             raftstream_dot_proto_dot_node__pb2.LedGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftstream.node.v1.NodeService/Prove',
+            raftstream_dot_proto_dot_node__pb2.ProveRequest.SerializeToString,
+            raftstream_dot_proto_dot_node__pb2.ProveResponse.FromString,
             options,
             channel_credentials,
             insecure,

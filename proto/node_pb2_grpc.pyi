@@ -43,6 +43,13 @@ class NodeServiceStub:
     not lead a group asks the group's leader (or, when it does not know it, the group's
     peers) for it (ClusterService.GetClusterInfo).
     """
+    Prove: _grpc.UnaryUnaryMultiCallable[_node_pb2.ProveRequest, _node_pb2.ProveResponse]
+    """Proves that this node holds the cluster's node key, before a node sends it any node
+    credentials: with [auth] and without [tls], the meta leader adds a node by address
+    (ClusterService.AddPeer) only once the node there answers a fresh nonce of its own
+    with an HMAC over the nonce, the node's name and its address (docs/security.md). The
+    only node call that needs no node token: the challenger sends no credentials at all.
+    """
 
 @_typing.type_check_only
 class NodeServiceAsyncStub(NodeServiceStub):
@@ -54,6 +61,13 @@ class NodeServiceAsyncStub(NodeServiceStub):
     followers' lag is known only on the leader. Cluster info answered by a node that does
     not lead a group asks the group's leader (or, when it does not know it, the group's
     peers) for it (ClusterService.GetClusterInfo).
+    """
+    Prove: _aio.UnaryUnaryMultiCallable[_node_pb2.ProveRequest, _node_pb2.ProveResponse]  # type: ignore[assignment]
+    """Proves that this node holds the cluster's node key, before a node sends it any node
+    credentials: with [auth] and without [tls], the meta leader adds a node by address
+    (ClusterService.AddPeer) only once the node there answers a fresh nonce of its own
+    with an HMAC over the nonce, the node's name and its address (docs/security.md). The
+    only node call that needs no node token: the challenger sends no credentials at all.
     """
 
 class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -75,6 +89,19 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
         followers' lag is known only on the leader. Cluster info answered by a node that does
         not lead a group asks the group's leader (or, when it does not know it, the group's
         peers) for it (ClusterService.GetClusterInfo).
+        """
+
+    @_abc_1.abstractmethod
+    def Prove(
+        self,
+        request: _node_pb2.ProveRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.ProveResponse, _abc.Awaitable[_node_pb2.ProveResponse]]:
+        """Proves that this node holds the cluster's node key, before a node sends it any node
+        credentials: with [auth] and without [tls], the meta leader adds a node by address
+        (ClusterService.AddPeer) only once the node there answers a fresh nonce of its own
+        with an HMAC over the nonce, the node's name and its address (docs/security.md). The
+        only node call that needs no node token: the challenger sends no credentials at all.
         """
 
 def add_NodeServiceServicer_to_server(servicer: NodeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from raftstream.errors import InvalidArgumentError
+from raftstream.raft.errors import InvalidArgumentError
 from raftstream.raft.types import Entry, Role
 
 __all__ = [

@@ -11,55 +11,18 @@ it is first touched.
         await rs.add_stream(name="ORDERS", subjects=["orders.>"], num_replicas=3)
         ack = await rs.publish("orders.new", b"hello")
 
-gRPC's C core reads its environment once, when grpc is first imported, so importing
-raftstream sets two variables first, each only when the environment does not set it
-already (it cannot once grpc was imported before raftstream):
-
-- ``GRPC_VERBOSITY=ERROR``: the core logs to stderr on its own, INFO lines included
-  (``Got goaway`` each time a server closes a connection a client holds open); set it to
-  ``INFO`` or ``DEBUG`` to see the core's own lines.
-- ``GRPC_EXPERIMENTS`` (``GRPC_EXPERIMENTS_DEFAULT``), with grpcio 1.85 only: its client
-  and listener I/O on the core's older engine (iomgr) rather than the EventEngine ones it
-  uses by default, which cost each call more CPU and thread hand-offs (measured:
-  docs/configuration.md, "gRPC's I/O engine"). Other grpcio versions are left alone (the
-  names may differ there); set ``GRPC_EXPERIMENTS`` (even to an empty string) to choose.
+Importing raftstream changes no process-wide state: no environment variable, logging
+configuration or event-loop policy. raftstream's own programs (the command line, the node,
+the benchmarks) apply their gRPC settings in their entry points; an application may do the
+same with ``raftstream.grpcenv.apply_defaults()`` before it imports grpc.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import os
-import re
 from typing import TYPE_CHECKING, Any
 
 from raftstream.errors import Code, RaftStreamError
-
-GRPC_EXPERIMENTS_DEFAULT = (
-    "-event_engine_client,-event_engine_listener,-event_engine_for_all_other_endpoints"
-)
-GRPC_EXPERIMENTS_TESTED = (1, 85)  # the grpcio (major, minor) that default was measured on
-
-
-def _grpcio_version() -> tuple[int, int] | None:
-    """grpcio's (major, minor), read without importing grpc (importlib.metadata takes tens
-    of milliseconds; this file, a fraction of one); None when unknown."""
-    try:
-        spec = importlib.util.find_spec("grpc")
-        if spec is None or spec.origin is None:
-            return None
-        path = os.path.join(os.path.dirname(spec.origin), "_grpcio_metadata.py")
-        with open(path, encoding="utf-8") as f:
-            found = re.search(r"(\d+)\.(\d+)", f.read())
-    except (OSError, ImportError, ValueError):
-        return None
-    return (int(found[1]), int(found[2])) if found else None
-
-
-# Before anything imports grpc (module docstring); raftstream.errors does not.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-if "GRPC_EXPERIMENTS" not in os.environ and _grpcio_version() == GRPC_EXPERIMENTS_TESTED:
-    os.environ["GRPC_EXPERIMENTS"] = GRPC_EXPERIMENTS_DEFAULT
 
 if TYPE_CHECKING:
     from raftstream._push import PushSubscription

@@ -230,6 +230,68 @@ async def _ready(ch: grpc.aio.Channel, wait_s: float, *, give_up_on_failure: boo
     return True
 
 
+class _Attempts:
+    """The retry policy and bookkeeping of one ``Router.call`` (module docstring): its
+    deadline, what the next attempt needs left (``room``: as long as the last attempt took,
+    at least ``ATTEMPT_TIME_MIN_S``), where it goes, and the errors seen (the last attempt's,
+    and the latest NOT_LEADER/NO_LEADER refusal)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        timeout_s: float,
+        idempotent: bool,
+        addr: str | None,
+    ) -> None:
+        self.loop = loop
+        self.timeout_s = timeout_s
+        self.deadline = loop.time() + timeout_s
+        self.idempotent = idempotent
+        self.next_addr = addr
+        self.took = 0.0  # how long the last attempt took
+        self.refusal: errors.RaftStreamError | None = None  # the latest NOT_LEADER/NO_LEADER
+        self.previous: errors.RaftStreamError | None = None  # the last attempt's error
+        self._backoff = wait_exponential(
+            multiplier=RETRY_WAIT_INITIAL_S, max=RETRY_WAIT_MAX_S
+        ) + wait_random(0, RETRY_WAIT_INITIAL_S)
+
+    def retrying(self) -> AsyncRetrying:
+        return AsyncRetrying(
+            stop=self.stop,
+            wait=self.wait,
+            retry=retry_if_exception(self.should_retry),
+            reraise=True,
+        )
+
+    def should_retry(self, exc: BaseException) -> bool:
+        if not isinstance(exc, errors.RaftStreamError):
+            return False
+        if isinstance(exc, errors.NotLeaderError | errors.NoLeaderError | NotConnectedError):
+            return True
+        return self.idempotent and exc.retriable
+
+    def room(self) -> float:
+        """What the next attempt needs left (module docstring)."""
+        return max(ATTEMPT_TIME_MIN_S, self.took)
+
+    def wait(self, state: RetryCallState) -> float:
+        # The attempt after the sleep still gets its room (see ``stop``).
+        return max(0.0, min(self._backoff(state), self.deadline - self.loop.time() - self.room()))
+
+    def stop(self, state: RetryCallState) -> bool:
+        # Too little left for another attempt: the last attempt's error is raised.
+        return self.deadline - self.loop.time() < self.room()
+
+
+def _name_deadline(last: errors.RaftStreamError, timeout_s: float) -> None:
+    """gRPC's own words for a call past its deadline say neither whose answer was late nor
+    after how long: say both."""
+    if isinstance(last, errors.DeadlineExceededError) and last.message == GRPC_DEADLINE:
+        where = last.details.get("addr", "the server")
+        last.message = f"no answer from {where} within {timeout_s:g}s (the timeout)"
+
+
 class Router:
     """The channels, leader hints and retry policy of one client (see the module docstring).
 
@@ -392,90 +454,74 @@ class Router:
         check_seconds("timeout", timeout_s)  # NaN, infinity and non-numbers too
         loop = asyncio.get_running_loop()
         self._check_usable(loop)
-        deadline = loop.time() + timeout_s
-        next_addr: list[str | None] = [addr]
-
-        def should_retry(exc: BaseException) -> bool:
-            if not isinstance(exc, errors.RaftStreamError):
-                return False
-            if isinstance(exc, errors.NotLeaderError | errors.NoLeaderError | NotConnectedError):
-                return True
-            return idempotent and exc.retriable
-
-        backoff = wait_exponential(
-            multiplier=RETRY_WAIT_INITIAL_S, max=RETRY_WAIT_MAX_S
-        ) + wait_random(0, RETRY_WAIT_INITIAL_S)
-
-        took = [0.0]  # how long the last attempt took
-
-        def room() -> float:
-            """What the next attempt needs left (module docstring)."""
-            return max(ATTEMPT_TIME_MIN_S, took[0])
-
-        def wait(state: RetryCallState) -> float:
-            # The attempt after the sleep still gets its room (see ``stop``).
-            return max(0.0, min(backoff(state), deadline - loop.time() - room()))
-
-        def stop(state: RetryCallState) -> bool:
-            # Too little left for another attempt: the last attempt's error is raised.
-            return deadline - loop.time() < room()
-
-        retrying = AsyncRetrying(
-            stop=stop, wait=wait, retry=retry_if_exception(should_retry), reraise=True
-        )
-        refusal: list[errors.RaftStreamError] = []  # the latest NOT_LEADER/NO_LEADER answer
-        previous: list[errors.RaftStreamError] = []  # the last attempt's error
-
-        def failed(exc: errors.RaftStreamError, addr: str) -> None:
-            exc.details.setdefault("addr", addr)
-            if isinstance(exc, errors.NotLeaderError | errors.NoLeaderError):
-                refusal[:] = [exc]
-            next_addr[0] = self.learn(route, exc)
-
+        attempts = _Attempts(loop, timeout_s=timeout_s, idempotent=idempotent, addr=addr)
         try:
-            async for attempt in retrying:
+            async for attempt in attempts.retrying():
                 with attempt:
-                    started = loop.time()
-                    left_s = deadline - started
-                    if left_s <= 0:
-                        # The wait overran (a loaded machine): the last attempt's error says
-                        # more than a bare timeout.
-                        if previous:
-                            raise previous[0]
-                        raise errors.DeadlineExceededError(f"no answer within {timeout_s:.3f}s")
-                    try:
-                        try:
-                            stubs = await self.connect(route, timeout_s=left_s, addr=next_addr[0])
-                        except NotConnectedError:
-                            # Not the hinted address again: connect learnt where to go next.
-                            # Nothing was sent: the wait to connect is not what the next
-                            # attempt needs left (``room``).
-                            next_addr[0] = None
-                            started = loop.time()
-                            raise
-                        next_addr[0] = None
-                        started = loop.time()  # the attempt's room: the call, not the connect
-                        try:
-                            return await invoke(stubs, max(deadline - loop.time(), 0.001))
-                        except grpc.RpcError as err:
-                            exc = not_sent(err, stubs.addr) or from_rpc_error(err)
-                            failed(exc, stubs.addr)
-                            raise exc from None
-                        except errors.RaftStreamError as exc:  # invoke mapped it already
-                            failed(exc, stubs.addr)
-                            raise
-                    except errors.RaftStreamError as exc:
-                        previous[:] = [exc]
-                        raise
-                    finally:
-                        took[0] = loop.time() - started
+                    return await self._attempt(route, invoke, attempts)
         except errors.RaftStreamError as last:
-            if isinstance(last, errors.DeadlineExceededError) and last.message == GRPC_DEADLINE:
-                # gRPC's own words say neither whose answer was late nor after how long.
-                where = last.details.get("addr", "the server")
-                last.message = f"no answer from {where} within {timeout_s:g}s (the timeout)"
-            raise _telling(last, refusal[0] if refusal else None) from None
+            _name_deadline(last, timeout_s)
+            raise _telling(last, attempts.refusal) from None
         raise errors.InvariantError("tenacity ended without a result")  # pragma: no cover
+
+    async def _attempt(
+        self, route: str | None, invoke: Callable[[Stubs, float], Awaitable[T]], at: _Attempts
+    ) -> T:
+        """One attempt of ``call``: connect (``connect``), then ``invoke`` with the time
+        left. Records in ``at`` the time it took (from the end of the connect, or from a
+        connect that failed: nothing was sent), its error and where the next one goes."""
+        loop = at.loop
+        started = loop.time()
+        left_s = at.deadline - started
+        if left_s <= 0:
+            # The wait overran (a loaded machine): the last attempt's error says more than
+            # a bare timeout.
+            if at.previous is not None:
+                raise at.previous
+            raise errors.DeadlineExceededError(f"no answer within {at.timeout_s:.3f}s")
+        try:
+            try:
+                stubs = await self.connect(route, timeout_s=left_s, addr=at.next_addr)
+            except NotConnectedError:
+                # Not the hinted address again: connect learnt where to go next. Nothing was
+                # sent: the wait to connect is not what the next attempt needs left (``room``).
+                at.next_addr = None
+                started = loop.time()
+                raise
+            at.next_addr = None
+            started = loop.time()  # the attempt's room: the call, not the connect
+            return await self._invoke(route, invoke, stubs, at)
+        except errors.RaftStreamError as exc:
+            at.previous = exc
+            raise
+        finally:
+            at.took = loop.time() - started
+
+    async def _invoke(
+        self,
+        route: str | None,
+        invoke: Callable[[Stubs, float], Awaitable[T]],
+        stubs: Stubs,
+        at: _Attempts,
+    ) -> T:
+        """``invoke`` on a connected channel; a failure is typed, and learnt from."""
+        try:
+            return await invoke(stubs, max(at.deadline - at.loop.time(), 0.001))
+        except grpc.RpcError as err:
+            exc = not_sent(err, stubs.addr) or from_rpc_error(err)
+            self._failed(route, exc, stubs.addr, at)
+            raise exc from None
+        except errors.RaftStreamError as exc:  # invoke mapped it already
+            self._failed(route, exc, stubs.addr, at)
+            raise
+
+    def _failed(
+        self, route: str | None, exc: errors.RaftStreamError, addr: str, at: _Attempts
+    ) -> None:
+        exc.details.setdefault("addr", addr)
+        if isinstance(exc, errors.NotLeaderError | errors.NoLeaderError):
+            at.refusal = exc
+        at.next_addr = self.learn(route, exc)
 
     async def close(self) -> None:
         """Close every channel; calls in flight fail with CANCELLED."""

@@ -178,6 +178,44 @@ class _Buffer:
         await self.changed.wait()
 
 
+class _HungNode:
+    """The node that last missed heartbeats (``addr``: None once a call delivers, or once
+    every other seed server was tried), and where the next call goes instead."""
+
+    def __init__(self) -> None:
+        self.addr: str | None = None
+        self._turn = 0
+
+    def missed(self, addr: str) -> None:
+        self.addr = addr
+        self._turn = 0
+
+    def elsewhere(self, router: Router, stream: str) -> str | None:
+        """Where the next call goes after a node missed heartbeats (None: the router's
+        choice). The router would send it back to that node while its leader hint or its
+        current server names it (a hung node refuses no connection): then each other seed
+        server once, in turn, before the router's choice is taken again (the other seeds may
+        be down while that node is back). Only this choice avoids the node: a NOT_LEADER
+        hint naming it is followed (the servers know best; it may lead again)."""
+        avoid = self.addr
+        if avoid is None or router.target(stream) != avoid:
+            return None
+        others = [s for s in router.servers if s != avoid]
+        self._turn += 1
+        if self._turn > len(others):
+            self.addr = None  # every other one tried: the router's choice
+            return None
+        return others[self._turn - 1]
+
+
+def _reattach_wait(quick_failures: int) -> float:
+    """The wait before a new call: backoff by failures since the last call that delivered
+    anything (a long-lived call that ends resets it), not by tenacity's attempt count."""
+    doublings = min(quick_failures, 16)
+    base = min(REATTACH_WAIT_MAX_S, math.ldexp(REATTACH_WAIT_INITIAL_S, doublings))
+    return base + random.uniform(0, REATTACH_WAIT_INITIAL_S)
+
+
 class PushSubscription:
     """A push subscription (see the module docstring). Made by ``Client.subscribe``.
 
@@ -220,8 +258,7 @@ class PushSubscription:
         # in heartbeats). Per call: another leader may ask with a token answered before.
         self._answered: deque[str] = deque(maxlen=FC_ANSWERED_REMEMBERED_MAX)
         # A node that missed heartbeats: the next call goes elsewhere if routed to it again.
-        self._unanswered_addr: str | None = None
-        self._elsewhere_turn = 0
+        self._hung = _HungNode()
         self._last_cseq = 0
         self._last_sseq = 0
         self._quick_failures = 0
@@ -462,11 +499,7 @@ class PushSubscription:
         """The reader: sessions until closed; a terminal error ends the subscription."""
 
         def wait(state: RetryCallState) -> float:
-            # Backoff by failures since the last call that delivered anything (a long-lived
-            # call that ends resets it), not by tenacity's attempt count.
-            doublings = min(self._quick_failures, 16)
-            base = min(REATTACH_WAIT_MAX_S, math.ldexp(REATTACH_WAIT_INITIAL_S, doublings))
-            return base + random.uniform(0, REATTACH_WAIT_INITIAL_S)
+            return _reattach_wait(self._quick_failures)
 
         addr: list[str | None] = [None]
         retrying = AsyncRetrying(retry=retry_if_exception_type(Reattach), wait=wait, reraise=True)
@@ -495,7 +528,9 @@ class PushSubscription:
         await self._before_attach()
         try:
             stubs = await self._router.connect(
-                self.stream, timeout_s=self._connect_timeout_s, addr=addr or self._elsewhere()
+                self.stream,
+                timeout_s=self._connect_timeout_s,
+                addr=addr or self._hung.elsewhere(self._router, self.stream),
             )
         except errors.UnavailableError as exc:
             raise Reattach(exc) from None
@@ -514,29 +549,11 @@ class PushSubscription:
             raise self._classify(from_rpc_error(err)) from None
         except Reattach as r:
             if isinstance(r.cause, errors.MissedHeartbeatError):
-                self._unanswered_addr = stubs.addr
-                self._elsewhere_turn = 0
+                self._hung.missed(stubs.addr)
             raise
         finally:
             call.cancel()
             self._end_call()
-
-    def _elsewhere(self) -> str | None:
-        """Where the next call goes after a node missed heartbeats (None: the router's
-        choice). The router would send it back to that node while its leader hint or its
-        current server names it (a hung node refuses no connection): then each other seed
-        server once, in turn, before the router's choice is taken again (the other seeds may
-        be down while that node is back). Only this choice avoids the node: a NOT_LEADER
-        hint naming it is followed (the servers know best; it may lead again)."""
-        avoid = self._unanswered_addr
-        if avoid is None or self._router.target(self.stream) != avoid:
-            return None
-        others = [s for s in self._router.servers if s != avoid]
-        self._elsewhere_turn += 1
-        if self._elsewhere_turn > len(others):
-            self._unanswered_addr = None  # every other one tried: the router's choice
-            return None
-        return others[self._elsewhere_turn - 1]
 
     def _end_call(self) -> None:
         requests, self._requests = self._requests, None
@@ -574,7 +591,7 @@ class PushSubscription:
                 if resp is grpc.aio.EOF:
                     raise Reattach(errors.UnavailableError("the server ended the push call"))
                 self._quick_failures = 0
-                self._unanswered_addr = None
+                self._hung.addr = None
                 await self._handle(resp)
         finally:
             if reading is not None:

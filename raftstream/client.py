@@ -10,42 +10,37 @@ the leader's address and retry NO_LEADER and unreachable servers; calls that are
 repeat (reads, creates of an identical config, updates) also retry other retriable failures.
 Calls that are not (deletes, purges, a publish without ``msg_id``) do not, because their
 outcome is then unknown: they may have been applied. Errors are ``raftstream.errors`` types.
+
+The ``Client`` is made of parts, one module per concern, each reaching the cluster through
+the one retrying call of ``raftstream._client_core``: stream management
+(``raftstream._client_streams``), consumer management (``raftstream._client_consumers``) and
+cluster operations, leaderships and peers (``raftstream._client_cluster``). Publishing,
+subscriptions and key-value buckets stay here, handing off to ``raftstream.publisher``,
+``raftstream.subscribe`` and ``raftstream.kv``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Self
 
 import grpc
 
 from raftstream import errors
 from raftstream import subscribe as _workflow
-from raftstream._args import (
-    check_durations_ns,
-    check_int,
-    check_payload,
-    check_servers,
-    check_subject,
-)
+from raftstream._args import check_payload, check_servers, check_subject
 from raftstream._auth import credential_interceptors
+from raftstream._client_cluster import ClusterAPI
+from raftstream._client_consumers import ConsumersAPI
+from raftstream._client_streams import StreamsAPI
 from raftstream._conn import Router, Stubs, TlsSource, tls_credentials
 from raftstream._push import PENDING_BYTES_MAX, PENDING_MSGS_MAX, MsgCallback, PushSubscription
 from raftstream._registry import SubscriptionRegistry
-from raftstream.config import (
-    UNLIMITED,
-    ConsumerConfig,
-    DeliverPolicy,
-    StorageType,
-    StreamConfig,
-    StreamSource,
-    config_with,
-)
+from raftstream.config import UNLIMITED, ConsumerConfig, DeliverPolicy, StorageType, StreamSource
 from raftstream.kv import (
     KeyValue,
     bucket_stream_config,
@@ -54,30 +49,19 @@ from raftstream.kv import (
     open_bucket,
     update_bucket,
 )
-from raftstream.models import (
-    ClusterInfo,
-    ConsumerInfo,
-    PauseInfo,
-    PubAck,
-    RawStreamMsg,
-    StreamInfo,
-)
+from raftstream.models import ConsumerInfo, PubAck
 from raftstream.msg import Acker
 from raftstream.ordered import check_ordered_options, subscribe_ordered
-from raftstream.proto import raftstream_pb2 as pb
 from raftstream.publisher import Publisher, options_of
 from raftstream.pull import PullSubscription
 
 __all__ = ["Client", "connect"]
 
 log = logging.getLogger("raftstream.client")
-T = TypeVar("T")
 
 DEFAULT_SERVERS = ("127.0.0.1:7101",)
 PUBLISH_ASYNC_PENDING_MSGS_MAX = 4000
 ACK_PENDING_MSGS_MAX = 16384
-# A paged listing stops after this many pages even if the server keeps announcing more.
-LIST_PAGES_MAX = 10_000
 
 
 ERROR_LOG_REPEAT_S = 10.0  # the default error_cb logs one error repeated this long once
@@ -181,7 +165,7 @@ async def _noop(stubs: Stubs, left_s: float) -> None:
     """An attempt that only needs a connected channel (``Router.connect`` made one)."""
 
 
-class Client:
+class Client(StreamsAPI, ConsumersAPI, ClusterAPI):
     """A connection to a raftstream cluster; see the module docstring. Build with
     ``await connect(...)``."""
 
@@ -259,443 +243,6 @@ class Client:
         await self._publisher.close()
         await self._acker.close()
         await self._router.close()
-
-    async def _call(
-        self,
-        route: str | None,
-        invoke: Callable[[Stubs, float], Awaitable[T]],
-        *,
-        timeout: float | None,
-        idempotent: bool,
-    ) -> T:
-        if self._closed:
-            raise errors.ClientClosedError("the client is closed")
-        timeout_s = timeout if timeout is not None else self._timeout_s
-        return await self._router.call(route, invoke, timeout_s=timeout_s, idempotent=idempotent)
-
-    # -- streams ------------------------------------------------------------------------------
-
-    async def add_stream(
-        self, config: StreamConfig | None = None, *, timeout: float | None = None, **params: Any
-    ) -> StreamInfo:
-        """Create a stream from ``config`` and/or JetStream field ``params`` (``params``
-        override ``config``). Idempotent for an identical config; ``AlreadyExistsError`` for a
-        different one; ``InvalidArgumentError`` names a refused field. A ``params`` key that
-        is no field is ``UnknownFieldError`` (an ``InvalidArgumentError`` and a
-        ``TypeError``), raised before anything is sent."""
-        cfg = config_with(StreamConfig, config, params)
-        check_durations_ns(cfg)
-        req = pb.CreateStreamRequest(config_json=json.dumps(cfg.to_dict()))
-
-        async def invoke(stubs: Stubs, left_s: float) -> StreamInfo:
-            return StreamInfo.from_pb(await stubs.streams.CreateStream(req, timeout=left_s))
-
-        return await self._call(cfg.name, invoke, timeout=timeout, idempotent=True)
-
-    async def update_stream(
-        self, config: StreamConfig | None = None, *, timeout: float | None = None, **params: Any
-    ) -> StreamInfo:
-        """Replace a stream's config (the complete new config, as ``add_stream`` takes it)."""
-        cfg = config_with(StreamConfig, config, params)
-        check_durations_ns(cfg)
-        req = pb.UpdateStreamRequest(config_json=json.dumps(cfg.to_dict()))
-
-        async def invoke(stubs: Stubs, left_s: float) -> StreamInfo:
-            return StreamInfo.from_pb(await stubs.streams.UpdateStream(req, timeout=left_s))
-
-        return await self._call(cfg.name, invoke, timeout=timeout, idempotent=True)
-
-    async def delete_stream(self, name: str, *, timeout: float | None = None) -> bool:
-        """Delete a stream with its messages and consumers. Not retried on an ambiguous
-        failure (it may have happened); ``NotFoundError`` when missing."""
-        req = pb.DeleteStreamRequest(name=name)
-
-        async def invoke(stubs: Stubs, left_s: float) -> bool:
-            await stubs.streams.DeleteStream(req, timeout=left_s)
-            return True
-
-        return await self._call(name, invoke, timeout=timeout, idempotent=False)
-
-    async def stream_info(
-        self,
-        name: str,
-        *,
-        subjects_filter: str | None = None,
-        deleted_details: bool = False,
-        timeout: float | None = None,
-    ) -> StreamInfo:
-        """A stream's config, state and replicas; with ``subjects_filter`` (``">"`` for all)
-        ``state.subjects`` holds message counts per matching subject."""
-        req = pb.StreamInfoRequest(
-            name=name, subjects_filter=subjects_filter or "", deleted_details=deleted_details
-        )
-
-        async def invoke(stubs: Stubs, left_s: float) -> StreamInfo:
-            return StreamInfo.from_pb(await stubs.streams.GetStreamInfo(req, timeout=left_s))
-
-        return await self._call(name, invoke, timeout=timeout, idempotent=True)
-
-    async def streams_info(
-        self, *, subject: str | None = None, timeout: float | None = None
-    ) -> list[StreamInfo]:
-        """Every stream's info (all pages), or those capturing ``subject``."""
-
-        async def page(stubs: Stubs, left_s: float, offset: int) -> tuple[list[Any], pb.Page]:
-            req = pb.ListStreamsRequest(offset=offset, subject=subject or "")
-            resp = await stubs.streams.ListStreams(req, timeout=left_s)
-            return [StreamInfo.from_pb(s) for s in resp.streams], resp.page
-
-        return await self._paged(page, timeout=timeout)
-
-    async def stream_names(
-        self, *, subject: str | None = None, timeout: float | None = None
-    ) -> list[str]:
-        """Every stream's name (all pages), or those capturing ``subject``."""
-
-        async def page(stubs: Stubs, left_s: float, offset: int) -> tuple[list[Any], pb.Page]:
-            req = pb.StreamNamesRequest(offset=offset, subject=subject or "")
-            resp = await stubs.streams.StreamNames(req, timeout=left_s)
-            return list(resp.names), resp.page
-
-        return await self._paged(page, timeout=timeout)
-
-    async def _paged(
-        self,
-        page: Callable[[Stubs, float, int], Awaitable[tuple[list[Any], pb.Page]]],
-        *,
-        timeout: float | None,
-    ) -> list[Any]:
-        """Collect every page (each page one retried call, all within one timeout)."""
-        out: list[Any] = []
-        for _ in range(LIST_PAGES_MAX):
-            offset = len(out)
-
-            async def invoke(
-                stubs: Stubs, left_s: float, offset: int = offset
-            ) -> tuple[list[Any], pb.Page]:
-                return await page(stubs, left_s, offset)
-
-            items, info = await self._call(None, invoke, timeout=timeout, idempotent=True)
-            out.extend(items)
-            if not items or len(out) >= info.total:
-                return out
-        raise errors.LimitError(f"listing exceeded {LIST_PAGES_MAX} pages")
-
-    async def purge_stream(
-        self,
-        name: str,
-        *,
-        subject: str | None = None,
-        seq: int | None = None,
-        keep: int | None = None,
-        timeout: float | None = None,
-    ) -> int:
-        """Remove messages (all; by ``subject`` filter; below ``seq``; all but the newest
-        ``keep``). Returns how many were purged. Not retried on an ambiguous failure."""
-        req = pb.PurgeStreamRequest(name=name)
-        if subject is not None:
-            req.subject = subject
-        if seq is not None:
-            req.seq = check_int("seq", seq, minimum=1)
-        if keep is not None:
-            req.keep = check_int("keep", keep, minimum=0)
-
-        async def invoke(stubs: Stubs, left_s: float) -> int:
-            return int((await stubs.streams.PurgeStream(req, timeout=left_s)).purged)
-
-        return await self._call(name, invoke, timeout=timeout, idempotent=False)
-
-    async def get_msg(
-        self,
-        stream: str,
-        seq: int | None = None,
-        *,
-        subject: str | None = None,
-        next: bool = False,
-        timeout: float | None = None,
-    ) -> RawStreamMsg:
-        """A stored message: by ``seq``; the last on ``subject``; or with ``next`` the first
-        on ``subject`` at or after ``seq``. ``NotFoundError`` when there is none."""
-        req = pb.GetMessageRequest(stream=stream)
-        if subject is None:
-            if seq is None:
-                raise errors.InvalidArgumentError("seq", "seq or subject is required")
-            req.seq = check_int("seq", seq, minimum=1)
-        elif next:
-            req.next_by_subject = subject
-            req.start_seq = check_int("seq", seq or 0, minimum=0)
-        else:
-            req.last_by_subject = subject
-
-        async def invoke(stubs: Stubs, left_s: float) -> RawStreamMsg:
-            resp = await stubs.streams.GetMessage(req, timeout=left_s)
-            return RawStreamMsg.from_pb(stream, resp.message)
-
-        return await self._call(stream, invoke, timeout=timeout, idempotent=True)
-
-    async def get_last_msg(
-        self, stream: str, subject: str, *, timeout: float | None = None
-    ) -> RawStreamMsg:
-        """The newest message on ``subject``; ``NotFoundError`` when there is none."""
-        return await self.get_msg(stream, subject=subject, timeout=timeout)
-
-    async def delete_msg(
-        self, stream: str, seq: int, *, no_erase: bool = False, timeout: float | None = None
-    ) -> bool:
-        """Remove one message (its bytes erased unless ``no_erase``)."""
-        check_int("seq", seq, minimum=1)
-        req = pb.DeleteMessageRequest(stream=stream, seq=seq, no_erase=no_erase)
-
-        async def invoke(stubs: Stubs, left_s: float) -> bool:
-            await stubs.streams.DeleteMessage(req, timeout=left_s)
-            return True
-
-        return await self._call(stream, invoke, timeout=timeout, idempotent=False)
-
-    # -- consumers ----------------------------------------------------------------------------
-
-    async def add_consumer(
-        self,
-        stream: str,
-        config: ConsumerConfig | None = None,
-        *,
-        timeout: float | None = None,
-        **params: Any,
-    ) -> ConsumerInfo:
-        """Create a consumer from ``config`` and/or JetStream field ``params``. Idempotent for
-        an identical config; ``AlreadyExistsError`` for a different one. Without a name or
-        durable name the consumer is ephemeral and the server names it. A ``params`` key that
-        is no field is ``UnknownFieldError`` (an ``InvalidArgumentError`` and a
-        ``TypeError``), raised before anything is sent."""
-        cfg = config_with(ConsumerConfig, config, params)
-        check_durations_ns(cfg)
-        req = pb.CreateConsumerRequest(stream=stream, config_json=json.dumps(cfg.to_dict()))
-
-        async def invoke(stubs: Stubs, left_s: float) -> ConsumerInfo:
-            return ConsumerInfo.from_pb(await stubs.consumers.CreateConsumer(req, timeout=left_s))
-
-        # An ephemeral create is not idempotent: a repeat would make a second consumer.
-        named = bool(cfg.name or cfg.durable_name)
-        return await self._call(stream, invoke, timeout=timeout, idempotent=named)
-
-    async def delete_consumer(
-        self, stream: str, consumer: str, *, timeout: float | None = None
-    ) -> bool:
-        req = pb.DeleteConsumerRequest(stream=stream, consumer=consumer)
-
-        async def invoke(stubs: Stubs, left_s: float) -> bool:
-            await stubs.consumers.DeleteConsumer(req, timeout=left_s)
-            return True
-
-        return await self._call(stream, invoke, timeout=timeout, idempotent=False)
-
-    async def consumer_info(
-        self, stream: str, consumer: str, *, timeout: float | None = None
-    ) -> ConsumerInfo:
-        req = pb.ConsumerInfoRequest(stream=stream, consumer=consumer)
-
-        async def invoke(stubs: Stubs, left_s: float) -> ConsumerInfo:
-            return ConsumerInfo.from_pb(await stubs.consumers.GetConsumerInfo(req, timeout=left_s))
-
-        return await self._call(stream, invoke, timeout=timeout, idempotent=True)
-
-    async def consumers_info(
-        self, stream: str, *, timeout: float | None = None
-    ) -> list[ConsumerInfo]:
-        """Every consumer of ``stream`` (all pages)."""
-
-        async def page(stubs: Stubs, left_s: float, offset: int) -> tuple[list[Any], pb.Page]:
-            req = pb.ListConsumersRequest(stream=stream, offset=offset)
-            resp = await stubs.consumers.ListConsumers(req, timeout=left_s)
-            return [ConsumerInfo.from_pb(c) for c in resp.consumers], resp.page
-
-        return await self._paged(page, timeout=timeout)
-
-    async def pause_consumer(
-        self, stream: str, consumer: str, pause_until_ns: int, *, timeout: float | None = None
-    ) -> PauseInfo:
-        """Stop delivery until ``pause_until_ns`` (ns since the epoch, as ``time.time_ns()``
-        counts: ``time.time_ns() + 600 * 10**9`` is ten minutes from now).
-
-        A time that is not in the future (by this machine's clock) is refused with
-        ``InvalidArgumentError`` naming ``pause_until_ns``, as ``raftstream consumer pause``
-        refuses it: JetStream takes a past time as "not paused", so such a call would
-        resume the consumer without a word, and a past value is mostly a wrong unit (a
-        duration, or seconds since the epoch). To resume, call ``resume_consumer``. A time
-        that passes while the call travels (or on a server whose clock is ahead) leaves the
-        consumer not paused: check ``PauseInfo.paused``."""
-        check_int("pause_until_ns", pause_until_ns, minimum=0)
-        if pause_until_ns <= time.time_ns():
-            raise errors.InvalidArgumentError(
-                "pause_until_ns",
-                f"must be in the future, in ns since the epoch (time.time_ns() + a delay), "
-                f"not {pause_until_ns}; to resume, use resume_consumer",
-            )
-        req = pb.PauseConsumerRequest(
-            stream=stream, consumer=consumer, pause_until_ns=pause_until_ns
-        )
-
-        async def invoke(stubs: Stubs, left_s: float) -> PauseInfo:
-            return PauseInfo.from_pb(await stubs.consumers.PauseConsumer(req, timeout=left_s))
-
-        return await self._call(stream, invoke, timeout=timeout, idempotent=True)
-
-    async def resume_consumer(
-        self, stream: str, consumer: str, *, timeout: float | None = None
-    ) -> PauseInfo:
-        req = pb.ResumeConsumerRequest(stream=stream, consumer=consumer)
-
-        async def invoke(stubs: Stubs, left_s: float) -> PauseInfo:
-            return PauseInfo.from_pb(await stubs.consumers.ResumeConsumer(req, timeout=left_s))
-
-        return await self._call(stream, invoke, timeout=timeout, idempotent=True)
-
-    async def update_consumer(
-        self,
-        stream: str,
-        config: ConsumerConfig | None = None,
-        *,
-        timeout: float | None = None,
-        **params: Any,
-    ) -> ConsumerInfo:
-        """Change an existing consumer (named in ``config`` and/or the JetStream field
-        ``params``, as ``add_consumer`` takes them: the complete new config); immutable
-        fields are refused by name, a missing consumer is ``NotFoundError``. A ``params`` key
-        that is no field is ``UnknownFieldError``, raised before anything is sent."""
-        cfg = config_with(ConsumerConfig, config, params)
-        check_durations_ns(cfg)
-        req = pb.UpdateConsumerRequest(stream=stream, config_json=json.dumps(cfg.to_dict()))
-
-        async def invoke(stubs: Stubs, left_s: float) -> ConsumerInfo:
-            return ConsumerInfo.from_pb(await stubs.consumers.UpdateConsumer(req, timeout=left_s))
-
-        return await self._call(stream, invoke, timeout=timeout, idempotent=True)
-
-    async def consumer_names(self, stream: str, *, timeout: float | None = None) -> list[str]:
-        """Every consumer name of ``stream`` (all pages)."""
-
-        async def page(stubs: Stubs, left_s: float, offset: int) -> tuple[list[Any], pb.Page]:
-            req = pb.ConsumerNamesRequest(stream=stream, offset=offset)
-            resp = await stubs.consumers.ConsumerNames(req, timeout=left_s)
-            return list(resp.names), resp.page
-
-        return await self._paged(page, timeout=timeout)
-
-    async def reset_consumer(
-        self, stream: str, consumer: str, seq: int | None = None, *, timeout: float | None = None
-    ) -> ConsumerInfo:
-        """Drop pending acks and restart delivery at ``seq`` (None: the deliver policy's
-        start). Not retried on an ambiguous failure."""
-        req = pb.ResetConsumerRequest(stream=stream, consumer=consumer)
-        if seq is not None:
-            req.seq = seq
-
-        async def invoke(stubs: Stubs, left_s: float) -> ConsumerInfo:
-            return ConsumerInfo.from_pb(await stubs.consumers.ResetConsumer(req, timeout=left_s))
-
-        return await self._call(stream, invoke, timeout=timeout, idempotent=False)
-
-    # -- leaders and peers (each moves leadership once: never retried when ambiguous) --------
-
-    async def stream_leader_stepdown(
-        self, stream: str, *, preferred: str | None = None, timeout: float | None = None
-    ) -> str | None:
-        """Move the stream's leadership (and its consumers'); returns the new leader if
-        known."""
-        req = pb.StreamStepDownRequest(stream=stream, preferred=preferred or "")
-
-        async def invoke(stubs: Stubs, left_s: float) -> str | None:
-            resp = await stubs.streams.StepDownStreamLeader(req, timeout=left_s)
-            return resp.leader or None
-
-        return await self._call(stream, invoke, timeout=timeout, idempotent=False)
-
-    async def consumer_leader_stepdown(
-        self,
-        stream: str,
-        consumer: str,
-        *,
-        preferred: str | None = None,
-        timeout: float | None = None,
-    ) -> str | None:
-        """As ``stream_leader_stepdown``: consumers replicate through their stream's group."""
-        req = pb.ConsumerStepDownRequest(
-            stream=stream, consumer=consumer, preferred=preferred or ""
-        )
-
-        async def invoke(stubs: Stubs, left_s: float) -> str | None:
-            resp = await stubs.consumers.StepDownConsumerLeader(req, timeout=left_s)
-            return resp.leader or None
-
-        return await self._call(stream, invoke, timeout=timeout, idempotent=False)
-
-    async def meta_leader_stepdown(
-        self, *, preferred: str | None = None, timeout: float | None = None
-    ) -> str | None:
-        """Ask the meta leader to step down; returns the new meta leader if known."""
-        req = pb.MetaStepDownRequest(preferred=preferred or "")
-
-        async def invoke(stubs: Stubs, left_s: float) -> str | None:
-            resp = await stubs.cluster.StepDownMetaLeader(req, timeout=left_s)
-            return resp.leader or None
-
-        return await self._call(None, invoke, timeout=timeout, idempotent=False)
-
-    async def remove_peer(
-        self,
-        peer: str,
-        *,
-        refuse_online: bool = False,
-        forget: bool = False,
-        timeout: float | None = None,
-    ) -> bool:
-        """Remove a (dead) node; the meta leader re-places its replicas. Returns False when
-        the node was removed already (nothing changed). ``refuse_online``: refuse
-        (``PreconditionError``) when the meta leader sees the node online.
-
-        ``forget``: also take it out of the cluster for good (out of the meta group, off
-        every node's list), once no stream has a replica on it; until then
-        ``PreconditionError`` says what is left (call again). Returns False when it was
-        forgotten already. ``add_peer(peer, address=...)`` may add it again, empty."""
-        req = pb.RemovePeerRequest(peer=peer, refuse_online=refuse_online, forget=forget)
-
-        async def invoke(stubs: Stubs, left_s: float) -> bool:
-            resp = await stubs.cluster.RemovePeer(req, timeout=left_s)
-            return bool(resp.forgotten) if forget else not resp.already_removed
-
-        return await self._call(None, invoke, timeout=timeout, idempotent=forget)
-
-    async def add_peer(
-        self, peer: str, *, address: str | None = None, timeout: float | None = None
-    ) -> bool:
-        """Readmit a node ``remove_peer`` took out: replicas may be placed on it again, and
-        streams left short of their replica count get one on it once it is online. Returns
-        False when the node was not removed (nothing changed).
-
-        With ``address`` (``host:port``, where it serves): add a NEW node to the cluster
-        under the name ``peer``; every node learns its address, and the node then starts
-        empty with ``raftstream server --join`` (docs/operations.md, "Adding a node").
-        Returns False when it was added already at that address (nothing changed).
-
-        Retried when ambiguous (both are idempotent)."""
-        req = pb.AddPeerRequest(peer=peer, address=address or "")
-
-        async def invoke(stubs: Stubs, left_s: float) -> bool:
-            resp = await stubs.cluster.AddPeer(req, timeout=left_s)
-            return bool(resp.added if address else resp.readmitted)
-
-        return await self._call(None, invoke, timeout=timeout, idempotent=True)
-
-    # -- cluster ------------------------------------------------------------------------------
-
-    async def cluster_info(self, *, timeout: float | None = None) -> ClusterInfo:
-        """Nodes, the meta leader, and every group's leader and replicas with their lag."""
-
-        async def invoke(stubs: Stubs, left_s: float) -> ClusterInfo:
-            resp = await stubs.cluster.GetClusterInfo(pb.ClusterInfoRequest(), timeout=left_s)
-            return ClusterInfo.from_pb(resp)
-
-        return await self._call(None, invoke, timeout=timeout, idempotent=True)
 
     # -- publishing ---------------------------------------------------------------------------
 
@@ -924,10 +471,6 @@ class Client:
         return await _workflow.subscribe_bind(
             self, stream, consumer, queue=queue, options=options, timeout=timeout
         )
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise errors.ClientClosedError("the client is closed")
 
     # -- key-value ----------------------------------------------------------------------------
 

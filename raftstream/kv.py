@@ -34,41 +34,67 @@ deleted under a ``KeyValue`` or a running watch) is ``BucketNotFoundError`` nami
 bucket, a bucket that exists with other settings ``AlreadyExistsError`` naming it, and a
 bad ``create_key_value`` argument ``InvalidArgumentError`` naming the argument (nothing is
 sent). A stream named ``KV_B`` that was not made as a bucket (``bucket_of``) is no bucket.
+
+This module holds ``KeyValue`` and the bucket management ``Client`` calls (create, update,
+open, delete, statuses); what a bucket is without a client (names, limits, the backing
+stream's config, entries and status) is in ``raftstream._kv_model``, and watches
+(``KeyWatcher``) in ``raftstream._kv_watch``. Their public names are importable from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
-import math
-import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Self
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from raftstream import errors
 from raftstream._args import INT64_MAX, check_seconds
-from raftstream.config import (
-    UNLIMITED,
-    ConsumerConfig,
-    DeliverPolicy,
-    DiscardPolicy,
-    StorageType,
-    StreamConfig,
-    StreamSource,
-    SubjectTransform,
+from raftstream._kv_model import (
+    BUCKET_BYTES_MAX,
+    HISTORY_MAX,
+    MAX_VALUE_SIZE_MAX,
+    NS_PER_S,
+    REPLICAS_MAX,
+    STORAGE_TYPES,
+    STREAM_NAME_BYTES_MAX,
+    STREAM_PREFIX,
+    SUBJECT_BYTES_MAX,
+    SUBJECT_PREFIX,
+    TTL_MAX_S,
+    TTL_MIN_S,
+    KeyValueEntry,
+    KeyValueOp,
+    KeyValueStatus,
+    as_bucket_error,
+    bucket_not_found,
+    bucket_of,
+    bucket_stream_config,
+    int_in,
+    mirrored,
+    origin_bucket,
+    stream_missing,
+    validate_bucket,
+    validate_key,
 )
+from raftstream._kv_watch import KeyWatcher, transient_only
+from raftstream.config import UNLIMITED, ConsumerConfig, DeliverPolicy, StreamConfig, StreamSource
 from raftstream.models import RawStreamMsg, StreamInfo
 from raftstream.msg import Msg
-from raftstream.ordered import OrderedSubscription, subscribe_ordered
+from raftstream.ordered import subscribe_ordered
 from raftstream.subscribe import PushOptions
 
 if TYPE_CHECKING:
     from raftstream.client import Client
 
 __all__ = [
+    "BUCKET_BYTES_MAX",
     "HISTORY_MAX",
+    "MAX_VALUE_SIZE_MAX",
     "REPLICAS_MAX",
+    "STORAGE_TYPES",
+    "STREAM_NAME_BYTES_MAX",
+    "TTL_MAX_S",
+    "TTL_MIN_S",
     "KeyValue",
     "KeyValueEntry",
     "KeyValueOp",
@@ -86,329 +112,10 @@ __all__ = [
     "validate_key",
 ]
 
-NS_PER_S = 1_000_000_000
-HISTORY_MAX = 64
-STREAM_PREFIX = "KV_"
-SUBJECT_PREFIX = "$KV"
 HDR_OPERATION = "KV-Operation"
 HDR_ROLLUP = "Nats-Rollup"
 ROLLUP_SUBJECT = "sub"
-_BUCKET_RE = re.compile(r"[a-zA-Z0-9_-]+")
-_KEY_RE = re.compile(r"[-/_=.a-zA-Z0-9]+")
-_RESERVED_KEY_PREFIX = "_kv"
 WATCH_HEARTBEAT_S = 5.0
-# Limits the node holds a bucket's stream to, checked here so that a bad argument is refused
-# naming the bucket's argument (``replicas``), not the stream field (``num_replicas``).
-REPLICAS_MAX = 5
-MAX_VALUE_SIZE_MAX = 2**31 - 1  # JetStream keeps max_msg_size in an int32
-# The node's limits on names and subjects (engine/stream_config.py, engine/subjects.py),
-# checked here so that a long bucket or key is refused naming ``bucket`` or ``key``, with
-# the room the bucket's prefixes leave, not the stream's ``name`` or the publish's
-# ``subject``.
-STREAM_NAME_BYTES_MAX = 255
-SUBJECT_BYTES_MAX = 4096
-BUCKET_BYTES_MAX = STREAM_NAME_BYTES_MAX - len(STREAM_PREFIX)
-TTL_MIN_S = 0.1  # the node's shortest max_age (100ms)
-TTL_MAX_S = INT64_MAX // NS_PER_S  # max_age travels as int64 nanoseconds
-STORAGE_TYPES = tuple(t.value for t in StorageType)
-# A NOT_FOUND naming one of these fields is about the bucket's stream itself ("stream ... not
-# found", "no stream matches subject ..."), not about a message in it.
-_STREAM_MISSING_FIELDS = frozenset({"stream", "subject"})
-
-
-class KeyValueOp(enum.StrEnum):
-    PUT = "PUT"
-    DEL = "DEL"
-    PURGE = "PURGE"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KeyValueEntry:
-    """One revision of a key. ``delta``: entries newer than this one in the watch (from the
-    ack token's pending count; 0 for a direct ``get``). ``created_ns``: the stored time."""
-
-    bucket: str
-    key: str
-    value: bytes
-    revision: int
-    created_ns: int
-    operation: KeyValueOp = KeyValueOp.PUT
-    delta: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KeyValueStatus:
-    """A bucket's state: ``values`` stored (every revision and marker kept), ``history``
-    per key, ``ttl_s`` (0: none), ``bytes``, its limits (``max_value_size``, ``max_bytes``:
-    -1 unlimited), ``storage``, ``replicas``, and the backing stream's info (its
-    ``cluster`` holds the replicas' health: leader, lag, offline)."""
-
-    bucket: str
-    values: int
-    history: int
-    ttl_s: float
-    bytes: int
-    replicas: int
-    stream_info: StreamInfo
-    description: str = ""
-    max_value_size: int = UNLIMITED
-    max_bytes: int = UNLIMITED
-    storage: StorageType = StorageType.FILE
-
-    @property
-    def ttl_ns(self) -> int:
-        """How long a value lives, in nanoseconds (0: forever)."""
-        return self.stream_info.config.max_age
-
-    @property
-    def mirror(self) -> str | None:
-        """The bucket this one mirrors (None: it is no mirror)."""
-        m = self.stream_info.config.mirror
-        return _origin_bucket(m.name) if m is not None else None
-
-    @property
-    def sources(self) -> tuple[str, ...]:
-        """The buckets (or streams) this one takes the keys of, besides its own."""
-        return tuple(
-            _origin_bucket(src.name) or src.name for src in self.stream_info.config.sources
-        )
-
-    @property
-    def state_known(self) -> bool:
-        """False when no replica of the bucket answered (its nodes offline, or electing):
-        ``values`` and ``bytes`` are then 0 without meaning ``StreamInfo.state_known``."""
-        return self.stream_info.state_known
-
-    @classmethod
-    def from_stream_info(cls, bucket: str, info: StreamInfo) -> KeyValueStatus:
-        c = info.config
-        return cls(
-            bucket=bucket,
-            values=info.state.messages,
-            history=c.max_msgs_per_subject,
-            ttl_s=c.max_age / NS_PER_S,
-            bytes=info.state.bytes,
-            replicas=c.num_replicas,
-            stream_info=info,
-            description=c.description,
-            max_value_size=c.max_msg_size,
-            max_bytes=c.max_bytes,
-            storage=c.storage,
-        )
-
-
-def validate_bucket(bucket: str) -> str:
-    """A bucket name: letters, digits, ``_`` and ``-``, at most ``BUCKET_BYTES_MAX`` (its
-    stream's name ``KV_<bucket>`` within the 255 bytes of a stream name)."""
-    if not isinstance(bucket, str) or not _BUCKET_RE.fullmatch(bucket):
-        raise errors.InvalidArgumentError(
-            "bucket", f"a bucket name is letters, digits, '_' and '-' only: {bucket!r:.80}"
-        )
-    if len(bucket) > BUCKET_BYTES_MAX:  # ASCII only: characters are bytes
-        raise errors.InvalidArgumentError(
-            "bucket",
-            f"must be at most {BUCKET_BYTES_MAX} characters (its stream KV_<bucket> is a "
-            f"stream name of at most {STREAM_NAME_BYTES_MAX} bytes), not {len(bucket)}",
-        )
-    return bucket
-
-
-def validate_key(key: str, *, wildcards: bool = False) -> str:
-    """A key is dot-separated tokens of letters, digits and ``-/_=``; no empty token, no
-    leading ``_kv``. With ``wildcards`` (watch) a token may be ``*`` and the last ``>``."""
-    if not isinstance(key, str) or not key:
-        raise errors.InvalidKeyError("key", "must be a non-empty string")
-    tokens = key.split(".")
-    for i, tok in enumerate(tokens):
-        if wildcards and (tok == "*" or (tok == ">" and i == len(tokens) - 1)):
-            continue
-        if not tok or not _KEY_RE.fullmatch(tok):
-            raise errors.InvalidKeyError(
-                "key", f"not a valid key: {key!r} (tokens of letters, digits, '-/_=')"
-            )
-    if key.startswith(_RESERVED_KEY_PREFIX):
-        raise errors.InvalidKeyError("key", f"{_RESERVED_KEY_PREFIX!r} starts reserved keys")
-    return key
-
-
-def _int_in(field: str, value: object, lo: int, hi: int, rule: str) -> int:
-    """``value`` when it is an int (not a bool) from ``lo`` to ``hi``; else
-    ``InvalidArgumentError`` naming ``field`` and ``rule``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise errors.InvalidArgumentError(field, f"{rule}, not {value!r}")
-    return value
-
-
-def _ttl_ns(ttl: object) -> int:
-    """``ttl`` seconds (None or 0: forever) as nanoseconds, checked as the node checks
-    ``max_age`` but naming ``ttl``."""
-    rule = f"must be None or 0 (forever), or {TTL_MIN_S:g} to {TTL_MAX_S} seconds"
-    if ttl is None:
-        return 0
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
-        raise errors.InvalidArgumentError("ttl", f"{rule}, not {ttl!r}")
-    if not math.isfinite(ttl) or ttl < 0 or 0 < ttl < TTL_MIN_S or ttl > TTL_MAX_S:
-        raise errors.InvalidArgumentError("ttl", f"{rule}, not {ttl!r}")
-    return int(ttl * NS_PER_S)
-
-
-def _storage(storage: object) -> StorageType:
-    if isinstance(storage, StorageType):
-        return storage
-    if isinstance(storage, str) and storage in STORAGE_TYPES:
-        return StorageType(storage)
-    allowed = ", ".join(repr(t) for t in STORAGE_TYPES)
-    raise errors.InvalidArgumentError("storage", f"must be one of {allowed}, not {storage!r}")
-
-
-def bucket_stream_config(
-    bucket: str,
-    *,
-    description: str = "",
-    history: int = 1,
-    ttl: float | None = None,
-    max_value_size: int = UNLIMITED,
-    max_bytes: int = UNLIMITED,
-    storage: StorageType | str = StorageType.FILE,
-    replicas: int = 1,
-    mirror: str | StreamSource | None = None,
-    sources: Sequence[str | StreamSource] = (),
-) -> StreamConfig:
-    """The backing stream of a bucket (module docstring); ``ttl`` in seconds; ``mirror``
-    and ``sources`` (module docstring, "Mirrors and sources"). Every argument is checked
-    here: a bad one is ``InvalidArgumentError`` naming it (its ``field``) and the rule,
-    before anything is sent."""
-    validate_bucket(bucket)
-    if mirror is not None and sources:
-        raise errors.InvalidArgumentError(
-            "mirror", "a bucket mirrors one bucket or takes the keys of sources, not both"
-        )
-    if isinstance(sources, str | StreamSource):
-        sources = (sources,)
-    if not isinstance(sources, Sequence):
-        raise errors.InvalidArgumentError(
-            "sources", f"must be a list of buckets, not {type(sources).__name__}"
-        )
-    mirror_src = _origin("mirror", mirror) if mirror is not None else None
-    if mirror_src is not None and _origin_bucket(mirror_src.name) == bucket:
-        raise errors.InvalidArgumentError("mirror", f"bucket {bucket!r} cannot mirror itself")
-    source_srcs = tuple(_as_source(bucket, _origin("sources", src)) for src in sources)
-    if not isinstance(description, str):
-        raise errors.InvalidArgumentError(
-            "description", f"must be a string, not {type(description).__name__}"
-        )
-    _int_in("history", history, 1, HISTORY_MAX, f"must be an integer from 1 to {HISTORY_MAX}")
-    max_age = _ttl_ns(ttl)
-    _int_in(
-        "max_value_size",
-        max_value_size,
-        UNLIMITED,
-        MAX_VALUE_SIZE_MAX,
-        f"must be -1 or 0 (unlimited) or bytes up to {MAX_VALUE_SIZE_MAX}",
-    )
-    _int_in("max_bytes", max_bytes, UNLIMITED, INT64_MAX, "must be -1 or 0 (unlimited) or bytes")
-    _int_in("replicas", replicas, 1, REPLICAS_MAX, f"must be an integer from 1 to {REPLICAS_MAX}")
-    return StreamConfig(
-        name=STREAM_PREFIX + bucket,
-        description=description,
-        subjects=() if mirror_src is not None else (f"{SUBJECT_PREFIX}.{bucket}.>",),
-        mirror=mirror_src,
-        sources=source_srcs,
-        max_msgs_per_subject=history,
-        max_bytes=max_bytes,
-        max_age=max_age,
-        max_msg_size=max_value_size,
-        storage=_storage(storage),
-        num_replicas=replicas,
-        allow_rollup_hdrs=True,
-        deny_delete=True,
-        discard=DiscardPolicy.NEW,
-        allow_direct=True,
-    )
-
-
-def _origin(field: str, origin: object) -> StreamSource:
-    """The origin of a mirror or a source: a bucket's name, or a ``StreamSource`` naming the
-    bucket or its stream (``KV_<bucket>``; its other fields are kept: where to start, and
-    ``external`` for a bucket in another cluster)."""
-    if isinstance(origin, str):
-        src = StreamSource(name=origin)
-    elif isinstance(origin, StreamSource):
-        src = origin
-    else:
-        raise errors.InvalidArgumentError(
-            field, f"must be a bucket name or a StreamSource, not {type(origin).__name__}"
-        )
-    name = src.name[len(STREAM_PREFIX) :] if src.name.startswith(STREAM_PREFIX) else src.name
-    try:
-        validate_bucket(name)
-    except errors.InvalidArgumentError as exc:
-        raise errors.InvalidArgumentError(field, exc.message) from None
-    return dataclasses.replace(src, name=STREAM_PREFIX + name)
-
-
-def _as_source(bucket: str, src: StreamSource) -> StreamSource:
-    """A source bucket's keys taken as this bucket's: ``$KV.<origin>.>`` becomes
-    ``$KV.<bucket>.>``, unless the source says which subjects it takes itself."""
-    origin = _origin_bucket(src.name)
-    if origin == bucket:
-        raise errors.InvalidArgumentError("sources", f"bucket {bucket!r} cannot source itself")
-    if src.filter_subject or src.subject_transforms:
-        return src
-    transform = SubjectTransform(
-        src=f"{SUBJECT_PREFIX}.{origin}.>", dest=f"{SUBJECT_PREFIX}.{bucket}.>"
-    )
-    return dataclasses.replace(src, subject_transforms=(transform,))
-
-
-def _origin_bucket(stream: str) -> str | None:
-    """The bucket whose stream is named ``stream`` (None: no bucket's name)."""
-    if not stream.startswith(STREAM_PREFIX):
-        return None
-    bucket = stream[len(STREAM_PREFIX) :]
-    return bucket if _BUCKET_RE.fullmatch(bucket) else None
-
-
-def mirrored(cfg: StreamConfig) -> str | None:
-    """The bucket whose keys a bucket's stream ``cfg`` holds under their own subjects: the
-    origin of a mirror, else None (the bucket's own subjects)."""
-    return _origin_bucket(cfg.mirror.name) if cfg.mirror is not None else None
-
-
-def bucket_of(cfg: StreamConfig) -> str | None:
-    """The bucket whose stream ``cfg`` configures, or None when the stream is no bucket's: a
-    bucket's stream is named ``KV_<bucket>``, captures exactly ``$KV.<bucket>.>`` (or, a
-    mirror bucket, captures nothing and mirrors a bucket's stream), keeps 1 to
-    ``HISTORY_MAX`` messages per subject and allows rollup headers (a purge is one)."""
-    bucket = _origin_bucket(cfg.name)
-    if bucket is None:
-        return None
-    if cfg.mirror is not None:
-        if cfg.subjects or mirrored(cfg) is None:
-            return None
-    elif tuple(cfg.subjects) != (f"{SUBJECT_PREFIX}.{bucket}.>",):
-        return None
-    if not 1 <= cfg.max_msgs_per_subject <= HISTORY_MAX or not cfg.allow_rollup_hdrs:
-        return None
-    return bucket
-
-
-def _stream_missing(exc: errors.RaftStreamError) -> bool:
-    """Whether a NOT_FOUND is about the stream itself (gone, or never made)."""
-    if isinstance(exc, errors.NoStreamMatchError):
-        return True
-    field = exc.details.get("field")
-    return isinstance(exc, errors.NotFoundError) and field in _STREAM_MISSING_FIELDS
-
-
-def _bucket_not_found(bucket: str, why: str = "") -> errors.BucketNotFoundError:
-    return errors.BucketNotFoundError(f"bucket {bucket!r} not found{why}", bucket=bucket)
-
-
-def _as_bucket_error(bucket: str, exc: errors.RaftStreamError) -> errors.RaftStreamError:
-    """``exc``, or ``BucketNotFoundError`` naming the bucket when it says its stream is
-    missing."""
-    return _bucket_not_found(bucket) if _stream_missing(exc) else exc
 
 
 def _operation(headers: Mapping[str, str]) -> KeyValueOp:
@@ -438,9 +145,9 @@ async def _bucket_info(client: Client, bucket: str, *, timeout: float | None) ->
     try:
         info = await client.stream_info(stream, timeout=timeout)
     except errors.NotFoundError:
-        raise _bucket_not_found(bucket) from None
+        raise bucket_not_found(bucket) from None
     if bucket_of(info.config) != bucket:
-        raise _bucket_not_found(bucket, f": the stream {stream!r} was not made as a bucket")
+        raise bucket_not_found(bucket, f": the stream {stream!r} was not made as a bucket")
     return info
 
 
@@ -457,7 +164,7 @@ async def delete_bucket(client: Client, bucket: str, *, timeout: float | None) -
     try:
         return await client.delete_stream(STREAM_PREFIX + bucket, timeout=timeout)
     except errors.NotFoundError:
-        raise _bucket_not_found(bucket) from None
+        raise bucket_not_found(bucket) from None
 
 
 async def create_bucket(
@@ -527,7 +234,7 @@ def _links(links: StreamSource | Sequence[StreamSource] | None) -> str:
     if links is None:
         return "none"
     many = (links,) if isinstance(links, StreamSource) else tuple(links)
-    return ", ".join(_origin_bucket(s.name) or s.name for s in many) or "none"
+    return ", ".join(origin_bucket(s.name) or s.name for s in many) or "none"
 
 
 async def _bucket_exists(
@@ -622,15 +329,15 @@ class KeyValue:
         delete or purge marker; ``BucketNotFoundError`` when the bucket is gone."""
         subject = self._subject(key)
         if revision is not None:
-            _int_in("revision", revision, 1, INT64_MAX, f"must be an integer from 1 to {INT64_MAX}")
+            int_in("revision", revision, 1, INT64_MAX, f"must be an integer from 1 to {INT64_MAX}")
         try:
             if revision is None:
                 raw = await self._client.get_last_msg(self.stream, subject)
             else:
                 raw = await self._client.get_msg(self.stream, revision)
         except errors.NotFoundError as exc:
-            if _stream_missing(exc):
-                raise _bucket_not_found(self.bucket) from None
+            if stream_missing(exc):
+                raise bucket_not_found(self.bucket) from None
             if revision is None:
                 raise errors.KeyNotFoundError(f"key {key!r} not found", key=key) from None
             raise await self._revision_not_found(key, revision) from None
@@ -675,7 +382,7 @@ class KeyValue:
         try:
             info = await self._client.stream_info(self.stream)
         except errors.NotFoundError as exc:
-            raise _as_bucket_error(self.bucket, exc) from None
+            raise as_bucket_error(self.bucket, exc) from None
         return KeyValueStatus.from_stream_info(self.bucket, info)
 
     # -- writes -----------------------------------------------------------------------------
@@ -694,7 +401,7 @@ class KeyValue:
         refused naming ``last``, before anything is sent."""
         subject = self._subject(key)
         if last is not None:
-            _int_in(
+            int_in(
                 "last",
                 last,
                 0,
@@ -708,13 +415,13 @@ class KeyValue:
         except errors.ExpectedLastSubjectSeqError as exc:
             raise _wrong_last(key, last, exc) from None
         except errors.NotFoundError as exc:
-            if self.mirror_of is not None and _stream_missing(exc):
-                raise _bucket_not_found(
+            if self.mirror_of is not None and stream_missing(exc):
+                raise bucket_not_found(
                     self.mirror_of,
                     f" here: bucket {self.bucket!r} mirrors it and takes no writes of its own"
                     " (write to it in its cluster)",
                 ) from None
-            raise _as_bucket_error(self.bucket, exc) from None
+            raise as_bucket_error(self.bucket, exc) from None
         except errors.LimitError as exc:
             if exc.details.get("limit") != "max_msg_size":
                 raise
@@ -802,13 +509,13 @@ class KeyValue:
             headers_only=meta_only,
             idle_heartbeat=int(check_seconds("heartbeat", heartbeat, zero_ok=True) * NS_PER_S),
         )
-        options = PushOptions(error_cb=_transient_only(self._client._error_cb))
+        options = PushOptions(error_cb=transient_only(self._client._error_cb))
         try:
             sub = await subscribe_ordered(
                 self._client, subject, stream=self.stream, cfg=cfg, options=options
             )
         except errors.NotFoundError as exc:
-            raise _as_bucket_error(self.bucket, exc) from None
+            raise as_bucket_error(self.bucket, exc) from None
         return KeyWatcher(self, sub, ignore_deletes=ignore_deletes)
 
     async def watchall(self, **options: bool | float) -> KeyWatcher:
@@ -846,74 +553,3 @@ class KeyValue:
             operation=_operation(msg.headers),
             delta=meta.num_pending,
         )
-
-
-def _transient_only(
-    forward: Callable[[errors.RaftStreamError], None],
-) -> Callable[[errors.RaftStreamError], None]:
-    """A watch's error callback: passes on the errors its ordered consumer recovers from
-    (retriable ones); an error that ends it is left to ``KeyWatcher.updates`` to raise, so
-    it is reported once (an ordered consumer retries every retriable error itself, so the
-    others are exactly the ones that end it)."""
-
-    def report(exc: errors.RaftStreamError) -> None:
-        if exc.retriable:
-            forward(exc)
-
-    return report
-
-
-class KeyWatcher:
-    """A running watch (see ``KeyValue.watch``); owns its ordered subscription."""
-
-    def __init__(self, kv: KeyValue, sub: OrderedSubscription, *, ignore_deletes: bool) -> None:
-        self._kv = kv
-        self._sub = sub
-        self._ignore_deletes = ignore_deletes
-        # The filter held nothing when the watch began: the end marker comes first.
-        self._initial_done = sub.initial_info.num_pending == 0
-        self._marker_due = self._initial_done
-
-    @property
-    def subscription(self) -> OrderedSubscription:
-        return self._sub
-
-    async def updates(self, timeout: float | None = None) -> KeyValueEntry | None:
-        """The next entry, or ``None`` once at the end of the initial data. Raises
-        ``DeadlineExceededError`` when nothing came within ``timeout`` seconds (None: wait),
-        ``BucketNotFoundError`` once the bucket is deleted (the watch has ended),
-        ``SubscriptionClosedError`` once stopped."""
-        while True:
-            if self._marker_due:
-                self._marker_due = False
-                return None
-            try:
-                msg = await self._sub.next_msg(timeout)
-            except errors.NotFoundError as exc:
-                raise _as_bucket_error(self._kv.bucket, exc) from None
-            entry = self._kv.entry_of(msg)
-            if not self._initial_done and entry.delta == 0:
-                self._initial_done = True
-                self._marker_due = True
-            if self._ignore_deletes and entry.operation is not KeyValueOp.PUT:
-                continue
-            return entry
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> KeyValueEntry | None:
-        try:
-            return await self.updates(None)
-        except errors.SubscriptionClosedError:
-            raise StopAsyncIteration from None
-
-    async def stop(self) -> None:
-        """End the watch and delete its consumer."""
-        await self._sub.unsubscribe()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()

@@ -52,7 +52,7 @@ from raftstream.models import MsgMetadata
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto.errors import from_error_message
 
-__all__ = ["ACK_DELAY_NS_MAX", "ACK_REASON_BYTES_MAX", "Acker", "Msg"]
+__all__ = ["ACK_DELAY_NS_MAX", "ACK_REASON_BYTES_MAX", "ACK_RUN_SEQS_MAX", "Acker", "Msg"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 NS_PER_S = 1_000_000_000
@@ -64,6 +64,10 @@ ACK_BATCH_MSGS_MAX = 4096
 ACK_BATCH_BYTES_MAX = 1024 * 1024
 ACK_OVERHEAD_BYTES = 16
 RUN_SEQ_BYTES = 10  # a sequence in an AckRun: a varint of at most 9 bytes, and a tag's share
+# The most sequences one AckRun may carry: a node refuses a longer run (INVALID_ARGUMENT,
+# cluster/limits.py check_ack_run), so a run that reaches it is closed and the next ack
+# starts another. The acks in flight of one AckStream call are 4096 too.
+ACK_RUN_SEQS_MAX = 4096
 # How long closing a client waits for queued fire-and-forget acks to reach the server.
 ACK_FLUSH_TIMEOUT_S = 2.0
 
@@ -291,11 +295,16 @@ class Acker:
     async def send_run(self, stream: str, consumer: str, stream_seq: int) -> None:
         """Queue a fire-and-forget +ACK of ``consumer``'s delivery of ``stream_seq``, as a
         sequence of an ``AckRun``: it joins the run of that consumer still queued, if any
-        (not handed to a write yet), else starts one. Each sequence takes its own room."""
+        (not handed to a write yet) and holding fewer than ``ACK_RUN_SEQS_MAX``, else starts
+        one. Each sequence takes its own room."""
         await self._take_room()
         key = (stream, consumer)
         entry = self._open_runs.get(key)
-        if entry is not None and not entry.written:
+        if (
+            entry is not None
+            and not entry.written
+            and len(entry.request.stream_seqs) < ACK_RUN_SEQS_MAX
+        ):
             entry.request.stream_seqs.append(stream_seq)
             entry.size_bytes += RUN_SEQ_BYTES
             return

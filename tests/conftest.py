@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # CI machines are shared and noisy: no deadlines on examples, more examples in CI.
@@ -19,3 +21,12 @@ _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _worker.startswith("gw") and _worker[2:].isdigit():
     _count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
     os.environ["RAFTSTREAM_PORT_SLICE"] = f"{int(_worker[2:])}/{_count}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the item, so fixtures can tell a failed test
+    (tests.support.cluster.running)."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

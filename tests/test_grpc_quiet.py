@@ -1,7 +1,7 @@
-"""Importing raftstream quiets gRPC's C core (raftstream/__init__.py): its INFO lines (such
+"""raftstream's entry points quiet gRPC's C core (raftstream/grpcenv.py): its INFO lines (such
 as "Got goaway" when a server closes a connection a client holds open) would otherwise reach
-stderr, in the CLI's output, a node's log and an application's. The user's own
-``GRPC_VERBOSITY`` wins.
+stderr, in the CLI's output and a node's log. The user's own ``GRPC_VERBOSITY`` wins, and
+importing raftstream alone changes nothing (an application's gRPC stays as it set it).
 
 The core's INFO lines are made deterministic here with ``GRPC_TRACE=http`` (a trace of every
 HTTP/2 frame, logged at INFO): a GOAWAY's line depends on whether the client reads the frame
@@ -15,7 +15,12 @@ import sys
 
 import pytest
 
-import raftstream
+from raftstream import grpcenv
+
+# The command line's entry point, as the console script and ``python -m raftstream.cluster``
+# run it (``--help`` exits before any command runs); grpc is imported after it.
+CLI = "from raftstream.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
+APPLIED = "import raftstream.grpcenv; raftstream.grpcenv.apply_defaults()"
 
 _SCRIPT = """
 {prelude}
@@ -57,17 +62,19 @@ def _info_lines(prelude: str, verbosity: str | None) -> list[str]:
     ("prelude", "verbosity", "printed"),
     [
         ("", None, True),  # grpc alone: its INFO lines are there to be quieted
-        ("import raftstream", None, False),
-        ("import raftstream", "INFO", True),  # the user's setting wins
+        ("import raftstream, raftstream.client", None, True),  # importing changes nothing
+        (CLI, None, False),
+        (APPLIED, None, False),
+        (CLI, "INFO", True),  # the user's setting wins
     ],
 )
-def test_importing_raftstream_quiets_grpc_core_info_lines(
+def test_entry_points_quiet_grpc_core_info_lines(
     prelude: str, verbosity: str | None, printed: bool
 ) -> None:
     assert bool(_info_lines(prelude, verbosity)) is printed
 
 
-# -- the I/O engine (raftstream/__init__.py, GRPC_EXPERIMENTS_DEFAULT) -------------------------
+# -- the I/O engine (raftstream/grpcenv.py, GRPC_EXPERIMENTS_DEFAULT) -------------------------
 
 
 def _tcp_sources(prelude: str, experiments: str | None) -> set[str]:
@@ -85,18 +92,19 @@ def _tcp_sources(prelude: str, experiments: str | None) -> set[str]:
 
 
 @pytest.mark.skipif(
-    raftstream._grpcio_version() != raftstream.GRPC_EXPERIMENTS_TESTED,
+    grpcenv.grpcio_version() != grpcenv.GRPC_EXPERIMENTS_TESTED,
     reason="the I/O engine default applies to the grpcio version it was measured on",
 )
 @pytest.mark.parametrize(
     ("prelude", "experiments", "sources"),
     [
         ("", None, {"endpoint.cc"}),  # grpc alone: the EventEngine endpoints
-        ("import raftstream", None, {"tcp_posix.cc"}),
-        ("import raftstream", "", {"endpoint.cc"}),  # the user's setting wins, even empty
+        ("import raftstream, raftstream.client", None, {"endpoint.cc"}),  # import: no change
+        (CLI, None, {"tcp_posix.cc"}),
+        (CLI, "", {"endpoint.cc"}),  # the user's setting wins, even empty
     ],
 )
-def test_importing_raftstream_puts_grpc_client_and_listener_io_on_the_older_engine(
+def test_entry_points_put_grpc_client_and_listener_io_on_the_older_engine(
     prelude: str, experiments: str | None, sources: set[str]
 ) -> None:
     assert _tcp_sources(prelude, experiments) == sources

@@ -1,4 +1,5 @@
-"""``raftstream.lmdbcheck``: a truncated LMDB data file is refused before LMDB maps it.
+"""``raftstream.lmdbcheck`` and the Raft library's copy, ``raftstream.raft.storage.lmdbcheck``:
+a truncated LMDB data file is refused before LMDB maps it. Both copies run every case.
 
 The check reads with plain file reads, so a truncated file is safe to test in-process; the
 open paths (which would mmap the file if the check regressed, and then die of SIGBUS) run in
@@ -11,12 +12,26 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import lmdb
 import pytest
 
-from raftstream.errors import DataLossError
-from raftstream.lmdbcheck import DATA_FILE, check_lmdb_env, read_meta, required_size
+from raftstream import errors, lmdbcheck
+from raftstream.lmdbcheck import DATA_FILE
+from raftstream.raft import errors as raft_errors
+from raftstream.raft.storage import lmdbcheck as raft_lmdbcheck
+
+# (the check's module, the DataLossError it raises): the application's and the Raft library's.
+COPIES = {
+    "raftstream": (lmdbcheck, errors.DataLossError),
+    "raft": (raft_lmdbcheck, raft_errors.DataLossError),
+}
+
+
+@pytest.fixture(params=sorted(COPIES))
+def copy(request: pytest.FixtureRequest) -> tuple[ModuleType, type[Exception]]:
+    return COPIES[request.param]
 
 
 def write_env(path: Path, records: int = 3000) -> Path:
@@ -38,51 +53,64 @@ def truncate_to_half(data_file: Path) -> int:
     return half
 
 
-def test_intact_env_passes(tmp_path: Path) -> None:
+def test_intact_env_passes(tmp_path: Path, copy: tuple[ModuleType, type[Exception]]) -> None:
+    check, _ = copy
     data_file = write_env(tmp_path)
-    check_lmdb_env(tmp_path)
-    meta = read_meta(data_file)
+    check.check_lmdb_env(tmp_path)
+    meta = check.read_meta(data_file)
     assert meta.page_size == os.sysconf("SC_PAGE_SIZE")
-    assert data_file.stat().st_size >= required_size(meta) > 2 * meta.page_size
+    assert data_file.stat().st_size >= check.required_size(meta) > 2 * meta.page_size
 
 
-def test_truncated_env_is_data_loss_naming_the_sizes(tmp_path: Path) -> None:
+def test_truncated_env_is_data_loss_naming_the_sizes(
+    tmp_path: Path, copy: tuple[ModuleType, type[Exception]]
+) -> None:
+    check, data_loss = copy
     data_file = write_env(tmp_path)
-    required = required_size(read_meta(data_file))
+    required = check.required_size(check.read_meta(data_file))
     half = truncate_to_half(data_file)
-    with pytest.raises(DataLossError) as err:
-        check_lmdb_env(tmp_path)
+    with pytest.raises(data_loss) as err:
+        check.check_lmdb_env(tmp_path)
     message = str(err.value)
     assert str(data_file) in message
     assert str(half) in message and str(required) in message
-    assert err.value.details["size"] == half
-    assert err.value.details["required"] == required
+    details = err.value.details  # type: ignore[attr-defined]
+    assert details["size"] == half
+    assert details["required"] == required
 
 
-def test_file_cut_inside_the_meta_pages_is_data_loss(tmp_path: Path) -> None:
+def test_file_cut_inside_the_meta_pages_is_data_loss(
+    tmp_path: Path, copy: tuple[ModuleType, type[Exception]]
+) -> None:
+    check, data_loss = copy
     data_file = write_env(tmp_path)
     os.truncate(data_file, 100)
-    with pytest.raises(DataLossError, match="truncated"):
-        check_lmdb_env(tmp_path)
+    with pytest.raises(data_loss, match="truncated"):
+        check.check_lmdb_env(tmp_path)
 
 
-def test_bad_magic_is_not_an_lmdb_file(tmp_path: Path) -> None:
+def test_bad_magic_is_not_an_lmdb_file(
+    tmp_path: Path, copy: tuple[ModuleType, type[Exception]]
+) -> None:
+    check, data_loss = copy
     data_file = write_env(tmp_path)
     size = data_file.stat().st_size
     data_file.write_bytes(b"\x00" * size)
-    with pytest.raises(DataLossError, match="not an LMDB file"):
-        check_lmdb_env(tmp_path)
+    with pytest.raises(data_loss, match="not an LMDB file"):
+        check.check_lmdb_env(tmp_path)
 
 
-def test_missing_file_passes(tmp_path: Path) -> None:
-    check_lmdb_env(tmp_path)
-    check_lmdb_env(tmp_path / "not-created-yet")
+def test_missing_file_passes(tmp_path: Path, copy: tuple[ModuleType, type[Exception]]) -> None:
+    check, _ = copy
+    check.check_lmdb_env(tmp_path)
+    check.check_lmdb_env(tmp_path / "not-created-yet")
 
 
 # Each open path, in a fresh interpreter: prints the error's class and message, or "opened".
 OPEN_PROBE = """
 import sys
 from raftstream.errors import DataLossError
+from raftstream.raft.errors import DataLossError as RaftDataLossError
 which, path = sys.argv[1], sys.argv[2]
 try:
     if which == "engine":
@@ -91,7 +119,7 @@ try:
     else:
         from raftstream.raft.storage import LmdbLogStorage
         LmdbLogStorage(path).close()
-except DataLossError as exc:
+except (DataLossError, RaftDataLossError) as exc:
     print("DataLossError:", exc)
 else:
     print("opened")

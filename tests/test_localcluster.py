@@ -31,8 +31,9 @@ from raftstream.localcluster import (
     NodeLauncher,
     NodeSpec,
 )
-from raftstream.localnet import free_port, wait_for
+from raftstream.localnet import free_port
 from raftstream.procfs import running
+from tests.support.polling import wait_for
 
 FLAG_KEYS = {
     "--name": "name",

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-from raftstream.localnet import wait_for
 from raftstream.procfs import children, cpu_seconds, running
+from tests.support.polling import wait_for
 
 
 def test_a_zombie_and_a_reaped_process_are_not_running() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from raftstream.errors import InvalidArgumentError
+from raftstream.raft.errors import InvalidArgumentError
 
 __all__ = ["RaftConfig", "Rng"]
 

@@ -1,10 +1,10 @@
-"""Errors the core raises beyond the shared hierarchy's own (all are part of it)."""
+"""Errors the core raises beyond those of ``raftstream.raft.errors`` (all are part of it)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from raftstream.errors import UnavailableError
+from raftstream.raft.errors import UnavailableError
 
 __all__ = ["ConfChangePendingError", "TransferInProgressError"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from raftstream.errors import PreconditionError, invariant
+from raftstream.raft.errors import PreconditionError, invariant
 from raftstream.raft.types import Entry, HardState, Snapshot
 
 __all__ = [
@@ -44,7 +44,7 @@ class LogView(Protocol):
     - ``entries(lo, hi, bytes_max)`` returns entries ``[lo, hi)`` (``lo >= first_index()``,
       else ``CompactedError``), stopping once ``bytes_max`` payload bytes are reached but
       always returning at least one entry when ``lo < hi``.
-    - A stored entry failing its checksum raises ``raftstream.errors.DataLossError``; the core
+    - A stored entry failing its checksum raises ``raftstream.raft.errors.DataLossError``; the core
       lets it propagate and the replica must stop: it never applies or sends that entry.
     """
 

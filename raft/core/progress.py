@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 
-from raftstream.errors import invariant
+from raftstream.raft.errors import invariant
 from raftstream.raft.types import ConfState
 
 __all__ = ["Inflights", "Progress", "ProgressState", "Tracker", "VoteResult"]

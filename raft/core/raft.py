@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections import deque
 
-from raftstream.errors import InvalidArgumentError, LimitError, invariant
 from raftstream.raft.core import replication as repl
 from raftstream.raft.core.config import RaftConfig
 from raftstream.raft.core.errors import TransferInProgressError
 from raftstream.raft.core.log import LogView, RaftLog
 from raftstream.raft.core.progress import Tracker, VoteResult
 from raftstream.raft.core.readonly import PendingRead, ReadOnly
+from raftstream.raft.errors import InvalidArgumentError, LimitError, invariant
 from raftstream.raft.types import (
     NONE,
     ConfChange,

@@ -35,18 +35,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from raftstream.errors import (
-    InvalidArgumentError,
-    NoLeaderError,
-    NotLeaderError,
-    invariant,
-)
 from raftstream.raft.core import replication as repl
 from raftstream.raft.core.config import RaftConfig
 from raftstream.raft.core.errors import ConfChangePendingError
 from raftstream.raft.core.log import LogView
 from raftstream.raft.core.progress import ProgressState
 from raftstream.raft.core.raft import Raft
+from raftstream.raft.errors import (
+    InvalidArgumentError,
+    NoLeaderError,
+    NotLeaderError,
+    invariant,
+)
 from raftstream.raft.types import (
     NONE,
     ConfChange,

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from raftstream.errors import PreconditionError
 from raftstream.raft.core.log import CompactedError
+from raftstream.raft.errors import PreconditionError
 from raftstream.raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 
 __all__ = [

@@ -11,8 +11,8 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from raftstream.errors import DataLossError, invariant
 from raftstream.raft.core.log import CompactedError
+from raftstream.raft.errors import DataLossError, invariant
 from raftstream.raft.storage.api import GroupWrite, LogUnavailableError
 from raftstream.raft.types import ConfState, Entry, HardState, Snapshot, SnapshotMeta
 

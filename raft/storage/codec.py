@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from raftstream.errors import DataLossError
+from raftstream.raft.errors import DataLossError
 from raftstream.raft.types import ConfState, Entry, EntryType, HardState, SnapshotMeta
 
 __all__ = [

@@ -52,8 +52,7 @@ from typing import Any
 
 import lmdb
 
-from raftstream.errors import invariant
-from raftstream.lmdbcheck import check_lmdb_env
+from raftstream.raft.errors import invariant
 from raftstream.raft.storage import codec
 from raftstream.raft.storage.api import GroupWrite, LogStorage
 from raftstream.raft.storage.base import (
@@ -64,6 +63,7 @@ from raftstream.raft.storage.base import (
     plan_write,
     take_entries,
 )
+from raftstream.raft.storage.lmdbcheck import check_lmdb_env
 from raftstream.raft.types import Entry, HardState, SnapshotMeta
 
 __all__ = ["LmdbLogStorage", "read_snapshot_value"]
@@ -127,7 +127,8 @@ class LmdbLogStorage(LogStorageBase):
         stage_bytes: int = 4 << 20,
     ) -> None:
         super().__init__(tail_cache_entries_max=tail_cache_entries_max)
-        os.makedirs(path, exist_ok=True)
+        # Private to the node's user: the log holds every account's messages (0700, 0600).
+        os.makedirs(path, mode=0o700, exist_ok=True)
         # LMDB mmaps the file: a truncated one would SIGBUS on first read (DataLossError here).
         check_lmdb_env(path)
         # sync=False exists for throwaway benchmarks only; it gives up durability on crash.
@@ -138,6 +139,7 @@ class LmdbLogStorage(LogStorageBase):
             max_readers=readers_max,
             sync=sync,
             metasync=sync,
+            mode=0o600,  # data.mdb and lock.mdb, when it creates them
         )
         dbs = [self._env.open_db(name) for name in _DB_NAMES]
         self._groups_db, self._entries_db, self._hs_db, self._meta_db, self._data_db = dbs[:5]

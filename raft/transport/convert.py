@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from raftstream.errors import InvalidArgumentError, invariant
 from raftstream.proto import raft_pb2 as pb
+from raftstream.raft.errors import InvalidArgumentError, invariant
 from raftstream.raft.transport.api import Inbound
 from raftstream.raft.types import (
     ConfState,

@@ -34,9 +34,8 @@ from typing import Any, NoReturn
 import grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
 
-from raftstream.errors import InvalidArgumentError, PermissionDeniedError
 from raftstream.proto import raft_pb2 as pb
-from raftstream.proto.errors import abort
+from raftstream.raft.errors import InvalidArgumentError, PermissionDeniedError, RaftError
 from raftstream.raft.transport.api import Inbound, MessageHandler, Transport, snapshot_failed
 from raftstream.raft.transport.convert import (
     SnapshotAssembler,
@@ -345,7 +344,7 @@ class GrpcTransport:
         echoing the certificate)."""
         role = "a node certificate for other names" if allowed else "not a node certificate"
         log.warning("raft: refused traffic claiming to be from %r: %s", src, role)
-        await abort(context, PermissionDeniedError(f"raft traffic from {src!r} refused: {role}"))
+        await _abort(context, PermissionDeniedError(f"raft traffic from {src!r} refused: {role}"))
 
     async def _on_send(self, requests: AsyncIterator[pb.Batch], context: Any) -> pb.SendAck:
         count = 0
@@ -403,3 +402,11 @@ class GrpcTransport:
 def _conforms(transport: GrpcTransport) -> Transport:
     """Static check (mypy) that GrpcTransport implements the Transport Protocol."""
     return transport
+
+
+async def _abort(context: Any, exc: RaftError) -> NoReturn:
+    """End the call with ``exc``'s status code and message. The Raft service answers only
+    peers' transports (which log it), so no rich details: the client API's error details
+    are the application's business, not this library's."""
+    await context.abort(grpc.StatusCode[exc.code], exc.message)
+    raise AssertionError("unreachable: abort raises")  # pragma: no cover

@@ -1,20 +1,18 @@
 """Issue 9: an audit of a real local cluster's data after a workload is clean.
 
-A 3-node cluster of real node processes on loopback (``tests/cluster/node_harness.py``,
-loaded by path since the cluster tests are no package) takes an R3 stream, publishes with
-msg ids (some twice: deduplicated), deletes one message and acks part of the stream through
-a durable consumer; every acknowledged publish goes into a client history. The nodes are
-then stopped gracefully (quiescent data) and the audit of their data directories, history
-included, must report no failure (a replica behind is a warning Raft allows).
+A 3-node cluster of real node processes on loopback (``tests.support.cluster``) takes an
+R3 stream, publishes with msg ids (some twice: deduplicated), deletes one message and acks
+part of the stream through a durable consumer; every acknowledged publish goes into a client
+history. The nodes are then stopped gracefully (quiescent data) and the audit of their data
+directories, history included, must report no failure (a replica behind is a warning Raft
+allows).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from pyspark.sql import SparkSession
@@ -22,20 +20,11 @@ from pyspark.sql import SparkSession
 from raftstream.audit.checks import run_checks
 from raftstream.audit.layout import snapshot_root
 from raftstream.audit.session import load_tables
+from tests.support.cluster import LocalCluster, running
 
 pytestmark = pytest.mark.integration
 
 MSGS = 30
-
-
-def _harness() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "cluster" / "node_harness.py"
-    spec = importlib.util.spec_from_file_location("audit_node_harness", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 async def _workload(servers: list[str]) -> list[dict[str, object]]:
@@ -70,16 +59,11 @@ async def _workload(servers: list[str]) -> list[dict[str, object]]:
 
 @pytest.mark.timeout(420)
 def test_audit_of_a_real_cluster_is_clean(spark: SparkSession, tmp_path: Path) -> None:
-    h = _harness()
-    cluster = h.LocalCluster(3)
-    try:
-        cluster.start_all()
+    with running(LocalCluster(3)) as cluster:
         history = asyncio.run(_workload(cluster.servers))
         for name in cluster.names:
             assert cluster.stop(name) == 0
         snap = snapshot_root(cluster.root, tmp_path / "copy")
-    finally:
-        cluster.close()
     hist = tmp_path / "history.jsonl"
     hist.write_text("".join(json.dumps(e) + "\n" for e in history))
     tables = load_tables(spark, data=str(snap), history=str(hist))

@@ -13,7 +13,7 @@ import pytest
 
 from raftstream.audit.layout import scrub_root
 from raftstream.errors import DataLossError
-from tests.chaos.test_repair_parts import flip_in_record, make_env
+from tests.support.damaged_logs import flip_in_record, make_env
 
 
 def test_scrub_root_names_the_node_group_and_entry(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 
 from raftstream.audit.checks import RuleResult
 from raftstream.localnet import free_port
+from tests.support.polling import NeverHappened, wait_for
 
 DAEMON_UP_S = 90.0
 AUDIT_S = 480.0  # a bound against a hang, not a speed check: CI machines can be loaded
@@ -65,13 +65,20 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _wait_log(log: Path, needle: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + DAEMON_UP_S
-    while needle not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise TimeoutError(
-                f"{needle!r} not in {log}:\n{log.read_text(errors='replace')[-3000:]}"
-            )
-        time.sleep(0.2)
+    def failed() -> TimeoutError:
+        return TimeoutError(f"{needle!r} not in {log}:\n{log.read_text(errors='replace')[-3000:]}")
+
+    def logged() -> bool:
+        if needle in log.read_text(errors="replace"):
+            return True
+        if proc.poll() is not None:  # it exited: the line never comes
+            raise failed()
+        return False
+
+    try:
+        wait_for(f"{needle!r} in {log}", logged, DAEMON_UP_S, interval_s=0.2)
+    except NeverHappened as never:
+        raise failed() from never
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, suppress
 from pathlib import Path
 
 import pytest
@@ -17,8 +17,8 @@ from toxiproxy import Proxy, Toxiproxy
 from toxiproxy.api import APIConsumer
 
 from raftstream.chaos.cluster import ChaosCluster
-from raftstream.chaos.proxyctl import start_toxiproxy
 from raftstream.chaos.toxiproxy_server import ServerThread, split_host_port
+from tests.support.chaos import started_cluster
 
 IO_TIMEOUT_S = 5.0
 
@@ -136,16 +136,6 @@ def connect() -> Iterator[Callable[[Proxy], socket.socket]]:
             return stack.enter_context(sock)
 
         yield open_to
-
-
-@contextmanager
-def started_cluster(tmp_path: Path, size: int) -> Iterator[ChaosCluster]:
-    """``size`` nodes behind per-link proxies, started; killed and removed on exit."""
-    with start_toxiproxy() as proxies:
-        c = ChaosCluster(size=size, run_dir=tmp_path / "data", proxies=proxies)
-        with c:
-            c.start()
-            yield c
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 import raftstream
-from raftstream.chaos.cluster import ChaosCluster, wait_for
+from raftstream.chaos.cluster import ChaosCluster
 from raftstream.chaos.nemesis import corrupt_file
-
-from .conftest import started_cluster
+from tests.support.chaos import started_cluster
+from tests.support.polling import wait_for
 
 MESSAGES = 300
 EXIT_WAIT_S = 30.0

@@ -10,11 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from raftstream.procfs import children as children_of
 from raftstream.procfs import running
+from tests.support.polling import wait_for
 
 START_WAIT_S = 60.0  # a safety net against hangs, not a timed assertion
 EXIT_WAIT_S = 60.0
@@ -33,12 +33,13 @@ def test_sigterm_stops_the_campaign_and_its_processes(tmp_path: Path) -> None:
     )  # fmt: skip
     children: set[int] = set()
     try:
-        deadline = time.monotonic() + START_WAIT_S
-        while len(children) < 4:  # three nodes and the proxy server
+
+        def started() -> bool:
             assert campaign.poll() is None, "the campaign ended before its nodes started"
-            assert time.monotonic() < deadline, "the campaign's nodes never started"
-            time.sleep(0.2)
-            children |= children_of(campaign.pid)
+            children.update(children_of(campaign.pid))
+            return len(children) >= 4  # three nodes and the proxy server
+
+        wait_for("the campaign's nodes to start", started, START_WAIT_S, interval_s=0.2)
         campaign.send_signal(signal.SIGTERM)
         campaign.wait(EXIT_WAIT_S)
         assert campaign.returncode != 0

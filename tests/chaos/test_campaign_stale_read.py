@@ -17,7 +17,8 @@ import pytest
 
 import raftstream
 from raftstream import errors
-from raftstream.chaos.cluster import ChaosCluster, wait_for
+from raftstream.chaos.cluster import ChaosCluster
+from tests.support.polling import wait_for
 
 STREAM = "KV"
 SUBJECT = "kv.k0"

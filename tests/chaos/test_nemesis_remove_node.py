@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from raftstream.chaos.cluster import ChaosCluster, wait_for
+from raftstream.chaos.cluster import ChaosCluster
 from raftstream.chaos.history import History
 from raftstream.chaos.nemesis import NEMESES, NemesisContext
+from tests.support.polling import wait_for
 
 STATE_WAIT_S = 30.0
 

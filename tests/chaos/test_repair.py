@@ -20,10 +20,11 @@ import pytest
 
 import raftstream
 from raftstream.chaos.campaign import read_node_contents
-from raftstream.chaos.cluster import ChaosCluster, wait_for
+from raftstream.chaos.cluster import ChaosCluster
 from raftstream.chaos.nemesis import corrupt_file
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
+from tests.support.polling import wait_for
 
 STREAM = "Q"
 BEFORE = 300  # acknowledged before the damage

@@ -24,30 +24,8 @@ from raftstream.cluster.meta_entries import (
 from raftstream.cluster.repair import MARKER, QUARANTINE, finish, prepare, scrub_raft_env
 from raftstream.cluster.repair_state import RepairBook
 from raftstream.errors import ConflictError, DataLossError, InvalidArgumentError, NotFoundError
-from raftstream.raft.storage import LmdbLogStorage
-from raftstream.raft.storage.api import GroupWrite
-from raftstream.raft.types import ConfChangeType, Entry, HardState
-
-PAYLOAD = b"payload-%04d-" + b"x" * 200
-
-
-def make_env(path: Path, entries: int = 40) -> None:
-    storage = LmdbLogStorage(path, map_size_bytes=1 << 26)
-    try:
-        batch = tuple(Entry(i, 1, data=PAYLOAD % i) for i in range(1, entries + 1))
-        storage.write_batch([GroupWrite("g", HardState(term=1, commit=entries), entries=batch)])
-    finally:
-        storage.close()
-
-
-def flip_in_record(path: Path, index: int) -> None:
-    """Flip one bit inside entry ``index``'s payload (found by its text), not a free page."""
-    data_file = path / "data.mdb"
-    raw = bytearray(data_file.read_bytes())
-    at = raw.find(PAYLOAD % index)
-    assert at > 0
-    raw[at + 20] ^= 0x04
-    data_file.write_bytes(bytes(raw))
+from raftstream.raft.types import ConfChangeType
+from tests.support.damaged_logs import flip_in_record, make_env
 
 
 def test_scrub_passes_a_healthy_or_missing_environment(tmp_path: Path) -> None:

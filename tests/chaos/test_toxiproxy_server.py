@@ -22,6 +22,7 @@ from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
 from raftstream.chaos.toxiproxy_server import ServerThread, split_host_port
+from tests.support.polling import wait_for
 
 IO_TIMEOUT_S = 5.0
 
@@ -69,14 +70,6 @@ def api_error(exc: Exception) -> dict[str, object]:
     """The JSON error body a toxiproxy-python exception carries."""
     body: dict[str, object] = json.loads(exc.args[0])
     return body
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + IO_TIMEOUT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -478,7 +471,12 @@ def test_upstream_and_downstream_toxics_act_on_their_direction_only(
     down = connect(proxy)
     down.settimeout(0.3)
     down.sendall(b"12345")
-    wait_for(lambda: echo.received_bytes == 5, "the request to reach upstream")
+    wait_for(
+        "the request to reach upstream",
+        lambda: echo.received_bytes == 5,
+        IO_TIMEOUT_S,
+        interval_s=0.01,
+    )
     with pytest.raises(TimeoutError):
         down.recv(16)  # the reply is held downstream
     proxy.destroy_toxic("timeout_downstream")
@@ -551,7 +549,12 @@ def test_limit_data_closes_after_n_bytes(
         # The upstream socket closes right after the 10th byte, so the echo of those bytes
         # may or may not make it back (Toxiproxy closes the whole connection as well).
         assert payload[:10].startswith(recv_until_eof(sock))
-        wait_for(lambda: echo.received_bytes == 10, "upstream to receive the 10 bytes")
+        wait_for(
+            "upstream to receive the 10 bytes",
+            lambda: echo.received_bytes == 10,
+            IO_TIMEOUT_S,
+            interval_s=0.01,
+        )
 
 
 def test_toxicity_zero_never_applies(proxy: Proxy, connect: Connect) -> None:
@@ -642,7 +645,12 @@ def test_bytes_held_by_a_toxic_survive_its_removal_or_update(
     sock = connect(proxy)
     payload = os.urandom(5000)  # minutes of delay at these settings while the toxic is there
     sock.sendall(payload)
-    wait_for(lambda: echo.received_bytes == len(payload), "the echo to enter the toxic")
+    wait_for(
+        "the echo to enter the toxic",
+        lambda: echo.received_bytes == len(payload),
+        IO_TIMEOUT_S,
+        interval_s=0.01,
+    )
     time.sleep(0.05)  # let the downstream link read the echo into the toxic
     if change == "remove":
         proxy.destroy_toxic(f"{toxic}_downstream")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from raftstream.cli import cli
+from raftstream.cli.app import cli
+from tests.support.polling import wait_for
 
 from .runner import RAFTSTREAM, cli_env, ok, rs
 
@@ -328,10 +328,12 @@ def test_kv_mirror_and_sources(cluster: Any) -> None:
     assert "Sources: ORIGX, MX" in out
     info = json.loads(ok(cluster, "kv", "info", "MX", "--json"))
     assert (info["mirror"], info["sources"]) == ("ORIGX", [])
-    deadline = time.monotonic() + 30
-    while rs(cluster, "kv", "get", "MX", "k", "--raw").stdout.strip() != "v1":
-        assert time.monotonic() < deadline, "the mirror never held k"
-        time.sleep(0.2)
+    wait_for(
+        "the mirror to hold k",
+        lambda: rs(cluster, "kv", "get", "MX", "k", "--raw").stdout.strip() == "v1",
+        30,
+        interval_s=0.2,
+    )
     assert ok(cluster, "kv", "put", "MX", "k", "v2").strip().endswith("revision 2")
     assert ok(cluster, "kv", "get", "ORIGX", "k", "--raw").strip() == "v2"
     both = rs(cluster, "kv", "add", "BADX", "--mirror", "ORIGX", "--source", "MX")

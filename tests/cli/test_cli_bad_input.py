@@ -35,8 +35,8 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from raftstream.cli import cli
-from raftstream.cli_common import Conn, split_csv
+from raftstream.cli.app import cli
+from raftstream.cli.common import Conn, split_csv
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 INT64_MAX = 2**63 - 1

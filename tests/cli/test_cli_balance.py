@@ -8,13 +8,11 @@ cluster (the module's own, so no other test's streams count)."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
-import pytest
-
-from raftstream.cli_cluster import BalancePlan, Move, plan_balance
+from raftstream.cli.cluster import BalancePlan, Move, plan_balance
 from raftstream.models import ClusterGroup, ClusterInfo, GroupInfo, NodeInfo, ReplicaInfo
+from tests.support.polling import wait_for
 
 from .runner import ok
 
@@ -101,18 +99,18 @@ def _leaders(cluster: Any, streams: list[str]) -> dict[str, str | None]:
 
 def _wait_current(cluster: Any, streams: list[str]) -> None:
     """Until every stream has a leader and both followers current."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+
+    def groups() -> list[Any]:
         info = json.loads(ok(cluster, "cluster", "info", "--json"))
-        groups = [g["group"] for g in info["groups"] if g["stream"] in streams]
-        if len(groups) == len(streams) and all(
+        return [g["group"] for g in info["groups"] if g["stream"] in streams]
+
+    def current(groups: list[Any]) -> bool:
+        return len(groups) == len(streams) and all(
             g["leader"] and len(g["replicas"]) == 2 and all(r["current"] for r in g["replicas"])
             for g in groups
-        ):
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"streams not current after {WAIT_S}s: {groups}")
-        time.sleep(0.2)
+        )
+
+    wait_for(f"streams {streams} current", groups, WAIT_S, interval_s=0.2, accept=current)
 
 
 def test_balance_spreads_the_leaders_of_a_node_that_leads_everything(cluster: Any) -> None:

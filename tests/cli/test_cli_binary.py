@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raftstream.cli_common import arg_bytes
-from raftstream.cli_pub import render_data
+from raftstream.cli.common import arg_bytes
+from raftstream.cli.pub import render_data
 from raftstream.client import connect
 
 from .runner import RAFTSTREAM, RUN_TIMEOUT_S, cli_env

@@ -20,7 +20,7 @@ import click
 import click.testing
 import pytest
 
-from raftstream.cli_kv import kv
+from raftstream.cli.kv import kv
 
 from .runner import RAFTSTREAM, cli_env, ok, rs
 
@@ -263,7 +263,7 @@ def test_a_bucket_no_replica_answered_for_is_not_shown_empty(monkeypatch: Any) -
     """Listed while every node hosting it was down, a bucket showed 0 values and 0 bytes,
     as an empty bucket (a user review; ``stream ls`` already said so): ``kv ls`` and
     ``kv info`` now say its state is unknown, and the JSON gives null counts."""
-    import raftstream.cli_kv as cli_kv
+    import raftstream.cli.kv as cli_kv
 
     status = _offline_status()
     fields = dict(cli_kv._status_fields(status))
@@ -283,7 +283,7 @@ def test_kv_json_gives_a_revision_time_in_created_ns_as_every_other_json_time() 
     """docs/cli.md "Output": times are nanoseconds in ``..._ns`` fields, not JetStream's RFC
     3339 ``created``; kv get/history/watch printed ``"created": "2026-...Z"`` (a user
     review)."""
-    import raftstream.cli_kv as cli_kv
+    import raftstream.cli.kv as cli_kv
     from raftstream.kv import KeyValueEntry
 
     entry = KeyValueEntry(

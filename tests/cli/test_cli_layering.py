@@ -1,4 +1,4 @@
-"""The command line is a client (ARCHITECTURE "Layers"): loading ``raftstream.cli`` and
+"""The command line is a client (docs/architecture.md "Layers"): loading ``raftstream.cli`` and
 every client command module pulls in neither the node (``raftstream.cluster``) nor the
 engine; only ``raftstream server`` imports the node, lazily. Checked in a fresh interpreter
 so nothing another test imported leaks in."""
@@ -10,11 +10,11 @@ import sys
 
 PROBE = """
 import sys
-import raftstream.cli
-import raftstream.cli_bench, raftstream.cli_cluster, raftstream.cli_consumer
-import raftstream.cli_kv, raftstream.cli_pub, raftstream.cli_stream
+import raftstream.cli.app
+import raftstream.cli.bench, raftstream.cli.cluster, raftstream.cli.consumer
+import raftstream.cli.kv, raftstream.cli.pub, raftstream.cli.stream
 from click.testing import CliRunner
-assert CliRunner().invoke(raftstream.cli.cli, ["stream", "ls", "--help"]).exit_code == 0
+assert CliRunner().invoke(raftstream.cli.app.cli, ["stream", "ls", "--help"]).exit_code == 0
 bad = sorted(m for m in sys.modules if m.startswith(("raftstream.engine", "raftstream.cluster")))
 print("bad:", bad)
 """

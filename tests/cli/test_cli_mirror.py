@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 import pytest
 
-from raftstream.cli_stream import _link_state, stream_params
+from raftstream.cli.stream import _link_state, stream_params
 from raftstream.config import StreamConfig
 from raftstream.models import StreamSourceInfo
 
@@ -46,7 +46,7 @@ def test_a_link_line_shows_position_lag_skips_and_error() -> None:
 def test_a_stream_no_replica_answered_for_shows_its_state_unknown() -> None:
     """Listed through a node while every node hosting it is down, a stream came back with
     zeros and showed as empty (a user review); its info now says the state is unknown."""
-    from raftstream.cli_stream import _info_fields
+    from raftstream.cli.stream import _info_fields
     from raftstream.models import StreamInfo, StreamState
 
     info = StreamInfo(
@@ -66,7 +66,7 @@ def test_a_stream_no_replica_answered_for_shows_its_state_unknown() -> None:
 def test_info_says_what_a_link_copies_and_ls_names_the_origin() -> None:
     """A filtered or transformed link showed only its position (a user review): stream info
     now says what it copies, and stream ls marks mirrors and sources."""
-    from raftstream.cli_stream import _info_fields, _subjects_cell
+    from raftstream.cli.stream import _info_fields, _subjects_cell
     from raftstream.config import StreamSource, SubjectTransform
     from raftstream.models import StreamInfo, StreamState
 

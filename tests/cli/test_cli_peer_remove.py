@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from raftstream import cli_cluster
-from raftstream.cli import cli
+from raftstream.cli import cluster as cli_cluster
+from raftstream.cli.app import cli
 
 
 class _Client:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from raftstream.cli_pub import seq_ranges
+from raftstream.cli.pub import seq_ranges
 
 from .runner import ok, rs
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from raftstream import cli as cli_module
-from raftstream.cli import cli, local_addresses
+from raftstream.cli import app as cli_module
+from raftstream.cli.app import cli, local_addresses
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import pytest
 
-from raftstream import cli_bench
+from raftstream.cli import bench as cli_bench
 
 from .runner import RAFTSTREAM, cli_env, ok
 

@@ -11,13 +11,13 @@ naming ``mirror`` and that rule, not the subjects the stream has.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from raftstream.cli import cli
+from raftstream.cli.app import cli
+from tests.support.polling import wait_for
 
 from .runner import ok, rs
 
@@ -97,10 +97,12 @@ def test_no_mirror_promotes_a_mirror_keeping_its_messages(cluster: Any) -> None:
     ok(cluster, "stream", "add", "PRM", "--mirror", "PRM_O")
     try:
         ok(cluster, "pub", "prm.o.a", "m {{Count}}", "--count", "3", "--quiet")
-        deadline = time.monotonic() + MIRROR_CATCH_UP_S
-        while info(cluster, "PRM")["state"]["messages"] < 3:
-            assert time.monotonic() < deadline, "the mirror did not copy 3 messages"
-            time.sleep(0.2)
+        wait_for(
+            "the mirror to copy 3 messages",
+            lambda: info(cluster, "PRM")["state"]["messages"] >= 3,
+            MIRROR_CATCH_UP_S,
+            interval_s=0.2,
+        )
 
         out = json.loads(
             ok(cluster, "stream", "edit", "PRM", "--no-mirror", "--subjects", "prm.p.>", "--json")

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from raftstream import errors
-from raftstream.cli import cli
-from raftstream.cli_cluster import group_labels, step_down_message
-from raftstream.cli_common import (
+from raftstream.cli.app import cli
+from raftstream.cli.cluster import group_labels, step_down_message
+from raftstream.cli.common import (
     Conn,
     describe_error,
     fmt_bytes,
@@ -21,8 +21,8 @@ from raftstream.cli_common import (
     parse_size,
     parse_time_or_ago_ns,
 )
-from raftstream.cli_pub import render
-from raftstream.cli_stream import _info_fields
+from raftstream.cli.pub import render
+from raftstream.cli.stream import _info_fields
 from raftstream.config import StreamConfig
 from raftstream.models import (
     ClusterGroup,
@@ -112,7 +112,7 @@ def test_servers_from_flags_env_or_default(monkeypatch: pytest.MonkeyPatch) -> N
 def test_tables_are_rich_on_a_terminal_and_plain_in_a_pipe(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import raftstream.cli_common as common
+    import raftstream.cli.common as common
 
     rows = [("ORDERS", "orders.>", 3)]
     common.print_table("Streams", ["Name", "Subjects", "Replicas"], rows)

@@ -22,6 +22,7 @@ from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.config import Limits
 from raftstream.cluster.meta_entries import stream_group_id
 from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.raft_errors import app_error
 from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.lmdbstore import open_node_env
@@ -29,7 +30,7 @@ from raftstream.engine.stream_config import StreamConfig
 from raftstream.raft.host import HostConfig, RaftHost
 from raftstream.raft.storage import MemoryLogStorage
 from raftstream.raft.transport import MemoryNetwork, MemoryTransport
-from tests.raft.test_host import until
+from tests.support.polling import until
 
 __all__ = ["GROUP", "Node", "assignment", "leader_of", "one_node", "stream_nodes"]
 
@@ -119,7 +120,13 @@ async def _nodes(
     envs = []
     for name in names:
         transport = MemoryTransport(name, net)
-        host = RaftHost(name, storage=MemoryLogStorage(), transport=transport, config=hc)
+        host = RaftHost(
+            name,
+            storage=MemoryLogStorage(),
+            transport=transport,
+            config=hc,
+            map_error=app_error,
+        )
         env = open_node_env(tmp_path / name / "store", sync=False)
         envs.append(env)
 

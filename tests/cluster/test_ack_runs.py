@@ -15,6 +15,7 @@ import raftstream
 from raftstream import StreamConfig
 from raftstream.cluster.limits import check_ack_run
 from raftstream.errors import InvalidArgumentError
+from raftstream.msg import ACK_RUN_SEQS_MAX
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 
@@ -74,6 +75,7 @@ def test_runs_ack_fetched_messages_are_checked_and_refuse_what_was_not_delivered
             assert [m.metadata.stream_seq for m in rest] == [5, 6]
             follower = next(n for n in cluster3.names if n != leader)
             other = pbg.ConsumeServiceStub(cluster3.channel(follower))
+            await _long_runs_refused(stub, other, js)
             other.Ack(pb.AckRequest(run=ahead), timeout=15)  # sent on to the leader
             await _acked_to(js, MSGS, 0)
 
@@ -95,6 +97,27 @@ def test_runs_ack_fetched_messages_are_checked_and_refuse_what_was_not_delivered
     run(body())
 
 
+async def _long_runs_refused(
+    stub: pbg.ConsumeServiceStub, other: pbg.ConsumeServiceStub, js: raftstream.Client
+) -> None:
+    """A run of one more than ACK_RUN_SEQS_MAX sequences (of a delivered, unacked one) is
+    INVALID_ARGUMENT naming ``run.stream_seqs`` and its rule on every path (unary to the
+    leader, unary to a follower that would send it on, AckStream), and acks nothing."""
+    long_run = pb.AckRun(stream="RUN", consumer="R", stream_seqs=[5] * (ACK_RUN_SEQS_MAX + 1))
+    for s in (stub, other):
+        with pytest.raises(grpc.RpcError) as refused:
+            s.Ack(pb.AckRequest(run=long_run), timeout=15)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "run.stream_seqs" in (refused.value.details() or "")
+        assert "ack_run_seqs_max" in (refused.value.details() or "")
+        batch = pb.AckBatch(runs=[long_run])
+        results = [r for b in s.AckStream(iter([batch]), timeout=15) for r in b.results]
+        assert [r.error.code for r in results] == [grpc.StatusCode.INVALID_ARGUMENT.value[0]]
+        assert "ack_run_seqs_max" in results[0].error.message
+    ci = await js.consumer_info("RUN", "R")
+    assert (ci.ack_floor.stream_seq, ci.num_ack_pending) == (4, 2), ci  # nothing changed
+
+
 @pytest.mark.parametrize(
     ("run", "field"),
     [
@@ -103,6 +126,10 @@ def test_runs_ack_fetched_messages_are_checked_and_refuse_what_was_not_delivered
         (pb.AckRun(stream="S", consumer="C"), "run.stream_seqs"),
         (pb.AckRun(stream="S", consumer="C", stream_seqs=[1, 0]), "run.stream_seqs"),
         (pb.AckRun(stream="S", consumer="C", stream_seqs=[2**63]), "run.stream_seqs"),
+        (
+            pb.AckRun(stream="S", consumer="C", stream_seqs=[1] * (ACK_RUN_SEQS_MAX + 1)),
+            "run.stream_seqs",
+        ),
     ],
 )
 def test_a_bad_run_is_refused_naming_its_field(run: pb.AckRun, field: str) -> None:
@@ -113,3 +140,4 @@ def test_a_bad_run_is_refused_naming_its_field(run: pb.AckRun, field: str) -> No
 
 def test_a_good_run_passes() -> None:
     check_ack_run(pb.AckRun(stream="S", consumer="C", stream_seqs=[1, 2**63 - 1]))
+    check_ack_run(pb.AckRun(stream="S", consumer="C", stream_seqs=[1] * ACK_RUN_SEQS_MAX))

@@ -10,26 +10,11 @@ from raftstream.cluster.config import Limits
 from raftstream.cluster.convert import delivery_pb
 from raftstream.cluster.services_consume import _responses
 from raftstream.cluster.stream_leader import PullHandle
-from raftstream.engine.consumer_pull import PullEvent, PullStatus, StatusCode, delivery_event
-from raftstream.engine.store import StoredMsg
+from raftstream.engine.consumer_pull import PullEvent, PullStatus, StatusCode
 from raftstream.proto import raftstream_pb2 as pb
+from tests.support.deliveries import event
 
 LIMITS = Limits(payload_bytes_max=1000, headers_bytes_max=100)
-
-
-def event(seq: int, data_bytes: int = 10) -> PullEvent:
-    return delivery_event(
-        "r",
-        stream="S",
-        consumer="c",
-        msg=StoredMsg(seq, "a.b", b"x" * data_bytes, 1_000 + seq),
-        consumer_seq=seq,
-        deliveries=1,
-        num_pending=0,
-        headers_only=False,
-        domain=None,
-        account="$G",
-    )
 
 
 def msg_of(e: PullEvent) -> pb.Msg:

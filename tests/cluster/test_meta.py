@@ -6,8 +6,6 @@ behaviour the rule follows). Refusals must leave the state byte-for-byte unchang
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from raftstream.cluster.meta import (
@@ -45,40 +43,19 @@ from raftstream.errors import (
     NotFoundError,
     RaftStreamError,
 )
-
-from .conftest import (
+from tests.support.meta import (
     ACC,
     PEERS3,
     add_consumer,
     add_stream,
     delete_consumer,
     delete_stream,
+    field_of,
+    refused,
+    state_with,
     update_consumer,
     update_stream,
 )
-
-
-def state_with(*entries: MetaEntry) -> MetaState:
-    state = MetaState()
-    for e in entries:
-        state.apply(e)
-        state.check_invariants()
-    return state
-
-
-def refused(state: MetaState, entry: MetaEntry, kind: type[RaftStreamError]) -> RaftStreamError:
-    """Apply an entry that must be refused; check nothing changed; return the error."""
-    before = state.snapshot()
-    with pytest.raises(kind) as info:
-        state.apply(entry)
-    assert state.snapshot() == before, "a refused entry changed the state"
-    state.check_invariants()
-    return info.value
-
-
-def field_of(err: RaftStreamError) -> Any:
-    return getattr(err, "field", err.details.get("field"))
-
 
 # -- streams ----------------------------------------------------------------------------------
 

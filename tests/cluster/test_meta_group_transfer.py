@@ -13,8 +13,8 @@ import pytest
 from raftstream.cluster.meta_entries import DeleteStream
 from raftstream.cluster.meta_group import MetaGroup
 from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.raft_errors import LeadershipTransferError
 from raftstream.errors import NotLeaderError, UnavailableError
-from raftstream.raft.core.errors import TransferInProgressError
 
 
 class _Host:
@@ -50,7 +50,7 @@ def _meta(refusal: Exception) -> MetaGroup:
 
 def test_a_change_refused_during_a_transfer_is_not_leader_naming_the_next_leader() -> None:
     async def body() -> None:
-        meta = _meta(TransferInProgressError("n2"))
+        meta = _meta(LeadershipTransferError("n2"))
         with pytest.raises(NotLeaderError) as refused:
             await meta.propose(DeleteStream(account="$G", name="S", ts_ns=1), 5.0)
         details = refused.value.details

@@ -4,7 +4,10 @@ per-group series names the group's account and stream apart."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,16 +26,30 @@ def _get(url: str) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
+@contextlib.contextmanager
+def serving(metrics: NodeMetrics, host: str, port: int) -> Iterator[None]:
+    """``metrics`` served on an event loop of its own thread (as on a node's loop) while the
+    test's blocking HTTP calls run on the test's."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(metrics.serve(host, port), loop).result(10)
+        yield
+    finally:
+        asyncio.run_coroutine_threadsafe(metrics.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
 @pytest.fixture
 def served() -> Iterator[str]:
     metrics = NodeMetrics("n1")
     metrics.published.inc(3)
     port = free_port()
-    metrics.serve("127.0.0.1", port)
-    try:
+    with serving(metrics, "127.0.0.1", port):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        metrics.close()
 
 
 def test_the_page_is_at_metrics(served: str) -> None:
@@ -58,7 +75,7 @@ def test_a_taken_port_names_the_key() -> None:
         holder.listen()
         port = holder.getsockname()[1]
         with pytest.raises(OSError, match="metrics_listen"):
-            NodeMetrics("n1").serve("127.0.0.1", port)
+            asyncio.run(NodeMetrics("n1").serve("127.0.0.1", port))
 
 
 @pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 here")
@@ -70,11 +87,8 @@ def test_an_ipv6_address_is_served() -> None:
             port = probe.getsockname()[1]
     except OSError:
         pytest.skip("no IPv6 loopback here")
-    metrics.serve("::1", port)
-    try:
+    with serving(metrics, "::1", port):
         assert _get(f"http://[::1]:{port}{METRICS_PATH}")[0] == 200
-    finally:
-        metrics.close()
 
 
 @pytest.mark.parametrize(

@@ -17,97 +17,35 @@ Waits poll (``wait_for``/``retry_async``); nothing asserts on timing.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 import raftstream
 from raftstream import errors
 from raftstream.config import ExternalStream, StreamSource
-from raftstream.localnet import wait_for
-
-from .node_harness import LocalCluster, retry_async, run
+from tests.support.cluster import LocalCluster, run, running
+from tests.support.mirrors import (
+    HDR,
+    assert_exactly_once,
+    messages,
+    origin_of,
+    publish,
+    settled,
+    wait_copied,
+)
+from tests.support.polling import retry_async, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-HDR = "Nats-Stream-Source"
 TOTAL_MSGS = 180
-SETTLE_TIMEOUT_S = 60.0
 
 
 @pytest.fixture
 def cluster1(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     """A second, one-node cluster (another cluster's origin)."""
-    c = LocalCluster(1)
-    try:
-        c.start_all()
+    with running(LocalCluster(1), request=request) as c:
         yield c
-        if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
-            print(c.tails(60))
-    finally:
-        c.close()
-
-
-async def _publish(js: raftstream.Client, subject: str, i: int) -> None:
-    """Publish message ``i`` with a msg id, retrying with the SAME id until acknowledged."""
-    await retry_async(lambda: js.publish(f"{subject}.{i % 5}", b"m%d" % i, msg_id=f"m{i}"))
-
-
-async def _messages(js: raftstream.Client, stream: str) -> dict[int, raftstream.RawStreamMsg]:
-    """Every message of ``stream`` by sequence (gaps left out)."""
-    info = await js.stream_info(stream)
-    out = {}
-    for seq in range(info.state.first_seq, info.state.last_seq + 1):
-        try:
-            out[seq] = await js.get_msg(stream, seq)
-        except errors.NotFoundError:
-            continue
-    return out
-
-
-async def _eventually(pred: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Poll ``pred`` (errors retried) until it holds; fail after SETTLE_TIMEOUT_S."""
-    deadline = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_S
-    while not await retry_async(pred):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"not reached in {SETTLE_TIMEOUT_S}s: {what}")
-        await asyncio.sleep(0.1)
-
-
-async def _wait_copied(js: raftstream.Client, stream: str, origin_seq: int) -> None:
-    """Poll until ``stream``'s link reports ``origin_seq`` as its last copied origin seq."""
-
-    async def copied() -> bool:
-        info = await js.stream_info(stream)
-        links = (info.mirror,) if info.mirror is not None else info.sources
-        return bool(links) and all(s.last_origin_seq >= origin_seq for s in links)
-
-    deadline = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_S
-    while not await retry_async(copied):
-        if asyncio.get_running_loop().time() > deadline:
-            info = await js.stream_info(stream)
-            raise AssertionError(f"{stream} did not catch up to {origin_seq}: {info}")
-        await asyncio.sleep(0.1)
-
-
-def _origin_of(m: raftstream.RawStreamMsg) -> tuple[str, int]:
-    name, seq = m.headers[HDR].split()[:2]
-    return name, int(seq)
-
-
-def _assert_exactly_once(
-    copies: dict[int, raftstream.RawStreamMsg],
-    origin: dict[int, raftstream.RawStreamMsg],
-    name: str,
-) -> None:
-    seen = [_origin_of(m) for m in copies.values()]
-    assert all(n == name for n, _ in seen)
-    seqs = [s for _, s in seen]
-    assert seqs == sorted(origin), "every origin message exactly once, in order"
-    for m in copies.values():
-        o = origin[_origin_of(m)[1]]
-        assert (m.subject, m.data) == (o.subject, o.data)
 
 
 def test_mirror_and_source_survive_kill9_of_both_leaders(cluster3: LocalCluster) -> None:
@@ -120,7 +58,7 @@ def test_mirror_and_source_survive_kill9_of_both_leaders(cluster3: LocalCluster)
                 raftstream.StreamConfig(name="ORIG", subjects=("o.>",), num_replicas=3)
             )
             for i in range(10):
-                await _publish(js, "o", i)
+                await publish(js, "o", i)
             await js.delete_msg("ORIG", 3)  # an origin gap before any copy: stays a gap
             await js.add_stream(
                 raftstream.StreamConfig(
@@ -140,7 +78,7 @@ def test_mirror_and_source_survive_kill9_of_both_leaders(cluster3: LocalCluster)
             )
 
             for i in range(10, TOTAL_MSGS):
-                await _publish(js, "o", i)
+                await publish(js, "o", i)
                 if i == TOTAL_MSGS // 3:
                     victim = wait_for("a mirror leader", lambda: c.stream_leader("MIR"))
                     c.kill(victim)
@@ -150,26 +88,26 @@ def test_mirror_and_source_survive_kill9_of_both_leaders(cluster3: LocalCluster)
                     c.kill(victim)
                     c.start(victim)
             last = (await js.stream_info("ORIG")).state.last_seq
-            await _wait_copied(js, "MIR", last)
-            await _wait_copied(js, "SRC", last)
+            await wait_copied(js, "MIR", last)
+            await wait_copied(js, "SRC", last)
 
-            origin = await _messages(js, "ORIG")
-            mirror = await _messages(js, "MIR")
+            origin = await messages(js, "ORIG")
+            mirror = await messages(js, "MIR")
             assert sorted(mirror) == sorted(origin), "sequence for sequence"
             assert 3 not in mirror
             for seq, m in mirror.items():
-                assert _origin_of(m) == ("ORIG", seq)
+                assert origin_of(m) == ("ORIG", seq)
                 assert (m.subject, m.data) == (origin[seq].subject, origin[seq].data)
                 assert m.ts_ns == origin[seq].ts_ns, "a mirror keeps the origin's times"
-            _assert_exactly_once(await _messages(js, "SRC"), origin, "ORIG")
+            assert_exactly_once(await messages(js, "SRC"), origin, "ORIG")
             info = await js.stream_info("MIR")
             assert info.mirror is not None and info.mirror.name == "ORIG"
             assert info.mirror.skipped_msgs == 0  # a deleted message is a gap, not skipped
-            await _wait_copied(js, "LIMM", 20)
+            await wait_copied(js, "LIMM", 20)
             limm = await js.stream_info("LIMM")
             assert limm.mirror is not None
             assert (limm.mirror.skipped, limm.mirror.skipped_msgs) == (((1, 15),), 15)
-            assert sorted(await _messages(js, "LIMM")) == list(range(16, 21))
+            assert sorted(await messages(js, "LIMM")) == list(range(16, 21))
 
             # Removing the mirror setting promotes it: its copy stays, publishes are taken.
             promoted = await js.update_stream(raftstream.StreamConfig(name="MIR", num_replicas=3))
@@ -204,7 +142,7 @@ def test_source_from_a_work_queue_of_another_cluster_survives_its_node_restartin
                 )
             )
             for i in range(TOTAL_MSGS // 2):
-                await _publish(there, "f", i)
+                await publish(there, "f", i)
                 await here.publish("near.own", b"own")  # the stream's own messages too
                 if i == TOTAL_MSGS // 4:
                     node = remote.names[0]
@@ -212,11 +150,11 @@ def test_source_from_a_work_queue_of_another_cluster_survives_its_node_restartin
                     remote.start(node)
                     remote.wait_serving(node)
             last = (await there.stream_info("FAR")).state.last_seq
-            await _wait_copied(here, "NEAR", last)
-            near = await _messages(here, "NEAR")
+            await wait_copied(here, "NEAR", last)
+            near = await messages(here, "NEAR")
             copies = [m for m in near.values() if HDR in m.headers]
             assert len(near) - len(copies) == TOTAL_MSGS // 2
-            assert [_origin_of(m) for m in copies] == [
+            assert [origin_of(m) for m in copies] == [
                 ("FAR", i + 1) for i in range(TOTAL_MSGS // 2)
             ], "every origin message exactly once, in order"
             assert [m.data for m in copies] == [b"m%d" % i for i in range(TOTAL_MSGS // 2)]
@@ -225,7 +163,7 @@ def test_source_from_a_work_queue_of_another_cluster_survives_its_node_restartin
                 return (await there.stream_info("FAR")).state.messages == 0
 
             # The work queue keeps a message until the link acked it, after its commit.
-            await _eventually(drained, "the work queue drained by the link's acks")
+            await settled(drained, "the work queue drained by the link's acks")
             info = await here.stream_info("NEAR")
             (link,) = info.sources
             assert link.external == tuple(remote.servers) and link.running

@@ -8,17 +8,16 @@ it too (the link's acks do not remove what another consumer still needs)."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 import raftstream
 from raftstream.cluster.auth import hash_secret
 from raftstream.config import StreamSource
-
-from .node_harness import LocalCluster, retry_async, run
+from tests.support.cluster import LocalCluster, run, running
+from tests.support.mirrors import settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -49,14 +48,8 @@ account = "$SYS"
 def cluster() -> Iterator[LocalCluster]:
     raw = base64.b64encode(b"admin:admin-pw").decode()
     c = LocalCluster(1, auth=_auth_toml(), client_metadata=(("authorization", f"Basic {raw}"),))
-    try:
-        c.start_all()
+    with running(c, lines=30):
         yield c
-    except BaseException:
-        print(c.tails())
-        raise
-    finally:
-        c.close()
 
 
 async def _interest_origin(js: raftstream.Client) -> None:
@@ -69,27 +62,20 @@ async def _interest_origin(js: raftstream.Client) -> None:
     async def link_ready() -> bool:  # C and the link's own pull consumer
         return len(await js.consumer_names("INT")) == 2
 
-    await _eventually(link_ready)
+    await settled(link_ready, "the link's consumer on INT")
     for i in range(MSGS):
         await js.publish(f"i.{i % 3}", b"%d" % i)
 
     async def sourced() -> bool:
         return (await js.stream_info("SRC")).state.messages == MSGS
 
-    await _eventually(sourced)
+    await settled(sourced, f"SRC holds all {MSGS} messages")
     copies = [await js.get_msg("SRC", seq) for seq in range(1, MSGS + 1)]
     assert [m.headers["Nats-Stream-Source"] for m in copies] == [
         f"INT {i + 1}" for i in range(MSGS)
     ]
     # C has not acked anything: the interest origin still holds every message.
     assert (await js.stream_info("INT")).state.messages == MSGS
-
-
-async def _eventually(pred: Callable[[], Awaitable[bool]]) -> None:
-    deadline = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_S
-    while not await retry_async(pred):
-        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
-        await asyncio.sleep(0.1)
 
 
 def test_a_mirror_copies_its_origin_under_auth(cluster: LocalCluster) -> None:
@@ -109,11 +95,7 @@ def test_a_mirror_copies_its_origin_under_auth(cluster: LocalCluster) -> None:
                 info = await js.stream_info("MIR")
                 return info.state.last_seq == MSGS
 
-            deadline = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_S
-            while not await retry_async(copied):
-                info = await js.stream_info("MIR")
-                assert asyncio.get_running_loop().time() < deadline, f"not copied: {info}"
-                await asyncio.sleep(0.1)
+            await settled(copied, f"MIR holds all {MSGS} messages")
             info = await js.stream_info("MIR")
             assert info.mirror is not None and info.mirror.error is None
             last = await js.get_msg("MIR", MSGS)

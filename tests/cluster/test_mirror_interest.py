@@ -24,17 +24,17 @@ import pytest
 
 import raftstream
 from raftstream.config import StreamSource
-
-from .node_harness import LocalCluster, retry_async, run
-from .test_mirror import (
+from tests.support.cluster import LocalCluster, run
+from tests.support.mirrors import (
     HDR,
-    _assert_exactly_once,
-    _eventually,
-    _messages,
-    _origin_of,
-    _publish,
-    _wait_copied,
+    assert_exactly_once,
+    messages,
+    origin_of,
+    publish,
+    settled,
+    wait_copied,
 )
+from tests.support.polling import retry_async
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -77,11 +77,11 @@ def test_interest_origin_mirror_and_source_lose_nothing_across_restarts(
                 # links' consumers exist, so everything published is theirs to copy.
                 return len(await js.consumer_names("INT")) == len(LINKS)
 
-            await _eventually(both_links_hold_interest, "both links' consumers on the origin")
+            await settled(both_links_hold_interest, "both links' consumers on the origin")
 
             start = time.monotonic()
             for i in range(TOTAL_MSGS):
-                await _publish(js, "i", i)
+                await publish(js, "i", i)
                 if i == TOTAL_MSGS // 4:
                     await _step_down(js, "INTM")
                 if i == TOTAL_MSGS // 2:
@@ -93,20 +93,20 @@ def test_interest_origin_mirror_and_source_lose_nothing_across_restarts(
             last = (await js.stream_info("INT")).state.last_seq
             assert last == TOTAL_MSGS
             for link in LINKS:
-                await _wait_copied(js, link, last)
+                await wait_copied(js, link, last)
 
-            mirror = await _messages(js, "INTM")
+            mirror = await messages(js, "INTM")
             assert sorted(mirror) == list(range(1, TOTAL_MSGS + 1)), "every origin sequence"
             for seq, m in mirror.items():
-                assert _origin_of(m) == ("INT", seq)
+                assert origin_of(m) == ("INT", seq)
                 assert m.data == b"m%d" % (seq - 1)
-            source = await _messages(js, "INTS")
+            source = await messages(js, "INTS")
             assert all(HDR in m.headers for m in source.values())
-            assert [_origin_of(m) for m in source.values()] == [
+            assert [origin_of(m) for m in source.values()] == [
                 ("INT", s) for s in range(1, TOTAL_MSGS + 1)
             ], "every origin message exactly once, in order"
             assert [m.data for m in source.values()] == [b"m%d" % i for i in range(TOTAL_MSGS)]
-            _assert_exactly_once(source, mirror, "INT")  # the mirror is the origin's copy
+            assert_exactly_once(source, mirror, "INT")  # the mirror is the origin's copy
             for link in LINKS:
                 info = await js.stream_info(link)
                 state = info.mirror if info.mirror is not None else info.sources[0]
@@ -117,7 +117,7 @@ def test_interest_origin_mirror_and_source_lose_nothing_across_restarts(
                 return (await js.stream_info("INT")).state.messages == 0
 
             # Both links acked every message once it was copied: the origin let it go.
-            await _eventually(drained, "the interest origin drained by both links' acks")
+            await settled(drained, "the interest origin drained by both links' acks")
         finally:
             await js.close()
 

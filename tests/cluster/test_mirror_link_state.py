@@ -23,8 +23,8 @@ import pytest
 import raftstream
 from raftstream.config import ExternalStream, StreamSource
 from raftstream.models import StreamSourceInfo
-
-from .node_harness import LocalCluster, free_port, retry_async, run, running
+from tests.support.cluster import LocalCluster, free_port, run, running
+from tests.support.polling import NeverHappened, retry_async, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -52,14 +52,14 @@ async def _until(
     js: raftstream.Client, stream: str, check: Callable[[StreamSourceInfo], bool], what: str
 ) -> StreamSourceInfo:
     """Poll ``stream``'s (first) link until ``check(link)`` holds; fail after the timeout."""
-    deadline = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_S
-    while True:
-        link = await _link(js, stream)
-        if check(link):
-            return link
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{stream}: not reached in {SETTLE_TIMEOUT_S}s: {what}: {link}")
-        await asyncio.sleep(0.05)
+    link: StreamSourceInfo = await until(
+        lambda: _link(js, stream),
+        what=f"{stream}: {what}",
+        accept=check,
+        timeout_s=SETTLE_TIMEOUT_S,
+        interval_s=0.05,
+    )
+    return link
 
 
 def test_a_new_mirror_never_shows_lag_0_before_it_caught_up(node: LocalCluster) -> None:
@@ -79,13 +79,13 @@ def test_a_new_mirror_never_shows_lag_0_before_it_caught_up(node: LocalCluster) 
                 raftstream.StreamConfig(name="BIGM", mirror=StreamSource(name="BIG"))
             )
             seen = []
-            deadline = asyncio.get_running_loop().time() + SETTLE_TIMEOUT_S
-            while True:
+
+            async def caught_up() -> bool:
                 link = await _link(js, "BIGM")
                 seen.append((link.last_origin_seq, link.lag, link.error))
                 left = total - link.last_origin_seq
                 if left == 0 and link.lag == 0 and link.error is None:
-                    break
+                    return True
                 if link.error is None:
                     # A known lag counts at least what is not stored yet (the origin
                     # takes no publishes, so it is exact once the lag caught up).
@@ -93,7 +93,12 @@ def test_a_new_mirror_never_shows_lag_0_before_it_caught_up(node: LocalCluster) 
                 else:
                     assert not PRIVATE_NAME.match(link.error), link.error
                 assert left == 0 or link.lag > 0 or link.error, f"a plain lag 0: {seen}"
-                assert asyncio.get_running_loop().time() < deadline, f"not caught up: {seen}"
+                return False
+
+            try:  # every sample checked, none skipped: no pause between them
+                await until(caught_up, timeout_s=SETTLE_TIMEOUT_S, interval_s=0)
+            except NeverHappened as never:
+                raise AssertionError(f"not caught up: {seen}") from never
             assert len(seen) > 1, "stream info was asked while the mirror copied"
         finally:
             await js.close()

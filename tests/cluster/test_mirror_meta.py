@@ -8,9 +8,7 @@ from __future__ import annotations
 from raftstream.cluster.meta import StreamAdded, StreamUpdated
 from raftstream.engine.stream_source import StreamSource
 from raftstream.errors import InvalidArgumentError
-
-from .conftest import add_stream, update_stream
-from .test_meta import field_of, refused, state_with
+from tests.support.meta import add_stream, field_of, refused, state_with, update_stream
 
 
 def _src(*names: str) -> tuple[StreamSource, ...]:

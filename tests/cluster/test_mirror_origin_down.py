@@ -21,9 +21,9 @@ import pytest
 import raftstream
 from raftstream.config import Placement, StreamSource
 from raftstream.models import StreamSourceInfo
-
-from .node_harness import LocalCluster, retry_async, run, running, wait_for
-from .test_mirror import _eventually, _wait_copied
+from tests.support.cluster import LocalCluster, run, running
+from tests.support.mirrors import settled, wait_copied
+from tests.support.polling import retry_async, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -84,18 +84,18 @@ def test_a_dead_origin_shows_as_unheard_with_an_error_and_recovers(tagged3: Loca
             async def interest_held() -> bool:
                 return len(await js.consumer_names("LI")) == 1  # the mirror's consumer
 
-            await _eventually(interest_held, "the interest mirror's consumer on LI")
+            await settled(interest_held, "the interest mirror's consumer on LI")
             for origin in MIRRORS.values():
                 await _publish(js, origin, 0, 5)
             for mirror in MIRRORS:
-                await _wait_copied(js, mirror, 5)
+                await wait_copied(js, mirror, 5)
 
             async def healthy(mirror: str) -> bool:
                 link = await _link(js, mirror)
                 return link.error is None and 0 <= link.active_ns < HEARD_NS and link.lag == 0
 
             for mirror in MIRRORS:  # idle, not dead: it answers
-                await _eventually(lambda m=mirror: healthy(m), f"{mirror} idle and healthy")
+                await settled(lambda m=mirror: healthy(m), f"{mirror} idle and healthy")
 
             c.kill(ORIGIN_NODE)
 
@@ -106,7 +106,7 @@ def test_a_dead_origin_shows_as_unheard_with_an_error_and_recovers(tagged3: Loca
                 return link.error is not None and link.active_ns > UNHEARD_NS
 
             for mirror in MIRRORS:
-                await _eventually(
+                await settled(
                     lambda m=mirror: unheard(m),
                     f"{mirror}: active_ns past {UNHEARD_NS} ns and an error, origin down",
                 )
@@ -116,8 +116,8 @@ def test_a_dead_origin_shows_as_unheard_with_an_error_and_recovers(tagged3: Loca
             for origin in MIRRORS.values():
                 await _publish(js, origin, 5, 5)
             for mirror in MIRRORS:
-                await _wait_copied(js, mirror, 10)
-                await _eventually(lambda m=mirror: healthy(m), f"{mirror} heard from again")
+                await wait_copied(js, mirror, 10)
+                await settled(lambda m=mirror: healthy(m), f"{mirror} heard from again")
                 assert (await js.stream_info(mirror)).state.messages == 10
         finally:
             await js.close()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -29,9 +28,9 @@ from raftstream import StreamConfig
 from raftstream.cluster.node_book import CLUSTER_FILE
 from raftstream.localcluster import NodeSpec
 from raftstream.localnet import READY_TIMEOUT_S
-
-from .node_harness import LocalCluster, retry_async, run, wait_for
-from .test_node_repair import _lead_and_read_all, _publish, _wait_replicas
+from tests.support.cluster import LocalCluster, run, wait_logged
+from tests.support.polling import retry_async, wait_for
+from tests.support.replicas import lead_and_read_all, publish_numbered, wait_replicas
 
 pytestmark = pytest.mark.integration
 
@@ -48,14 +47,6 @@ class GrowingCluster(LocalCluster):
         spec = super()._spec(name)
         names = FOUNDERS if name in FOUNDERS else (name, "n1")
         return dataclasses.replace(spec, peers={n: self.addr(n) for n in sorted(names)})
-
-
-def _wait_log(cluster: LocalCluster, name: str, text: str) -> None:
-    deadline = time.monotonic() + LOG_WAIT_S
-    while text not in cluster.nodes.log_tail(name, 400):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{name} never logged {text!r}:\n{cluster.tails(40)}")
-        time.sleep(0.1)
 
 
 def _founders_recorded(root: Path, name: str) -> list[str]:
@@ -81,11 +72,11 @@ async def _grow(c: GrowingCluster) -> None:
     js = await raftstream.connect(servers=[c.addr(n) for n in FOUNDERS], timeout=20)
     try:
         await js.add_stream(StreamConfig(name="OLD", subjects=("old.>",), num_replicas=3))
-        await _publish(js, "OLD", 0, MSGS)
+        await publish_numbered(js, "OLD", 0, MSGS)
 
         # Not added yet: it waits, serving nothing, and says what to do.
         c.start("n4", "--join")
-        _wait_log(c, "n4", "raftstream cluster peer-add n4 --address")
+        wait_logged(c, "n4", "raftstream cluster peer-add n4 --address", LOG_WAIT_S)
         assert not c.nodes.health("n4")
 
         assert await js.add_peer("n4", address=c.addr("n4")) is True
@@ -110,9 +101,9 @@ async def _grow(c: GrowingCluster) -> None:
                 await via.close()
         # Placement sees it: an R4 stream needs every node.
         await js.add_stream(StreamConfig(name="WIDE", subjects=("wide.>",), num_replicas=4))
-        await _publish(js, "WIDE", 0, MSGS)
-        await _wait_replicas(js, "WIDE", {*FOUNDERS, "n4"})
-        await _lead_and_read_all(js, "WIDE", "n4", MSGS)
+        await publish_numbered(js, "WIDE", 0, MSGS)
+        await wait_replicas(js, "WIDE", {*FOUNDERS, "n4"})
+        await lead_and_read_all(js, "WIDE", "n4", MSGS)
 
         # A client that knows only n4 reaches everything through it.
         only = await raftstream.connect(servers=[c.addr("n4")], timeout=20)
@@ -177,7 +168,9 @@ async def _grow(c: GrowingCluster) -> None:
 
         await retry_async(n2_is_gone)
         for name in rest:  # no node dials n2 any more
-            _wait_log(c, name, "node n2 was taken out of the cluster: no longer dialled")
+            wait_logged(
+                c, name, "node n2 was taken out of the cluster: no longer dialled", LOG_WAIT_S
+            )
         # n1's config still names n2: restarted, it does not bring it back.
         c.stop("n1")
         c.start("n1")
@@ -190,7 +183,7 @@ async def _grow(c: GrowingCluster) -> None:
             return True if info1 is not None and [n.name for n in info1.nodes] == rest else None
 
         wait_for("n1's view without n2", n1_lists_the_rest)
-        await _publish(js, "OLD", MSGS, 5)
+        await publish_numbered(js, "OLD", MSGS, 5)
     finally:
         await js.close()
 

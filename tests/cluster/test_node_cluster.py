@@ -22,8 +22,8 @@ from raftstream import ConsumerConfig, StreamConfig, errors
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
-
-from .node_harness import LocalCluster, retry_async, run, wait_for
+from tests.support.cluster import LocalCluster, run
+from tests.support.polling import retry_async, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .node_harness import free_port
+from tests.support.cluster import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,8 @@ import raftstream
 from raftstream import ConsumerConfig, StreamConfig, errors
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
-
-from .node_harness import LocalCluster, retry_async, run
+from tests.support.cluster import LocalCluster, run
+from tests.support.polling import retry_async
 
 pytestmark = pytest.mark.integration
 

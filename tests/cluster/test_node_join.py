@@ -27,9 +27,9 @@ from raftstream import StreamConfig
 from raftstream.cluster.repair import JOIN_REASON, MARKER
 from raftstream.localnet import READY_TIMEOUT_S
 from raftstream.raft.storage import LmdbLogStorage
-
-from .node_harness import LocalCluster, run, wait_for
-from .test_node_repair import _publish
+from tests.support.cluster import LocalCluster, run, running
+from tests.support.polling import wait_for
+from tests.support.replicas import publish_numbered
 
 pytestmark = pytest.mark.integration
 
@@ -42,14 +42,8 @@ EXIT_WAIT_S = 2 * READY_TIMEOUT_S
 def empty3(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     """Three nodes with empty data directories, none started (each test starts them its
     own way). Always killed and removed afterwards; log tails printed on failure."""
-    c = LocalCluster(3)
-    try:
+    with running(LocalCluster(3), start=lambda: None, request=request) as c:
         yield c
-        rep = getattr(request.node, "rep_call", None)
-        if rep is not None and rep.failed:
-            print(c.tails(60))
-    finally:
-        c.close()
 
 
 def _assert_stopped_finding_no_cluster(cluster: LocalCluster, name: str, text: str) -> None:
@@ -68,7 +62,7 @@ def _forms_and_takes_writes(cluster: LocalCluster) -> None:
         js = await raftstream.connect(servers=cluster.servers, timeout=20)
         try:
             await js.add_stream(StreamConfig(name="J", subjects=("j.>",), num_replicas=3))
-            await _publish(js, "J", 0, 5)
+            await publish_numbered(js, "J", 0, 5)
             assert (await js.stream_info("J")).state.messages == 5
         finally:
             await js.close()

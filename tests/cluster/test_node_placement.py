@@ -19,13 +19,12 @@ from click.testing import CliRunner
 import raftstream
 from raftstream import Placement, StreamConfig
 from raftstream.certs import generate
-from raftstream.cli import cli
+from raftstream.cli.app import cli
 from raftstream.cluster.auth import hash_secret
 from raftstream.errors import InvalidArgumentError
-from raftstream.localnet import wait_for
 from raftstream.models import StreamInfo
-
-from .node_harness import LocalCluster, retry_async, run, running
+from tests.support.cluster import LocalCluster, run, running
+from tests.support.polling import retry_async, wait_for
 
 pytestmark = pytest.mark.integration
 

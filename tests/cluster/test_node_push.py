@@ -18,8 +18,7 @@ from raftstream import ConsumerConfig, StreamConfig
 from raftstream.engine.consumer_push import FLOW_WINDOW_MSGS
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
-
-from .node_harness import LocalCluster, run
+from tests.support.cluster import LocalCluster, run
 
 pytestmark = pytest.mark.integration
 

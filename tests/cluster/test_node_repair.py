@@ -13,10 +13,7 @@ re-place its replicas so the replica count is restored").
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterator
-from typing import Any
 
 import grpc
 import pytest
@@ -26,8 +23,15 @@ from raftstream import StreamConfig, errors
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
-
-from .node_harness import LocalCluster, retry_async, run, wait_for
+from tests.support.cluster import LocalCluster, run, running
+from tests.support.polling import retry_async, until, wait_for
+from tests.support.replicas import (
+    lead_and_read_all,
+    publish_numbered,
+    removed_nodes,
+    wait_replica_count,
+    wait_replicas,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -38,52 +42,8 @@ LINGER_WATCH_S = 30  # a bound for a removed replica to be dropped (5 s without 
 @pytest.fixture
 def cluster4(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     """A started 4-node cluster (killed and removed afterwards; log tails on failure)."""
-    c = LocalCluster(4)
-    try:
-        c.start_all()
+    with running(LocalCluster(4), request=request) as c:
         yield c
-        rep = getattr(request.node, "rep_call", None)
-        if rep is not None and rep.failed:
-            print(c.tails(60))
-    except BaseException:
-        print(c.tails(60))
-        raise
-    finally:
-        c.close()
-
-
-async def _publish(js: raftstream.Client, stream: str, start: int, count: int) -> None:
-    for i in range(start, start + count):
-        await retry_async(lambda i=i: js.publish(f"{stream.lower()}.x", b"%d" % i, msg_id=f"m{i}"))
-
-
-async def _replicas(js: raftstream.Client, stream: str) -> set[str]:
-    """The stream's leader and CURRENT replicas (caught up, in the Raft group)."""
-    info = await js.stream_info(stream)
-    c = info.cluster
-    if c is None or c.leader is None:
-        return set()
-    return {c.leader, *(r.name for r in c.replicas if r.current)}
-
-
-async def _wait_replicas(js: raftstream.Client, stream: str, want: set[str]) -> None:
-    async def check() -> None:
-        got = await _replicas(js, stream)
-        if got != want:
-            raise AssertionError(f"replicas {sorted(got)}, want {sorted(want)}")
-
-    await retry_async(check)
-
-
-async def _wait_replica_count(js: raftstream.Client, stream: str, count: int) -> set[str]:
-    async def check() -> set[str]:
-        got = await _replicas(js, stream)
-        if len(got) != count:
-            raise AssertionError(f"replicas {sorted(got)}, want {count}")
-        return got
-
-    result: set[str] = await retry_async(check)
-    return result
 
 
 def _dropped(cluster: LocalCluster, node: str, stream: str) -> bool | None:
@@ -101,11 +61,9 @@ async def _ask_through_each(cluster: LocalCluster, nodes: list[str], stream: str
     """Ask each of ``nodes`` for ``stream``'s info with a bare stub (no SDK retries), over
     and over until each dropped the group: every answer is the info or NOT_LEADER naming
     a node to ask, never NO_LEADER (which kept the SDK asking there)."""
-    deadline = time.monotonic() + LINGER_WATCH_S
-    while time.monotonic() < deadline:
+
+    def all_dropped() -> bool:
         left = [n for n in nodes if not _dropped(cluster, n, stream)]
-        if not left:
-            return
         for node in left:
             with cluster.channel(node) as ch:
                 try:
@@ -115,26 +73,14 @@ async def _ask_through_each(cluster: LocalCluster, nodes: list[str], stream: str
                 except grpc.RpcError as exc:
                     err = from_rpc_error(exc)
                     assert isinstance(err, errors.NotLeaderError) and err.leader_addr, (node, err)
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{nodes} kept their {stream} replicas {LINGER_WATCH_S}s")
+        return not left
 
-
-async def _lead_and_read_all(js: raftstream.Client, stream: str, node: str, total: int) -> None:
-    """Make ``node`` the leader, then read every message from its store."""
-
-    async def move() -> None:
-        info = await js.stream_info(stream)
-        if info.cluster is None or info.cluster.leader != node:
-            await js.stream_leader_stepdown(stream, preferred=node)
-            raise AssertionError("leadership moving")
-
-    await retry_async(move)
-    info = await retry_async(lambda: js.stream_info(stream))
-    assert info.cluster is not None and info.cluster.leader == node
-    assert info.state.messages == total
-    for seq in range(1, total + 1):
-        m = await retry_async(lambda seq=seq: js.get_msg(stream, seq))
-        assert m.data == b"%d" % (seq - 1)
+    await until(
+        all_dropped,
+        what=f"{nodes} to drop their {stream} replicas",
+        timeout_s=LINGER_WATCH_S,
+        interval_s=0.1,
+    )
 
 
 @pytest.mark.parametrize("victim_role", ["follower", "leader"])
@@ -145,7 +91,7 @@ def test_removed_dead_peer_is_re_placed_and_the_new_replica_holds_every_message(
         js = await raftstream.connect(servers=cluster4.servers, timeout=20)
         try:
             await js.add_stream(StreamConfig(name="RP", subjects=("rp.>",), num_replicas=3))
-            await _publish(js, "RP", 0, MSGS)
+            await publish_numbered(js, "RP", 0, MSGS)
             info = await js.stream_info("RP")
             assert info.cluster is not None and info.cluster.leader
             hosts = {info.cluster.leader, *(r.name for r in info.cluster.replicas)}
@@ -155,7 +101,7 @@ def test_removed_dead_peer_is_re_placed_and_the_new_replica_holds_every_message(
             # The meta leader cannot remove itself: the victim is another node.
             victim = next(n for n in sorted(hosts) if n not in (info.cluster.leader, meta_leader))
             if victim_role == "leader":  # the stream leader dies: its successor repairs
-                await _lead_and_read_all(js, "RP", victim, MSGS)
+                await lead_and_read_all(js, "RP", victim, MSGS)
             survivors = [n for n in cluster4.names if n != victim]
             cluster4.kill(victim)  # kill -9
             js2 = await raftstream.connect(
@@ -163,28 +109,16 @@ def test_removed_dead_peer_is_re_placed_and_the_new_replica_holds_every_message(
             )
             try:
                 await retry_async(lambda: js2.remove_peer(victim))
-                await _wait_replicas(js2, "RP", (hosts - {victim}) | {spare})
-                assert await _removed_nodes(js2, victim) == {victim}  # cluster info says so
-                await _publish(js2, "RP", MSGS, 5)  # the new membership commits
-                await _lead_and_read_all(js2, "RP", spare, MSGS + 5)
+                await wait_replicas(js2, "RP", (hosts - {victim}) | {spare})
+                assert await removed_nodes(js2, victim) == {victim}  # cluster info says so
+                await publish_numbered(js2, "RP", MSGS, 5)  # the new membership commits
+                await lead_and_read_all(js2, "RP", spare, MSGS + 5)
             finally:
                 await js2.close()
         finally:
             await js.close()
 
     run(body())
-
-
-async def _removed_nodes(js: Any, expect: str, wait_s: float = 10.0) -> set[str]:
-    """The nodes cluster info marks removed, once ``expect`` is among them (the answering
-    node applies the meta log a moment after the leader), or as they are after ``wait_s``."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        info = await retry_async(js.cluster_info)
-        removed = {n.name for n in info.nodes if n.removed}
-        if expect in removed or time.monotonic() > deadline:
-            return removed
-        await asyncio.sleep(0.1)
 
 
 def test_update_stream_grows_r1_to_r3_and_shrinks_back_data_intact(
@@ -195,7 +129,7 @@ def test_update_stream_grows_r1_to_r3_and_shrinks_back_data_intact(
         try:
             cfg = StreamConfig(name="GR", subjects=("gr.>",), num_replicas=1)
             await js.add_stream(cfg)
-            await _publish(js, "GR", 0, MSGS)
+            await publish_numbered(js, "GR", 0, MSGS)
             first = (await js.stream_info("GR")).cluster
             assert first is not None and first.leader and not first.replicas
 
@@ -203,13 +137,13 @@ def test_update_stream_grows_r1_to_r3_and_shrinks_back_data_intact(
                 StreamConfig(name="GR", subjects=("gr.>",), num_replicas=3)
             )
             assert grown.config.num_replicas == 3  # the committed config, at once
-            peers = await _wait_replica_count(js, "GR", 3)
+            peers = await wait_replica_count(js, "GR", 3)
             assert first.leader in peers
             newcomer = next(p for p in sorted(peers) if p != first.leader)
-            await _lead_and_read_all(js, "GR", newcomer, MSGS)
+            await lead_and_read_all(js, "GR", newcomer, MSGS)
 
             await js.update_stream(StreamConfig(name="GR", subjects=("gr.>",), num_replicas=1))
-            await _wait_replicas(js, "GR", {first.leader})
+            await wait_replicas(js, "GR", {first.leader})
             # A removed replica lingers on its node a while and soon knows no leader: asked
             # there, it answered NO_LEADER until the client's timeout (a user review, when
             # `stream edit --replicas 3` read the config right after a shrink). Each ask
@@ -222,7 +156,7 @@ def test_update_stream_grows_r1_to_r3_and_shrinks_back_data_intact(
             assert info.state.messages == MSGS
             # The other replicas' logs are gone: only a Raft membership of the lone voter
             # can commit this.
-            await _publish(js, "GR", MSGS, 5)
+            await publish_numbered(js, "GR", MSGS, 5)
             assert (await js.stream_info("GR")).state.messages == MSGS + 5
         finally:
             await js.close()
@@ -235,7 +169,7 @@ def test_stream_leader_step_down_moves_the_leader(cluster4: LocalCluster) -> Non
         js = await raftstream.connect(servers=cluster4.servers, timeout=20)
         try:
             await js.add_stream(StreamConfig(name="SD", subjects=("sd.>",), num_replicas=3))
-            await _publish(js, "SD", 0, 5)
+            await publish_numbered(js, "SD", 0, 5)
             before = (await js.stream_info("SD")).cluster
             assert before is not None and before.leader
             new = await retry_async(lambda: js.stream_leader_stepdown("SD"))

@@ -22,16 +22,15 @@ cluster starts at once, and rejoins with ``--join`` alone.
 from __future__ import annotations
 
 import shutil
-import time
 
 import pytest
 
 import raftstream
 from raftstream import StreamConfig
 from raftstream.cluster.known_peers import CHECKING_MARKER, KNOWN_PEERS_FILE
-
-from .node_harness import LocalCluster, retry_async, run, wait_for
-from .test_node_repair import _lead_and_read_all, _publish, _removed_nodes, _wait_replicas
+from tests.support.cluster import LocalCluster, run, wait_logged
+from tests.support.polling import retry_async, wait_for
+from tests.support.replicas import lead_and_read_all, publish_numbered, removed_nodes, wait_replicas
 
 pytestmark = pytest.mark.integration
 
@@ -56,14 +55,6 @@ def _assert_refused(cluster: LocalCluster, victim: str) -> None:
     assert not (cluster.root / victim / "raft").exists()
 
 
-def _wait_log(cluster: LocalCluster, name: str, text: str) -> None:
-    deadline = time.monotonic() + REFUSAL_WAIT_S
-    while text not in cluster.nodes.log_tail(name, 400):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{name} never logged {text!r}:\n{cluster.tails(40)}")
-        time.sleep(0.1)
-
-
 @pytest.mark.parametrize("data", ["lost", "kept"])
 def test_a_removed_node_is_readmitted_and_gets_its_replica_back(
     cluster3: LocalCluster, data: str
@@ -72,21 +63,21 @@ def test_a_removed_node_is_readmitted_and_gets_its_replica_back(
         js = await raftstream.connect(servers=cluster3.servers, timeout=20)
         try:
             await js.add_stream(StreamConfig(name="RJ", subjects=("rj.>",), num_replicas=3))
-            await _publish(js, "RJ", 0, MSGS)
+            await publish_numbered(js, "RJ", 0, MSGS)
             victim = next(n for n in sorted(cluster3.names) if n != cluster3.wait_meta_leader())
             survivors = {n for n in cluster3.names if n != victim}
             cluster3.kill(victim)
             await retry_async(lambda: js.remove_peer(victim))
-            await _wait_replicas(js, "RJ", survivors)  # short: no spare node to take it
-            assert await _removed_nodes(js, victim) == {victim}
+            await wait_replicas(js, "RJ", survivors)  # short: no spare node to take it
+            assert await removed_nodes(js, victim) == {victim}
             assert await js.remove_peer(victim) is False  # removed already: nothing changes
-            await _publish(js, "RJ", MSGS, 5)  # committed by the two survivors alone
+            await publish_numbered(js, "RJ", MSGS, 5)  # committed by the two survivors alone
 
             if data == "lost":
                 shutil.rmtree(cluster3.root / victim)
                 cluster3.start(victim, "--join")
                 # Removed: the meta leader refuses its repair, and the node serves nothing.
-                _wait_log(cluster3, victim, "readmit it first")
+                wait_logged(cluster3, victim, "readmit it first", REFUSAL_WAIT_S)
                 assert not cluster3.nodes.health(victim)
                 # A client that knows only this node is sent to a peer, a publish without a
                 # msg id too: it was UNAVAILABLE (not retried: maybe applied) though nothing
@@ -99,18 +90,20 @@ def test_a_removed_node_is_readmitted_and_gets_its_replica_back(
                     await only.close()
             else:
                 cluster3.start(victim)
-                _wait_log(cluster3, victim, "this node was removed from the cluster")
+                wait_logged(
+                    cluster3, victim, "this node was removed from the cluster", REFUSAL_WAIT_S
+                )
             assert await js.add_peer(victim) is True
             cluster3.wait_serving(victim)
-            await _wait_replicas(js, "RJ", set(cluster3.names))
+            await wait_replicas(js, "RJ", set(cluster3.names))
 
             async def none_removed() -> None:
                 info = await js.cluster_info()
                 assert [n.name for n in info.nodes if n.removed] == []
 
             await retry_async(none_removed)
-            await _publish(js, "RJ", MSGS + 5, 5)
-            await _lead_and_read_all(js, "RJ", victim, MSGS + 10)
+            await publish_numbered(js, "RJ", MSGS + 5, 5)
+            await lead_and_read_all(js, "RJ", victim, MSGS + 10)
         finally:
             await js.close()
 
@@ -128,18 +121,18 @@ def test_a_node_that_lost_its_data_refuses_to_start_empty_and_rejoins_with_join(
         js = await raftstream.connect(servers=cluster3.servers, timeout=20)
         try:
             await js.add_stream(StreamConfig(name="RW", subjects=("rw.>",), num_replicas=3))
-            await _publish(js, "RW", 0, MSGS)
+            await publish_numbered(js, "RW", 0, MSGS)
             victim = next(n for n in sorted(cluster3.names) if n != cluster3.wait_meta_leader())
             _wait_recorded(cluster3, next(n for n in cluster3.names if n != victim), victim)
             cluster3.kill(victim)
             shutil.rmtree(cluster3.root / victim)
             cluster3.start(victim)
             _assert_refused(cluster3, victim)
-            await _publish(js, "RW", MSGS, 5)
+            await publish_numbered(js, "RW", MSGS, 5)
             cluster3.start(victim, "--join")
             cluster3.wait_serving(victim)
-            await _wait_replicas(js, "RW", set(cluster3.names))
-            await _lead_and_read_all(js, "RW", victim, MSGS + 5)
+            await wait_replicas(js, "RW", set(cluster3.names))
+            await lead_and_read_all(js, "RW", victim, MSGS + 5)
         finally:
             await js.close()
 
@@ -205,7 +198,7 @@ def test_a_stream_whose_only_replica_went_with_a_removed_node_waits_for_it(
             cluster3.kill(host)
             # The refusal rests on the meta leader's view; until it has seen the node down,
             # a consumer may still be proposed (and made once the stream is back).
-            _wait_log(cluster3, leader, f"peer {host} (")
+            wait_logged(cluster3, leader, f"peer {host} (", REFUSAL_WAIT_S)
             quick = await raftstream.connect(servers=[cluster3.addr(n) for n in others], timeout=2)
             try:
 
@@ -231,11 +224,11 @@ def test_a_stream_whose_only_replica_went_with_a_removed_node_waits_for_it(
                 assert (info.config.name, info.state_known) == ("LONE", False)
             finally:
                 await quick.close()
-            _wait_log(cluster3, leader, "not re-placing S:$G:LONE")
+            wait_logged(cluster3, leader, "not re-placing S:$G:LONE", REFUSAL_WAIT_S)
             assert "re-placing LONE" not in cluster3.nodes.log_tail(leader, 400)
 
             cluster3.start(host)
-            _wait_log(cluster3, host, "this node was removed from the cluster")
+            wait_logged(cluster3, host, "this node was removed from the cluster", REFUSAL_WAIT_S)
             assert await js.add_peer(host) is True
             cluster3.wait_serving(host)
 

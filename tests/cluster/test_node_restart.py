@@ -18,8 +18,8 @@ import pytest
 import raftstream
 from raftstream import ConsumerConfig, StreamConfig
 from raftstream.localcluster import config_argv
-
-from .node_harness import LocalCluster, retry_async, run, wait_for
+from tests.support.cluster import LocalCluster, run
+from tests.support.polling import retry_async, wait_for
 
 pytestmark = pytest.mark.integration
 

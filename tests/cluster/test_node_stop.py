@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import signal
 
@@ -23,8 +22,8 @@ from raftstream.config import StreamSource
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
-
-from .node_harness import LocalCluster, run, running, wait_for
+from tests.support.cluster import LocalCluster, run, running
+from tests.support.polling import until, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -85,10 +84,12 @@ async def _mirrors(servers: list[str]) -> None:
         for i in range(3):
             await js.publish(f"o{i}.x", b"2")
         for i in range(3):
-            info = await js.stream_info(f"M{i}")
-            while info.state.last_seq < 2:
-                await asyncio.sleep(0.05)
-                info = await js.stream_info(f"M{i}")
+            await until(
+                lambda i=i: js.stream_info(f"M{i}"),
+                what=f"M{i} to copy its second message",
+                accept=lambda info: info.state.last_seq >= 2,
+                interval_s=0.05,
+            )
     finally:
         await js.close()
 

@@ -26,6 +26,7 @@ from raftstream.cluster.config import MIB, Address, Limits, NodeConfig
 from raftstream.cluster.metrics import GROUP_LABELS, group_labels
 from raftstream.cluster.node import Node
 from raftstream.localnet import free_port
+from tests.support.polling import until
 
 pytestmark = pytest.mark.integration
 
@@ -82,12 +83,12 @@ def test_a_halted_group_shows_in_the_metrics_and_no_longer_as_leader(tmp_path: P
 
     async def until_sample(name: str, group: str, value: float) -> None:
         """Wait (WAIT_S at most) for the gauge: they are refreshed once a second."""
-
-        async def reached() -> None:
-            while sample(name, group) != value:
-                await asyncio.sleep(0.05)
-
-        await asyncio.wait_for(reached(), WAIT_S)
+        await until(
+            lambda: sample(name, group) == value,
+            what=f"{name}{{group={group}}} == {value}",
+            timeout_s=WAIT_S,
+            interval_s=0.05,
+        )
 
     async def body() -> None:
         await node.start()

@@ -31,8 +31,7 @@ from raftstream.errors import (
     LimitError,
     UnavailableError,
 )
-
-from .conftest import ACC, add_stream
+from tests.support.meta import ACC, add_stream
 
 GIB = 1 << 30
 

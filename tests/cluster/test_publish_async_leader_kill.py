@@ -20,8 +20,8 @@ import pytest
 
 import raftstream
 from raftstream import ConsumerConfig, StreamConfig
-
-from .node_harness import LocalCluster, retry_async, run
+from tests.support.cluster import LocalCluster, run
+from tests.support.polling import retry_async
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from raftstream.cluster.stream_leader import answered_within
 from raftstream.errors import NotLeaderError, UnavailableError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
-from tests.cluster.node_harness import LocalCluster, running, until_led
+from tests.support.cluster import LocalCluster, running, until_led
 
 WINDOW_MSGS = 3
 BATCHES = 3

@@ -25,9 +25,8 @@ import raftstream
 from raftstream import StreamConfig, errors
 from raftstream._push import PushSubscription
 from raftstream.engine.consumer_push import FLOW_WINDOW_MSGS
-from tests.sdk.live import eventually
-
-from .node_harness import LocalCluster, run
+from tests.support.cluster import LocalCluster, run
+from tests.support.polling import until
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +69,7 @@ async def stream_leader(js: raftstream.Client, stream: str, *, not_: str | None)
         leader = info.leader if info is not None else None
         return leader if leader and leader != not_ else None
 
-    return await eventually(probe, what=f"a leader of {stream} other than {not_}")
+    return await until(probe, what=f"a leader of {stream} other than {not_}")
 
 
 @pytest.mark.parametrize("change", ["step-down", "kill"])
@@ -91,7 +90,7 @@ def test_flow_control_goes_on_after_a_leader_change(cluster3: LocalCluster, chan
                 info = await js.consumer_info("P", "D")
                 return True if info.ack_floor.stream_seq == BEFORE_MSGS else None
 
-            await eventually(all_acked, what="every message before the change acked")
+            await until(all_acked, what="every message before the change acked")
             old = await stream_leader(js, "P", not_=None)
             if change == "kill":
                 cluster3.kill(old)

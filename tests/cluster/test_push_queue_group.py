@@ -24,10 +24,11 @@ from raftstream.cluster.config import Limits
 from raftstream.cluster.services_push import DEALT_MSGS_MAX, PushMembers, PushSession
 from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
-from tests.raft.test_host import run, until
+from tests.support.deliveries import delivery
+from tests.support.polling import until
+from tests.support.raft_hosts import run
 
 from .one_node import one_node
-from .test_push_responses import delivery
 
 BURST = 20
 MS = 1_000_000

@@ -14,19 +14,11 @@ from typing import Any
 
 from raftstream.cluster.config import Limits
 from raftstream.cluster.services_push import PushSession
-from raftstream.engine.consumer_pull import Delivery
 from raftstream.engine.consumer_push import Heartbeat, PushStep
 from raftstream.proto import raftstream_pb2 as pb
-
-from .test_fetch_responses import event
+from tests.support.deliveries import delivery
 
 LIMITS = Limits(payload_bytes_max=1000, headers_bytes_max=100)
-
-
-def delivery(seq: int, data_bytes: int) -> Delivery:
-    d = event(seq, data_bytes).delivery
-    assert d is not None
-    return d
 
 
 async def no_ack(*_: Any) -> None:

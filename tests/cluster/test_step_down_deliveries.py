@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 
 import pytest
 
 import raftstream
 from raftstream import ConsumerConfig, StreamConfig, errors
-
-from .node_harness import LocalCluster, retry_async, run
+from tests.support.cluster import LocalCluster, run
+from tests.support.polling import NeverHappened, retry_async, until
 
 pytestmark = pytest.mark.integration
 
@@ -206,11 +207,15 @@ def test_fire_and_forget_acks_are_kept_across_stream_step_downs(cluster3: LocalC
             finally:
                 done.set()
             assert await stepper == ACK_STEP_DOWNS
-            deadline = asyncio.get_running_loop().time() + ACKS_APPLIED_WAIT_S
+            with contextlib.suppress(NeverHappened):  # the asserts below say what is left
+                await until(
+                    lambda: retry_async(lambda: js.consumer_info("SA", "C")),
+                    what="every ack applied",
+                    accept=lambda ci: not ci.num_ack_pending,
+                    timeout_s=ACKS_APPLIED_WAIT_S,
+                    interval_s=0.2,
+                )
             ci = await retry_async(lambda: js.consumer_info("SA", "C"))
-            while ci.num_ack_pending and asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.2)
-                ci = await retry_async(lambda: js.consumer_info("SA", "C"))
             # What error_cb got, if anything, says why an ack did not apply.
             assert (ci.num_ack_pending, ci.num_pending) == (0, 0), reported[:5]
             assert ci.ack_floor.stream_seq == ACKED_MSGS

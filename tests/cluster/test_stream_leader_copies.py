@@ -35,7 +35,8 @@ from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
 from raftstream.errors import NotLeaderError, UnavailableError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.raft.host import RaftHost
-from tests.raft.test_host import run, until
+from tests.support.polling import until
+from tests.support.raft_hosts import run
 
 from .one_node import one_node
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.consumer_config import NS_PER_S, ConsumerConfig
-from tests.raft.test_host import run, until
+from tests.support.polling import until
+from tests.support.raft_hosts import run
 
 from .one_node import assignment, one_node
 

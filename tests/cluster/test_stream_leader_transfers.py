@@ -36,7 +36,8 @@ from raftstream.cluster.stream_leader import PullHandle
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
 from raftstream.engine.entries import DeleteMsg
 from raftstream.errors import NotLeaderError, UnavailableError
-from tests.raft.test_host import run, until
+from tests.support.polling import until
+from tests.support.raft_hosts import run
 
 from .one_node import GROUP, Node, leader_of, stream_nodes
 

@@ -1,6 +1,6 @@
 """``Stream.apply_batch``: the replicas' way to apply a committed batch of entries.
 
-ARCHITECTURE "Durability and errors" and the engine's determinism contract: every replica
+docs/architecture.md "Durability and errors" and the engine's determinism contract: every replica
 must compute the same state from the same log, whichever code version applies it. So
 ``apply_batch`` (with its fast path for plain publishes) must give exactly what ``apply`` on
 each entry in turn, inside one transaction, gives (the path before it existed, which a

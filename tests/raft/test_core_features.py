@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import pytest
 
-from raftstream.errors import (
-    InvalidArgumentError,
-    InvariantError,
-    LimitError,
-    NoLeaderError,
-    NotLeaderError,
-)
 from raftstream.raft.core import (
     ConfChangePendingError,
     MemoryLog,
     ProgressState,
     TransferInProgressError,
+)
+from raftstream.raft.errors import (
+    InvalidArgumentError,
+    InvariantError,
+    LimitError,
+    NoLeaderError,
+    NotLeaderError,
 )
 from raftstream.raft.types import (
     ConfChange,
@@ -30,7 +30,7 @@ from raftstream.raft.types import (
     ReadState,
     Role,
 )
-from tests.sim.net import Network
+from tests.support.sim_net import Network
 
 MT = MessageType
 

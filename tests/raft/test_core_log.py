@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raftstream.errors import InvariantError
 from raftstream.raft.core import CompactedError, MemoryLog
 from raftstream.raft.core.log import RaftLog, limit_size
 from raftstream.raft.core.progress import Inflights, Progress, ProgressState, Tracker
 from raftstream.raft.core.readonly import ReadOnly
+from raftstream.raft.errors import InvariantError
 from raftstream.raft.types import ConfState, Entry, Snapshot, SnapshotMeta
 
 

@@ -21,7 +21,8 @@ from raftstream.raft.host import RaftHost
 from raftstream.raft.storage import GroupWrite, LmdbLogStorage, MemoryLogStorage
 from raftstream.raft.transport import MemoryNetwork, MemoryTransport
 from raftstream.raft.types import ConfChange, ConfChangeType, Role
-from tests.raft.test_host import (
+from tests.support.polling import until
+from tests.support.raft_hosts import (
     CFG,
     STALL_CFG,
     ListMachine,
@@ -29,13 +30,13 @@ from tests.raft.test_host import (
     acks_waiting,
     elected,
     run,
-    until,
 )
 
 GROUP = "g"
-# STALL_CFG (test_host.py): elections slow enough that a leader whose disk a test stalls
-# keeps its term (on a loaded machine, CFG's 200 ms timeout passed while the stalled leader
-# sent nothing: CI flake), and every write on the writer thread, which the test stalls.
+# STALL_CFG (tests/support/raft_hosts.py): elections slow enough that a leader whose disk a
+# test stalls keeps its term (on a loaded machine, CFG's 200 ms timeout passed while the
+# stalled leader sent nothing: CI flake), and every write on the writer thread, which the
+# test stalls.
 
 
 async def start_hosts(names: tuple[str, ...]) -> tuple[dict[str, RaftHost], dict[str, ListMachine]]:

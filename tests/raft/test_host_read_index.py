@@ -15,7 +15,7 @@ import dataclasses
 
 import pytest
 
-from raftstream.errors import (
+from raftstream.raft.errors import (
     DeadlineExceededError,
     LimitError,
     NoLeaderError,
@@ -23,14 +23,14 @@ from raftstream.errors import (
     NotLeaderError,
 )
 from raftstream.raft.host import RaftHost
-from tests.raft.test_host import (
+from tests.support.polling import until
+from tests.support.raft_hosts import (
     CFG,
     NODES,
     elected,
     run,
     start_memory_cluster,
     stop_all,
-    until,
 )
 
 # What a replica that cannot confirm its leadership answers instead of a read point.
@@ -121,7 +121,7 @@ def test_pending_reads_are_bounded_and_fail_when_the_group_is_removed() -> None:
             await host.remove_group("a")
             with pytest.raises((NotFoundError, NotLeaderError, NoLeaderError)):
                 await read
-            assert host._reads_pending == 0
+            assert host.reads_pending == 0
         finally:
             await stop_all(hosts)
 

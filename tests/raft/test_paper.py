@@ -14,7 +14,7 @@ import pytest
 
 from raftstream.raft.core import MemoryLog
 from raftstream.raft.types import NONE, Entry, HardState, Message, MessageType, Role
-from tests.sim.net import Network
+from tests.support.sim_net import Network
 
 MT = MessageType
 PLAIN = {"pre_vote": False, "check_quorum": False}

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftstream.errors import DataLossError, InvariantError
+from raftstream.raft.errors import DataLossError, InvariantError
 from raftstream.raft.storage import (
     GroupWrite,
     LmdbLogStorage,

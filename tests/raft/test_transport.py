@@ -40,6 +40,7 @@ from raftstream.raft.types import (
     Snapshot,
     SnapshotMeta,
 )
+from tests.support.polling import until
 
 MT = MessageType
 u64 = st.integers(0, 2**64 - 1)
@@ -185,12 +186,16 @@ def test_memory_transport_delivers_and_cuts_links() -> None:
 # --- real gRPC on loopback ---
 
 
-async def _wait_until(cond: Callable[[], bool], poke: Callable[[], None] | None = None) -> None:
-    """Wait (polling) until ``cond()``; ``poke`` is called between polls (e.g. resend)."""
-    while not cond():
-        if poke is not None:
-            poke()
-        await asyncio.sleep(0.02)
+def _poking(cond: Callable[[], bool], poke: Callable[[], None]) -> Callable[[], bool]:
+    """A probe of ``cond`` that calls ``poke`` (e.g. a resend) each time it does not hold."""
+
+    def probe() -> bool:
+        if cond():
+            return True
+        poke()
+        return False
+
+    return probe
 
 
 def _run(coro: Callable[[], Awaitable[None]]) -> None:
@@ -216,12 +221,12 @@ def test_two_grpc_transports_exchange_batches_and_a_chunked_snapshot() -> None:
             appends = [_append(f"g{i % 7}", i, 128) for i in range(100)]
             beats = [Message(MT.HEARTBEAT, f"g{i}", "a", "b", 3, commit=2) for i in range(50)]
             a.send("b", [*appends, *beats])
-            await _wait_until(lambda: len(at_b) >= 150)
+            await until(lambda: len(at_b) >= 150, interval_s=0.02)
             assert at_b[:100] == appends and sorted(at_b[100:], key=repr) == sorted(beats, key=repr)
             data = bytes(range(256)) * 40  # ten 1 KiB chunks
             snap = Snapshot(SnapshotMeta(77, 3, ConfState(voters=("a", "b", "c"))), data)
             b.send("a", [Message(MT.SNAPSHOT, "g0", "b", "a", 3, snapshot=snap)])
-            await _wait_until(lambda: len(at_a) >= 1)
+            await until(lambda: len(at_a) >= 1, interval_s=0.02)
             assert at_a == [Message(MT.SNAPSHOT, "g0", "b", "a", 3, snapshot=snap)]
         finally:
             await a.close()
@@ -249,7 +254,7 @@ def test_batches_queued_for_a_peer_leave_merged_and_in_order() -> None:
             a.send("b", [], quiesce=[("g9", 3)])
             for m in appends[20:]:
                 a.send("b", [m])
-            await _wait_until(lambda: sum(len(i.messages) for i in got) >= 40)
+            await until(lambda: sum(len(i.messages) for i in got) >= 40, interval_s=0.02)
             assert [m for i in got for m in i.messages] == appends
             assert [(len(i.messages), i.quiesce) for i in got] == [(20, [("g9", 3)]), (20, [])]
         finally:
@@ -271,7 +276,7 @@ def test_snapshot_to_an_unreachable_peer_is_reported_rejected() -> None:
             a.set_peer("b", f"127.0.0.1:{port}")
             snap = Message(MT.SNAPSHOT, "g", "a", "b", 4, snapshot=Snapshot(SnapshotMeta(3, 4)))
             a.send("b", [snap])
-            await _wait_until(lambda: bool(reports))
+            await until(lambda: bool(reports), interval_s=0.02)
             assert reports == [snapshot_failed(snap)]
             assert reports[0].reject and reports[0].type == MT.SNAPSHOT_RESP
         finally:
@@ -291,7 +296,7 @@ def test_sender_reconnects_after_the_peer_restarts() -> None:
             first: list[Message] = []
             b.bind(lambda inb: first.extend(inb.messages))
             hb = Message(MT.HEARTBEAT, "g", "a", "b", 1)
-            await _wait_until(lambda: bool(first), lambda: a.send("b", [hb]))
+            await until(_poking(lambda: bool(first), lambda: a.send("b", [hb])), interval_s=0.02)
             await b.close()  # the peer goes away...
             for _ in range(5):
                 a.send("b", [hb])
@@ -300,7 +305,7 @@ def test_sender_reconnects_after_the_peer_restarts() -> None:
             assert await b2.serve(f"127.0.0.1:{port}") == port
             second: list[Message] = []
             b2.bind(lambda inb: second.extend(inb.messages))
-            await _wait_until(lambda: bool(second), lambda: a.send("b", [hb]))
+            await until(_poking(lambda: bool(second), lambda: a.send("b", [hb])), interval_s=0.02)
             assert second[0] == hb
         finally:
             await a.close()
@@ -313,7 +318,7 @@ def test_sender_reconnects_after_the_peer_restarts() -> None:
 
 @pytest.mark.parametrize("bad", ["batch", "chunk"])
 def test_config_refuses_limits_above_the_message_size(bad: str) -> None:
-    from raftstream.errors import InvalidArgumentError
+    from raftstream.raft.errors import InvalidArgumentError
 
     with pytest.raises(InvalidArgumentError):
         if bad == "batch":
@@ -336,7 +341,7 @@ def test_a_removed_peer_gets_nothing_until_it_is_set_again(
             got: list[Message] = []
             b.bind(lambda inb: got.extend(inb.messages))
             hb = Message(MT.HEARTBEAT, "g", "a", "b", 1)
-            await _wait_until(lambda: bool(got), lambda: a.send("b", [hb]))
+            await until(_poking(lambda: bool(got), lambda: a.send("b", [hb])), interval_s=0.02)
             a.remove_peer("b")
             await asyncio.sleep(0.05)  # (let the dropped stream end)
             got.clear()
@@ -347,7 +352,7 @@ def test_a_removed_peer_gets_nothing_until_it_is_set_again(
             assert got == []
             assert caplog.text.count("no address for peer b; messages dropped") == 1
             a.set_peer("b", f"127.0.0.1:{port_b}")
-            await _wait_until(lambda: bool(got), lambda: a.send("b", [hb]))
+            await until(_poking(lambda: bool(got), lambda: a.send("b", [hb])), interval_s=0.02)
         finally:
             await a.close()
             await b.close()

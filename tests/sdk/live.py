@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import raftstream
 from raftstream import errors
 from raftstream.client import Client
-from tests.cluster.node_harness import LocalCluster
+from tests.support.cluster import LocalCluster
+from tests.support.polling import until
 
 T = TypeVar("T")
 
@@ -46,20 +47,6 @@ async def connected(
         await rs.close()
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], *, what: str) -> T:
-    """Poll ``probe`` until it returns something other than None (reads from a node whose
-    meta state may lag the meta leader's by an apply)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + BODY_LIMIT_S / 2
-    while True:
-        value = await probe()
-        if value is not None:
-            return value
-        if loop.time() > end:
-            raise AssertionError(f"never happened: {what}")
-        await asyncio.sleep(POLL_S)
-
-
 async def consumer_gone(rs: Client, stream: str, name: str) -> None:
     """Wait until neither the meta state (names) nor the stream leader (info) knows the
     consumer: the two apply a delete at different moments."""
@@ -73,7 +60,7 @@ async def consumer_gone(rs: Client, stream: str, name: str) -> None:
             return True
         return None
 
-    await eventually(probe, what=f"consumer {name} deleted")
+    await until(probe, what=f"consumer {name} deleted")
 
 
 async def stream(rs: Client, name: str, *subjects: str, replicas: int = 3) -> None:

@@ -16,8 +16,8 @@ from typing import Any
 import raftstream
 from raftstream import errors
 from raftstream.proto import raftstream_pb2 as pb
-
-from .fakes import AckRecorder, FakeNode, Nodes, ack_token, lane_handler, wait_until
+from tests.support.fakes import AckRecorder, FakeNode, Nodes, ack_token, lane_handler
+from tests.support.polling import until
 
 RESEND_SETTLE_S = 0.3  # long enough for several resends (10 ms doubling to 100 ms)
 
@@ -69,7 +69,7 @@ def test_an_ack_refused_with_its_call_goes_to_the_peer_the_refusal_names():
                 m1, m2 = await fetched_two(rs)
                 await m1.ack()
                 await m2.ack()
-                await wait_until(lambda: len(recorder.items) == 2, what="both acks at the peer")
+                await until(lambda: len(recorder.items) == 2, what="both acks at the peer")
             assert [a.reply for a in recorder.items] == [m1.reply, m2.reply]
             assert reported == []
 
@@ -96,7 +96,7 @@ def test_an_ack_refused_for_streaming_calls_max_goes_as_a_unary_ack():
             async with rs:
                 (m1, _) = await fetched_two(rs)
                 await m1.ack()
-                await wait_until(lambda: bool(node.calls_to("Ack")), what="a unary ack")
+                await until(lambda: bool(node.calls_to("Ack")), what="a unary ack")
             [call] = node.calls_to("Ack")
             # A fetched message's ack goes as a run (proto AckRun): the unary Ack carries it.
             assert not call.request.HasField("ack")
@@ -116,7 +116,7 @@ def test_an_ack_refused_for_its_credentials_is_reported_once_and_not_sent_again(
             async with rs:
                 m1, _ = await fetched_two(rs)
                 await m1.ack()
-                await wait_until(lambda: bool(reported), what="the refusal reported")
+                await until(lambda: bool(reported), what="the refusal reported")
                 await asyncio.sleep(RESEND_SETTLE_S)
                 assert len(node.calls_to("AckStream")) == 1
             assert [type(e) for e in reported] == [errors.UnauthenticatedError]

@@ -3,7 +3,7 @@ naming the argument or field and the rule (the bad-input review, problems P3, P7
 and P10; docs/limits.md: "bad input gets a clear error naming the field and the rule, and
 changes nothing").
 
-Pinned here, against fake servers that record every call (``tests/sdk/fakes.py``):
+Pinned here, against fake servers that record every call (``tests/support/fakes.py``):
 
 - config types (P3): a boolean field takes True/False only (``headers_only="no"`` was stored
   and acted as true), a text field a str, a count an int, a time an int of ns from 0 to
@@ -43,8 +43,7 @@ from raftstream.kv import KeyValue, bucket_stream_config
 from raftstream.msg import Msg
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.subscribe import push_config
-
-from .fakes import Nodes, ack_token
+from tests.support.fakes import Nodes, ack_token
 
 NS = 1_000_000_000
 INT64_MAX = 2**63 - 1

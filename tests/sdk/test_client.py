@@ -1,7 +1,7 @@
 """The SDK's connection logic against fake servers: server fail-over, leader hints, retries
 bounded by the caller's timeout, idempotency, and the management calls' wire fields.
 
-docs/cluster-design.md "Errors" and ARCHITECTURE "Publish, end to end": a node that is not
+docs/cluster-design.md "Errors" and docs/architecture.md "Publish, end to end": a node that is not
 the leader answers NOT_LEADER with the leader's address in structured details; the SDK
 follows the hint and retries (tenacity), within the caller's deadline.
 """
@@ -23,8 +23,7 @@ from raftstream._conn import ATTEMPT_TIME_MIN_S, NotConnectedError, _telling, no
 from raftstream.config import UnknownFieldError
 from raftstream.msg import Msg
 from raftstream.proto import raftstream_pb2 as pb
-
-from .fakes import Nodes, RpcError, ack_token, consumer_info_pb, stream_info_pb
+from tests.support.fakes import Nodes, RpcError, ack_token, consumer_info_pb, stream_info_pb
 
 
 def free_dead_addr() -> str:

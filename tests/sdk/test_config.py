@@ -1,6 +1,6 @@
 """The SDK's config dataclasses stay in step with the engine's (the server's judge).
 
-The SDK may not import the engine (ARCHITECTURE: the SDK talks gRPC only), so it keeps its
+The SDK may not import the engine (docs/architecture.md: the SDK talks gRPC only), so it keeps its
 own StreamConfig/ConsumerConfig with JetStream's field names; these tests (which may import
 the engine) pin that the names, the defaults and the JSON form agree.
 """

@@ -16,9 +16,10 @@ import pytest
 from raftstream import errors
 from raftstream.config import DiscardPolicy
 from raftstream.kv import KeyValueOp, KeyWatcher
-from tests.cluster.node_harness import LocalCluster
+from tests.support.cluster import LocalCluster
+from tests.support.polling import until
 
-from .live import connected, eventually, run
+from .live import connected, run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("tails")]
 
@@ -65,7 +66,7 @@ def test_buckets_are_streams_laid_out_as_jetstream_lays_them_out(cluster: LocalC
                     return True
                 return None  # a node's meta state may lag the delete by an apply
 
-            await eventually(gone, what="bucket CFG gone")
+            await until(gone, what="bucket CFG gone")
             with pytest.raises(errors.BucketNotFoundError):
                 await rs.delete_key_value("CFG")
             with pytest.raises(errors.InvalidArgumentError):

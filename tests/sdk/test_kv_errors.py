@@ -1,4 +1,4 @@
-"""Key-value errors against fake servers (``tests/sdk/fakes.py``): what a KV user is told, in
+"""Key-value errors against fake servers (``tests/support/fakes.py``): what a KV user is told, in
 the words of buckets and keys (``raftstream/kv.py``, module docstring "Errors speak of
 buckets").
 
@@ -31,8 +31,7 @@ from raftstream.config import StreamConfig
 from raftstream.engine import stream_config as eng_stream
 from raftstream.kv import NS_PER_S, bucket_of, bucket_statuses, bucket_stream_config
 from raftstream.proto import raftstream_pb2 as pb
-
-from .fakes import FakeNode, Nodes
+from tests.support.fakes import FakeNode, Nodes
 
 KEY_SUBJECT = "$KV.CFG.a.b"
 

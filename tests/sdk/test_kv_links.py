@@ -12,9 +12,10 @@ import pytest
 from raftstream import errors
 from raftstream.config import StreamSource
 from raftstream.kv import KeyValue, KeyValueOp, bucket_statuses, bucket_stream_config
-from tests.cluster.node_harness import LocalCluster
+from tests.support.cluster import LocalCluster
+from tests.support.polling import until
 
-from .live import connected, eventually, run
+from .live import connected, run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("tails")]
 
@@ -45,16 +46,14 @@ def test_a_mirror_bucket_reads_the_origins_keys_and_writes_to_the_origin(
             async def copied() -> bool | None:
                 return await _value(mirror, "app.size") == b"3" or None
 
-            await eventually(copied, what="the mirror holds app.size")
+            await until(copied, what="the mirror holds app.size")
             got = await mirror.get("app.color")
             assert (got.bucket, got.key, got.value, got.revision) == ("COPY", "app.color",
                                                                      b"blue", r1)  # fmt: skip
             # A write through the mirror lands in the origin, then in the mirror.
             r3 = await mirror.put("app.color", b"green")
             assert (await origin.get("app.color")).revision == r3
-            await eventually(
-                lambda: _green(mirror), what="the mirror holds the write made through it"
-            )
+            await until(lambda: _green(mirror), what="the mirror holds the write made through it")
             with pytest.raises(errors.KeyWrongLastSequenceError):
                 await mirror.update("app.color", b"red", last=r1)  # checked at the origin
             await origin.delete("app.size")
@@ -66,7 +65,7 @@ def test_a_mirror_bucket_reads_the_origins_keys_and_writes_to_the_origin(
                     return True
                 return None
 
-            await eventually(deleted, what="the delete marker copied")
+            await until(deleted, what="the delete marker copied")
             assert sorted(await mirror.keys()) == ["app.color"]
             hist = await mirror.history("app.color")
             assert [(e.value, e.operation) for e in hist] == [
@@ -80,9 +79,9 @@ def test_a_mirror_bucket_reads_the_origins_keys_and_writes_to_the_origin(
                 hist = await mirror.history("app.color")
                 return [e.operation for e in hist] == [KeyValueOp.PURGE] or None
 
-            await eventually(rolled_up, what="the purge rolled up in the mirror")
+            await until(rolled_up, what="the purge rolled up in the mirror")
             await origin.put("app.color", b"green")
-            await eventually(lambda: _green(mirror), what="the mirror holds the new value")
+            await until(lambda: _green(mirror), what="the mirror holds the new value")
             # Opened by name, it is still the mirror; both are listed as buckets.
             again = await rs.key_value("COPY")
             assert again.mirror_of == "ORIG" and (await again.get("app.color")).value == b"green"
@@ -128,7 +127,7 @@ def test_a_bucket_with_sources_holds_their_keys_as_its_own(cluster: LocalCluster
             async def all_three() -> bool | None:
                 return sorted(await world.keys()) == ["boston", "paris", "tokyo"] or None
 
-            await eventually(all_three, what="WORLD holds every source's keys")
+            await until(all_three, what="WORLD holds every source's keys")
             assert (await world.get("paris")).value == b"fr"
             await eu.put("paris", b"fr2")
             await eu.purge("paris")  # rolls the key up in WORLD too
@@ -137,7 +136,7 @@ def test_a_bucket_with_sources_holds_their_keys_as_its_own(cluster: LocalCluster
                 hist = await world.history("paris")
                 return [e.operation for e in hist] == [KeyValueOp.PURGE] or None
 
-            await eventually(rolled_up, what="the purge rolled up in WORLD")
+            await until(rolled_up, what="the purge rolled up in WORLD")
             status = await world.status()
             assert status.sources == ("EU", "US") and status.mirror is None
             with pytest.raises(errors.AlreadyExistsError) as differs:

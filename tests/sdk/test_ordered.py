@@ -16,9 +16,10 @@ import pytest
 from raftstream import errors
 from raftstream.client import Client
 from raftstream.ordered import OrderedSubscription
-from tests.cluster.node_harness import LocalCluster
+from tests.support.cluster import LocalCluster
+from tests.support.polling import until
 
-from .live import connected, eventually, run, stream
+from .live import connected, run, stream
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +48,7 @@ async def leader_of(rs: Client, name: str) -> str:
         info = (await rs.stream_info(name)).cluster
         return info.leader if info is not None and info.leader else None
 
-    return await eventually(probe, what=f"a leader for {name}")
+    return await until(probe, what=f"a leader for {name}")
 
 
 def test_ordered_consumer_every_message_once_in_order_across_a_leader_kill(
@@ -82,7 +83,7 @@ def test_ordered_consumer_every_message_once_in_order_across_a_leader_kill(
             async def gone() -> bool | None:
                 return True if old not in await rs.consumer_names("ORD") else None
 
-            await eventually(gone, what="the ordered consumer deleted")
+            await until(gone, what="the ordered consumer deleted")
 
     run(body())
 
@@ -109,7 +110,7 @@ def test_a_stalled_leader_misses_heartbeats_and_the_ordered_consumer_resets(
             proc = own_cluster.procs[await leader_of(rs, "FRZ")]
             proc.send_signal(signal.SIGSTOP)
             try:
-                await eventually(
+                await until(
                     lambda: _ready(missed_by(errs) >= {"P", ordered.consumer}),
                     what="both subscriptions reported a missed heartbeat",
                 )

@@ -22,8 +22,7 @@ from raftstream import errors
 from raftstream._conn import Stubs
 from raftstream._pipeline import Entry, Pipeline
 from raftstream.proto import raftstream_pb2 as pb
-
-from .fakes import Nodes, ack_each, lane_handler
+from tests.support.fakes import Nodes, ack_each, lane_handler
 
 CALLS = 300  # the race lost 1 call in 17 in a probe (grpcio 1.85; raftstream/proto/calls.py)
 

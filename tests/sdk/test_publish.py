@@ -1,6 +1,6 @@
 """publish and publish_async against fake servers.
 
-ARCHITECTURE "Publish, end to end" and issue 5 "The SDK core": publish returns a PubAck and
+docs/architecture.md "Publish, end to end" and issue 5 "The SDK core": publish returns a PubAck and
 carries msg_id, headers and the expected-* preconditions; publish_async pipelines batches
 over PublishStream with one ack per message, correlated by id, with a bounded number pending.
 """
@@ -21,8 +21,8 @@ from raftstream._pipeline import Entry, Pipeline
 from raftstream.proto import calls
 from raftstream.proto import errors as pe
 from raftstream.proto import raftstream_pb2 as pb
-
-from .fakes import Nodes, RpcError, wait_until
+from tests.support.fakes import Nodes, RpcError
+from tests.support.polling import until
 
 
 def run(coro: Any) -> Any:
@@ -172,7 +172,7 @@ def test_publish_async_pipelines_and_correlates_acks_by_id():
             node.on("PublishStream", server.handler)
             async with await raftstream.connect([node.addr], timeout=5) as rs:
                 futures = [await rs.publish_async("s", str(i).encode()) for i in range(count)]
-                await wait_until(lambda: len(server.received) == count, what="all sent")
+                await until(lambda: len(server.received) == count, what="all sent")
                 assert rs.publish_async_pending() == count
                 server.release()
                 futures.append(await rs.publish_async("s", str(count).encode()))
@@ -202,7 +202,7 @@ def test_a_stalled_publish_async_names_the_outage_it_waits_out():
             async with rs:
                 for i in range(4):
                     await rs.publish_async("s", str(i).encode())
-                await wait_until(lambda: len(server.batches) > 4, what="refused and sent again")
+                await until(lambda: len(server.batches) > 4, what="refused and sent again")
                 with pytest.raises(errors.LimitError) as err:
                     await rs.publish_async("s", b"99", wait_stall=0.05)
                 assert "NO_LEADER: stream 'S' has no leader yet" in str(err.value)
@@ -227,7 +227,7 @@ def test_publish_async_pending_is_bounded():
                 futures = [await rs.publish_async("s", str(i).encode()) for i in range(4)]
                 with pytest.raises(errors.LimitError):
                     await rs.publish_async("s", b"99", wait_stall=0.05)
-                await wait_until(lambda: len(server.received) == 4, what="4 sent")
+                await until(lambda: len(server.received) == 4, what="4 sent")
                 # Room comes only from answers: this one waits while the server holds them.
                 waiting = asyncio.ensure_future(rs.publish_async("s", b"4"))
                 for _ in range(20):
@@ -447,7 +447,7 @@ def test_a_pipeline_whose_call_never_connected_fails_its_entries_as_not_sent(
         ]
         for entry in entries:
             pipe.submit(entry)
-        await wait_until(lambda: len(failed) == 2, what="both failed")
+        await until(lambda: len(failed) == 2, what="both failed")
         assert all(isinstance(exc, NotConnectedError) for _, exc in failed)
         assert all(entry.written for entry, _ in failed)  # written, and still not sent
         await pipe.close()

@@ -24,8 +24,8 @@ from raftstream import errors
 from raftstream.proto import errors as pe
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
-
-from .fakes import Nodes, wait_until
+from tests.support.fakes import Nodes
+from tests.support.polling import until
 
 CORE_TEXT = "Internal error from Core"
 # What grpc.aio gives as the debug string of a call its core failed (seen with grpc 1.85
@@ -186,7 +186,7 @@ def test_publish_async_sends_a_msg_id_again_after_the_core_broke_its_call(
                 with pytest.raises(errors.UnavailableError) as failed:
                     await without
                 assert CORE_TEXT in failed.value.message
-                await wait_until(lambda: rs.publish_async_pending() == 0, what="settled")
+                await until(lambda: rs.publish_async_pending() == 0, what="settled")
             assert seen.count(b"a") == 2 and seen.count(b"b") == 1
             assert opened[0] == 2
 

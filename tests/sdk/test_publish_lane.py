@@ -17,8 +17,7 @@ import pytest
 import raftstream
 from raftstream import errors
 from raftstream.proto import raftstream_pb2 as pb
-
-from .fakes import Nodes, lane_handler
+from tests.support.fakes import Nodes, lane_handler
 
 
 def run(coro: Any) -> Any:

@@ -19,8 +19,8 @@ import pytest
 import raftstream
 from raftstream import errors
 from raftstream.proto import raftstream_pb2 as pb
-
-from .fakes import AckRecorder, FakeNode, Nodes, ack_token, consumer_info_pb, wait_until
+from tests.support.fakes import AckRecorder, FakeNode, Nodes, ack_token, consumer_info_pb
+from tests.support.polling import until
 
 NS = 1_000_000_000
 
@@ -209,7 +209,7 @@ def test_ack_kinds_travel_with_their_arguments_and_terminal_acks_happen_once():
                 await m3.in_progress()
                 await m3.term("poison")
                 await m4.term()
-                await wait_until(lambda: len(recorder.items) == 6, what="6 acks sent")
+                await until(lambda: len(recorder.items) == 6, what="6 acks sent")
             got = [(a.reply, a.kind, a.delay_ns, a.reason, a.sync) for a in recorder.items]
             # m1's +ACK went as a run's sequence (proto AckRun), which a batch does not
             # order against its items: once, anywhere.
@@ -265,7 +265,7 @@ def test_a_failed_fire_and_forget_ack_reaches_the_error_callback():
                 m1, m2 = await (await bound(rs)).fetch(2, timeout=2.0)
                 await m1.ack()
                 await m2.ack()
-                await wait_until(lambda: bool(reported), what="error reported")
+                await until(lambda: bool(reported), what="error reported")
             assert len(reported) == 1 and isinstance(reported[0], errors.NotFoundError)
 
     run(main())
@@ -380,7 +380,7 @@ def test_prefetch_leaves_the_next_request_outstanding_and_the_next_fetch_takes_i
             async with await raftstream.connect([node.addr], timeout=5) as rs:
                 sub = await bound(rs)
                 first = await sub.fetch(2, timeout=2.0, prefetch=True)
-                await wait_until(lambda: len(fetches.requests) == 2, what="prefetch sent")
+                await until(lambda: len(fetches.requests) == 2, what="prefetch sent")
                 second = await sub.fetch(2, timeout=2.0)  # no prefetch: nothing new is asked
                 await asyncio.sleep(0.05)
                 assert len(fetches.requests) == 2
@@ -402,7 +402,7 @@ def test_a_smaller_fetch_takes_part_of_the_prefetched_batch_and_the_rest_comes_n
             async with await raftstream.connect([node.addr], timeout=5) as rs:
                 sub = await bound(rs)
                 await sub.fetch(3, timeout=2.0, prefetch=True)
-                await wait_until(lambda: len(fetches.requests) == 2, what="prefetch sent")
+                await until(lambda: len(fetches.requests) == 2, what="prefetch sent")
                 part = await sub.fetch(2, timeout=2.0, prefetch=True)
                 # Messages of the prefetched request are still held: no new request yet.
                 assert len(fetches.requests) == 2
@@ -426,11 +426,11 @@ def test_cancel_prefetch_ends_the_request_and_naks_what_no_fetch_returned():
             async with await raftstream.connect([node.addr], timeout=5) as rs:
                 sub = await bound(rs)
                 await sub.fetch(2, timeout=5.0, prefetch=True)
-                await wait_until(lambda: len(fetches.requests) == 2, what="prefetch sent")
+                await until(lambda: len(fetches.requests) == 2, what="prefetch sent")
                 await asyncio.sleep(0.1)  # message 3 arrives on the outstanding request
                 await sub.cancel_prefetch()
-                await wait_until(lambda: len(recorder.items) == 1, what="nak sent")
-                await wait_until(lambda: fetches.ended == 2, what="request ended")
+                await until(lambda: len(recorder.items) == 1, what="nak sent")
+                await until(lambda: fetches.ended == 2, what="request ended")
                 # Nothing is left over: a later fetch makes its own request.
                 fetches.batches.append([4, 5])
                 again = await sub.fetch(2, timeout=2.0)
@@ -456,7 +456,7 @@ def test_a_prefetch_that_brought_nothing_leaves_the_next_fetch_its_own_request()
             async with await raftstream.connect([node.addr], timeout=5) as rs:
                 sub = await bound(rs)
                 await sub.fetch(1, timeout=2.0, prefetch=True)
-                await wait_until(lambda: len(calls) == 2, what="prefetch sent")
+                await until(lambda: len(calls) == 2, what="prefetch sent")
                 got = await sub.fetch(1, timeout=2.0)
             assert [m.metadata.stream_seq for m in got] == [3]
             assert calls == [1, 1, 1]
@@ -532,13 +532,13 @@ def test_unsubscribe_deletes_the_ephemeral_consumer_it_created_and_closes():
                 sub = await rs.pull_subscribe("orders.new")
                 assert sub.consumer == "eph1"
                 await sub.fetch(1, timeout=5.0, prefetch=True)
-                await wait_until(lambda: len(fetches.requests) == 2, what="prefetch sent")
+                await until(lambda: len(fetches.requests) == 2, what="prefetch sent")
                 await asyncio.sleep(0.1)  # message 2 arrives on the outstanding request
                 await sub.unsubscribe()
                 await sub.unsubscribe()  # idempotent: one delete
                 with pytest.raises(errors.SubscriptionClosedError):
                     await sub.fetch(1, timeout=1.0)
-                await wait_until(lambda: len(recorder.items) == 1, what="nak sent")
+                await until(lambda: len(recorder.items) == 1, what="nak sent")
             deletes = [
                 (c.request.stream, c.request.consumer) for c in node.calls_to("DeleteConsumer")
             ]

@@ -24,8 +24,8 @@ from raftstream import errors
 from raftstream.models import ConsumerInfo
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.subscribe import PushOptions, attach
-
-from .fakes import Nodes, ack_token, wait_until
+from tests.support.fakes import Nodes, ack_token
+from tests.support.polling import until
 
 NS = 1_000_000_000
 LEADERSHIP_CHANGE = pb.PullStatus(code=409, description="Leadership Change (NOT_LEADER)")
@@ -84,7 +84,7 @@ def subscribe(rs: raftstream.Client, heartbeat_ns: int = NS) -> Any:
 
 
 async def answered(replies: list[str], token: str, count: int = 1) -> None:
-    await wait_until(lambda: replies.count(token) >= count, what=f"{token} answered")
+    await until(lambda: replies.count(token) >= count, what=f"{token} answered")
 
 
 def test_a_new_call_answers_a_token_an_earlier_call_answered():
@@ -126,7 +126,7 @@ def test_a_new_call_answers_a_token_an_earlier_call_answered():
             with pytest.raises(errors.DeadlineExceededError):
                 await sub.next_msg(0.1)
             await answered(calls.replies[1], "fc.1")
-            await wait_until(lambda: len(calls.replies) == 3, what="a third call")
+            await until(lambda: len(calls.replies) == 3, what="a third call")
             await answered(calls.replies[2], "fc.1")
             assert errs == []
             await rs.close()
@@ -159,7 +159,7 @@ def test_a_request_of_an_earlier_call_is_answered_on_the_current_one_once_reache
             node.on("Consume", calls)
             rs = await raftstream.connect([node.addr], timeout=5)
             sub = subscribe(rs)
-            await wait_until(lambda: sub.pending == 2, what="both calls' first messages")
+            await until(lambda: sub.pending == 2, what="both calls' first messages")
             got = [(await sub.next_msg(10)).data for _ in range(3)]
             assert got == [b"1", b"2", b"3"]
             with pytest.raises(errors.DeadlineExceededError):

@@ -1,4 +1,4 @@
-"""The SDK's layering (ARCHITECTURE "Layers"): the package root imports no grpc until the
+"""The SDK's layering (docs/architecture.md "Layers"): the package root imports no grpc until the
 SDK is used, and the SDK never imports the engine or the cluster. Checked in a fresh
 interpreter so nothing another test imported leaks in."""
 

@@ -14,9 +14,10 @@ import pytest
 from raftstream import errors
 from raftstream.config import ConsumerConfig
 from raftstream.msg import Msg
-from tests.cluster.node_harness import LocalCluster
+from tests.support.cluster import LocalCluster
+from tests.support.polling import until
 
-from .live import connected, eventually, run, stream
+from .live import connected, run, stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("tails")]
 
@@ -48,7 +49,7 @@ def test_acks_ack_sync_nak_in_progress_and_term(cluster: LocalCluster) -> None:
                 ci = await sub.consumer_info()
                 return True if ci.num_ack_pending == 0 else None
 
-            await eventually(settled, what="every delivery settled")
+            await until(settled, what="every delivery settled")
             ci = await sub.consumer_info()
             assert ci.delivered.stream_seq == 3 and ci.ack_floor.stream_seq == 3
             await sub.unsubscribe()
@@ -83,7 +84,7 @@ def test_callback_auto_acks_unless_manual_ack(cluster: LocalCluster) -> None:
                 done = a.num_ack_pending == 0 and len(auto_got) == 10 and len(manual) == 10
                 return True if done and m.delivered.stream_seq == 10 else None
 
-            await eventually(delivered, what="both subscriptions got everything")
+            await until(delivered, what="both subscriptions got everything")
             assert auto_got == [b"%d" % i for i in range(10)]
             assert (await by_hand.consumer_info()).num_ack_pending == 10
             for msg in manual:
@@ -144,7 +145,7 @@ def test_a_leadership_change_is_survived(cluster: LocalCluster) -> None:
                 leader = info.leader if info is not None else None
                 return leader if leader and leader != old.leader else None
 
-            await eventually(new_leader, what="a new stream leader")
+            await until(new_leader, what="a new stream leader")
             await rs.publish("dllc.x", b"after")
             msg = await sub.next_msg(30)
             assert msg.data == b"after"
@@ -165,7 +166,7 @@ def test_a_deleted_consumer_ends_the_subscription_with_its_error(cluster: LocalC
             await stream(rs, "DL_CD", "dlcd.>")
             sub = await rs.subscribe("dlcd.x", durable="GONE")
             await rs.publish("dlcd.x", b"one")
-            await eventually(lambda: _ready(sub.pending == 1), what="one message buffered")
+            await until(lambda: _ready(sub.pending == 1), what="one message buffered")
             await rs.delete_consumer("DL_CD", "GONE")
             assert (await sub.next_msg(10)).data == b"one"
             with pytest.raises(errors.ConflictError) as e:
@@ -219,7 +220,7 @@ def test_unsubscribe_ends_iteration_and_next_msg(cluster: LocalCluster) -> None:
 
             reader = asyncio.ensure_future(read_all())
             await rs.publish("dlun.x", b"x")
-            await eventually(lambda: _ready(seen == [b"x"]), what="the message read")
+            await until(lambda: _ready(seen == [b"x"]), what="the message read")
             await sub.unsubscribe()
             await asyncio.wait_for(reader, 10)
             with pytest.raises(errors.SubscriptionClosedError):
@@ -253,7 +254,7 @@ def test_close_sends_queued_fire_and_forget_acks(cluster: LocalCluster) -> None:
                 ci = await rs.consumer_info("DL_FLUSH", "flusher")
                 return True if ci.ack_floor.stream_seq == 50 else None
 
-            await eventually(all_acked, what="every queued ack applied")
+            await until(all_acked, what="every queued ack applied")
             ci = await rs.consumer_info("DL_FLUSH", "flusher")
             assert ci.num_ack_pending == 0
 

@@ -2,11 +2,11 @@
 
 ADR-15 "Automatic Status Management": the real server offers no deterministic way to skip a
 consumer sequence, to repeat a flow-control request in a heartbeat's ``stalled``, or to send
-an unknown status, so a fake node (``fakes.py``) plays exact ``Consume`` responses here and
-records what the client answers. The real-cluster counterparts (flow control, leadership
-change, deleted consumer, missed heartbeats) are in ``test_subscribe_delivery.py`` and
-``test_ordered.py``. ADR-15 "JSAck" and "Ack Handling": token forms, terminal acks, ack
-policy none.
+an unknown status, so a fake node (``tests/support/fakes.py``) plays exact ``Consume``
+responses here and records what the client answers. The real-cluster counterparts (flow
+control, leadership change, deleted consumer, missed heartbeats) are in
+``test_subscribe_delivery.py`` and ``test_ordered.py``. ADR-15 "JSAck" and "Ack Handling":
+token forms, terminal acks, ack policy none.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from raftstream.models import ConsumerInfo, MsgMetadata
 from raftstream.msg import ACK_DELAY_NS_MAX, ACK_REASON_BYTES_MAX, Msg
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.subscribe import PushOptions, attach
-
-from .fakes import AckRecorder, FakeNode, Nodes, ack_token, wait_until
+from tests.support.fakes import AckRecorder, FakeNode, Nodes, ack_token
+from tests.support.polling import until
 
 NS = 1_000_000_000
 
@@ -112,7 +112,7 @@ def test_a_gap_in_the_consumer_sequence_is_reported():
             rs, sub = await subscribed(node, script, errs)
             got = [(await sub.next_msg(5)).metadata.consumer_seq for _ in range(3)]
             assert got == [1, 2, 5]
-            await wait_until(lambda: len(errs) == 2, what="two gaps reported")
+            await until(lambda: len(errs) == 2, what="two gaps reported")
             gaps = [(e.details["expected"], e.details["got"]) for e in errs]
             assert all(isinstance(e, errors.SequenceGapError) for e in errs)
             assert gaps == [(3, 5), (6, 7)]
@@ -133,7 +133,7 @@ def test_next_msg_takes_a_buffered_message_without_a_loop_turn():
         script = Script(pb.ConsumeResponse(messages=[msg(1), msg(2), msg(3)]))
         async with Nodes(1) as (node,):
             rs, sub = await subscribed(node, script, errs)
-            await wait_until(lambda: sub.pending == 3, what="three messages buffered")
+            await until(lambda: sub.pending == 3, what="three messages buffered")
             turned = asyncio.Event()
             asyncio.get_running_loop().call_soon(turned.set)
             got = [(await sub.next_msg(5)).metadata.stream_seq for _ in range(3)]
@@ -189,7 +189,7 @@ def test_flow_control_is_answered_when_reached_and_once_per_token():
             assert (await sub.next_msg(5)).data == b"1"
             assert (await sub.next_msg(5)).data == b"2"
             assert (await sub.next_msg(5)).data == b"3"
-            await wait_until(lambda: "fc.3" in script.fc_replies, what="fc.3 answered")
+            await until(lambda: "fc.3" in script.fc_replies, what="fc.3 answered")
             assert sorted(script.fc_replies) == ["fc.1", "fc.2", "fc.3"]
             assert errs == []
             await rs.close()
@@ -209,11 +209,11 @@ def test_a_flow_control_request_waits_for_the_application():
         )
         async with Nodes(1) as (node,):
             rs, sub = await subscribed(node, script, errs)
-            await wait_until(lambda: sub.pending == 2, what="both messages buffered")
+            await until(lambda: sub.pending == 2, what="both messages buffered")
             assert script.fc_replies == []
             assert (await sub.next_msg(5)).data == b"1"
             assert (await sub.next_msg(5)).data == b"2"  # passes the request: answered
-            await wait_until(lambda: script.fc_replies == ["fc.9"], what="fc.9 answered")
+            await until(lambda: script.fc_replies == ["fc.9"], what="fc.9 answered")
             await rs.close()
 
     run(main())
@@ -300,7 +300,7 @@ def test_missing_heartbeats_are_reported():
                 created=False,
                 options=PushOptions(),
             )
-            await wait_until(lambda: len(errs) >= 1, what="a missed heartbeat reported")
+            await until(lambda: len(errs) >= 1, what="a missed heartbeat reported")
             assert isinstance(errs[0], errors.MissedHeartbeatError)
             gate.set()
             assert (await sub.next_msg(5)).data == b"1"
@@ -430,7 +430,7 @@ def test_the_buffer_is_bounded_and_nothing_is_dropped():
                 created=False,
                 options=PushOptions(pending_msgs_max=5),
             )
-            await wait_until(lambda: sub.pending == 5, what="the buffer filled")
+            await until(lambda: sub.pending == 5, what="the buffer filled")
             got = []
             for _ in range(total):
                 assert sub.pending <= 5 + 1
@@ -451,7 +451,7 @@ def test_drain_hands_over_the_buffer_or_gives_up_after_its_timeout():
             sub = attach(
                 rs, info(), subject="orders.x", queue=None, created=False, options=PushOptions()
             )
-            await wait_until(lambda: sub.pending == 3, what="three buffered")
+            await until(lambda: sub.pending == 3, what="three buffered")
             reader = asyncio.ensure_future(sub.next_msg(5))
             with pytest.raises(errors.DeadlineExceededError, match="2 messages"):
                 await sub.drain(timeout=0.2)  # one is taken, nobody takes the other two
@@ -531,11 +531,11 @@ def test_a_callback_that_raises_goes_to_error_cb_and_the_subscription_goes_on():
                 created=False,
                 options=PushOptions(cb=cb),
             )
-            await wait_until(lambda: seen == [1, 2], what="both messages handed to the callback")
+            await until(lambda: seen == [1, 2], what="both messages handed to the callback")
             (err,) = errs
             assert isinstance(err, errors.CallbackError) and isinstance(err.__cause__, ValueError)
             assert "bad order" in str(err) and err.details["consumer"] == "C"
-            await wait_until(lambda: len(acks.items) == 1, what="the second message acked")
+            await until(lambda: len(acks.items) == 1, what="the second message acked")
             assert acks.items[0].reply == msg(2).reply
             await rs.close()
 

@@ -13,9 +13,10 @@ import pytest
 from raftstream import errors
 from raftstream.config import AckPolicy, ConsumerConfig
 from raftstream.subscribe import create_or_bind, new_inbox
-from tests.cluster.node_harness import LocalCluster
+from tests.support.cluster import LocalCluster
+from tests.support.polling import until
 
-from .live import connected, consumer_gone, eventually, run, stream
+from .live import connected, consumer_gone, run, stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("tails")]
 
@@ -181,7 +182,7 @@ def test_a_push_consumer_bound_by_another_client_is_a_duplicate(cluster: LocalCl
             async def bound() -> bool | None:
                 return True if (await two.consumer_info("WF_DUP2", "D2")).push_bound else None
 
-            await eventually(bound, what="push_bound reported")
+            await until(bound, what="push_bound reported")
             with pytest.raises(errors.DuplicateSubscriptionError):
                 await two.subscribe("wfdup2.x", durable="D2")
             with pytest.raises(errors.DuplicateSubscriptionError):
@@ -276,7 +277,7 @@ def test_a_queue_subscription_without_durable_uses_the_queue_name(
                 done = len(got) >= total and ci.num_ack_pending == 0
                 return True if done else None
 
-            await eventually(all_acked, what="every message handled and acked")
+            await until(all_acked, what="every message handled and acked")
             assert sorted(got) == sorted(b"%d" % i for i in range(total))  # each once
             assert not seen[0] & seen[1]
             assert seen[0] and seen[1], "both members get work (one used to get it all)"
@@ -287,9 +288,7 @@ def test_a_queue_subscription_without_durable_uses_the_queue_name(
             more = [b"late-%d" % i for i in range(20)]
             for data in more:
                 await rs.publish("wfqd.x", data)
-            await eventually(
-                lambda: _all_in(more, seen[1]), what="m2 goes on after its creator left"
-            )
+            await until(lambda: _all_in(more, seen[1]), what="m2 goes on after its creator left")
             await m2.unsubscribe()
             await rs.consumer_info("WF_QD", "workers")  # still there: a durable of the group
             await rs.delete_consumer("WF_QD", "workers")
@@ -350,9 +349,7 @@ def test_consumers_the_sdk_created_are_deleted_and_others_kept(cluster: LocalClu
                 got.append(msg.data)
 
             eph = await rs.subscribe("wfdel.x", cb=slow)
-            await eventually(
-                lambda: _ready(eph.pending + len(got) == 5), what="five messages received"
-            )
+            await until(lambda: _ready(eph.pending + len(got) == 5), what="five messages received")
             await eph.drain()
             assert got == [b"%d" % i for i in range(5)]  # drain handed over the buffer first
             await consumer_gone(rs, "WF_DEL", eph.consumer)
@@ -470,7 +467,7 @@ def test_unsubscribe_or_drain_from_the_subscriptions_own_callback(
 
             for how in ("unsubscribe", "drain"):
                 subs[how] = await rs.subscribe("wfcb.x", cb=stopper(how))
-            await eventually(
+            await until(
                 lambda: _done(subs.values(), outcomes), what="both callbacks stopped their sub"
             )
             assert outcomes == {"unsubscribe": "returned", "drain": "returned"}

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 import raftstream
 from raftstream import ConsumerConfig, StreamConfig, errors
-from raftstream.cli import cli
+from raftstream.cli.app import cli
 from raftstream.cluster.auth import hash_secret, parse_auth
 from raftstream.config import RetentionPolicy, StreamSource
 from raftstream.kv import bucket_statuses
@@ -34,7 +34,8 @@ from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
-from tests.cluster.node_harness import LocalCluster, run
+from tests.support.cluster import LocalCluster, run, running
+from tests.support.polling import until
 
 pytestmark = pytest.mark.integration
 
@@ -107,14 +108,8 @@ def _basic(user: str, password: str) -> tuple[tuple[str, str], ...]:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     c = LocalCluster(3, auth=_auth_toml(), client_metadata=_basic("admin", PASSWORDS["admin"]))
-    try:
-        c.start_all()
+    with running(c, lines=30):
         yield c
-    except BaseException:
-        print(c.tails())
-        raise
-    finally:
-        c.close()
 
 
 async def _connect(c: LocalCluster, user: str, *, server: int = 0) -> raftstream.Client:
@@ -466,11 +461,10 @@ def test_a_mirror_or_source_needs_read_on_its_origin(cluster: LocalCluster) -> N
                 StreamConfig(name="DAVE_PAY", mirror=StreamSource(name="PAYROLL"))
             )
 
-            async def copied() -> None:
-                while (await dave.stream_info("DAVE_PAY")).state.messages < 3:
-                    await asyncio.sleep(0.1)
+            async def copied() -> bool:
+                return (await dave.stream_info("DAVE_PAY")).state.messages >= 3
 
-            await asyncio.wait_for(copied(), 60)
+            await until(copied, what="DAVE_PAY holds 3 copies", timeout_s=60, interval_s=0.1)
         finally:
             await dave.close()
         alice = await _connect(cluster, "alice")
@@ -679,11 +673,10 @@ def test_inactive_ephemeral_consumer_is_deleted_in_its_account(cluster: LocalClu
             info = await b.add_consumer("BONLY", ConsumerConfig(inactive_threshold=2_000_000_000))
             assert info.name in await b.consumer_names("BONLY")
 
-            async def gone() -> None:
-                while info.name in await b.consumer_names("BONLY"):
-                    await asyncio.sleep(0.1)
+            async def gone() -> bool:
+                return info.name not in await b.consumer_names("BONLY")
 
-            await asyncio.wait_for(gone(), timeout=30)
+            await until(gone, what=f"{info.name} removed as inactive", timeout_s=30, interval_s=0.1)
             assert "C1" in await b.consumer_names("BONLY")  # the durable one stays
         finally:
             await b.close()

@@ -17,7 +17,7 @@ import pytest
 
 from raftstream import errors
 from raftstream._auth import authorization_value, credential_interceptors
-from raftstream.cli_common import Conn
+from raftstream.cli.common import Conn
 from raftstream.cluster.auth import (
     ANONYMOUS,
     SYSTEM_ACCOUNT,

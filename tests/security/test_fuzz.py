@@ -41,7 +41,7 @@ from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
-from tests.cluster.node_harness import LocalCluster, running
+from tests.support.cluster import LocalCluster, running
 
 pytestmark = pytest.mark.integration
 

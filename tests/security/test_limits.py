@@ -35,7 +35,7 @@ from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
 from raftstream.publisher import PAYLOAD_BYTES_CEILING
-from tests.cluster.node_harness import LocalCluster, running, until_led
+from tests.support.cluster import LocalCluster, running, until_led
 
 LIMITS = Limits()
 SVC = "/raftstream.v1."

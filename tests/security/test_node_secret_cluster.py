@@ -22,10 +22,10 @@ import pytest
 import raftstream
 from raftstream.chaos.nemesis import corrupt_file
 from raftstream.cluster.auth import hash_secret, node_token, parse_auth
-from raftstream.localnet import wait_for
 from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
-from tests.cluster.node_harness import LocalCluster, run, running
+from tests.support.cluster import LocalCluster, run, running
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.integration
 

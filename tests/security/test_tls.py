@@ -33,7 +33,6 @@ from raftstream._conn import tls_credentials
 from raftstream.certs import CertSet, generate
 from raftstream.cluster.config import load_config
 from raftstream.config import StreamSource
-from raftstream.localnet import wait_for
 from raftstream.proto import node_pb2 as npb
 from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto import raft_pb2
@@ -41,7 +40,8 @@ from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
 from raftstream.raft.transport import NODE_URI_PREFIX
 from raftstream.raft.transport.grpc_transport import SERVICE as RAFT_SERVICE
-from tests.cluster.node_harness import LocalCluster
+from tests.support.cluster import LocalCluster, running
+from tests.support.polling import until, wait_for
 
 NODES = ("n1", "n2", "n3")
 MIRROR_COPIED_TIMEOUT_S = 60.0
@@ -217,7 +217,7 @@ def test_cli_tls_options_reach_the_sdk(tmp_path: Path, monkeypatch: pytest.Monke
     an unreadable file gives, before anything is sent: a usage error (exit 2)."""
     from click.testing import CliRunner
 
-    from raftstream.cli import cli
+    from raftstream.cli.app import cli
 
     runner = CliRunner()
 
@@ -247,14 +247,8 @@ def tls_cluster(good: CertSet) -> Iterator[LocalCluster]:
         tls={n: _files(good, n) for n in NODES},
         client_tls=(good.ca, client.cert, client.key),
     )
-    try:
-        c.start_all()
+    with running(c, lines=30):
         yield c
-    except BaseException:
-        print(c.tails())
-        raise
-    finally:
-        c.close()
 
 
 async def _connect(servers: list[str], **tls: object) -> raftstream.Client:
@@ -302,11 +296,15 @@ def test_tls_cluster_end_to_end_and_refusals(
             mirror = StreamConfig(name="COPY", mirror=StreamSource(name="ORDERS"))
             await js.add_stream(mirror)
 
-            async def copied() -> None:
-                while (await js.stream_info("COPY")).state.messages < 5:
-                    await asyncio.sleep(0.1)
+            async def copied() -> bool:
+                return (await js.stream_info("COPY")).state.messages >= 5
 
-            await asyncio.wait_for(copied(), MIRROR_COPIED_TIMEOUT_S)  # generous: a stuck link
+            await until(  # generous: a stuck link
+                copied,
+                what="COPY holds 5 copies",
+                timeout_s=MIRROR_COPIED_TIMEOUT_S,
+                interval_s=0.1,
+            )
         finally:
             await js.close()
         servers = tls_cluster.servers

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 from raftstream.chaos.linearizability import RegOp as Op
 from raftstream.chaos.linearizability import check_register
-from raftstream.errors import DataLossError, LimitError, NoLeaderError, NotLeaderError
 from raftstream.raft.core import (
     ConfChangePendingError,
     RaftConfig,
     RaftNode,
     TransferInProgressError,
 )
+from raftstream.raft.errors import DataLossError, LimitError, NoLeaderError, NotLeaderError
 from raftstream.raft.types import (
     ConfChange,
     ConfChangeType,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
-from raftstream.errors import DataLossError
 from raftstream.raft.core import CompactedError
 from raftstream.raft.core.log import limit_size
+from raftstream.raft.errors import DataLossError
 from raftstream.raft.types import Entry, HardState, Ready, Snapshot
 
 

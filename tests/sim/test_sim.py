@@ -18,8 +18,8 @@ import pytest
 
 from raftstream.chaos.linearizability import RegOp as Op
 from raftstream.chaos.linearizability import check_register
-from raftstream.errors import DataLossError
 from raftstream.raft.core.log import RaftLog
+from raftstream.raft.errors import DataLossError
 from raftstream.raft.types import Entry, HardState, Ready, Role, SoftState
 
 from .checkers import SafetyChecker, SafetyViolation

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from raftstream import errors
-from raftstream.cli_common import (
+from raftstream.cli.common import (
     DURATION,
     SIZE,
     Conn,
@@ -37,7 +37,7 @@ from raftstream.cli_common import (
     run,
     split_csv,
 )
-from raftstream.cli_stream import Flag, config_flags, given_flags, key_values, load_config_file
+from raftstream.cli.stream import Flag, config_flags, given_flags, key_values, load_config_file
 from raftstream.config import ConsumerConfig
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from raftstream._args import INT64_MAX
-from raftstream.cli_common import (
+from raftstream.cli.common import (
     DURATION,
     NS_PER_S,
     SIZE,

@@ -21,7 +21,7 @@ import click
 
 from raftstream import errors
 from raftstream._args import INT64_MAX
-from raftstream.cli_common import (
+from raftstream.cli.common import (
     DURATION,
     SIZE,
     UNKNOWN_STATE,

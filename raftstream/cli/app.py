@@ -1,9 +1,10 @@
-"""The ``raftstream`` command line (click). ``main`` is the console-script entry point.
+"""The ``raftstream`` command line (click): the ``raftstream`` group and its commands.
+``raftstream.cli.main`` is the console-script entry point; it calls ``run``.
 
 ``raftstream`` is a click group; each command is a function registered on it, so later
 commands (streams, consumers, publish, bench...) are added with ``@cli.command()``. The
-node code (``raftstream.cluster``) is imported lazily inside ``server``: the SDK and the
-other commands never load it.
+node code (``raftstream.cluster``) is imported lazily, when ``server`` runs one node
+(``_serve_one_node``): the SDK and the other commands never load it.
 
 ``raftstream server`` runs one node (flags, or ``--config node.toml``, or both: flags win),
 or with ``--local-cluster N`` starts N node processes on this machine for development, prints
@@ -29,20 +30,20 @@ import click
 
 from raftstream._args import PORT_MAX, check_address
 from raftstream.audit.cli import audit
-from raftstream.cli_auth import auth
-from raftstream.cli_bench import bench
-from raftstream.cli_cluster import cluster
-from raftstream.cli_common import CLI_EPILOG, add_group_connection_options
-from raftstream.cli_consumer import consumer
-from raftstream.cli_kv import kv
-from raftstream.cli_pub import pub, sub
-from raftstream.cli_stream import stream
+from raftstream.cli.auth import auth
+from raftstream.cli.bench import bench
+from raftstream.cli.cluster import cluster
+from raftstream.cli.common import CLI_EPILOG, add_group_connection_options
+from raftstream.cli.consumer import consumer
+from raftstream.cli.kv import kv
+from raftstream.cli.pub import pub, sub
+from raftstream.cli.stream import stream
 from raftstream.errors import DataLossError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from raftstream.certs import CertSet
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "run"]
 
 LOCAL_HOST = "127.0.0.1"
 LOCAL_FIRST_PORT = 7101
@@ -159,21 +160,19 @@ def server(
 
     die_with_launcher()
     if local_cluster is not None:
-        one_node = {
-            "--name": name,
-            "--peers": peers,
-            "--config": config_path,
-            "--join": join,
-            "--cluster-name": cluster_name,
-            "--tags": tags,
-            "--tls-ca": tls_ca,
-            "--tls-cert": tls_cert,
-            "--tls-key": tls_key,
-        }
-        for flag, given in one_node.items():
-            if given:  # it was ignored: the local cluster names and configures its nodes
-                hint = " (--tls makes the local cluster's certificates)" if "tls" in flag else ""
-                raise click.UsageError(f"{flag} is for one node, not --local-cluster{hint}")
+        _refuse_one_node_flags(
+            {
+                "--name": name,
+                "--peers": peers,
+                "--config": config_path,
+                "--join": join,
+                "--cluster-name": cluster_name,
+                "--tags": tags,
+                "--tls-ca": tls_ca,
+                "--tls-cert": tls_cert,
+                "--tls-key": tls_key,
+            }
+        )
         addrs, metrics = local_addresses(local_cluster, listen, metrics_listen)
         _run_local_cluster(
             Path(data or "./data"), addrs, metrics, log_level=log_level, tls=local_tls
@@ -182,6 +181,36 @@ def server(
     if local_tls:
         click.echo("raftstream server: --tls goes with --local-cluster", err=True)
         sys.exit(2)
+    flags = {
+        "name": name,
+        "listen": listen,
+        "data": data,
+        "peers": peers,
+        "metrics_listen": metrics_listen,
+        "cluster_name": cluster_name,
+        "tags": tags,
+        "tls_ca_file": tls_ca,
+        "tls_cert_file": tls_cert,
+        "tls_key_file": tls_key,
+    }
+    _serve_one_node(config_path, flags, join=join, log_level=log_level)
+
+
+def _refuse_one_node_flags(one_node: Mapping[str, object]) -> None:
+    """``--local-cluster`` names and configures its nodes itself: a flag for one node given
+    with it would be ignored, so it is a usage error (exit 2)."""
+    for flag, given in one_node.items():
+        if given:  # it was ignored: the local cluster names and configures its nodes
+            hint = " (--tls makes the local cluster's certificates)" if "tls" in flag else ""
+            raise click.UsageError(f"{flag} is for one node, not --local-cluster{hint}")
+
+
+def _serve_one_node(
+    config_path: str | None, flags: Mapping[str, str | None], *, join: bool, log_level: str
+) -> None:
+    """Run one node in this process until it stops: ``flags`` override the TOML file's
+    keys (``load_config``). Exits 2 for a configuration the node refuses, 1 for a node
+    that fails, stops on damaged data or cannot use its files or ports."""
     # Imported here: the node is not part of the SDK (layering: the SDK never loads it).
     import asyncio
 
@@ -193,19 +222,7 @@ def server(
     config_log = logging.getLogger("raftstream.cluster.config")
     config_log.addHandler(said)
     try:
-        config = load_config(
-            config_path,
-            name=name,
-            listen=listen,
-            data=data,
-            peers=peers,
-            metrics_listen=metrics_listen,
-            cluster_name=cluster_name,
-            tags=tags,
-            tls_ca_file=tls_ca,
-            tls_cert_file=tls_cert,
-            tls_key_file=tls_key,
-        )
+        config = load_config(config_path, **flags)
     except InvalidArgumentError as exc:
         click.echo(f"raftstream server: invalid configuration: {exc}", err=True)
         sys.exit(2)
@@ -447,6 +464,7 @@ cli.epilog = CLI_EPILOG
 add_group_connection_options(cli)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """The console-script entry point (``raftstream = "raftstream.cli:main"``)."""
+def run(argv: Sequence[str] | None = None) -> None:
+    """Run the command line on ``argv`` (``sys.argv`` when None); ``raftstream.cli.main``
+    calls it once gRPC's settings are applied."""
     cli.main(args=list(argv) if argv is not None else None, prog_name="raftstream")

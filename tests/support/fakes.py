@@ -217,17 +217,6 @@ def consumer_info_pb(stream: str, name: str, config: dict[str, Any]) -> pb.Consu
     return pb.ConsumerInfo(stream=stream, name=name, config_json=json.dumps(config))
 
 
-async def wait_until(cond: Callable[[], bool], *, what: str, limit_s: float = 10.0) -> None:
-    """Poll ``cond`` (an event that has no awaitable of its own); fail after ``limit_s``.
-    A safety net against hangs, not a timed assertion."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + limit_s
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError(f"never happened: {what}")
-        await asyncio.sleep(0.005)
-
-
 class RpcError(grpc.RpcError):
     """A ``grpc.RpcError`` with a code and details, as gRPC raises them for a failed call."""
 

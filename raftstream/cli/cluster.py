@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from raftstream.cli_common import (
+from raftstream.cli.common import (
     NS_PER_S,
     Conn,
     confirm_or_refuse,
@@ -377,9 +377,11 @@ def peer_add_cmd(conn: Conn, name: str, address: str | None) -> None:
     restarts. A node whose data was lost (or a new machine under its name) starts empty
     with `raftstream server --join`: it rejoins every group as a new member.
 
-    With --address, NAME is a new node: every node learns where it serves. Then start it
-    empty with `raftstream server --join` (its peers: itself and at least one running
-    node); it joins the meta group, and streams may be placed on it once it is online.
+    With --address, NAME is a new node: every node learns where it serves. It joins once
+    running empty with `raftstream server --join` (its peers: itself and at least one
+    running node): the meta group takes it in, and streams may be placed on it once it is
+    online. With [auth] and without [tls], start it first: it is added only once it proves
+    it is node NAME of this cluster at that address (docs/operations.md).
 
     \b
     Examples:
@@ -390,7 +392,8 @@ def peer_add_cmd(conn: Conn, name: str, address: str | None) -> None:
     if address:
         if done:
             click.echo(
-                f"Added node {name} ({address}); start it empty with `raftstream server --join`"
+                f"Added node {name} ({address}); it joins once running with"
+                " `raftstream server --join`"
             )
         else:
             click.echo(f"Node {name} is in the cluster already at {address}; nothing to do")

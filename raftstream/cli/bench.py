@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from raftstream import errors
-from raftstream.cli_common import (
+from raftstream.cli.common import (
     SIZE,
     Conn,
     connection_options,

@@ -27,7 +27,7 @@ import click
 
 from raftstream import errors
 from raftstream._args import check_queue_name
-from raftstream.cli_common import (
+from raftstream.cli.common import (
     Conn,
     connection_options,
     describe_error,
@@ -40,7 +40,7 @@ from raftstream.cli_common import (
     seq_runs,
     text_arg,
 )
-from raftstream.cli_consumer import NAMED_DELIVER, format_msg, msg_json, start_seq
+from raftstream.cli.consumer import NAMED_DELIVER, format_msg, msg_json, start_seq
 from raftstream.config import ConsumerConfig, DeliverPolicy, format_rfc3339_ns
 from raftstream.subscribe import find_stream
 
