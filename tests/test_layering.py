@@ -81,3 +81,23 @@ def test_a_forbidden_import_breaks_its_contract(
     assert res.returncode == 1, res.stdout + res.stderr
     assert f"{broken}" in res.stdout and "BROKEN" in res.stdout
     assert chain in res.stdout
+
+
+@pytest.mark.parametrize("out", [".", "..", "tools", "kept"])
+def test_the_view_builder_refuses_to_replace_what_it_did_not_make(tmp_path: Path, out: str) -> None:
+    """tools/typeview.py removes its folder before building the view: given ``.`` it once
+    removed a whole checkout, .git included. Run on a copy of the repository's top."""
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    shutil.copy(ROOT / "tools/typeview.py", repo / "tools")
+    shutil.copy(ROOT / "pyproject.toml", repo)
+    (repo / "raftstream").mkdir()
+    (repo / "kept").mkdir()
+    (repo / "kept" / "data").write_text("mine")
+    res = subprocess.run(
+        [sys.executable, str(repo / "tools/typeview.py"), out], capture_output=True, text=True
+    )
+    assert res.returncode != 0 and "typeview: refusing" in res.stderr
+    assert (repo / "pyproject.toml").is_file() and (repo / "kept" / "data").read_text() == "mine"
+    made = subprocess.run([sys.executable, str(repo / "tools/typeview.py"), "view"], check=True)
+    assert made.returncode == 0 and (repo / "view" / "raftstream").is_dir()
