@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from raftstream.cluster.private_files import FILE_MODE
+from raftstream.cluster.private_files import open_private
 
 __all__ = ["fsync_dir", "write_json"]
 
@@ -33,7 +33,9 @@ def write_json(path: Path, value: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     # A fresh file, so it is created FILE_MODE (a leftover one keeps the mode it had).
     tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    # Removed first: a planted link is unlinked, never written through (O_EXCL|O_NOFOLLOW
+    # refuse one that appears meanwhile; cluster/private_files.py).
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     with os.fdopen(fd, "w") as fh:
         json.dump(value, fh)
         fh.flush()

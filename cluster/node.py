@@ -91,7 +91,12 @@ from raftstream.cluster.membership import MembershipDriver
 from raftstream.cluster.meta_group import META_GROUP, MetaGroup
 from raftstream.cluster.metrics import ConsumerNumbers, LatencyInterceptor, NodeMetrics
 from raftstream.cluster.node_book import NodeBook
-from raftstream.cluster.private_files import FILE_MODE, make_private_dir, warn_if_loose
+from raftstream.cluster.private_files import (
+    check_owner,
+    make_private_dir,
+    open_private,
+    warn_if_loose,
+)
 from raftstream.cluster.raft_errors import app_error
 from raftstream.cluster.repair import (
     RepairClient,
@@ -1169,10 +1174,12 @@ def lock_data_dir(data: Path) -> int:
     """Take the node's exclusive lock on ``data`` (``flock`` on ``data/LOCK``, which holds
     the owner's pid); the open descriptor, held until ``unlock_data_dir`` or the process
     ends (the kernel drops the lock then, even after kill -9). ``OSError`` naming the
-    holder when another process has it. ``data`` is created 0700, a looser one warned of
-    (``cluster/private_files.py``)."""
+    holder when another process has it. ``data`` is created 0700, a looser one warned of;
+    ``PermissionError`` when another user owns it, ``OSError`` when ``LOCK`` is a symbolic
+    link (``cluster/private_files.py``: a root node must not write its pid through one)."""
     make_private_dir(data)
-    fd = os.open(data / DATA_LOCK_FILE, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    check_owner(data)
+    fd = open_private(data / DATA_LOCK_FILE, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -6,16 +6,29 @@ Directories are created ``DIR_MODE`` (0700) and files ``FILE_MODE`` (0600), as t
 secret files are; a directory or file found looser (readable or writable by group or
 others) is used as it is, with a WARNING naming its path and mode, since changing the
 modes an operator set is theirs to do (``chmod``).
+
+A node opens its own files with ``open_private`` (issue 39, finding 8): ``O_NOFOLLOW`` and
+``O_CLOEXEC``, so a symbolic link planted in the data directory is refused, naming its path,
+never followed (``data/LOCK -> /tmp/victim`` made a root node write its pid into the
+victim); and ``check_owner`` refuses a data directory that another user owns.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
 from pathlib import Path
 
-__all__ = ["DIR_MODE", "FILE_MODE", "make_private_dir", "warn_if_loose"]
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "check_owner",
+    "make_private_dir",
+    "open_private",
+    "warn_if_loose",
+]
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -52,3 +65,31 @@ def warn_if_loose(path: Path) -> bool:
         path,
     )
     return True
+
+
+def open_private(path: Path, flags: int) -> int:
+    """``os.open(path, flags)`` without following a symbolic link at ``path`` (and
+    close-on-exec), creating it ``FILE_MODE``. ``OSError`` naming the path when it is a
+    link; others as the file system raises them."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and path.is_symlink()):
+            raise OSError(
+                exc.errno,
+                f"{path} is a symbolic link: a node opens none of its own files through one"
+                " (remove it)",
+            ) from None
+        raise
+
+
+def check_owner(path: Path) -> None:
+    """``PermissionError`` naming ``path`` and its owner unless the user running the node
+    owns it: files another user can replace (links, a LOCK) must not be written as us."""
+    owner = os.stat(path).st_uid
+    me = os.geteuid()
+    if owner != me:
+        raise PermissionError(
+            f"data directory {path} is owned by uid {owner}, not by the user running this"
+            f" node (uid {me}): give the node a directory of its own (chown, or --data)"
+        )
