@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 from raftstream.cluster.auth import AuthConfig, parse_auth
 from raftstream.cluster.names import validate_node_name
@@ -64,6 +64,9 @@ HEADERS_BYTES_CEILING = 1 * MIB
 # Every integer key is at most int64: tomllib reads integers of any size, and the node keeps
 # sizes, counts and times as int64 (protobuf fields, the meta log) or size_t (LMDB's map).
 INT64_MAX = 2**63 - 1
+# How deep a config file's tables and arrays may nest (a legal one nests 5: a section, the
+# [auth] users array, a user's table, its permissions, their lists).
+CONFIG_DEPTH_MAX = 32
 # A call's time becomes a gRPC deadline, an int64 count of ns since the epoch (year 2262):
 # a longer one fails every forwarded call at once with DEADLINE_EXCEEDED. One year.
 CALL_TIMEOUT_MS_CEILING = 365 * 24 * 3600 * 1000
@@ -441,15 +444,33 @@ def _unset_source(key: str, path: str | Path | None) -> str:
 
 
 def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
+    """The file's tables, or ``InvalidArgumentError`` (field ``config``) for a file that
+    cannot be read, is not UTF-8, nests deeper than ``CONFIG_DEPTH_MAX`` or is not TOML:
+    the command line reports it and exits 2, never with a traceback."""
     try:
-        with path.open("rb") as fh:
-            raw = tomllib.load(fh)
+        data = path.read_bytes()
     except OSError as exc:
         raise InvalidArgumentError(
             "config", f"cannot read: {exc.strerror}", f"{path}: cannot read: {exc.strerror}"
         ) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        rule = f"not UTF-8 at byte {exc.start}"
+        raise InvalidArgumentError("config", rule, f"config file {path}: {rule}") from None
+    # tomllib recurses once per level of arrays and inline tables: bound the nesting before
+    # it parses (brackets outside strings and comments, counted roughly: a legal config nests
+    # a few levels), and after (whatever the count missed).
+    if _brackets_depth(text) > CONFIG_DEPTH_MAX:
+        _too_deep(path)
+    try:
+        raw = tomllib.loads(text)
+    except RecursionError:
+        _too_deep(path)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidArgumentError("config", f"not valid TOML: {exc}", f"{path}: {exc}") from None
+    if _value_depth(raw) > CONFIG_DEPTH_MAX:
+        _too_deep(path)
     for section, table in raw.items():
         if not isinstance(table, dict):  # a key before any [section] header
             where = "cluster" if section in _CLUSTER_KEYS else "a section"
@@ -459,6 +480,50 @@ def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
             rule = f"unknown section [{section}] (known: {', '.join(_SECTIONS)})"
             raise InvalidArgumentError(section, rule, f"{path}: {rule}")
     return raw
+
+
+def _too_deep(path: Path) -> NoReturn:
+    rule = f"nesting deeper than {CONFIG_DEPTH_MAX} levels"
+    raise InvalidArgumentError("config", rule, f"config file {path}: {rule}") from None
+
+
+def _brackets_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` in ``text``, skipping quoted strings and
+    comments (an over-count only makes the refusal come from tomllib's own errors)."""
+    depth = deepest = 0
+    quote = ""
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if quote:
+            if ch == "\\" and quote == '"':
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return deepest
+
+
+def _value_depth(value: Any, depth: int = 0) -> int:
+    """How deep ``value``'s tables and arrays nest, stopping past ``CONFIG_DEPTH_MAX``."""
+    if depth > CONFIG_DEPTH_MAX:
+        return depth
+    if isinstance(value, dict):
+        return max((_value_depth(v, depth + 1) for v in value.values()), default=depth)
+    if isinstance(value, list):
+        return max((_value_depth(v, depth + 1) for v in value), default=depth)
+    return depth
 
 
 def _build(cluster: dict[str, Any], raft: dict[str, Any], limits: dict[str, Any]) -> NodeConfig:
