@@ -11,7 +11,7 @@ SEEDS ?= 200
 # on node processes, elections and timeouts, so two at once take ~0.6 of the time of one.
 TEST_WORKERS ?= 2
 
-.PHONY: install test test-spark-connect test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim chaos soak audit run certs fuzz clean
+.PHONY: install test test-spark-connect test-fast lint typecheck bench bench-engine bench-raft bench-cluster bench-audit proto sim vopr chaos soak audit run certs fuzz clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "installing a Java runtime for Spark (apt)"; \
@@ -50,6 +50,13 @@ test-fast: install
 
 sim: install
 	RAFTSTREAM_SIM_SEEDS=$(SEEDS) $(PY) -m pytest -q tests/sim -k seeds
+
+# The whole-node simulator (tests/vopr, docs/architecture.md "Tests"): SEEDS seeds from FIRST
+# (default 0); prints the simulated hours, the faults injected by kind and the checks run, and
+# stops at the first failing seed with the command that replays it. `make test` runs 100.
+FIRST ?= 0
+vopr: install
+	$(PY) -m tests.vopr --seeds $(SEEDS) --first $(FIRST)
 
 # A longer fuzz campaign against a real node (docs/limits.md): FUZZ_EXAMPLES random and
 # malformed requests within FUZZ_SECONDS seconds of calls; prints requests tried and codes seen.

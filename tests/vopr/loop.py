@@ -1,0 +1,100 @@
+"""An asyncio event loop on simulated time, for the whole-node simulator.
+
+Everything in a simulation runs in memory (network, disks, clients), so the loop never waits
+on a file descriptor: whenever nothing is ready to run, time jumps to the next timer instead
+of sleeping until it. The host's timers (raft/clock.py's ``LoopClock``), ``asyncio.sleep``,
+``asyncio.timeout`` and ``wait_for`` all read this time, so a run of simulated minutes takes
+what its work takes, and a run is a pure function of its seed: asyncio runs ready callbacks
+in FIFO order and timers in time order, and nothing else decides what runs next.
+
+The loop is a ``SelectorEventLoop`` with a selector that owns no file descriptors: its
+``select(timeout)`` advances the clock by ``timeout``. A ``select`` with no timeout (nothing
+ready, no timer) means every task waits on something that can never happen: the run is
+stuck, and ``SimStuckError`` says so rather than hanging; so does a loop that runs
+``SPIN_TURNS_MAX`` turns without time moving (something busy-waits, which on a real node
+would burn a core).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["SPIN_TURNS_MAX", "SimLoop", "SimStuckError"]
+
+SPIN_TURNS_MAX = 1_000_000
+
+
+class SimStuckError(RuntimeError):
+    """Nothing can run and no timer is set: every task waits forever."""
+
+
+class _TimeSelector(selectors.BaseSelector):
+    """Registers file objects (the loop's self-pipe) but never reports one ready; ``select``
+    moves simulated time forward by its timeout."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._keys: dict[int, selectors.SelectorKey] = {}
+        self._still = 0  # turns since time last moved
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        key = selectors.SelectorKey(fileobj, fd, events, data)
+        self._keys[fd] = key
+        return key
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        return self._keys.pop(fd)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None:
+            raise SimStuckError("nothing is ready and no timer is set: every task waits forever")
+        if timeout > 0:
+            self.now += timeout
+            self._still = 0
+        else:
+            self._still += 1
+            if self._still > SPIN_TURNS_MAX:
+                raise SimStuckError(
+                    f"{SPIN_TURNS_MAX} loop turns without time moving: a spin; running: "
+                    f"{self.spinning()}"
+                )
+        return []
+
+    def spinning(self) -> str:
+        """What the loop runs again and again (its ready callbacks), for the error."""
+        ready = getattr(self.loop, "_ready", ())  # asyncio's own queue: a diagnostic only
+        seen = set()
+        for h in ready:
+            task = getattr(getattr(h, "_callback", None), "__self__", None)
+            coro = task.get_coro() if isinstance(task, asyncio.Task) else None
+            frame = getattr(coro, "cr_frame", None)
+            where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame else ""
+            seen.add(f"{getattr(coro, '__qualname__', repr(h)[:120])}{where}")
+        return "; ".join(sorted(seen))[:2000]
+
+    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+        return dict(self._keys)
+
+    def close(self) -> None:
+        self._keys.clear()
+
+
+class SimLoop(asyncio.SelectorEventLoop):
+    """A loop whose ``time()`` is simulated, starting at 0 (module docstring)."""
+
+    def __init__(self) -> None:
+        self._time_selector = _TimeSelector()
+        super().__init__(self._time_selector)
+        self._time_selector.loop = self
+        # Timers due within this of now run now: sums of float delays must not leave a
+        # timer a rounding error short of due (the loop would then spin on select(~0)).
+        self._clock_resolution = 1e-9
+
+    def time(self) -> float:
+        return self._time_selector.now

@@ -1,0 +1,213 @@
+"""A simulated node: the real ``RaftHost`` and the real ``StreamGroup`` of each stream placed
+on it, assembled as cluster/node.py assembles them, on the simulation's edges: its disk
+(``SimDisk``, ``SimLane``), its end of the network (``SimTransport``), its clocks (drifting
+at their own rate; the wall clock also jumps), and a real LMDB store environment in the run's
+directory (the store is a cache the group rebuilds from its log at every start).
+
+``start`` and ``crash`` may repeat: a crash drops the writes not yet done, cuts the node off
+the network at once, and stops everything without a hand-over; a start rebuilds the host and
+the groups from what the disk kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
+from raftstream.cluster.config import Limits
+from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.raft_errors import app_error
+from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
+from raftstream.engine.lmdbstore import open_node_env
+from raftstream.raft.clock import Timer
+from raftstream.raft.host import GroupStatus, HostConfig, RaftHost
+from raftstream.raft.storage import LogStorage
+from raftstream.raft.storage.api import GroupLog
+
+from .disk import SimDisk, SimLane
+from .net import SimNetwork, SimTransport
+
+__all__ = ["EPOCH_NS", "SimClock", "SimNode"]
+
+EPOCH_NS = 1_767_225_600 * 10**9  # 2026-01-01: where every node's wall clock starts
+
+
+class SimClock:
+    """One node's clocks on the simulation's time: monotonic seconds at ``rate`` (a drift of
+    a few parts in a thousand), and a wall clock that also jumps (``jump``). Serves both the
+    host (raft/clock.py's ``Clock``) and the stream groups (cluster/clock.py's
+    ``NodeClock``)."""
+
+    def __init__(self, rate: float, offset_s: float) -> None:
+        self.rate = rate
+        self.offset_s = offset_s
+        self.wall_offset_ns = 0
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time() * self.rate + self.offset_s
+
+    def monotonic(self) -> float:
+        return self.now()
+
+    def call_at(self, when: float, callback: Callable[[], object]) -> Timer:
+        """``callback`` once ``now() >= when`` (the Clock contract): the loop time is
+        rounded up until the drifted clock reads ``when`` there, or a host that re-arms a
+        timer not yet due by a rounding error would spin at one simulated instant."""
+        loop = asyncio.get_running_loop()
+        at = (when - self.offset_s) / self.rate
+        while at * self.rate + self.offset_s < when:
+            at = math.nextafter(at, math.inf)
+        return loop.call_at(at, callback)
+
+    def time_ns(self) -> int:
+        return EPOCH_NS + int(self.now() * 1e9) + self.wall_offset_ns
+
+    def jump(self, seconds: float) -> None:
+        """The wall clock jumps (an NTP step, an operator); monotonic time does not."""
+        self.wall_offset_ns += int(seconds * 1e9)
+
+
+class SimNode:
+    """One node of a simulation (module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        rng: random.Random,
+        disk: SimDisk,
+        net: SimNetwork,
+        clock: SimClock,
+        host_config: HostConfig,
+        streams: Sequence[StreamAssignment],
+        consumers: Callable[[str, str], tuple[ConsumerAssignment, ...]],
+        store_dir: Path,
+    ) -> None:
+        self.name = name
+        self._rng = rng
+        self.disk = disk
+        self._net = net
+        self.clock = clock
+        self._host_config = host_config
+        self._streams = {sa.group: sa for sa in streams}
+        self._consumers = consumers
+        self._env = open_node_env(store_dir, sync=False)
+        self._metrics = NodeMetrics(name)
+        self.host: RaftHost | None = None
+        self._stopping: RaftHost | None = None  # cut off, not yet stopped (``crash``)
+        self.storage: LogStorage | None = None
+        self.groups: dict[str, StreamGroup] = {}
+        self._lane: SimLane | None = None
+        self._transport: SimTransport | None = None
+        self.starts = 0
+        self.crashes = 0
+        self.lost_writes = 0
+
+    @property
+    def up(self) -> bool:
+        return self.host is not None
+
+    def group(self, group: str) -> StreamGroup | None:
+        return self.groups.get(group) if self.host is not None else None
+
+    async def start(self) -> None:
+        self._lane = SimLane(self.disk)
+        self._transport = SimTransport(self.name, self._net)
+        self.storage = self.disk.open()
+        host = RaftHost(
+            self.name,
+            storage=self.storage,
+            transport=self._transport,
+            config=self._host_config,
+            rng=random.Random(self._rng.getrandbits(64)),
+            map_error=app_error,
+            clock=self.clock,
+            lane=self._lane,
+        )
+        host.start()
+        self.host = host
+        self.starts += 1
+        for sa in self._streams.values():
+            g = StreamGroup(self._deps(host), sa)
+            g.replica.starting = True
+            try:
+                await host.create_group(sa.group, voters=sa.peers, state_machine=g.replica)
+            finally:
+                g.replica.starting = False
+            self.groups[sa.group] = g
+
+    def _deps(self, host: RaftHost) -> GroupDeps:
+        async def delete_consumer(account: str, stream: str, consumer: str) -> None:
+            return None  # no consumer in a simulation has an inactive threshold
+
+        return GroupDeps(
+            node_id=self.name,
+            host=host,
+            env=self._env,
+            limits=Limits(),
+            metrics=self._metrics,
+            proposal_timeout_ms=self._host_config.proposal_timeout_ms,
+            client_addr=lambda node: None,
+            consumers_of=self._consumers,
+            stream_of=lambda account, stream: next(
+                (sa for sa in self._streams.values() if sa.name == stream), None
+            ),
+            delete_consumer=delete_consumer,
+            clock=self.clock,
+        )
+
+    def monitor(self) -> None:
+        """What the node's monitor does each tick for its groups (cluster/node.py)."""
+        for g in self.groups.values():
+            g.check_leadership()
+            g.reconcile()
+
+    def writes_in_flight(self) -> int:
+        """Writes a crash now would lose: queued on the lane, or written but not synced."""
+        lane = self._lane if self.host is not None else None
+        return (lane.pending if lane is not None else 0) + len(self.disk.unsynced)
+
+    def cut_power(self) -> bool:
+        """The instant of a crash: the writes not yet done are dropped and the node is off
+        the network; whether it was up. ``crash`` finishes it (``await``)."""
+        host, lane, transport = self.host, self._lane, self._transport
+        if host is None or lane is None or transport is None:
+            return False
+        self.host = None
+        self._stopping = host
+        self.crashes += 1
+        lane.crash()
+        self.lost_writes += lane.lost + self.disk.lose_unsynced()
+        transport.close_now()
+        return True
+
+    async def crash(self) -> None:
+        """Power off (module docstring): the cut, then everything stopped without a
+        hand-over."""
+        self.cut_power()
+        host, self._stopping = self._stopping, None
+        if host is None:
+            return
+        await host.stop()
+        for g in self.groups.values():
+            await g.close(drop=False)
+        self.groups.clear()
+
+    async def close(self) -> None:
+        await self.crash()
+        self._env.close()
+
+    def status(self, group: str) -> GroupStatus | None:
+        if self.host is None or group not in self.host.groups():
+            return None
+        return self.host.status(group)
+
+    def storage_log(self, group: str) -> GroupLog | None:
+        """The Raft log of ``group`` as this run of the node stores it (None when down)."""
+        if self.host is None or self.storage is None or group not in self.storage.groups():
+            return None
+        return self.storage.log(group)
