@@ -38,6 +38,7 @@ from raftstream.engine.lmdbrecords import (
 )
 from raftstream.engine.store import StoredMsg
 from raftstream.errors import DataLossError
+from raftstream.raft.errors import DataLossError as RaftDataLossError
 from raftstream.raft.storage import codec
 from raftstream.raft.storage.lmdb_storage import read_snapshot_value
 from raftstream.raft.types import Entry, HardState, SnapshotMeta
@@ -190,7 +191,7 @@ def raft_groups(env: Any) -> list[GroupInfo]:
                 if found and bytes(cur.key())[:4] == prefix:
                     last = codec.decode_entry(bytes(cur.key()), cur.value())
                     last_index, last_term = last.index, last.term
-            except DataLossError as exc:
+            except (DataLossError, RaftDataLossError) as exc:  # raft's codec: its own
                 raise DataLossError(f"group {name}: {exc}", **exc.details) from None
             out.append(GroupInfo(name, prefix, hs, snap, last_index, last_term))
     return sorted(out, key=lambda g: g.group)
