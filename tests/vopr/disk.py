@@ -184,15 +184,7 @@ class SimLane:
     def _run_next(self) -> None:
         if self._crashed or not self._jobs:
             return
-        fn, args, fut = self._jobs.popleft()
-        try:
-            result = fn(*args)
-        except Exception as exc:
-            if not fut.done():
-                fut.set_exception(exc)
-        else:
-            if not fut.done():
-                fut.set_result(result)
+        self._run_one()
         if self._jobs:
             asyncio.get_running_loop().call_later(self._disk.fsync_s(), self._run_next)
 
@@ -214,15 +206,19 @@ class SimLane:
         # A graceful stop: what was queued is written now (the real lane's shutdown waits).
         self._closed = True
         while self._jobs and not self._crashed:
-            fn, args, fut = self._jobs.popleft()
-            try:
-                result = fn(*args)
-            except Exception as exc:
-                if not fut.done():
-                    fut.set_exception(exc)
-            else:
-                if not fut.done():
-                    fut.set_result(result)
+            self._run_one()
+
+    def _run_one(self) -> None:
+        """The oldest job, its outcome handed to its waiter."""
+        fn, args, fut = self._jobs.popleft()
+        try:
+            result = fn(*args)
+        except Exception as exc:
+            if not fut.done():
+                fut.set_exception(exc)
+        else:
+            if not fut.done():
+                fut.set_result(result)
 
 
 def _conforms(lane: SimLane) -> WriteLane:
