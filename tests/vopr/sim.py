@@ -179,7 +179,7 @@ class Simulation:
         self._nodes = self._make_nodes()
         try:
             for node in self._nodes.values():
-                await node.start()
+                await self._start(node)
             clients = Clients(
                 random.Random(self._rng.getrandbits(64)),
                 p.clients,
@@ -279,6 +279,16 @@ class Simulation:
             self._fail(self._checker.check(list(self._nodes.values())))
             await asyncio.sleep(CHECK_EVERY_S)
 
+    async def _start(self, node: SimNode) -> None:
+        """Start ``node``; a start whose first write fails (EIO, ENOSPC on a faulty disk)
+        leaves it down, to be started again shortly, as a supervisor would."""
+        try:
+            await node.start()
+        except (OSError, RaftStreamError):
+            self.report.faults["start failed (disk error)"] += 1
+            await node.crash()
+            self._restart_later(node, 0.05)
+
     def _restart_later(self, node: SimNode, delay_s: float) -> None:
         if node.name in self._restarts:
             return
@@ -286,7 +296,7 @@ class Simulation:
         def due() -> None:
             self._restarts.pop(node.name, None)
             if node.host is None:
-                self._spawn(node.start())
+                self._spawn(self._start(node))
 
         self._restarts[node.name] = asyncio.get_running_loop().call_later(delay_s, due)
 
@@ -388,7 +398,7 @@ class Simulation:
             if handle is not None:
                 handle.cancel()
             if node.host is None:
-                await node.start()
+                await self._start(node)
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -497,5 +507,5 @@ class Simulation:
             self._fail([f"the new leader took no publish: {exc!r}"])
             return
         self.history.pub_acked(b"probe", ack.seq)
-        await self._nodes[leader].start()
+        await self._start(self._nodes[leader])
         await self._converged()
