@@ -53,10 +53,11 @@ sim: install
 
 # The whole-node simulator (tests/vopr, docs/architecture.md "Tests"): SEEDS seeds from FIRST
 # (default 0); prints the simulated hours, the faults injected by kind and the checks run, and
-# stops at the first failing seed with the command that replays it. `make test` runs 100.
+# stops at the first failing seed with the command that replays it (VOPR_FLAGS=--keep-going: runs
+# every seed and lists the failing ones). `make test` runs 100.
 FIRST ?= 0
 vopr: install
-	$(PY) -m tests.vopr --seeds $(SEEDS) --first $(FIRST)
+	$(PY) -m tests.vopr --seeds $(SEEDS) --first $(FIRST) $(VOPR_FLAGS)
 
 # A longer fuzz campaign against a real node (docs/limits.md): FUZZ_EXAMPLES random and
 # malformed requests within FUZZ_SECONDS seconds of calls; prints requests tried and codes seen.
