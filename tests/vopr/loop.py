@@ -73,9 +73,13 @@ class _TimeSelector(selectors.BaseSelector):
         for h in ready:
             task = getattr(getattr(h, "_callback", None), "__self__", None)
             coro = task.get_coro() if isinstance(task, asyncio.Task) else None
-            frame = getattr(coro, "cr_frame", None)
-            where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame else ""
-            seen.add(f"{getattr(coro, '__qualname__', repr(h)[:120])}{where}")
+            chain = []
+            while coro is not None and len(chain) < 12:  # down the awaits, to where it waits
+                frame = getattr(coro, "cr_frame", None)
+                if frame is not None:
+                    chain.append(f"{frame.f_code.co_qualname}:{frame.f_lineno}")
+                coro = getattr(coro, "cr_await", None)
+            seen.add(" > ".join(chain) or repr(h)[:120])
         return "; ".join(sorted(seen))[:2000]
 
     def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
