@@ -26,7 +26,6 @@ import lmdb
 
 from raftstream.errors import DataLossError
 from raftstream.lmdbcheck import check_lmdb_env
-from raftstream.raft.errors import DataLossError as RaftDataLossError
 
 __all__ = [
     "ENV_MAX_DBS",
@@ -121,9 +120,9 @@ def scrub_root(root: str | os.PathLike[str]) -> None:
                     read_snapshot_data(env, g.prefix)
                     for _ in iter_raft_entries(env, g.prefix):
                         pass
-                except (DataLossError, RaftDataLossError) as exc:  # raft's codec: its own
+                except DataLossError as exc:
                     raise DataLossError(f"group {g.group}: {exc}", **exc.details) from None
-        except (DataLossError, RaftDataLossError) as exc:
+        except DataLossError as exc:
             key = str(exc.details.get("key", ""))
             at = f" (entry index {int(key[-16:], 16)})" if len(key) == 24 else ""
             raise DataLossError(f"node {node.name} ({RAFT_DIR}/): {exc}{at}") from None

@@ -18,6 +18,7 @@ Layouts read (see the modules named above for the bytes):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import struct
@@ -28,6 +29,7 @@ from typing import Any
 import lmdb
 
 from raftstream.cluster.meta_entries import split_group_id
+from raftstream.cluster.raft_errors import app_error
 from raftstream.engine.lmdbrecords import (
     ID,
     SEQ,
@@ -167,6 +169,17 @@ def _raft_dbs(env: Any) -> list[Any] | None:
     return None if any(db is None for db in dbs) else dbs
 
 
+@contextlib.contextmanager
+def _as_app_errors() -> Iterator[None]:
+    """Raft's codec raises raft's own DataLossError (raft imports nothing of the
+    application); the audit reports the application's, converted as the node converts it
+    (``cluster/raft_errors.py``), so every caller catches one class."""
+    try:
+        yield
+    except RaftDataLossError as exc:
+        raise app_error(exc) from None
+
+
 def raft_groups(env: Any) -> list[GroupInfo]:
     """Every group of the Raft environment, sorted by group id."""
     dbs = _raft_dbs(env)
@@ -204,7 +217,7 @@ def iter_raft_entries(env: Any, prefix: bytes, lo: int = 0) -> Iterator[Entry]:
     if dbs is None:
         return
     entries_db = dbs[1]
-    with env.begin(db=entries_db) as txn:
+    with _as_app_errors(), env.begin(db=entries_db) as txn:
         cur = txn.cursor()
         found = cur.set_range(codec.entry_key(prefix, lo))
         while found:
@@ -224,13 +237,14 @@ def read_snapshot_data(env: Any, prefix: bytes) -> bytes:
     meta_db, data_db = dbs[3], dbs[4]
     # The chunked layout's DBs (None in an environment written before it).
     gen_db, chunks_db = open_named_db(env, b"snapgen"), open_named_db(env, b"snapchunks")
-    with env.begin() as txn:
-        meta_raw = txn.get(prefix, db=meta_db)
-        if meta_raw is None:
-            return b""
-        _, data_crc = codec.decode_snapshot_meta(meta_raw)
-        data = read_snapshot_value(txn, data_db, gen_db, chunks_db, prefix)
-    return codec.verify_snapshot_data(data, data_crc)
+    with _as_app_errors():
+        with env.begin() as txn:
+            meta_raw = txn.get(prefix, db=meta_db)
+            if meta_raw is None:
+                return b""
+            _, data_crc = codec.decode_snapshot_meta(meta_raw)
+            data = read_snapshot_value(txn, data_db, gen_db, chunks_db, prefix)
+        return codec.verify_snapshot_data(data, data_crc)
 
 
 # The stream snapshot's header (``cluster/stream_snapshot.py``): magic, version, JSON length.

@@ -40,7 +40,6 @@ from raftstream.engine.consumer_store import DB_META, DB_PENDING, ConsumerKey, L
 from raftstream.engine.entries import HDR_MSG_ID
 from raftstream.engine.store import StoredMsg
 from raftstream.errors import DataLossError
-from raftstream.raft.errors import DataLossError as RaftDataLossError
 
 __all__ = [
     "BATCH_ROWS",
@@ -235,7 +234,7 @@ def _snapshot_last_seq(env: Any, info: GroupInfo | None) -> int:
         return 0
     try:
         return int(snapshot_header(read_snapshot_data(env, info.prefix)).get("last_seq", 0))
-    except (DataLossError, RaftDataLossError):  # the header's, or raft's codec's
+    except DataLossError:
         return 0
 
 
