@@ -458,11 +458,9 @@ def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
     except UnicodeDecodeError as exc:
         rule = f"not UTF-8 at byte {exc.start}"
         raise InvalidArgumentError("config", rule, f"config file {path}: {rule}") from None
-    # tomllib recurses once per level of arrays and inline tables: bound the nesting before
-    # it parses (brackets outside strings and comments, counted roughly: a legal config nests
-    # a few levels), and after (whatever the count missed).
-    if _brackets_depth(text) > CONFIG_DEPTH_MAX:
-        _too_deep(path)
+    # tomllib recurses once per level of arrays and inline tables: a file nested past
+    # Python's recursion limit stops it with RecursionError; one nested less deeply, but past
+    # CONFIG_DEPTH_MAX, is refused once parsed.
     try:
         raw = tomllib.loads(text)
     except RecursionError:
@@ -485,34 +483,6 @@ def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
 def _too_deep(path: Path) -> NoReturn:
     rule = f"nesting deeper than {CONFIG_DEPTH_MAX} levels"
     raise InvalidArgumentError("config", rule, f"config file {path}: {rule}") from None
-
-
-def _brackets_depth(text: str) -> int:
-    """The deepest nesting of ``[`` and ``{`` in ``text``, skipping quoted strings and
-    comments (an over-count only makes the refusal come from tomllib's own errors)."""
-    depth = deepest = 0
-    quote = ""
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if quote:
-            if ch == "\\" and quote == '"':
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "#":
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-            continue
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth = max(0, depth - 1)
-        i += 1
-    return deepest
 
 
 def _value_depth(value: Any, depth: int = 0) -> int:

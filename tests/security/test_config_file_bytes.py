@@ -46,8 +46,8 @@ def test_a_config_file_of_bad_bytes_or_depth_is_a_named_error(
 
 
 def test_the_depth_bound_counts_what_tomllib_parsed(tmp_path: Path) -> None:
-    """Nesting the quick count before parsing misses (brackets it read as in a string) is
-    still refused once parsed; a legal config's few levels pass."""
+    """Nesting too shallow for tomllib's recursion to fail is refused once parsed; a legal
+    config's few levels pass."""
     config = tmp_path / "node.toml"
     deep = "[" * (CONFIG_DEPTH_MAX + 1) + "]" * (CONFIG_DEPTH_MAX + 1)
     config.write_text(f"[cluster]\nx = {deep}\n")
