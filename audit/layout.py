@@ -24,8 +24,8 @@ from typing import Any
 
 import lmdb
 
+from raftstream.engine.lmdbcheck import check_lmdb_env
 from raftstream.errors import DataLossError
-from raftstream.lmdbcheck import check_lmdb_env
 
 __all__ = [
     "ENV_MAX_DBS",
@@ -79,7 +79,7 @@ def open_readonly(path: str | os.PathLike[str]) -> Any:
 
     The caller closes it. Raises ``lmdb.Error`` when ``path`` is no LMDB environment, and
     ``DataLossError`` naming the file when its data file is shorter than LMDB records (a
-    read would SIGBUS the process: ``raftstream/lmdbcheck.py``).
+    read would SIGBUS the process: ``engine/lmdbcheck.py``).
     """
     check_lmdb_env(path)
     return lmdb.open(

@@ -1,6 +1,6 @@
 """Node processes for the cluster benchmark: start N on free loopback ports, always clean up.
 
-``BenchNodes`` starts N nodes (``raftstream.localcluster.NodeLauncher``) on 127.0.0.1 free
+``BenchNodes`` starts N nodes (``raftstream.tooling.localcluster.NodeLauncher``) on 127.0.0.1 free
 ports, each with its own data directory under one root, default settings (fsync on), and
 waits by polling: gRPC health on every node, then one meta leader known to every node.
 ``close()`` kills every process it started (by pid, SIGKILL) and removes the root; it runs
@@ -19,9 +19,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from raftstream.localcluster import NodeLauncher, NodeSpec
-from raftstream.localnet import free_port
-from raftstream.procfs import cpu_seconds
+from raftstream.tooling.localcluster import NodeLauncher, NodeSpec
+from raftstream.tooling.localnet import free_port
+from raftstream.tooling.procfs import cpu_seconds
 
 __all__ = ["BenchNodes", "cpu_seconds"]
 

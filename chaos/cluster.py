@@ -12,7 +12,7 @@ Everything lives under ``run_dir``: ``<node>/`` data directories (kept for the S
 ``<node>.toml`` configs and ``<node>.log`` outputs. ``close()`` kills (SIGKILL, by pid) every
 process this object started, resumes paused ones first, and deletes its proxies; it runs
 even when start-up fails half way. The object belongs to one thread. The processes
-themselves (spawning, readiness, signals, reaping, logs) are ``raftstream.localcluster``'s;
+themselves (spawning, readiness, signals, reaping, logs) are ``raftstream.tooling.localcluster``'s;
 what is the chaos harness's own is the proxies and the peer table made of them.
 """
 
@@ -30,10 +30,10 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_f
 from toxiproxy import Proxy
 
 from raftstream.chaos.proxyctl import ProxyService
-from raftstream.localcluster import NodeLauncher, NodeSpec
-from raftstream.localnet import READY_TIMEOUT_S, free_port, wait_for
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.tooling.localcluster import NodeLauncher, NodeSpec
+from raftstream.tooling.localnet import READY_TIMEOUT_S, free_port, wait_for
 
 __all__ = ["ChaosCluster", "NodeProc", "wait_for"]
 

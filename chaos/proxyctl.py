@@ -32,7 +32,7 @@ from toxiproxy import Toxiproxy
 from toxiproxy.api import APIConsumer
 
 from raftstream.chaos.toxiproxy_server import DEFAULT_PORT, ServerThread
-from raftstream.localnet import free_port
+from raftstream.tooling.localnet import free_port
 
 __all__ = ["TOXIPROXY_URL_ENV", "ProxyService", "start_toxiproxy"]
 

@@ -55,8 +55,8 @@ import click
 
 from raftstream import errors
 from raftstream.chaos.soak_samples import METRICS, Trend, disk_bytes, judge, process_sample
-from raftstream.localcluster import NodeLauncher
-from raftstream.localnet import free_port
+from raftstream.tooling.localcluster import NodeLauncher
+from raftstream.tooling.localnet import free_port
 
 __all__ = ["MIN_WINDOW_S", "SoakConfig", "SoakResult", "run_soak"]
 

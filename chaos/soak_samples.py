@@ -27,7 +27,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from raftstream.procfs import cpu_seconds, status_kib
+from raftstream.tooling.procfs import cpu_seconds, status_kib
 
 __all__ = [
     "METRICS",

@@ -31,6 +31,7 @@ from typing import Any
 
 import lmdb
 
+from raftstream.engine.lmdbcheck import check_lmdb_env
 from raftstream.engine.lmdbreads import SEQ_MAX, LmdbStreamReads, SubjectCount, seek_le
 from raftstream.engine.lmdbrecords import (
     ID,
@@ -69,7 +70,6 @@ from raftstream.engine.store import (
     normalize_purge,
 )
 from raftstream.errors import DataLossError, InvalidArgumentError, LimitError, invariant
-from raftstream.lmdbcheck import check_lmdb_env
 
 __all__ = ["DEFAULT_MAP_SIZE_BYTES", "NODE_MAX_DBS", "LmdbStreamStore", "open_node_env"]
 

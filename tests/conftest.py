@@ -16,7 +16,7 @@ settings.register_profile(
 settings.load_profile("ci" if os.environ.get("CI") == "true" else "default")
 
 # Each pytest-xdist worker picks listening ports from its own slice of the range (workers do
-# not share raftstream.localnet's record of ports handed out; see PORT_SLICE_ENV).
+# not share raftstream.tooling.localnet's record of ports handed out; see PORT_SLICE_ENV).
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _worker.startswith("gw") and _worker[2:].isdigit():
     _count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")

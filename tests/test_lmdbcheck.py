@@ -1,4 +1,5 @@
-"""``raftstream.lmdbcheck`` and the Raft library's copy, ``raftstream.raft.storage.lmdbcheck``:
+"""``raftstream.engine.lmdbcheck`` and the Raft library's copy,
+``raftstream.raft.storage.lmdbcheck``:
 a truncated LMDB data file is refused before LMDB maps it. Both copies run every case.
 
 The check reads with plain file reads, so a truncated file is safe to test in-process; the
@@ -17,8 +18,9 @@ from types import ModuleType
 import lmdb
 import pytest
 
-from raftstream import errors, lmdbcheck
-from raftstream.lmdbcheck import DATA_FILE
+from raftstream import errors
+from raftstream.engine import lmdbcheck
+from raftstream.engine.lmdbcheck import DATA_FILE
 from raftstream.raft import errors as raft_errors
 from raftstream.raft.storage import lmdbcheck as raft_lmdbcheck
 

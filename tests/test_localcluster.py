@@ -1,4 +1,4 @@
-"""``raftstream.localcluster``: a node's flags and config file say the same thing, and the
+"""``raftstream.tooling.localcluster``: a node's flags and config file say the same thing, and the
 launcher reaps every process it starts.
 
 Every local launcher (bench, tests, chaos, ``server --local-cluster``) describes a node with
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from raftstream.certs import generate
 from raftstream.cluster.config import load_config
 from raftstream.errors import InvalidArgumentError
-from raftstream.localcluster import (
+from raftstream.tooling.certs import generate
+from raftstream.tooling.localcluster import (
     LAUNCHER_PID_ENV,
     RESTART_QUICK_FAILS_MAX,
     RESTART_STEADY_S,
@@ -31,8 +31,8 @@ from raftstream.localcluster import (
     NodeLauncher,
     NodeSpec,
 )
-from raftstream.localnet import free_port
-from raftstream.procfs import running
+from raftstream.tooling.localnet import free_port
+from raftstream.tooling.procfs import running
 from tests.support.polling import wait_for
 
 FLAG_KEYS = {
@@ -178,12 +178,12 @@ def test_a_launcher_whose_grpc_runs_starts_every_child(tmp_path: Path) -> None:
 
 def test_a_node_dies_with_the_launcher_that_asked(tmp_path: Path) -> None:
     child = (
-        "from raftstream.localcluster import die_with_launcher; import time; "
+        "from raftstream.tooling.localcluster import die_with_launcher; import time; "
         "die_with_launcher(); print('ready', flush=True); time.sleep(600)"
     )
     driver = (
         "import sys, time; from pathlib import Path; "
-        "from raftstream.localcluster import NodeLauncher; "
+        "from raftstream.tooling.localcluster import NodeLauncher; "
         f"nodes = NodeLauncher(Path({str(tmp_path)!r}), {{'n1': '127.0.0.1:1'}}, "
         "kill_on_parent_death=True); "
         f"p = nodes.start_process('n1', [sys.executable, '-c', {child!r}]); "

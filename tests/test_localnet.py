@@ -1,4 +1,4 @@
-"""raftstream.localnet.free_port: distinct ports, outside the kernel's ephemeral range."""
+"""raftstream.tooling.localnet.free_port: distinct ports, outside the kernel's ephemeral range."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from raftstream import localnet
+from raftstream.tooling import localnet
 
 
 def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:

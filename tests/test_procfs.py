@@ -1,4 +1,4 @@
-"""``raftstream.procfs``: a process that exited is not running, reaped or not; a process's
+"""``raftstream.tooling.procfs``: a process that exited is not running, reaped or not; a process's
 children are those it started, and only while they exist."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from raftstream.procfs import children, cpu_seconds, running
+from raftstream.tooling.procfs import children, cpu_seconds, running
 from tests.support.polling import wait_for
 
 

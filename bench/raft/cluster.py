@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from raftstream.procfs import cpu_seconds, status_kib
+from raftstream.tooling.procfs import cpu_seconds, status_kib
 
 __all__ = ["BenchCluster", "NodeProc", "cpu_seconds", "rss_bytes"]
 

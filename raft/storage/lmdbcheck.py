@@ -17,7 +17,7 @@ the higher transaction id is the current one.
 
 Pure stdlib (``os``, ``struct``). The Raft library's copy: ``raft`` imports nothing of the
 application and the engine never imports ``raft``, so each keeps the check
-(``raftstream.lmdbcheck`` is the engine's and the audit's); tests/test_lmdbcheck.py runs the
+(``raftstream.engine.lmdbcheck`` is the engine's and the audit's); tests/test_lmdbcheck.py runs the
 same cases against both.
 """
 

@@ -8,7 +8,7 @@ service therefore also checks the certificate's role: a node certificate carries
 ``urn:raftstream:node:<name>`` (``NODE_URI_PREFIX``) and both extended key usages, server
 and client auth (it serves the node's port and dials the other nodes), and a Raft batch or
 snapshot is accepted only when its ``src`` is one of the names so certified (a node cannot
-speak for another). ``raftstream.certs`` issues certificates that follow this convention;
+speak for another). ``raftstream.tooling.certs`` issues certificates that follow this convention;
 the prefix is repeated there because the transport does not import the SDK (a test checks
 they agree).
 

@@ -10,7 +10,7 @@ node code (``raftstream.cluster``) is imported lazily, when ``server`` runs one 
 or with ``--local-cluster N`` starts N node processes on this machine for development, prints
 how to reach them and stops them all on Ctrl-C (``--tls``: with throw-away certificates
 made under ``<data>/certs``). ``raftstream certs`` makes such certificates (docs/tls.md).
-The processes are started and stopped by ``raftstream.localcluster`` (the launcher the
+The processes are started and stopped by ``raftstream.tooling.localcluster`` (the launcher the
 benchmark, the tests and the chaos harness share); the ports (n1 on ``--listen``, default
 127.0.0.1:7101, the others on the next ones; metrics 2000 above), the banner, the
 certificates and Ctrl-C are this command's own.
@@ -41,7 +41,7 @@ from raftstream.cli.stream import stream
 from raftstream.errors import DataLossError, InvalidArgumentError
 
 if TYPE_CHECKING:
-    from raftstream.certs import CertSet
+    from raftstream.tooling.certs import CertSet
 
 __all__ = ["cli", "run"]
 
@@ -156,7 +156,7 @@ def server(
     log_level: str,
 ) -> None:
     # A node a local launcher started dies with it (imported here: only a node needs it).
-    from raftstream.localcluster import die_with_launcher
+    from raftstream.tooling.localcluster import die_with_launcher
 
     die_with_launcher()
     if local_cluster is not None:
@@ -316,7 +316,7 @@ def _run_local_cluster(
     name -> metrics address), print how to reach them, stop them on Ctrl-C. ``tls``: first
     make a new throw-away CA and certificates under ``data/certs``."""
     # Imported here: other commands need not load the launcher's health-check stubs.
-    from raftstream.localcluster import Keeper, NodeLauncher
+    from raftstream.tooling.localcluster import Keeper, NodeLauncher
 
     names = list(addrs)
     host = addrs[names[0]].rpartition(":")[0].strip("[]")
@@ -362,7 +362,10 @@ def _run_local_cluster(
 def _local_certs(names: list[str], host: str, out: Path) -> CertSet:
     """A new CA, a certificate per local node and one client certificate (``client``), for
     127.0.0.1, localhost and ``host`` (the nodes' ``--listen`` host)."""
-    from raftstream.certs import DEFAULT_HOSTS, generate  # cryptography: only when asked for
+    from raftstream.tooling.certs import (  # cryptography: only when asked for
+        DEFAULT_HOSTS,
+        generate,
+    )
 
     hosts = list(DEFAULT_HOSTS) + ([host] if host not in DEFAULT_HOSTS else [])
     try:
@@ -427,7 +430,7 @@ def _print_local_banner(
 @click.option("--days", default=7, show_default=True, type=int, help="Validity in days.")
 @click.option("--force", is_flag=True, help="Replace existing files.")
 def certs(out_dir: str, nodes: str, clients: str, hosts: str, days: int, force: bool) -> None:
-    from raftstream.certs import generate  # cryptography: only when asked for
+    from raftstream.tooling.certs import generate  # cryptography: only when asked for
 
     def names(text: str) -> list[str]:
         return [v.strip() for v in text.split(",") if v.strip()]

@@ -22,7 +22,7 @@ import pyspark
 import pytest
 
 from raftstream.audit.checks import RuleResult
-from raftstream.localnet import free_port
+from raftstream.tooling.localnet import free_port
 from tests.support.polling import NeverHappened, wait_for
 
 DAEMON_UP_S = 90.0

@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from raftstream.procfs import children as children_of
-from raftstream.procfs import running
+from raftstream.tooling.procfs import children as children_of
+from raftstream.tooling.procfs import running
 from tests.support.polling import wait_for
 
 START_WAIT_S = 60.0  # a safety net against hangs, not a timed assertion

@@ -15,7 +15,7 @@ from toxiproxy.api import APIConsumer
 
 from raftstream.chaos import proxyctl
 from raftstream.chaos.toxiproxy_server import ServerThread, split_host_port
-from raftstream.localnet import free_port
+from raftstream.tooling.localnet import free_port
 
 Upstream = Any  # conftest.Upstream
 

@@ -33,7 +33,7 @@ from .runner import RAFTSTREAM, cli_env, ok
 # A shell without job control starts background jobs with SIGINT ignored, and the command
 # would inherit that (a CI runner may): Ctrl-C is the default for it. Set by a Python that
 # then execs the command, not by a preexec_fn, which would fork this process, whose gRPC
-# runs: grpcio then aborts children (raftstream/localcluster.py, die_with_launcher).
+# runs: grpcio then aborts children (tooling/localcluster.py, die_with_launcher).
 DEFAULT_SIGINT_THEN_EXEC = (
     "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
     "os.execv(sys.argv[1], sys.argv[1:])"

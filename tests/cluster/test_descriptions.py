@@ -38,10 +38,10 @@ from raftstream.cluster.services_node import (
     probe_metadata,
 )
 from raftstream.errors import InvalidArgumentError
-from raftstream.localnet import free_port
 from raftstream.proto import node_pb2 as npb
 from raftstream.proto import node_pb2_grpc as npbg
 from raftstream.proto import raftstream_pb2 as pb
+from raftstream.tooling.localnet import free_port
 
 GIB = 1 << 30
 

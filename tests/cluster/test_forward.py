@@ -22,8 +22,8 @@ from raftstream.cluster.forward import (
 )
 from raftstream.cluster.node_book import NodeBook
 from raftstream.errors import LimitError, NoLeaderError, NotLeaderError
-from raftstream.localnet import free_port
 from raftstream.proto import raftstream_pb2 as pb
+from raftstream.tooling.localnet import free_port
 from tests.support.fakes import Nodes, ack_each, lane_handler
 
 REFUSED_RELAYS = 200  # the race was lost by about 1 call in 17 (tests/sdk/test_pipeline_accept)

@@ -13,7 +13,7 @@ import pytest
 
 from raftstream.cluster import heap
 from raftstream.cluster.config import Address, NodeConfig
-from raftstream.localnet import free_port
+from raftstream.tooling.localnet import free_port
 
 # Freed pieces of 1 MiB with small kept objects between them, as compactions leave the heap.
 # Whether glibc gives such pieces back by itself depends on where the kept objects land and
@@ -25,7 +25,7 @@ _PROBE = textwrap.dedent(
     """
     import ctypes, gc, os
     from raftstream.cluster import heap
-    from raftstream.procfs import status_kib
+    from raftstream.tooling.procfs import status_kib
 
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     libc = ctypes.CDLL(None)

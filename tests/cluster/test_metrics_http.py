@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from raftstream.cluster.metrics import GROUP_LABELS, METRICS_PATH, NodeMetrics, group_labels
-from raftstream.localnet import free_port
+from raftstream.tooling.localnet import free_port
 
 
 def _get(url: str) -> tuple[int, str]:

@@ -26,8 +26,8 @@ import pytest
 import raftstream
 from raftstream import StreamConfig
 from raftstream.cluster.node_book import CLUSTER_FILE
-from raftstream.localcluster import NodeSpec
-from raftstream.localnet import READY_TIMEOUT_S
+from raftstream.tooling.localcluster import NodeSpec
+from raftstream.tooling.localnet import READY_TIMEOUT_S
 from tests.support.cluster import LocalCluster, run, wait_logged
 from tests.support.polling import retry_async, wait_for
 from tests.support.replicas import lead_and_read_all, publish_numbered, wait_replicas

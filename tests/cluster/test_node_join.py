@@ -25,8 +25,8 @@ import pytest
 import raftstream
 from raftstream import StreamConfig
 from raftstream.cluster.repair import JOIN_REASON, MARKER
-from raftstream.localnet import READY_TIMEOUT_S
 from raftstream.raft.storage import LmdbLogStorage
+from raftstream.tooling.localnet import READY_TIMEOUT_S
 from tests.support.cluster import LocalCluster, run, running
 from tests.support.polling import wait_for
 from tests.support.replicas import publish_numbered

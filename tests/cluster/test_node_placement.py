@@ -18,11 +18,11 @@ from click.testing import CliRunner
 
 import raftstream
 from raftstream import Placement, StreamConfig
-from raftstream.certs import generate
 from raftstream.cli.app import cli
 from raftstream.cluster.auth import hash_secret
 from raftstream.errors import InvalidArgumentError
 from raftstream.models import StreamInfo
+from raftstream.tooling.certs import generate
 from tests.support.cluster import LocalCluster, run, running
 from tests.support.polling import retry_async, wait_for
 

@@ -17,7 +17,7 @@ import pytest
 
 import raftstream
 from raftstream import ConsumerConfig, StreamConfig
-from raftstream.localcluster import config_argv
+from raftstream.tooling.localcluster import config_argv
 from tests.support.cluster import LocalCluster, run
 from tests.support.polling import retry_async, wait_for
 

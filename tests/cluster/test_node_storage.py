@@ -25,7 +25,7 @@ import raftstream
 from raftstream.cluster.config import MIB, Address, Limits, NodeConfig
 from raftstream.cluster.metrics import GROUP_LABELS, group_labels
 from raftstream.cluster.node import Node
-from raftstream.localnet import free_port
+from raftstream.tooling.localnet import free_port
 from tests.support.polling import until
 
 pytestmark = pytest.mark.integration

@@ -184,7 +184,7 @@ _HEAP_PROBE = textwrap.dedent(
     from raftstream.cluster.stream_snapshot import encode_snapshot, restore_store
     from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
     from raftstream.engine.stream_config import StreamConfig
-    from raftstream.procfs import status_kib
+    from raftstream.tooling.procfs import status_kib
 
     source = open_node_env(sys.argv[1] + "/source", sync=False)
     store = LmdbStreamStore(source, "S")
@@ -232,7 +232,7 @@ _SNAPSHOT_PROBE = textwrap.dedent(
     from raftstream.cluster.stream_snapshot import SnapshotWriter
     from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
     from raftstream.engine.stream_config import StreamConfig
-    from raftstream.procfs import status_kib
+    from raftstream.tooling.procfs import status_kib
 
     store = LmdbStreamStore(open_node_env(sys.argv[1], sync=False), "S")
     for _ in range(50):

@@ -19,7 +19,7 @@ import pytest
 
 FORBIDDEN = (
     "raftstream.errors",
-    "raftstream.lmdbcheck",
+    "raftstream.engine.lmdbcheck",
     "raftstream.proto.errors",
     "raftstream.proto.raftstream_pb2",
     "raftstream.cluster",

@@ -407,7 +407,7 @@ def test_orphan_chunks_of_a_failed_write_are_deleted_on_the_next_open(tmp_path: 
 _HEAP_PROBE = textwrap.dedent(
     """
     import gc, os, sys
-    from raftstream.procfs import status_kib
+    from raftstream.tooling.procfs import status_kib
     from raftstream.raft.storage import GroupWrite
     from raftstream.raft.storage.lmdb_storage import LmdbLogStorage
     from raftstream.raft.types import Entry, Snapshot, SnapshotMeta

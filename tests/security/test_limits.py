@@ -30,11 +30,11 @@ from raftstream.cluster.limits import (
 )
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.errors import InvalidArgumentError, LimitError
-from raftstream.localnet import free_port
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from raftstream.proto.errors import from_rpc_error
 from raftstream.publisher import PAYLOAD_BYTES_CEILING
+from raftstream.tooling.localnet import free_port
 from tests.support.cluster import LocalCluster, running, until_led
 
 LIMITS = Limits()

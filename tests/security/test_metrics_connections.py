@@ -22,7 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from raftstream.cluster import metrics_http
 from raftstream.cluster.metrics import METRICS_PATH, NodeMetrics
-from raftstream.localnet import free_port
+from raftstream.tooling.localnet import free_port
 
 HALF_OPEN = 300  # connections that send part of a request and then nothing
 GUARD_S = 30  # a hung test fails here instead of hanging CI; no assertion on it

@@ -31,8 +31,8 @@ import raftstream
 from raftstream import StreamConfig, errors
 from raftstream.cluster.auth import NODE_TOKEN_PREFIX, hash_secret
 from raftstream.config import StreamSource
-from raftstream.localcluster import NodeSpec
 from raftstream.proto import node_pb2 as npb
+from raftstream.tooling.localcluster import NodeSpec
 from tests.cluster.node_harness import LocalCluster, free_port, retry_async, run
 
 pytestmark = pytest.mark.integration

@@ -28,7 +28,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from raftstream.certs import CertSet, generate
 from raftstream.cluster.auth import (
     BCRYPT_CHECKS_PENDING_MAX,
     Authenticator,
@@ -43,7 +42,6 @@ from raftstream.cluster.auth import (
     parse_auth,
 )
 from raftstream.errors import InvalidArgumentError, UnauthenticatedError, UnavailableError
-from raftstream.localnet import free_port
 from raftstream.proto import raft_pb2
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
@@ -54,6 +52,8 @@ from raftstream.raft.transport.api import Inbound
 from raftstream.raft.transport.grpc_transport import SERVICE as RAFT_SERVICE
 from raftstream.raft.transport.tls import certificate_node_names
 from raftstream.raft.types import Message, MessageType
+from raftstream.tooling.certs import CertSet, generate
+from raftstream.tooling.localnet import free_port
 
 
 def _auth_table(secret_file: Path | None = None) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 import raftstream
 from raftstream import StreamConfig, errors
 from raftstream._conn import tls_credentials
-from raftstream.certs import CertSet, generate
 from raftstream.cluster.config import load_config
 from raftstream.config import StreamSource
 from raftstream.proto import node_pb2 as npb
@@ -40,6 +39,7 @@ from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
 from raftstream.raft.transport import NODE_URI_PREFIX
 from raftstream.raft.transport.grpc_transport import SERVICE as RAFT_SERVICE
+from raftstream.tooling.certs import CertSet, generate
 from tests.support.cluster import LocalCluster, running
 from tests.support.polling import until, wait_for
 
@@ -110,7 +110,7 @@ def test_generator_refuses_to_overwrite_and_bad_names(good: CertSet) -> None:
 
 
 def test_the_sdk_and_the_transport_agree_on_the_node_uri() -> None:
-    from raftstream import certs
+    from raftstream.tooling import certs
 
     assert certs.NODE_URI_PREFIX == NODE_URI_PREFIX
 

@@ -1,7 +1,7 @@
 """Real node processes on 127.0.0.1 for integration tests, and ``running``: the one way a
 test starts a cluster and always stops it.
 
-``LocalCluster`` starts node processes (``raftstream.localcluster.NodeLauncher``) on free
+``LocalCluster`` starts node processes (``raftstream.tooling.localcluster.NodeLauncher``) on free
 loopback ports, each with its own TOML config and data directory under one temporary
 directory, waits by POLLING (gRPC health, then the cluster info's meta leader) rather than
 sleeping fixed times, and ``close()`` always kills every process it started (by pid) and
@@ -26,9 +26,9 @@ import grpc
 import pytest
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
 
-from raftstream.localcluster import NodeLauncher, NodeSpec, config_argv
-from raftstream.localnet import free_port
 from raftstream.proto import raftstream_pb2 as pb
+from raftstream.tooling.localcluster import NodeLauncher, NodeSpec, config_argv
+from raftstream.tooling.localnet import free_port
 from tests.support.polling import NeverHappened, wait_for
 
 __all__ = ["LocalCluster", "failed_test", "free_port", "run", "running", "until_led", "wait_logged"]

@@ -36,9 +36,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from raftstream.errors import InvalidArgumentError
-from raftstream.localnet import READY_TIMEOUT_S, wait_for
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
+from raftstream.tooling.localnet import READY_TIMEOUT_S, wait_for
 
 __all__ = [
     "LAUNCHER_PID_ENV",
