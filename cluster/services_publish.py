@@ -25,7 +25,7 @@ from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.limits import check_publish
 from raftstream.cluster.stream_leader import StreamGroup, answered_within
 from raftstream.errors import (
-    NotFoundError,
+    NoStreamMatchError,
     PermissionDeniedError,
     RaftStreamError,
     UnavailableError,
@@ -94,7 +94,9 @@ class PublishServicer(pbg.PublishServiceServicer):
         def lookup() -> StreamAssignment:
             sa = ctx.meta.state.stream_for_subject(account, req.subject)
             if sa is None:
-                raise NotFoundError(f"no stream matches subject {req.subject!r}", field="subject")
+                raise NoStreamMatchError(
+                    f"no stream matches subject {req.subject!r}", field="subject"
+                )
             return sa
 
         sa = await ctx.caught_up(lookup)

@@ -663,7 +663,9 @@ def parse_ttl(text: str, field_name: str = HDR_TTL) -> int:
     whole seconds (``60``), as JetStream reads it. JetStream's ``never`` (exempt from
     ``max_age``) is refused: the store has no per-message exemption yet."""
     if text == "never":
-        raise InvalidArgumentError(field_name, "'never' is not supported yet")
+        raise InvalidArgumentError(
+            field_name, "'never' (no max_age for this message) is not supported by raftstream"
+        )
     if text.isascii() and text.isdigit():
         if len(text) > 19:
             raise InvalidArgumentError(field_name, f"is too long a time: {text!r}")

@@ -98,15 +98,21 @@ PLACEMENT_NAME_BYTES_MAX = 255
 
 # JetStream fields this version does not implement yet; from_dict names the issue they wait
 # for instead of dropping them silently.
-_DEFERRED_FIELDS: Mapping[str, str] = MappingProxyType(
+# JetStream stream fields raftstream does not implement, and why a client sending one is
+# refused (with the field named) rather than having it ignored.
+_UNSUPPORTED_FIELDS: Mapping[str, str] = MappingProxyType(
     {
-        "mirror_direct": "mirrors and sources issue",
-        "republish": "a later issue",
-        "compression": "a later issue",
-        "consumer_limits": "a later issue",
-        "no_ack": "a later issue",
-        "subject_delete_marker_ttl": "a later issue",
-        "template_owner": "never (deprecated in JetStream)",
+        "mirror_direct": "JetStream's direct gets from a mirror are not supported by raftstream",
+        "republish": "JetStream's republish is not supported by raftstream",
+        "compression": "JetStream's stored-message compression is not supported by raftstream",
+        "consumer_limits": "JetStream's stream-level consumer limits are not supported by "
+        "raftstream",
+        "no_ack": "JetStream's no_ack streams are not supported by raftstream: every publish "
+        "is acknowledged",
+        "subject_delete_marker_ttl": "JetStream's subject delete markers are not supported by "
+        "raftstream",
+        "template_owner": "stream templates are deprecated in JetStream and not supported by "
+        "raftstream",
     }
 )
 # Characters JetStream refuses in names: the subject separators and wildcards (a name is used
@@ -280,10 +286,8 @@ class StreamConfig:
             raise InvalidArgumentError("config", "must be a JSON object")
         known = {f.name for f in fields(cls)}
         for key in raw:
-            if key in _DEFERRED_FIELDS:
-                raise InvalidArgumentError(
-                    key, f"not supported yet (comes with the {_DEFERRED_FIELDS[key]})"
-                )
+            if key in _UNSUPPORTED_FIELDS:
+                raise InvalidArgumentError(key, _UNSUPPORTED_FIELDS[key])
             if key not in known:
                 raise InvalidArgumentError(str(key), "unknown stream configuration field")
         kwargs = {k: _parse_field(k, v) for k, v in raw.items() if v is not None}

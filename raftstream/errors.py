@@ -264,7 +264,9 @@ class InvariantError(RaftStreamError):
 
 
 class NoStreamMatchError(NotFoundError):
-    """No stream (or more than one) captures the subject a subscription names."""
+    """No stream captures the subject a publish names (the node's answer), or none or more
+    than one captures the subject a subscription names (the SDK's subscribe workflow).
+    A NOT_FOUND, so ``except NotFoundError`` still catches it."""
 
     reason = "NO_STREAM_MATCH"
 

@@ -108,9 +108,10 @@ def test_stream_info_deleted_lists_the_deleted_sequences(cluster: Any) -> None:
 
 def test_pub_and_sub_say_the_same_when_no_stream_matches(cluster: Any) -> None:
     """A bad-input review: ``pub`` said "no stream captures subject" and ``sub`` "no stream
-    matches subject" for the same mistake."""
+    matches subject" for the same mistake, and then NOT_FOUND against NO_STREAM_MATCH: one
+    mistake, one code and one message."""
     pub = rs(cluster, "pub", "nomatch.a", "x")
     sub = rs(cluster, "sub", "nomatch.a", "--count", "1")
-    words = "no stream matches subject 'nomatch.a'"
+    words = "NO_STREAM_MATCH: no stream matches subject 'nomatch.a'"
     assert pub.returncode == sub.returncode == 1, (pub.stderr, sub.stderr)
     assert words in _error_line(pub) and words in _error_line(sub)

@@ -409,7 +409,8 @@ def test_json_uses_jetstream_names_and_nanoseconds() -> None:
     ],
 )
 def test_from_dict_rejects_unknown_keys_and_wrong_types(raw: dict[str, Any], field: str) -> None:
-    """Unknown keys, fields of later issues and wrong JSON types are refused, naming the key."""
+    """Unknown keys, JetStream fields raftstream does not implement and wrong JSON types are
+    refused, naming the key."""
     with pytest.raises(InvalidArgumentError) as info:
         StreamConfig.from_dict(raw)
     assert info.value.field == field
@@ -571,3 +572,26 @@ def test_placement_may_change_on_update() -> None:
     old = StreamConfig(name="ORDERS", placement=Placement(tags=("ssd",)))
     new = StreamConfig(name="ORDERS", placement=Placement(tags=("hdd",)))
     assert check_update(old, new).placement == Placement(tags=("hdd",))
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "mirror_direct",
+        "republish",
+        "compression",
+        "consumer_limits",
+        "no_ack",
+        "subject_delete_marker_ttl",
+        "template_owner",
+    ],
+)
+def test_unsupported_jetstream_fields_are_refused_in_users_words(key: str) -> None:
+    """A JetStream field raftstream does not implement is refused naming the field, in words
+    about JetStream and raftstream (never the project's own work items)."""
+    with pytest.raises(InvalidArgumentError) as info:
+        StreamConfig.from_dict({"name": "S", key: True})
+    assert info.value.field == key
+    text = str(info.value)
+    assert "raftstream" in text and "JetStream" in text
+    assert "issue" not in text and "yet" not in text
