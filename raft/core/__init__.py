@@ -2,12 +2,12 @@
 
 The driver builds a ``RaftNode(config, storage_view)`` per group and runs the cycle
 described in ``raftstream.raft.core.rawnode``. Storage implements ``LogView`` (read side);
-``MemoryLog`` is its in-memory twin.
+``raftstream.raft.storage.MemoryGroupLog`` is the in-memory one.
 """
 
 from raftstream.raft.core.config import RaftConfig, Rng
 from raftstream.raft.core.errors import ConfChangePendingError, TransferInProgressError
-from raftstream.raft.core.log import CompactedError, LogView, MemoryLog
+from raftstream.raft.core.log import CompactedError, LogView
 from raftstream.raft.core.progress import ProgressState
 from raftstream.raft.core.raft import TRANSFER_CONTEXT
 from raftstream.raft.core.rawnode import PeerStatus, RaftNode, Status
@@ -17,7 +17,6 @@ __all__ = [
     "CompactedError",
     "ConfChangePendingError",
     "LogView",
-    "MemoryLog",
     "PeerStatus",
     "ProgressState",
     "RaftConfig",

@@ -1,7 +1,8 @@
 """The replica's log: a read-only view of what storage holds, plus what is not yet stable.
 
-``LogView`` is the read side that every storage implements (raft/storage's LMDB log and
-``MemoryLog`` here, used by tests and the simulator). The core never writes to it: new
+``LogView`` is the read side that every storage implements (raft/storage's LMDB log, and its
+in-memory twin's group view ``MemoryGroupLog`` that the core's tests and the core-only
+simulator use). The core never writes to it: new
 entries stay in ``Unstable`` until the driver has persisted them from a ``Ready`` and called
 ``advance``. ``RaftLog`` joins the two and keeps the commit and apply positions.
 """
@@ -17,7 +18,6 @@ from raftstream.raft.types import Entry, HardState, Snapshot
 __all__ = [
     "CompactedError",
     "LogView",
-    "MemoryLog",
     "RaftLog",
     "Unstable",
     "entries_size",
@@ -34,7 +34,7 @@ class CompactedError(PreconditionError):
 class LogView(Protocol):
     """Read side of a group's durable log, as the core sees it.
 
-    Contract (the LMDB log and ``MemoryLog`` both keep it):
+    Contract (the LMDB log and the in-memory one both keep it):
 
     - ``snapshot()`` is the latest durable snapshot (index 0 when none); entries up to its
       index are gone. ``first_index() == snapshot().meta.index + 1``.
@@ -74,85 +74,6 @@ def limit_size(entries: Sequence[Entry], bytes_max: int) -> Sequence[Entry]:
         if total > bytes_max and n > 0:
             return entries[:n]
     return entries
-
-
-class MemoryLog:
-    """An in-memory durable log: the twin of raft/storage's LMDB log, also its write side.
-
-    Writes model a completed fsync: whatever is written here survives a simulated crash.
-    ``_ents[0]`` is a dummy holding the snapshot's index and term.
-    """
-
-    __slots__ = ("_ents", "_hard", "_snap")
-
-    def __init__(self) -> None:
-        self._hard = HardState()
-        self._snap = Snapshot()
-        self._ents: list[Entry] = [Entry(0, 0)]
-
-    # -- read side (LogView) --
-    def hard_state(self) -> HardState:
-        return self._hard
-
-    def snapshot(self) -> Snapshot:
-        return self._snap
-
-    def first_index(self) -> int:
-        return self._ents[0].index + 1
-
-    def last_index(self) -> int:
-        return self._ents[0].index + len(self._ents) - 1
-
-    def term(self, index: int) -> int:
-        offset = self._ents[0].index
-        if index < offset:
-            raise CompactedError(f"index {index} compacted (first {offset + 1})")
-        if index - offset >= len(self._ents):
-            return 0
-        return self._ents[index - offset].term
-
-    def entries(self, lo: int, hi: int, bytes_max: int) -> Sequence[Entry]:
-        offset = self._ents[0].index
-        if lo <= offset:
-            raise CompactedError(f"index {lo} compacted (first {offset + 1})")
-        invariant(hi <= self.last_index() + 1, f"entries [{lo}, {hi}) beyond last index")
-        return limit_size(self._ents[lo - offset : hi - offset], bytes_max)
-
-    # -- write side --
-    def set_hard_state(self, hs: HardState) -> None:
-        self._hard = hs
-
-    def append(self, entries: Sequence[Entry]) -> None:
-        """Append, truncating any conflicting suffix first (the leader's log wins, §5.3)."""
-        if not entries:
-            return
-        first = self.first_index()
-        if entries[-1].index < first:
-            return
-        if entries[0].index < first:
-            entries = entries[first - entries[0].index :]
-        offset = entries[0].index - self._ents[0].index
-        invariant(offset <= len(self._ents), f"gap appending at {entries[0].index}")
-        del self._ents[offset:]
-        self._ents.extend(entries)
-
-    def apply_snapshot(self, snap: Snapshot) -> None:
-        """Install a snapshot received from the leader: the whole log is replaced."""
-        if snap.meta.index <= self._snap.meta.index:
-            return
-        self._snap = snap
-        self._ents = [Entry(snap.meta.index, snap.meta.term)]
-
-    def compact(self, snap: Snapshot) -> None:
-        """Keep ``snap`` (made locally at an applied index) and drop the entries it covers."""
-        index = snap.meta.index
-        if index <= self._ents[0].index:
-            return
-        invariant(index <= self.last_index(), f"compact {index} beyond last index")
-        offset = self._ents[0].index
-        invariant(self._ents[index - offset].term == snap.meta.term, "snapshot term mismatch")
-        self._snap = snap
-        self._ents = [Entry(index, snap.meta.term), *self._ents[index - offset + 1 :]]
 
 
 class Unstable:

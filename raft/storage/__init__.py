@@ -8,7 +8,7 @@ from raftstream.raft.storage.api import (
     LogUnavailableError,
 )
 from raftstream.raft.storage.lmdb_storage import LmdbLogStorage
-from raftstream.raft.storage.memory import MemoryDisk, MemoryLogStorage
+from raftstream.raft.storage.memory import MemoryDisk, MemoryGroupLog, MemoryLogStorage
 
 __all__ = [
     "GroupLog",
@@ -18,5 +18,6 @@ __all__ = [
     "LogStorage",
     "LogUnavailableError",
     "MemoryDisk",
+    "MemoryGroupLog",
     "MemoryLogStorage",
 ]

@@ -1,8 +1,14 @@
-"""The in-memory twin of the LMDB log storage, for tests and the simulator.
+"""The in-memory twin of the LMDB log storage, for tests and the simulators: the project's
+one in-memory Raft log.
 
 Records are kept encoded, with the same checksums as on disk, so corruption is detected the
 same way. A ``MemoryDisk`` outlives the storage objects opened on it: reopening one on the
 same disk models a restart that kept exactly what was written (every write is "durable").
+
+``MemoryGroupLog`` is one group's log on it, with a write per kind of change: the
+``LogView`` the pure core reads through where no host runs (the core's tests and the
+core-only simulator, tests/sim); the host and the whole-node simulator use the storage
+itself.
 """
 
 from __future__ import annotations
@@ -21,9 +27,9 @@ from raftstream.raft.storage.base import (
     plan_write,
     take_entries,
 )
-from raftstream.raft.types import Entry, HardState, SnapshotMeta
+from raftstream.raft.types import Entry, HardState, Ready, Snapshot, SnapshotMeta
 
-__all__ = ["MemoryDisk", "MemoryLogStorage"]
+__all__ = ["MemoryDisk", "MemoryGroupLog", "MemoryLogStorage"]
 
 
 @dataclass
@@ -129,6 +135,71 @@ class MemoryLogStorage(LogStorageBase):
 
     def close(self) -> None:
         """Nothing to release; the disk stays for a later reopen."""
+
+
+class MemoryGroupLog:
+    """One group's stable log on a ``MemoryLogStorage`` (a new one by default): the core's
+    ``LogView`` and its write side. Every write is one ``write_batch`` of that group, so
+    it is checked as the host's writes are (``plan_write``) and a crash keeps it whole."""
+
+    __slots__ = ("group", "storage")
+
+    def __init__(self, storage: MemoryLogStorage | None = None, group: str = "g") -> None:
+        self.storage = storage if storage is not None else MemoryLogStorage()
+        self.group = group
+
+    # -- read side (the core's LogView) --
+    def hard_state(self) -> HardState:
+        return self.storage.log(self.group).hard_state()
+
+    def snapshot(self) -> Snapshot:
+        return self.storage.log(self.group).snapshot()
+
+    def first_index(self) -> int:
+        return self.storage.log(self.group).first_index()
+
+    def last_index(self) -> int:
+        return self.storage.log(self.group).last_index()
+
+    def term(self, index: int) -> int:
+        return self.storage.log(self.group).term(index)
+
+    def entries(self, lo: int, hi: int, bytes_max: int | None) -> list[Entry]:
+        return self.storage.log(self.group).entries(lo, hi, bytes_max)
+
+    # -- write side --
+    def write(self, write: GroupWrite) -> None:
+        self.storage.write_batch([write])
+
+    def set_hard_state(self, hs: HardState) -> None:
+        self.write(GroupWrite(self.group, hard_state=hs))
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Append, truncating a conflicting suffix first (the leader's log wins, Raft §5.3);
+        entries a snapshot already covers are skipped."""
+        self.write(GroupWrite(self.group, entries=tuple(entries)))
+
+    def apply_snapshot(self, snap: Snapshot) -> None:
+        """Install a snapshot received from the leader (the whole log is replaced); one not
+        newer than the stored snapshot changes nothing."""
+        if snap.meta.index > self.storage.log(self.group).snapshot_meta().index:
+            self.write(GroupWrite(self.group, snapshot=snap))
+
+    def compact(self, snap: Snapshot) -> None:
+        """Keep ``snap`` (taken locally at an applied index) and drop the entries it covers;
+        one not newer than the stored snapshot changes nothing."""
+        if snap.meta.index > self.storage.log(self.group).snapshot_meta().index:
+            self.write(GroupWrite(self.group, compaction=snap))
+
+    def persist(self, rd: Ready) -> None:
+        """The durable part of a ``Ready`` in one write, as the host writes it: a newer
+        snapshot, then the entries, then the hard state."""
+        snap = rd.snapshot
+        stored = self.storage.log(self.group).snapshot_meta().index
+        if snap is not None and snap.meta.index <= stored:
+            snap = None
+        entries = tuple(rd.entries)
+        self.write(GroupWrite(self.group, hard_state=rd.hard_state, entries=entries, snapshot=snap))
 
 
 def _conforms(storage: MemoryLogStorage) -> LogStorage:

@@ -9,7 +9,6 @@ import pytest
 
 from raftstream.raft.core import (
     ConfChangePendingError,
-    MemoryLog,
     ProgressState,
     TransferInProgressError,
 )
@@ -20,6 +19,7 @@ from raftstream.raft.errors import (
     NoLeaderError,
     NotLeaderError,
 )
+from raftstream.raft.storage import MemoryGroupLog
 from raftstream.raft.types import (
     ConfChange,
     ConfChangeType,
@@ -201,8 +201,8 @@ def test_fast_backtracking_skips_a_term_per_round_trip() -> None:
     the leader's; the leader skips whole terms of conflicting entries, so a follower 50
     entries off needs a couple of round trips, not 50."""
 
-    def log(terms: list[int], term: int) -> MemoryLog:
-        st = MemoryLog()
+    def log(terms: list[int], term: int) -> MemoryGroupLog:
+        st = MemoryGroupLog()
         st.append([Entry(i + 1, t, data=b"x") for i, t in enumerate(terms)])
         st.set_hard_state(HardState(term))
         return st
@@ -331,7 +331,7 @@ def test_transfer_target_must_be_a_voter() -> None:
 def _add_joiner(net: Network, id: str) -> None:
     """A new node starts with the group's bootstrap membership (which does not include it,
     so it never campaigns) and an empty log; it learns the rest from the leader."""
-    net.add(id, MemoryLog())
+    net.add(id, MemoryGroupLog())
     net.ids.append(id)
 
 
@@ -411,7 +411,7 @@ def test_snapshot_arriving_mid_ready_wins_over_older_conf_change() -> None:
     compact(net, "a")
     snap = net.replicas["a"].storage.snapshot()
     # c restarts with the change at i committed but not applied yet.
-    st = MemoryLog()
+    st = MemoryGroupLog()
     st.append(net.replicas["b"].storage.entries(1, i + 1, 1 << 20))
     st.set_hard_state(HardState(net["a"].term, "", i))
     rep = net.add("c", st, applied=i - 1)

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from raftstream.raft.core import MemoryLog
+from raftstream.raft.storage import MemoryGroupLog
 from raftstream.raft.types import NONE, Entry, HardState, Message, MessageType, Role
 from tests.support.sim_net import Network
 
@@ -24,9 +24,9 @@ def net3(**kw: object) -> Network:
     return Network(["a", "b", "c"], **{**PLAIN, **kw})  # type: ignore[arg-type]
 
 
-def log_with(terms: list[int], *, term: int, vote: str = NONE, commit: int = 0) -> MemoryLog:
+def log_with(terms: list[int], *, term: int, vote: str = NONE, commit: int = 0) -> MemoryGroupLog:
     """A durable log whose entry i+1 has term terms[i]."""
-    st = MemoryLog()
+    st = MemoryGroupLog()
     st.append([Entry(i + 1, t, data=f"{i + 1}/{t}".encode()) for i, t in enumerate(terms)])
     st.set_hard_state(HardState(term, vote, commit))
     return st

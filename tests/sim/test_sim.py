@@ -120,7 +120,9 @@ def test_sim_catches_storage_that_forgets_votes(monkeypatch: pytest.MonkeyPatch)
 
     def forgetful(self: SimStorage, rd: Ready) -> None:
         persist(self, rd)
-        self._hard = HardState(self._hard.term, "", self._hard.commit)
+        hs = self.hard_state()
+        if hs.vote:
+            self.set_hard_state(HardState(hs.term, "", hs.commit))
 
     monkeypatch.setattr(SimStorage, "persist", forgetful)
     for seed in range(60):

@@ -1,6 +1,6 @@
 """A synchronous in-memory cluster of RaftNodes for one group: the test bench of the
 paper tests. Messages are delivered in FIFO rounds until the cluster is quiet; filters
-drop traffic between chosen nodes. Storage is the core's MemoryLog, written from each
+drop traffic between chosen nodes. Storage is the in-memory log (MemoryGroupLog), written from each
 Ready exactly as a driver would (persist, then send, then apply, then advance)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftstream.raft.core import MemoryLog, RaftConfig, RaftNode
+from raftstream.raft.core import RaftConfig, RaftNode
+from raftstream.raft.storage import MemoryGroupLog
 from raftstream.raft.types import Entry, EntryType, Message, ReadState, Ready, Snapshot
 
 
@@ -19,7 +20,7 @@ class Replica:
     """One node: its durable storage, its RaftNode, and what it applied."""
 
     id: str
-    storage: MemoryLog
+    storage: MemoryGroupLog
     node: RaftNode
     applied: list[Entry] = field(default_factory=list)
     read_states: list[ReadState] = field(default_factory=list)
@@ -71,12 +72,12 @@ class Network:
         self.transform: Callable[[Message], Message | None] | None = None
         self.queue: list[Message] = []
         for i in self.ids:
-            self.add(i, MemoryLog())
+            self.add(i, MemoryGroupLog())
 
     def add(
         self,
         id: str,
-        storage: MemoryLog,
+        storage: MemoryGroupLog,
         *,
         voters: tuple[str, ...] | None = None,
         learners: tuple[str, ...] | None = None,
