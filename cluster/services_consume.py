@@ -40,7 +40,8 @@ from raftstream.cluster.auth import caller
 from raftstream.cluster.config import Limits
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.convert import add_bounded, pull_status_pb
-from raftstream.cluster.limits import capped_time_left, check_ack, check_ack_run
+from raftstream.cluster.limits_fields import check_ack, check_ack_run
+from raftstream.cluster.limits_interceptor import capped_time_left
 from raftstream.cluster.services_push import PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.ack import AckMetadata

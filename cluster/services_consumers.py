@@ -31,7 +31,7 @@ from raftstream.cluster.context import (
 )
 from raftstream.cluster.convert import consumer_info_pb, parse_json
 from raftstream.cluster.descriptions import LOG_FEATURE_LINKED_FILTERS
-from raftstream.cluster.limits import (
+from raftstream.cluster.limits_admission import (
     bound_consumer,
     check_cluster_limits,
     check_consumer_filter_count,

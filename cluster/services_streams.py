@@ -42,12 +42,12 @@ from raftstream.cluster.convert import (
     stream_state_pb,
 )
 from raftstream.cluster.descriptions import NodeDescription, node_infos
-from raftstream.cluster.limits import (
+from raftstream.cluster.limits_admission import (
     check_cluster_limits,
-    check_config_name,
     check_stream_subject_count,
     check_subjects_detail,
 )
+from raftstream.cluster.limits_fields import check_config_name
 from raftstream.cluster.meta import (
     LIST_LIMIT_MAX,
     StreamAdded,
