@@ -44,7 +44,7 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
-from raftstream.cluster.auth import AccountLimits
+from raftstream.cluster.auth_values import AccountLimits
 from raftstream.cluster.config import Address
 from raftstream.cluster.meta_entries import (
     AddConsumer,

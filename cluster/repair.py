@@ -64,7 +64,8 @@ import lmdb
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
-from raftstream.cluster.auth import AuthConfig, acting_as, cluster_caller
+from raftstream.cluster.auth_tokens import cluster_caller
+from raftstream.cluster.auth_values import AuthConfig, acting_as
 from raftstream.cluster.context import ServiceContext, time_left
 from raftstream.cluster.durable import fsync_dir, write_json
 from raftstream.cluster.forward import Forwarder

@@ -36,7 +36,7 @@ import collections
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any, TypeVar
 
-from raftstream.cluster.auth import caller
+from raftstream.cluster.auth_values import caller
 from raftstream.cluster.config import Limits
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.convert import add_bounded, pull_status_pb

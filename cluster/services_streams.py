@@ -26,7 +26,7 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from raftstream.cluster.assignments import StreamAssignment
-from raftstream.cluster.auth import Caller
+from raftstream.cluster.auth_values import Caller
 from raftstream.cluster.context import (
     ServiceContext,
     account_of,
