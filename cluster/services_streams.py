@@ -48,14 +48,10 @@ from raftstream.cluster.limits_admission import (
     check_subjects_detail,
 )
 from raftstream.cluster.limits_fields import check_config_name
-from raftstream.cluster.meta import (
-    LIST_LIMIT_MAX,
-    StreamAdded,
-    StreamUpdated,
-    check_account_limits,
-    stream_exists_error,
-)
+from raftstream.cluster.meta_account_limits import check_account_limits
 from raftstream.cluster.meta_entries import AddStream, DeleteStream, UpdateStream
+from raftstream.cluster.meta_results import LIST_LIMIT_MAX, StreamAdded, StreamUpdated
+from raftstream.cluster.meta_rules import stream_exists_error
 from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_peers
 from raftstream.cluster.raft_extras import followers
 from raftstream.engine.entries import DeleteMsg, Purge
