@@ -33,7 +33,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from raftstream.cluster.auth import AuthConfig, parse_auth
+from raftstream.cluster.auth_parse import parse_auth
+from raftstream.cluster.auth_values import AuthConfig
 from raftstream.cluster.names import validate_node_name
 from raftstream.cluster.tls import TlsSettings, parse_tls
 from raftstream.errors import InvalidArgumentError

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from raftstream.cluster.auth import Permissions, caller
+from raftstream.cluster.auth_values import Permissions, caller
 from raftstream.errors import (
     LimitError,
     NoLeaderError,

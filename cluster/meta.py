@@ -33,19 +33,23 @@ exactly ``num_replicas`` of them on create (fewer only while a group awaits repa
 
 Ownership: a ``MetaState`` belongs to the one thread or loop that applies the meta log;
 queries return immutable values that callers may keep.
+
+Where the parts live: the results and ``Page`` in ``cluster/meta_results.py``; one
+account's streams, consumers and subject index (``MetaAccount``) in
+``cluster/meta_account.py``; the removed, added and forgotten nodes (``MetaMembers``) in
+``cluster/meta_members.py``; the consumer rules and "exists already" refusals in
+``cluster/meta_rules.py``; the meta leader's account limits (``check_account_limits``) in
+``cluster/meta_account_limits.py``. This module re-exports the names importers used from it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
-from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
-from raftstream.cluster.auth import AccountLimits
-from raftstream.cluster.config import Address
+from raftstream.cluster.meta_account import MetaAccount
+from raftstream.cluster.meta_account_limits import check_account_limits
 from raftstream.cluster.meta_entries import (
     AddConsumer,
     AddStream,
@@ -65,35 +69,42 @@ from raftstream.cluster.meta_entries import (
     decode_entry,
     stream_group_id,
 )
+from raftstream.cluster.meta_members import MetaMembers
+from raftstream.cluster.meta_results import (
+    LIST_LIMIT_MAX,
+    ConsumerAdded,
+    ConsumerDeleted,
+    ConsumerUpdated,
+    GroupReassigned,
+    MetaResult,
+    NodeAdded,
+    NodeForgotten,
+    Page,
+    PeerAdded,
+    PeerRemoved,
+    StreamAdded,
+    StreamDeleted,
+    StreamUpdated,
+    page,
+)
+from raftstream.cluster.meta_rules import (
+    check_consumer_rules,
+    consumer_exists_error,
+    consumer_name,
+    stream_exists_error,
+    subjects_undescribed,
+)
 from raftstream.cluster.meta_snapshot import decode_snapshot, encode_snapshot
-from raftstream.cluster.names import validate_account, validate_node_name
-from raftstream.cluster.repair_state import RepairBook, RepairRecorded
-from raftstream.engine.consumer_config import (
-    ConsumerConfig,
-    RetentionKind,
-    check_for_stream,
-)
+from raftstream.cluster.names import validate_account
+from raftstream.cluster.repair_state import RepairBook
 from raftstream.engine.consumer_config import check_update as check_consumer_update
-from raftstream.engine.stream_config import (
-    StorageType,
-    StreamConfig,
-    check_create,
-    check_no_cycle,
-    check_no_overlap,
-)
+from raftstream.engine.stream_config import check_create, check_no_cycle, check_no_overlap
 from raftstream.engine.stream_config import check_update as check_stream_update
-from raftstream.engine.subjects import (
-    OverlapIndex,
-    subjects_collide,
-    validate_filter,
-    validate_subject,
-)
-from raftstream.engine.sublist import SubList, Subscription
+from raftstream.engine.subjects import subjects_collide, validate_filter, validate_subject
 from raftstream.errors import (
     AlreadyExistsError,
     ConflictError,
     InvalidArgumentError,
-    InvariantError,
     LimitError,
     NotFoundError,
     RaftStreamError,
@@ -123,151 +134,9 @@ __all__ = [
     "subjects_undescribed",
 ]
 
-# JetStream's API list limit (JSApiListLimit): one page of a list or names call.
-LIST_LIMIT_MAX = 256
 SUBJECT_MEMO_MAX = 65_536  # memoised stream_for_subject answers, at most
 # Errors that are outcomes of an entry, not failures of the replica.
 _REFUSALS = (InvalidArgumentError, AlreadyExistsError, NotFoundError, LimitError, ConflictError)
-
-_T = TypeVar("_T")
-
-
-# -- values ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StreamAdded:
-    assignment: StreamAssignment
-    created: bool  # False: the stream existed with this very config (idempotent add)
-
-
-@dataclass(frozen=True, slots=True)
-class StreamUpdated:
-    assignment: StreamAssignment
-    previous: StreamAssignment
-
-
-@dataclass(frozen=True, slots=True)
-class StreamDeleted:
-    assignment: StreamAssignment
-    consumers: tuple[str, ...]  # the consumers deleted with it, sorted
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerAdded:
-    assignment: ConsumerAssignment
-    created: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerUpdated:
-    assignment: ConsumerAssignment
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerDeleted:
-    assignment: ConsumerAssignment
-
-
-@dataclass(frozen=True, slots=True)
-class PeerRemoved:
-    peer: str
-    newly_removed: bool  # False: it was removed already (a retried request)
-    groups: tuple[str, ...]  # groups that still name the peer and need a ReassignGroup
-
-
-@dataclass(frozen=True, slots=True)
-class PeerAdded:
-    peer: str
-    readmitted: bool  # False: it was not removed (nothing changed)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeAdded:
-    node: str
-    address: str
-    added: bool  # False: it was added already, at this address (a retried request)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeForgotten:
-    node: str
-    forgotten: bool  # False: it was forgotten already (a retried request)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupReassigned:
-    assignment: StreamAssignment
-    previous: StreamAssignment
-
-
-MetaResult = (
-    StreamAdded
-    | StreamUpdated
-    | StreamDeleted
-    | ConsumerAdded
-    | ConsumerUpdated
-    | ConsumerDeleted
-    | PeerRemoved
-    | PeerAdded
-    | NodeAdded
-    | NodeForgotten
-    | GroupReassigned
-    | RepairRecorded
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Page(Generic[_T]):
-    """One page of a sorted listing: ``items`` from ``offset``, ``total`` in all."""
-
-    items: tuple[_T, ...]
-    total: int
-    offset: int
-    limit: int
-
-
-# -- per-account state ------------------------------------------------------------------------
-
-
-class _Account:
-    """One account's streams, consumers and subject index. Mutated only by ``MetaState``."""
-
-    def __init__(self) -> None:
-        self.streams: dict[str, StreamAssignment] = {}
-        self.consumers: dict[str, dict[str, ConsumerAssignment]] = {}
-        # No cache: lookups come from the API path at a modest rate, and the cache would
-        # be invalidated by every stream change anyway.
-        self.sublist = SubList(cache_entries_max=0)
-
-    def put_stream(self, sa: StreamAssignment) -> None:
-        """Add or replace a stream (its consumers stay), keeping the subject index in step.
-        Called only after every check passed."""
-        try:
-            old = self.streams.get(sa.name)
-            if old is not None:
-                for s in old.config.subjects:
-                    self.sublist.remove(Subscription(s, sa.name))
-            self.streams[sa.name] = sa
-            self.consumers.setdefault(sa.name, {})
-            for s in sa.config.subjects:
-                self.sublist.insert(Subscription(s, sa.name))
-        except RaftStreamError as exc:
-            # The index disagreed with the streams: a bug, and the state is now half-changed.
-            # Never let it pass as a refusal (apply_data returns refusals as results).
-            raise InvariantError(f"subject index out of step: {exc}") from exc
-
-    def drop_stream(self, name: str) -> dict[str, ConsumerAssignment]:
-        sa = self.streams.pop(name)
-        try:
-            for s in sa.config.subjects:
-                self.sublist.remove(Subscription(s, name))
-        except RaftStreamError as exc:
-            raise InvariantError(f"subject index out of step: {exc}") from exc
-        return self.consumers.pop(name)
-
-    def configs_except(self, name: str) -> Iterator[StreamConfig]:
-        return (sa.config for n, sa in self.streams.items() if n != name)
 
 
 # -- the state machine --------------------------------------------------------------------------
@@ -277,10 +146,9 @@ class MetaState:
     """The replicated definitions of a cluster (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._accounts: dict[str, _Account] = {}
-        self._removed: set[str] = set()
-        self._added: dict[str, str] = {}  # node -> address: nodes NodeAdd added
-        self._forgotten: set[str] = set()  # nodes NodeForget took out for good
+        self._accounts: dict[str, MetaAccount] = {}
+        # Removed peers, added and forgotten nodes (PeerRemove, PeerAdd, NodeAdd, NodeForget).
+        self.members = MetaMembers()
         self._last_ts_ns = 0
         # Repairs after data loss (docs/cluster-design.md, "Repair after data loss").
         self.repairs = RepairBook()
@@ -324,13 +192,13 @@ class MetaState:
         if isinstance(entry, DeleteConsumer):
             return self._apply_delete_consumer(entry)
         if isinstance(entry, PeerRemove):
-            return self._apply_peer_remove(entry)
+            return self.members.apply_peer_remove(entry, self._groups_of)
         if isinstance(entry, PeerAdd):
-            return self._apply_peer_add(entry)
+            return self.members.apply_peer_add(entry)
         if isinstance(entry, NodeAdd):
-            return self._apply_node_add(entry)
+            return self.members.apply_node_add(entry)
         if isinstance(entry, NodeForget):
-            return self._apply_node_forget(entry)
+            return self.members.apply_node_forget(entry, self._groups_of)
         if isinstance(entry, RepairStart | RepairCleared | RepairDone):
             return self.repairs.apply(entry)
         invariant(isinstance(entry, ReassignGroup), f"unknown meta entry {type(entry).__name__}")
@@ -348,7 +216,7 @@ class MetaState:
         if acct is not None:
             check_no_overlap(cfg, acct.configs_except(cfg.name))
             check_no_cycle(cfg, acct.configs_except(cfg.name))
-        self._check_peers(e.peers, cfg.num_replicas, exact=True)
+        self.members.check_peers(e.peers, cfg.num_replicas, exact=True)
         sa = StreamAssignment(
             account=e.account,
             config=cfg,
@@ -356,7 +224,7 @@ class MetaState:
             group=stream_group_id(e.account, cfg.name),
             created_ns=now,
         )
-        self._accounts.setdefault(e.account, _Account()).put_stream(sa)
+        self._accounts.setdefault(e.account, MetaAccount()).put_stream(sa)
         return StreamAdded(sa, created=True)
 
     def _apply_update_stream(self, e: UpdateStream) -> StreamUpdated:
@@ -373,7 +241,7 @@ class MetaState:
                         "set it to 0 first (consumers replicate with their stream)",
                     )
         self._check_prior(old, e.prior_peers)
-        self._check_peers(e.peers, cfg.num_replicas, exact=False)
+        self.members.check_peers(e.peers, cfg.num_replicas, exact=False)
         sa = replace(old, config=cfg, peers=e.peers)
         acct.put_stream(sa)
         return StreamUpdated(sa, previous=old)
@@ -389,7 +257,7 @@ class MetaState:
 
     def _apply_add_consumer(self, e: AddConsumer, now: int) -> ConsumerAdded:
         acct, sa = self._stream(e.account, e.stream)
-        name = _consumer_name(e.config)
+        name = consumer_name(e.config)
         consumers = acct.consumers[e.stream]
         existing = consumers.get(name)
         if existing is not None:
@@ -402,21 +270,21 @@ class MetaState:
                 f"stream {sa.name!r} has reached max_consumers {limit}",
                 field="max_consumers",
             )
-        _check_consumer_rules(sa, e.config, (c.config for c in consumers.values()))
+        check_consumer_rules(sa, e.config, (c.config for c in consumers.values()))
         ca = ConsumerAssignment(account=e.account, stream=e.stream, config=e.config, created_ns=now)
         consumers[name] = ca
         return ConsumerAdded(ca, created=True)
 
     def _apply_update_consumer(self, e: UpdateConsumer) -> ConsumerUpdated:
         acct, sa = self._stream(e.account, e.stream)
-        name = _consumer_name(e.config)
+        name = consumer_name(e.config)
         consumers = acct.consumers[e.stream]
         old = consumers.get(name)
         if old is None:
             raise NotFoundError(f"consumer {name!r} not found on stream {e.stream!r}", field="name")
         check_consumer_update(old.config, e.config)
         others = (c.config for n, c in consumers.items() if n != name)
-        _check_consumer_rules(sa, e.config, others)
+        check_consumer_rules(sa, e.config, others)
         ca = replace(old, config=e.config)
         consumers[name] = ca
         return ConsumerUpdated(ca)
@@ -431,87 +299,23 @@ class MetaState:
             )
         return ConsumerDeleted(ca)
 
-    def _apply_peer_remove(self, e: PeerRemove) -> PeerRemoved:
-        validate_node_name(e.peer, "peer")
-        newly = e.peer not in self._removed
-        self._removed.add(e.peer)
-        groups = tuple(sa.group for sa in self.streams_for_node(e.peer))
-        return PeerRemoved(e.peer, newly_removed=newly, groups=groups)
-
-    def _apply_peer_add(self, e: PeerAdd) -> PeerAdded:
-        validate_node_name(e.peer, "peer")
-        readmitted = e.peer in self._removed
-        self._removed.discard(e.peer)
-        return PeerAdded(e.peer, readmitted=readmitted)
-
-    def _apply_node_add(self, e: NodeAdd) -> NodeAdded:
-        validate_node_name(e.node, "peer")
-        address = str(Address.parse(e.address, "address"))
-        known = self._added.get(e.node)
-        if known is not None and known != address:
-            raise ConflictError(
-                f"node {e.node!r} was added at {known}, not {address}", field="address"
-            )
-        for other, addr in self._added.items():
-            if addr == address and other != e.node:
-                raise ConflictError(f"node {other!r} serves on {address}", field="address")
-        self._added[e.node] = address
-        self._forgotten.discard(e.node)
-        return NodeAdded(e.node, address, added=known is None)
-
-    def _apply_node_forget(self, e: NodeForget) -> NodeForgotten:
-        validate_node_name(e.node, "peer")
-        if e.node in self._forgotten:
-            return NodeForgotten(e.node, forgotten=False)
-        if e.node not in self._removed:
-            raise ConflictError(
-                f"node {e.node!r} was not removed: remove it first"
-                f" (raftstream cluster peer-remove {e.node})",
-                field="peer",
-            )
-        groups = [sa.group for sa in self.streams_for_node(e.node)]
-        if groups:
-            raise ConflictError(
-                f"node {e.node!r} still holds replicas of {len(groups)} stream group(s)"
-                f" ({', '.join(sorted(groups)[:5])}): wait until they are placed elsewhere",
-                field="peer",
-            )
-        self._removed.discard(e.node)
-        self._added.pop(e.node, None)
-        self._forgotten.add(e.node)
-        return NodeForgotten(e.node, forgotten=True)
-
     def _apply_reassign(self, e: ReassignGroup) -> GroupReassigned:
         acct, old = self._stream(e.account, e.stream)
         self._check_prior(old, e.prior_peers)
-        self._check_peers(e.peers, old.config.num_replicas, exact=False)
+        self.members.check_peers(e.peers, old.config.num_replicas, exact=False)
         sa = replace(old, peers=e.peers)
         acct.put_stream(sa)
         return GroupReassigned(sa, previous=old)
 
     # -- checks shared by the applies --------------------------------------------------------
 
-    def _stream(self, account: str, name: str) -> tuple[_Account, StreamAssignment]:
+    def _stream(self, account: str, name: str) -> tuple[MetaAccount, StreamAssignment]:
         validate_account(account)
         acct = self._accounts.get(account)
         sa = acct.streams.get(name) if acct is not None else None
         if acct is None or sa is None:
             raise NotFoundError(f"stream {name!r} not found", field="stream")
         return acct, sa
-
-    def _check_peers(self, peers: tuple[str, ...], replicas: int, *, exact: bool) -> None:
-        """Distinct, valid, not removed; ``replicas`` of them (``exact``) or 1..``replicas``
-        (an update or a repair may leave a group short while no node can take a replica)."""
-        for p in peers:
-            validate_node_name(p, "peers")
-            if p in self._removed:
-                raise InvalidArgumentError("peers", f"peer {p!r} was removed from the cluster")
-        if len(set(peers)) != len(peers):
-            raise InvalidArgumentError("peers", "a node may host only one replica of a group")
-        if exact and len(peers) != replicas:
-            raise InvalidArgumentError("peers", f"need {replicas} peers, got {len(peers)}")
-        if not 1 <= len(peers) <= replicas:
-            raise InvalidArgumentError("peers", f"need 1 to {replicas} peers, got {len(peers)}")
 
     @staticmethod
     def _check_prior(sa: StreamAssignment, prior: tuple[str, ...]) -> None:
@@ -530,18 +334,18 @@ class MetaState:
 
     @property
     def removed_peers(self) -> frozenset[str]:
-        return frozenset(self._removed)
+        return self.members.removed_peers
 
     @property
     def forgotten_nodes(self) -> frozenset[str]:
         """The nodes ``NodeForget`` took out of the cluster for good."""
-        return frozenset(self._forgotten)
+        return self.members.forgotten_nodes
 
     @property
     def added_nodes(self) -> Mapping[str, str]:
         """The nodes ``NodeAdd`` added to the cluster after it was formed, and their
         addresses (``host:port``), by name."""
-        return MappingProxyType(dict(sorted(self._added.items())))
+        return self.members.added_nodes
 
     def accounts(self) -> tuple[str, ...]:
         """Accounts with at least one stream, sorted."""
@@ -570,6 +374,9 @@ class MetaState:
     def streams_for_node(self, node: str) -> tuple[StreamAssignment, ...]:
         """The streams whose group ``node`` hosts (the groups it must run), sorted."""
         return tuple(sa for sa in self.all_streams() if node in sa.peers)
+
+    def _groups_of(self, node: str) -> tuple[str, ...]:
+        return tuple(sa.group for sa in self.streams_for_node(node))
 
     def consumers_of(self, account: str, stream: str) -> tuple[ConsumerAssignment, ...]:
         """The stream's consumers sorted by name (NotFoundError when the stream is absent)."""
@@ -626,7 +433,7 @@ class MetaState:
                 for sa in streams
                 if any(subjects_collide(subject, s) for s in sa.config.subjects)
             ]
-        return _page(streams, offset, limit)
+        return page(streams, offset, limit)
 
     def stream_names(
         self, account: str, *, offset: int = 0, limit: int = 0, subject: str | None = None
@@ -637,7 +444,7 @@ class MetaState:
     def list_consumers(
         self, account: str, stream: str, *, offset: int = 0, limit: int = 0
     ) -> Page[ConsumerAssignment]:
-        return _page(list(self.consumers_of(account, stream)), offset, limit)
+        return page(list(self.consumers_of(account, stream)), offset, limit)
 
     def consumer_names(
         self, account: str, stream: str, *, offset: int = 0, limit: int = 0
@@ -652,9 +459,9 @@ class MetaState:
         return encode_snapshot(
             streams=self.all_streams(),
             consumers=[ca for sa in self.all_streams() for ca in self._consumers_sorted(sa)],
-            removed_peers=sorted(self._removed),
-            added_nodes=dict(sorted(self._added.items())),
-            forgotten_nodes=sorted(self._forgotten),
+            removed_peers=sorted(self.members.removed_peers),
+            added_nodes=dict(self.members.added_nodes),
+            forgotten_nodes=sorted(self.members.forgotten_nodes),
             last_ts_ns=self._last_ts_ns,
             repairs=self.repairs.to_json(),
         )
@@ -664,12 +471,13 @@ class MetaState:
         unchanged) when ``data`` is not one."""
         snap = decode_snapshot(data)
         fresh = MetaState()
-        fresh._load(snap.streams, snap.consumers, snap.removed_peers, snap.last_ts_ns)
+        fresh._load(snap.streams, snap.consumers, snap.last_ts_ns)
         fresh.check_invariants()
         repairs = RepairBook.from_json(snap.repairs)
-        self._accounts, self._removed = fresh._accounts, fresh._removed
-        self._added = dict(snap.added_nodes)
-        self._forgotten = set(snap.forgotten_nodes)
+        self._accounts = fresh._accounts
+        self.members = MetaMembers(
+            removed=snap.removed_peers, added=snap.added_nodes, forgotten=snap.forgotten_nodes
+        )
         self.repairs = repairs
         self._last_ts_ns = fresh._last_ts_ns
         self._subject_memo.clear()
@@ -688,17 +496,15 @@ class MetaState:
         self,
         streams: Iterable[StreamAssignment],
         consumers: Iterable[ConsumerAssignment],
-        removed: Iterable[str],
         last_ts_ns: int,
     ) -> None:
         for sa in streams:
-            self._accounts.setdefault(sa.account, _Account()).put_stream(sa)
+            self._accounts.setdefault(sa.account, MetaAccount()).put_stream(sa)
         for ca in consumers:
             acct = self._accounts.get(ca.account)
             invariant(acct is not None and ca.stream in acct.streams, "consumer without stream")
             if acct is not None:
                 acct.consumers[ca.stream][ca.name] = ca
-        self._removed = set(removed)
         self._last_ts_ns = last_ts_ns
 
     # -- invariants ----------------------------------------------------------------------------
@@ -706,192 +512,4 @@ class MetaState:
     def check_invariants(self) -> None:
         """Raise ``InvariantError`` if the state breaks a rule ``apply`` maintains."""
         for account, acct in self._accounts.items():
-            invariant(bool(acct.streams), f"account {account!r} kept without streams")
-            invariant(set(acct.consumers) == set(acct.streams), "consumer map out of sync")
-            indexed = {(s.subject, s.sid) for s in acct.sublist.subscriptions()}
-            wanted = {(s, n) for n, sa in acct.streams.items() for s in sa.config.subjects}
-            invariant(indexed == wanted, f"subject index of {account!r} out of sync")
-            _check_no_overlap(account, acct)
-            for name, sa in acct.streams.items():
-                _check_stream_invariants(account, name, sa, acct)
-
-
-def _check_no_overlap(account: str, acct: _Account) -> None:
-    """No subject of one stream of ``acct`` overlaps one of another (each stream's own are
-    disjoint by its config's rules). One ``OverlapIndex`` query per subject, not a
-    comparison per pair: this runs on every snapshot restore, at every restart."""
-    owners = [(s, name) for name, sa in acct.streams.items() for s in sa.config.subjects]
-    index = OverlapIndex([s for s, _ in owners])
-    start = 0
-    for name, sa in acct.streams.items():
-        end = start + len(sa.config.subjects)
-        own = ((1 << end) - 1) ^ ((1 << start) - 1)  # this stream's bits
-        for s in sa.config.subjects:
-            hits = index.colliding(s) & ~own
-            other = owners[(hits & -hits).bit_length() - 1][1] if hits else None
-            invariant(other is None, f"{name!r} overlaps {other!r} in account {account!r}")
-        start = end
-
-
-def _check_stream_invariants(account: str, name: str, sa: StreamAssignment, acct: _Account) -> None:
-    invariant(sa.account == account and sa.name == name, f"stream {name!r} filed wrongly")
-    invariant(sa.group == stream_group_id(account, name), f"group id of {name!r}")
-    invariant(len(set(sa.peers)) == len(sa.peers), f"duplicate peer in {sa.group}")
-    invariant(len(sa.peers) <= sa.config.num_replicas, f"too many peers in {sa.group}")
-    for cname, ca in acct.consumers[name].items():
-        invariant(ca.name == cname and ca.stream == name, f"consumer {cname!r} filed wrongly")
-        invariant(
-            ca.config.num_replicas in (0, sa.config.num_replicas),
-            f"consumer {cname!r} replicas differ from its stream's",
-        )
-
-
-def _consumer_name(config: ConsumerConfig) -> str:
-    name = config.consumer_name
-    if name is None:
-        raise InvalidArgumentError(
-            "name", "a meta entry needs the consumer's name (the leader names ephemerals)"
-        )
-    return name
-
-
-def subjects_undescribed(cfg: StreamConfig) -> bool:
-    """Whether a stream stores subjects its ``subjects`` do not describe (a subject
-    transform, a mirror, sources): consumer filters are then not checked against them."""
-    return cfg.subject_transform is not None or cfg.mirror is not None or bool(cfg.sources)
-
-
-def _check_consumer_rules(
-    sa: StreamAssignment, config: ConsumerConfig, others: Iterable[ConsumerConfig]
-) -> None:
-    """The rules that depend on the stream: replicas, workqueue, filters in its subjects."""
-    replicas = sa.config.num_replicas
-    if config.num_replicas not in (0, replicas):
-        raise InvalidArgumentError(
-            "num_replicas",
-            f"must be 0 or the stream's {replicas}: a consumer replicates through its "
-            "stream's group",
-        )
-    # With a subject transform the stream stores rewritten subjects, which its ``subjects``
-    # do not describe; filters are then not checked against them (they may name either).
-    # Nor are they for a mirror (no subjects; it stores its origin's) or a stream with
-    # sources (it stores theirs too), as JetStream does (LOG_FEATURE_LINKED_FILTERS).
-    subjects = None if subjects_undescribed(sa.config) else sa.config.subjects
-    check_for_stream(
-        config,
-        retention=RetentionKind(sa.config.retention),
-        stream_subjects=subjects,
-        others=others,
-    )
-
-
-def _page(items: list[_T], offset: int, limit: int) -> Page[_T]:
-    """``limit`` 0 means ``LIST_LIMIT_MAX``; offsets past the end give an empty page."""
-    if offset < 0:
-        raise InvalidArgumentError("offset", "must not be negative")
-    if not 0 <= limit <= LIST_LIMIT_MAX:
-        raise InvalidArgumentError("limit", f"must be 0 (the default) to {LIST_LIMIT_MAX}")
-    limit = limit or LIST_LIMIT_MAX
-    return Page(tuple(items[offset : offset + limit]), len(items), offset, limit)
-
-
-# -- account limits (issue 10) -------------------------------------------------------------------
-
-
-def stream_exists_error(have: StreamConfig, asked: StreamConfig) -> AlreadyExistsError:
-    """A create of stream ``asked`` refused because it exists as ``have``: names the fields
-    that differ (both configs normalised by ``check_create``)."""
-    differs = _differing(have, asked)
-    return AlreadyExistsError(
-        f"stream {asked.name!r} already exists with a different configuration "
-        f"({', '.join(differs)} differ{'s' if len(differs) == 1 else ''}: "
-        "update the stream to change it: raftstream stream edit, or the SDK's update_stream)",
-        field="name",
-        differs=",".join(differs),
-    )
-
-
-def consumer_exists_error(
-    name: str, have: ConsumerConfig, asked: ConsumerConfig
-) -> AlreadyExistsError:
-    """A create of consumer ``name`` as ``asked`` refused because it exists as ``have``:
-    names the fields that differ, as ``stream_exists_error`` does."""
-    differs = _differing(have, asked)
-    return AlreadyExistsError(
-        f"consumer {name!r} already exists with a different configuration "
-        f"({', '.join(differs)} differ{'s' if len(differs) == 1 else ''}: "
-        "update the consumer to change it: raftstream consumer edit, or the SDK's "
-        "update_consumer)",
-        field="durable_name" if asked.durable_name else "name",
-        differs=",".join(differs),
-    )
-
-
-def _differing(have: Any, asked: Any) -> list[str]:
-    """The fields of two configs of one dataclass whose values differ, in field order."""
-    return [
-        f.name for f in dataclasses.fields(asked) if getattr(asked, f.name) != getattr(have, f.name)
-    ]
-
-
-def check_account_limits(
-    state: MetaState,
-    account: str,
-    limits: AccountLimits,
-    *,
-    stream: StreamConfig | None = None,
-    new_consumer: bool = False,
-) -> None:
-    """Refuse, with ``LimitError`` naming the limit, a stream ``stream`` (new or updated) or
-    a new consumer that would take ``account`` past ``limits``, counted over every stream and
-    consumer of the account in the cluster (this replica's state: the meta leader's, which
-    is the one that calls this before proposing).
-
-    Storage counts reservations, as JetStream does: each stream reserves ``max_bytes`` times
-    its replicas in its storage type, so a stream must set ``max_bytes`` when the account
-    limits that storage (``InvalidArgumentError`` otherwise). Reserving up front makes the
-    limit a promise the account cannot outgrow later, without summing live usage across
-    replicas on every publish."""
-    own = [sa for sa in state.all_streams() if sa.account == account]
-    if stream is not None:
-        existing = next((sa for sa in own if sa.name == stream.name), None)
-        full = limits.max_streams is not None and len(own) + 1 > limits.max_streams
-        if existing is None and full:
-            raise LimitError(
-                f"account {account!r} reached max_streams ({limits.max_streams})",
-                limit="max_streams",
-            )
-        _check_storage(account, limits, stream, [sa.config for sa in own if sa.name != stream.name])
-    if new_consumer and limits.max_consumers is not None:
-        count = sum(len(state.consumers_of(account, sa.name)) for sa in own)
-        if count + 1 > limits.max_consumers:
-            raise LimitError(
-                f"account {account!r} reached max_consumers ({limits.max_consumers})",
-                limit="max_consumers",
-            )
-
-
-def _check_storage(
-    account: str, limits: AccountLimits, cfg: StreamConfig, others: list[StreamConfig]
-) -> None:
-    memory = cfg.storage == StorageType.MEMORY
-    limit_bytes = limits.max_memory_bytes if memory else limits.max_file_bytes
-    if limit_bytes is None:
-        return
-    name = "max_memory_bytes" if memory else "max_file_bytes"
-    if cfg.max_bytes <= 0:
-        raise InvalidArgumentError(
-            "max_bytes", f"must be set: account {account!r} has a {name} limit"
-        )
-    reserved = sum(
-        c.max_bytes * max(1, c.num_replicas)
-        for c in others
-        if c.storage == cfg.storage and c.max_bytes > 0
-    )
-    wanted = cfg.max_bytes * max(1, cfg.num_replicas)
-    if reserved + wanted > limit_bytes:
-        raise LimitError(
-            f"account {account!r} would reserve {reserved + wanted} bytes of {cfg.storage} "
-            f"storage, over {name} ({limit_bytes})",
-            limit=name,
-        )
+            acct.check_invariants(account)

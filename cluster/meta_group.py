@@ -42,15 +42,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from raftstream.cluster.assignments import StreamAssignment
-from raftstream.cluster.meta import (
+from raftstream.cluster.meta import MetaState
+from raftstream.cluster.meta_entries import MetaEntry, encode_entry
+from raftstream.cluster.meta_results import (
     GroupReassigned,
     MetaResult,
-    MetaState,
     StreamAdded,
     StreamDeleted,
     StreamUpdated,
 )
-from raftstream.cluster.meta_entries import MetaEntry, encode_entry
 from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.placement import NodeInfo, plan_repairs
 from raftstream.cluster.raft_errors import LeadershipTransferError

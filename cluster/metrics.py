@@ -111,7 +111,11 @@ class NodeMetrics:
         self.node = node
         self.registry = CollectorRegistry()
         self._http: MetricsServer | None = None
+        # The (group, peer) and (group, consumer) series the last observe_led set.
+        self._lag_keys: set[tuple[str, str]] = set()
+        self._consumer_keys: set[tuple[str, str]] = set()
         r = self.registry
+        # Registered in this order, which is the order of the families on /metrics.
         self.rpc_latency = Histogram(
             "raftstream_rpc_latency_seconds",
             "Client API call latency, by method, gRPC code and raftstream reason (empty for"
@@ -120,6 +124,13 @@ class NodeMetrics:
             registry=r,
             buckets=_LATENCY_BUCKETS_S,
         )
+        self._register_raft(r)
+        self._register_node(r)
+        self._register_led(r)
+        self._register_loop(r)
+
+    def _register_raft(self, r: CollectorRegistry) -> None:
+        """Raft: proposals and commits by group kind, and each group's state on this node."""
         self.proposals = Counter(
             "raftstream_raft_proposals", "Raft proposals made, by group kind", ["kind"], registry=r
         )
@@ -158,6 +169,9 @@ class NodeMetrics:
             GROUP_LABELS,
             registry=r,
         )
+
+    def _register_node(self, r: CollectorRegistry) -> None:
+        """Stores, publishes, peers' health, storage room, and the node's process."""
         self.store_msgs = Gauge(
             "raftstream_stream_messages", "Messages stored", GROUP_LABELS, registry=r
         )
@@ -182,6 +196,9 @@ class NodeMetrics:
         )
         ProcessCollector(registry=r)  # CPU, memory, open files of the node's process
         PlatformCollector(registry=r)
+
+    def _register_led(self, r: CollectorRegistry) -> None:
+        """What only a group's leader knows (``observe_led``): replica lag, consumer backlog."""
         self.peer_lag = Gauge(
             "raftstream_raft_peer_lag_entries",
             "Entries a replica's log is behind its leader's (exported by the group's leader)",
@@ -197,8 +214,9 @@ class NodeMetrics:
             )
             for _, name, doc in CONSUMER_GAUGES
         ]
-        self._lag_keys: set[tuple[str, str]] = set()
-        self._consumer_keys: set[tuple[str, str]] = set()
+
+    def _register_loop(self, r: CollectorRegistry) -> None:
+        """The node's event loop lag and how many publishes a Raft entry carries."""
         self.loop_lag = Histogram(
             "raftstream_event_loop_lag_seconds",
             "How late the node's event loop woke a timer set every half Raft tick: time it was busy"

@@ -31,7 +31,9 @@ import secrets
 
 import grpc
 
-from raftstream.cluster.auth import NODE_PROVE_METHOD, AuthConfig, node_key
+from raftstream.cluster.auth_interceptors import NODE_PROVE_METHOD
+from raftstream.cluster.auth_tokens import node_key
+from raftstream.cluster.auth_values import AuthConfig
 from raftstream.errors import InvalidArgumentError, PermissionDeniedError, PreconditionError
 from raftstream.proto import node_pb2 as npb
 from raftstream.proto import node_pb2_grpc as npbg

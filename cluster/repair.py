@@ -14,8 +14,9 @@ leader's append, and so break entries its peers consider committed (Raft thesis 
    a Raft environment would look like a new node;
 3. the node then runs no group until the healthy cluster has taken it out of the
    membership: ``RepairClient`` asks the meta leader (through any peer) to take the next step
-   of its repair until it is done (the steps are ``RepairSteps``, on the meta leader), and the
-   node starts each group only once the meta state says it may (at the term it names).
+   of its repair until it is done (the steps are ``RepairSteps``, on the meta leader:
+   ``cluster/repair_steps.py``), and the node starts each group only once the meta state
+   says it may (at the term it names).
    Meanwhile its health is NOT_SERVING and ``RepairGate`` refuses every client API call as
    UNAVAILABLE (retriable): it answers nothing from its empty, catching-up state.
 
@@ -64,15 +65,20 @@ import lmdb
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
-from raftstream.cluster.auth import AuthConfig, acting_as, cluster_caller
+from raftstream.cluster.auth_tokens import cluster_caller
+from raftstream.cluster.auth_values import AuthConfig, acting_as
 from raftstream.cluster.context import ServiceContext, time_left
 from raftstream.cluster.durable import fsync_dir, write_json
 from raftstream.cluster.forward import Forwarder
 from raftstream.cluster.known_peers import CHECKING_MARKER, begin_check, end_check
-from raftstream.cluster.membership import LEARNER_LAG_MAX_ENTRIES
-from raftstream.cluster.meta_entries import RepairCleared, RepairDone, RepairStart
-from raftstream.cluster.meta_group import META_GROUP, meta_members
+from raftstream.cluster.meta_entries import RepairCleared
+from raftstream.cluster.meta_group import META_GROUP
 from raftstream.cluster.raft_errors import app_error
+from raftstream.cluster.repair_steps import (
+    meta_conf_change,
+    meta_learner_caught_up,
+    repair_step,
+)
 from raftstream.cluster.services_node import knows_asker, led_groups, probe_metadata
 from raftstream.engine.lmdbstore import DEFAULT_MAP_SIZE_BYTES
 from raftstream.errors import (
@@ -90,7 +96,6 @@ from raftstream.proto import repair_pb2_grpc as rpbg
 from raftstream.proto.errors import abort, map_errors
 from raftstream.raft import errors as raft_errors
 from raftstream.raft.storage import LmdbLogStorage
-from raftstream.raft.types import ConfChange, ConfChangeType
 
 __all__ = [
     "MARKER",
@@ -113,7 +118,6 @@ REPAIR_POLL_S = 0.3  # between two steps of a repair that is under way
 REPAIR_RETRY_S = 0.5  # after a failed call (no leader, a peer down)
 REPAIR_CALL_TIMEOUT_S = 5.0
 REPAIR_LOG_EVERY_S = 10.0  # how often a repair that cannot go on says why
-CHANGE_TIMEOUT_MS = 5_000
 JOIN_REASON = "joining a running cluster (--join)"
 JOIN_ASK_EVERY_S = 0.5  # a --join node asks its peers this often until a meta leader answers
 JOIN_ASK_TIMEOUT_S = 1.0
@@ -216,38 +220,64 @@ def prepare(data: Path, *, has_peers: bool, join: bool = False) -> str | None:
     raft = data / "raft"
     pending = _read_marker(data)
     if join:
-        if not has_peers:
-            raise InvalidArgumentError("join", "a node without peers has no cluster to join")
-        if pending is None and not (raft / "data.mdb").exists():
-            repair_id = secrets.token_hex(8)
-            # CHECKING only: the environment this start creates goes at the next start
-            # unless a cluster took the node in (then ``seek_cluster`` wrote the marker).
-            begin_check(data)
-            log.warning(
-                "--join: no Raft data here: looking for the running cluster to join as a"
-                " new member (repair %s)",
-                repair_id,
-            )
+        repair_id = _prepare_join(data, raft, pending, has_peers=has_peers)
+        if repair_id is not None:
             return repair_id
-        if pending is None:
-            log.info("--join ignored: %s holds Raft data (this node is a member)", raft)
     try:
         scrub_raft_env(raft)
     except DataLossError as exc:
         if not has_peers:
             log.error("Raft data damaged and no peer to repair it from: refusing to start")
             raise
+        return _quarantine(data, raft, exc)
+    return _pending_repair(data, raft, pending, has_peers=has_peers)
+
+
+def _prepare_join(
+    data: Path, raft: Path, pending: _Marker | None, *, has_peers: bool
+) -> str | None:
+    """``prepare`` with ``join``: a new repair id when the node has neither Raft data nor a
+    marker (``data/CHECKING`` begun, nothing else written), else None: the start goes on as
+    it would without ``join``."""
+    if not has_peers:
+        raise InvalidArgumentError("join", "a node without peers has no cluster to join")
+    if pending is None and not (raft / "data.mdb").exists():
         repair_id = secrets.token_hex(8)
-        log.error("Raft data damaged, DataLossError: %s; repair %s", exc, repair_id)
-        # The marker first: a crash after the move must still find the node under repair.
-        _write_marker(data, repair_id, str(exc))
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-        target = data / QUARANTINE / f"{stamp}-raft"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(raft, target)
-        fsync_dir(data)
-        log.error("damaged Raft data quarantined in %s; rejoining the cluster as new", target)
+        # CHECKING only: the environment this start creates goes at the next start
+        # unless a cluster took the node in (then ``seek_cluster`` wrote the marker).
+        begin_check(data)
+        log.warning(
+            "--join: no Raft data here: looking for the running cluster to join as a"
+            " new member (repair %s)",
+            repair_id,
+        )
         return repair_id
+    if pending is None:
+        log.info("--join ignored: %s holds Raft data (this node is a member)", raft)
+    return None
+
+
+def _quarantine(data: Path, raft: Path, exc: DataLossError) -> str:
+    """Open a new repair for the damaged Raft environment ``raft``: the marker first, then
+    the environment moved to ``data/quarantine/``. Returns the repair id."""
+    repair_id = secrets.token_hex(8)
+    log.error("Raft data damaged, DataLossError: %s; repair %s", exc, repair_id)
+    # The marker first: a crash after the move must still find the node under repair.
+    _write_marker(data, repair_id, str(exc))
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    target = data / QUARANTINE / f"{stamp}-raft"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(raft, target)
+    fsync_dir(data)
+    log.error("damaged Raft data quarantined in %s; rejoining the cluster as new", target)
+    return repair_id
+
+
+def _pending_repair(
+    data: Path, raft: Path, pending: _Marker | None, *, has_peers: bool
+) -> str | None:
+    """The repair a healthy (scrubbed) node is still under: its marker's (a new id for an
+    unreadable marker), or None when there is no marker."""
     if pending is None:
         return None
     if pending.repair_id == "":
@@ -581,106 +611,6 @@ class RepairClient:
                 self._id,
                 exc,
             )
-
-
-# -- the meta leader's side ---------------------------------------------------------------------
-
-
-async def repair_step(ctx: ServiceContext, node: str, repair_id: str) -> rpb.RepairNodeResponse:
-    """Meta leader: take the next step of ``node``'s repair ``repair_id`` and say where it
-    stands. Level-triggered: every step is decided from the applied state, so a new meta
-    leader continues where an old one stopped.
-
-    1. out of the meta group's membership (a conf change), and only then ``RepairStart`` at
-       the current term;
-    2. back into the meta group as a learner, promoted to voter once caught up (if the static
-       membership makes it a voter; a node added after the cluster formed, ``NodeAdd``, if
-       the group has fewer than ``meta_voters_max`` voters);
-
-    A node added after the cluster formed joins the same way (it is in no group yet). Every
-    answer names the meta group's founders and the cluster's nodes: the node starts the
-    group from the same bootstrap as every other replica (``cluster/node_book.py``).
-    3. wait until every stream group's leader reported it out of that group
-       (``RepairCleared``; the group leaders re-add it through ``cluster/membership.py``);
-    4. ``RepairDone``.
-    """
-    meta, host = ctx.meta, ctx.host
-    if node not in ctx.nodes:
-        raise PreconditionError(
-            f"{node!r} is not a node of this cluster: add it first with `raftstream cluster"
-            f" peer-add {node} --address HOST:PORT` (where it serves)"
-        )
-    if node == ctx.node_id:
-        raise InvalidArgumentError("node", "the meta leader is not under repair")
-    if node in meta.state.removed_peers:
-        raise PreconditionError(
-            f"node {node!r} was removed from the cluster (peer-remove): readmit it first with"
-            f" `raftstream cluster peer-add {node}`"
-        )
-    rec = meta.state.repairs.get(node)
-    voters, learners = host.voters(META_GROUP), host.learners(META_GROUP)
-    founders = ctx.nodes.founders()
-
-    def answer(phase: rpb.RepairPhase.ValueType, term: int = 0) -> rpb.RepairNodeResponse:
-        # Every answer tells the node the meta group's founders and the cluster's nodes.
-        return rpb.RepairNodeResponse(
-            phase=phase, meta_term=term, meta_founders=founders, addresses=ctx.nodes.addresses()
-        )
-
-    if rec is None or rec.repair_id != repair_id:
-        if node in voters or node in learners:
-            log.info("repair %s: removing %s from the meta group", repair_id, node)
-            await meta_conf_change(ctx, ConfChange(ConfChangeType.REMOVE, node))
-            return answer(rpb.REPAIR_PHASE_REMOVING)
-        term = host.status(META_GROUP).term
-        await meta.propose(
-            RepairStart(node=node, repair_id=repair_id, meta_term=term, ts_ns=time.time_ns()),
-            None,
-        )
-        return answer(rpb.REPAIR_PHASE_META_REJOIN, term)
-    term = rec.meta_term
-    if rec.done:
-        return answer(rpb.REPAIR_PHASE_DONE, term)
-    if node not in voters and node not in learners:
-        log.info("repair %s: adding %s back to the meta group as a learner", repair_id, node)
-        await meta_conf_change(ctx, ConfChange(ConfChangeType.ADD_LEARNER, node))
-        return answer(rpb.REPAIR_PHASE_META_REJOIN, term)
-    static_voters, _ = meta_members(founders, ctx.config.meta_voters_max)
-    # A founder is a voter if the founding membership made it one; a node added later if
-    # the meta group has fewer voters than meta_voters_max.
-    voter = node in static_voters or (
-        node not in founders and len(voters) < ctx.config.meta_voters_max
-    )
-    if node in learners and voter:
-        if meta_learner_caught_up(ctx, node):
-            log.info("repair %s: %s caught up; promoting it in the meta group", repair_id, node)
-            await meta_conf_change(ctx, ConfChange(ConfChangeType.ADD_VOTER, node))
-        return answer(rpb.REPAIR_PHASE_META_REJOIN, term)
-    waiting = [
-        sa.group
-        for sa in meta.state.streams_for_node(node)
-        if rec.may_rejoin(sa.group) is None and len(sa.peers) > 1
-    ]
-    if waiting:
-        return answer(rpb.REPAIR_PHASE_GROUPS, term)
-    await meta.propose(RepairDone(node=node, repair_id=repair_id, ts_ns=time.time_ns()), None)
-    log.info("repair %s of %s done", repair_id, node)
-    return answer(rpb.REPAIR_PHASE_DONE, term)
-
-
-async def meta_conf_change(ctx: ServiceContext, change: ConfChange) -> None:
-    """Meta leader: one membership change of the meta group, resolved once in effect."""
-    await ctx.host.propose_conf_change(META_GROUP, change, timeout_ms=CHANGE_TIMEOUT_MS)
-
-
-def meta_learner_caught_up(ctx: ServiceContext, node: str) -> bool:
-    """Meta leader: whether ``node``, a learner of the meta group, is active and within
-    ``LEARNER_LAG_MAX_ENTRIES`` of the commit index (ready to be promoted)."""
-    commit, followers = ctx.host.followers(META_GROUP)
-    return any(
-        f.name == node and f.active and commit - f.match <= LEARNER_LAG_MAX_ENTRIES
-        for f in followers
-    )
 
 
 class RepairServicer(rpbg.RepairServiceServicer):

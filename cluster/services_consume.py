@@ -33,14 +33,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator, Awaitable, Sequence
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
 from typing import Any, TypeVar
 
-from raftstream.cluster.auth import caller
+from raftstream.cluster.auth_values import caller
 from raftstream.cluster.config import Limits
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.convert import add_bounded, pull_status_pb
-from raftstream.cluster.limits import capped_time_left, check_ack, check_ack_run
+from raftstream.cluster.limits_fields import check_ack, check_ack_run
+from raftstream.cluster.limits_interceptor import capped_time_left
 from raftstream.cluster.services_push import PushSession
 from raftstream.cluster.stream_leader import PullHandle, StreamGroup
 from raftstream.engine.ack import AckMetadata
@@ -376,125 +378,51 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
     ) -> AsyncIterator[pb.AckResultBatch]:
         # Accepted: the client writes nothing before this (raftstream/proto/calls.py).
         await context.send_initial_metadata(())
-        account = account_of(context)
-        forwarded = self._ctx.forwarded(context)
-        timeout_s = self._ctx.config.limits.request_timeout_ms / 1000
+        session = _AckSession(
+            self,
+            account_of(context),
+            timeout_s=self._ctx.config.limits.request_timeout_ms / 1000,
+            forwarded=self._ctx.forwarded(context),
+        )
+        async with contextlib.aclosing(session.responses(request_iterator)) as responses:
+            async for batch in responses:
+                yield batch
+
+
+class _AckSession:
+    """One ``AckStream`` call: its acks read and not yet answered (at most
+    ``ACKS_INFLIGHT_MAX``), the results waiting to be sent, and the tasks deciding its acks.
+    Belongs to the call's task; ``responses`` cancels its reader and tasks when it ends."""
+
+    def __init__(
+        self, servicer: ConsumeServicer, account: str, *, timeout_s: float, forwarded: bool
+    ) -> None:
+        self._svc = servicer
+        self._account = account
+        self._timeout_s = timeout_s
+        self._forwarded = forwarded
         # Acks read and not answered yet: reading waits while a batch would take this past
         # ACKS_INFLIGHT_MAX (a count, not a semaphore: a batch takes its room at once).
-        inflight = [0]
-        room = asyncio.Event()
-        results: collections.deque[pb.AckResult | None] = collections.deque()
-        ready = asyncio.Event()
-        tasks: set[asyncio.Future[None]] = set()
+        self._inflight = 0
+        self._room = asyncio.Event()
+        self._results: collections.deque[pb.AckResult | None] = collections.deque()
+        self._ready = asyncio.Event()
+        self._tasks: set[asyncio.Future[None]] = set()
 
-        def report(items: list[pb.AckItem], exc: BaseException | None) -> None:
-            for item in items:
-                if exc is not None:  # reported as the item's result; the call goes on
-                    results.append(pb.AckResult(id=item.id, error=to_error_message(exc)))
-                elif item.sync:
-                    results.append(pb.AckResult(id=item.id))
-            answered(len(items))
-
-        def answered(acks: int) -> None:
-            """``acks`` are settled: their room back, their results (if any) to send."""
-            inflight[0] -= acks
-            room.set()
-            ready.set()
-
-        async def settle(items: list[pb.AckItem], work: Awaitable[_Refused]) -> None:
-            """Report ``items``: each one ``work`` refused with its error, the rest with
-            ``work``'s outcome."""
-            try:
-                refused = await work
-            except Exception as exc:
-                report(items, exc)
-                return
-            if not refused:
-                report(items, None)
-                return
-            out = {id(item) for item, _ in refused}
-            report([item for item in items if id(item) not in out], None)
-            for item, why in refused:
-                report([item], why)
-
-        def spawn(items: list[pb.AckItem], work: Awaitable[_Refused]) -> None:
-            keep(asyncio.ensure_future(settle(items, work)))
-
-        def keep(t: asyncio.Future[None]) -> None:
-            tasks.add(t)
-            t.add_done_callback(tasks.discard)
-
-        async def settle_run(run: pb.AckRun) -> None:
-            """Apply ``run``; report its refusals, if any, as one result (id 0)."""
-            failure: Exception | None = None
-            try:
-                refused = await self.ack_run(run, account, timeout_s, forwarded, lazy=True)
-                if refused:
-                    failure = _run_refusal(run, refused)
-            except Exception as exc:
-                failure = exc
-            if failure is not None:
-                results.append(pb.AckResult(id=0, error=to_error_message(failure)))
-            answered(len(run.stream_seqs))
-
-        async def one(item: pb.AckItem) -> _Refused:
-            # Refusals raise here. Lazy: only a failure is answered (docs/cluster-design.md).
-            await self.ack_one(item, account, timeout_s, forwarded, lazy=not item.sync)
-            return []
-
-        async def ack_grouped(
-            g: StreamGroup, consumer: str, items: list[pb.AckItem], seqs: list[int]
-        ) -> _Refused:
-            lazy = fire_and_forget(items)
-            pairs = list(zip(items, seqs, strict=True))  # what a refusal names
-            try:
-                out = await self._ack_many(g, consumer, pairs, seqs, timeout_s, lazy=lazy)
-            except (NotLeaderError, NoLeaderError):
-                if forwarded:
-                    raise  # the forwarding node follows the hint
-            else:
-                return [(item, _undelivered_error(consumer, seq)) for item, seq in out]
-            # The leadership moved (a transfer) before these acks were decided: nothing of
-            # them was, so each goes to the new leader, as from a node that does not lead.
-            outcomes = await asyncio.gather(*map(one, items), return_exceptions=True)
-            refused: _Refused = []
-            for item, outcome in zip(items, outcomes, strict=True):
-                if isinstance(outcome, Exception):
-                    refused.append((item, outcome))
-                elif isinstance(outcome, BaseException):
-                    raise outcome
-            return refused
-
-        async def reader() -> None:
-            try:
-                async for batch in request_iterator:
-                    n = len(batch.acks) + sum(len(run.stream_seqs) for run in batch.runs)
-                    # An oversized batch still goes once nothing else is in flight.
-                    while inflight[0] and inflight[0] + n > ACKS_INFLIGHT_MAX:
-                        room.clear()
-                        await room.wait()
-                    inflight[0] += n
-                    plain, grouped = self._group_acks(batch.acks, account)
-                    for (g, consumer), (items, seqs) in grouped.items():
-                        spawn(items, ack_grouped(g, consumer, items, seqs))
-                    for item in plain:
-                        spawn([item], one(item))
-                    for run in batch.runs:
-                        keep(asyncio.ensure_future(settle_run(run)))
-            finally:
-                await asyncio.gather(*list(tasks), return_exceptions=True)
-                results.append(None)
-                ready.set()
-
-        rt = asyncio.get_running_loop().create_task(reader())
+    async def responses(
+        self, request_iterator: AsyncIterator[pb.AckBatch]
+    ) -> AsyncGenerator[pb.AckResultBatch, None]:
+        """The call's answers: failures and sync acks, in batches as they are decided; ends
+        once the client's batches ended and every ack read was answered."""
+        rt = asyncio.get_running_loop().create_task(self._read(request_iterator))
         try:
             while True:
-                await ready.wait()
-                ready.clear()
+                await self._ready.wait()
+                self._ready.clear()
                 batch = []
                 done = False
-                while results:
-                    r = results.popleft()
+                while self._results:
+                    r = self._results.popleft()
                     if r is None:
                         done = True
                         break
@@ -505,8 +433,111 @@ class ConsumeServicer(pbg.ConsumeServiceServicer):
                     return
         finally:
             rt.cancel()
-            for t in list(tasks):
+            for t in list(self._tasks):
                 t.cancel()
+
+    async def _read(self, request_iterator: AsyncIterator[pb.AckBatch]) -> None:
+        try:
+            async for batch in request_iterator:
+                n = len(batch.acks) + sum(len(run.stream_seqs) for run in batch.runs)
+                # An oversized batch still goes once nothing else is in flight.
+                while self._inflight and self._inflight + n > ACKS_INFLIGHT_MAX:
+                    self._room.clear()
+                    await self._room.wait()
+                self._inflight += n
+                plain, grouped = self._svc._group_acks(batch.acks, self._account)
+                for (g, consumer), (items, seqs) in grouped.items():
+                    self._spawn(items, self._ack_grouped(g, consumer, items, seqs))
+                for item in plain:
+                    self._spawn([item], self._one(item))
+                for run in batch.runs:
+                    self._keep(asyncio.ensure_future(self._settle_run(run)))
+        finally:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            self._results.append(None)
+            self._ready.set()
+
+    def _report(self, items: list[pb.AckItem], exc: BaseException | None) -> None:
+        for item in items:
+            if exc is not None:  # reported as the item's result; the call goes on
+                self._results.append(pb.AckResult(id=item.id, error=to_error_message(exc)))
+            elif item.sync:
+                self._results.append(pb.AckResult(id=item.id))
+        self._answered(len(items))
+
+    def _answered(self, acks: int) -> None:
+        """``acks`` are settled: their room back, their results (if any) to send."""
+        self._inflight -= acks
+        self._room.set()
+        self._ready.set()
+
+    async def _settle(self, items: list[pb.AckItem], work: Awaitable[_Refused]) -> None:
+        """Report ``items``: each one ``work`` refused with its error, the rest with
+        ``work``'s outcome."""
+        try:
+            refused = await work
+        except Exception as exc:
+            self._report(items, exc)
+            return
+        if not refused:
+            self._report(items, None)
+            return
+        out = {id(item) for item, _ in refused}
+        self._report([item for item in items if id(item) not in out], None)
+        for item, why in refused:
+            self._report([item], why)
+
+    def _spawn(self, items: list[pb.AckItem], work: Awaitable[_Refused]) -> None:
+        self._keep(asyncio.ensure_future(self._settle(items, work)))
+
+    def _keep(self, t: asyncio.Future[None]) -> None:
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _settle_run(self, run: pb.AckRun) -> None:
+        """Apply ``run``; report its refusals, if any, as one result (id 0)."""
+        failure: Exception | None = None
+        try:
+            refused = await self._svc.ack_run(
+                run, self._account, self._timeout_s, self._forwarded, lazy=True
+            )
+            if refused:
+                failure = _run_refusal(run, refused)
+        except Exception as exc:
+            failure = exc
+        if failure is not None:
+            self._results.append(pb.AckResult(id=0, error=to_error_message(failure)))
+        self._answered(len(run.stream_seqs))
+
+    async def _one(self, item: pb.AckItem) -> _Refused:
+        # Refusals raise here. Lazy: only a failure is answered (docs/cluster-design.md).
+        await self._svc.ack_one(
+            item, self._account, self._timeout_s, self._forwarded, lazy=not item.sync
+        )
+        return []
+
+    async def _ack_grouped(
+        self, g: StreamGroup, consumer: str, items: list[pb.AckItem], seqs: list[int]
+    ) -> _Refused:
+        lazy = fire_and_forget(items)
+        pairs = list(zip(items, seqs, strict=True))  # what a refusal names
+        try:
+            out = await self._svc._ack_many(g, consumer, pairs, seqs, self._timeout_s, lazy=lazy)
+        except (NotLeaderError, NoLeaderError):
+            if self._forwarded:
+                raise  # the forwarding node follows the hint
+        else:
+            return [(item, _undelivered_error(consumer, seq)) for item, seq in out]
+        # The leadership moved (a transfer) before these acks were decided: nothing of
+        # them was, so each goes to the new leader, as from a node that does not lead.
+        outcomes = await asyncio.gather(*map(self._one, items), return_exceptions=True)
+        refused: _Refused = []
+        for item, outcome in zip(items, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                refused.append((item, outcome))
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return refused
 
 
 async def _responses(

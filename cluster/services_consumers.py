@@ -31,18 +31,15 @@ from raftstream.cluster.context import (
 )
 from raftstream.cluster.convert import consumer_info_pb, parse_json
 from raftstream.cluster.descriptions import LOG_FEATURE_LINKED_FILTERS
-from raftstream.cluster.limits import (
+from raftstream.cluster.limits_admission import (
     bound_consumer,
     check_cluster_limits,
     check_consumer_filter_count,
 )
-from raftstream.cluster.meta import (
-    ConsumerAdded,
-    ConsumerUpdated,
-    check_account_limits,
-    subjects_undescribed,
-)
+from raftstream.cluster.meta_account_limits import check_account_limits
 from raftstream.cluster.meta_entries import AddConsumer, DeleteConsumer, UpdateConsumer
+from raftstream.cluster.meta_results import ConsumerAdded, ConsumerUpdated
+from raftstream.cluster.meta_rules import subjects_undescribed
 from raftstream.cluster.services_streams import group_info, step_down
 from raftstream.engine.consumer_config import (
     IMMUTABLE_FIELDS,

@@ -22,7 +22,8 @@ from typing import Any
 
 import grpc
 
-from raftstream.cluster.auth import AUTHORIZATION_KEY, AuthConfig, node_token
+from raftstream.cluster.auth_tokens import node_token
+from raftstream.cluster.auth_values import AUTHORIZATION_KEY, AuthConfig
 from raftstream.cluster.descriptions import NodeDescription
 from raftstream.cluster.node_proof import node_proof
 from raftstream.errors import PreconditionError, UnauthenticatedError, UnavailableError

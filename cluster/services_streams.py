@@ -26,7 +26,7 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from raftstream.cluster.assignments import StreamAssignment
-from raftstream.cluster.auth import Caller
+from raftstream.cluster.auth_values import Caller
 from raftstream.cluster.context import (
     ServiceContext,
     account_of,
@@ -42,20 +42,16 @@ from raftstream.cluster.convert import (
     stream_state_pb,
 )
 from raftstream.cluster.descriptions import NodeDescription, node_infos
-from raftstream.cluster.limits import (
+from raftstream.cluster.limits_admission import (
     check_cluster_limits,
-    check_config_name,
     check_stream_subject_count,
     check_subjects_detail,
 )
-from raftstream.cluster.meta import (
-    LIST_LIMIT_MAX,
-    StreamAdded,
-    StreamUpdated,
-    check_account_limits,
-    stream_exists_error,
-)
+from raftstream.cluster.limits_fields import check_config_name
+from raftstream.cluster.meta_account_limits import check_account_limits
 from raftstream.cluster.meta_entries import AddStream, DeleteStream, UpdateStream
+from raftstream.cluster.meta_results import LIST_LIMIT_MAX, StreamAdded, StreamUpdated
+from raftstream.cluster.meta_rules import stream_exists_error
 from raftstream.cluster.placement import NodeInfo, place_stream, plan_stream_peers
 from raftstream.cluster.raft_extras import followers
 from raftstream.engine.entries import DeleteMsg, Purge

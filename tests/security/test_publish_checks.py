@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from raftstream.cluster import auth
+from raftstream.cluster import auth_values
 from raftstream.cluster.auth import Permissions
 from raftstream.cluster.config import Limits
 from raftstream.cluster.limits import check_publish
@@ -39,7 +39,7 @@ def test_may_publish_answers_as_matching_does_asked_once_or_again(
 def test_may_publish_memo_is_bounded_and_answers_stay_right(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(auth, "PUBLISH_PERMISSION_MEMO_ENTRIES_MAX", 3)
+    monkeypatch.setattr(auth_values, "PUBLISH_PERMISSION_MEMO_ENTRIES_MAX", 3)
     perms = Permissions(publish=("orders.>",))
     for i in range(10):
         assert perms.may_publish(f"orders.{i}")
