@@ -1,7 +1,8 @@
 """The read side of the LMDB stream store: lookups, walks and counts over one stream's keys.
 
 ``LmdbStreamReads`` is the base of ``LmdbStreamStore`` (``engine/lmdbstore.py``), which owns
-the state declared here and the write side. Reads inside ``transaction()`` go through the open
+the state declared here and the write side; dedup records are read through its ``LmdbDedup``
+part (``engine/lmdbdedup.py``). Reads inside ``transaction()`` go through the open
 write transaction (after flushing the appends it buffers), so they see its writes; outside
 one, each read is its own read transaction. Threading: as the store, one thread at a time.
 """
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from itertools import islice
 from typing import Any
 
+from raftstream.engine.lmdbdedup import LmdbDedup
 from raftstream.engine.lmdbrecords import (
     ID,
     SEQ,
@@ -23,7 +25,6 @@ from raftstream.engine.lmdbrecords import (
     StreamMeta,
     decode_chunk,
     decode_count,
-    decode_dedup,
     decode_head,
     decode_msg,
     encode_chunk,
@@ -33,14 +34,12 @@ from raftstream.engine.lmdbrecords import (
     msg_lead,
     subject_key,
     verified_records,
-    verify_dedup_index,
 )
 from raftstream.engine.memstore import valid_filter
 from raftstream.engine.store import (
     DedupRecord,
     StoredMsg,
     StreamState,
-    dedup_key,
     missing_seqs,
 )
 from raftstream.engine.subjects import FWC, has_wildcards, subject_matches
@@ -121,6 +120,7 @@ class LmdbStreamReads:
     _by_hash: dict[bytes, SubjectCount]
     _first_ts: tuple[int, int]  # (first_seq, its ts) once known; (0, 0) when not
     _dirty_subjects: list[SubjectCount]
+    _dedup: LmdbDedup  # the stream's dedup records
 
     # -- Protocol reads ------------------------------------------------------------------------
 
@@ -249,9 +249,9 @@ class LmdbStreamReads:
     def dedup_get(self, msg_id: str) -> DedupRecord | None:
         """The record of ``msg_id``, or None; ``DataLossError`` when it fails its checksum."""
         if self._txn is not None:  # the publish path: no context manager to enter
-            return self._dedup_get(self._txn, msg_id)
+            return self._dedup.get(self._txn, msg_id)
         with self._plain_reading() as txn:
-            return self._dedup_get(txn, msg_id)
+            return self._dedup.get(txn, msg_id)
 
     @property
     def store_id(self) -> int:
@@ -272,50 +272,14 @@ class LmdbStreamReads:
         self._check_open()
         return self._dedup_walk()
 
-    def _dedup_get(self, txn: Any, msg_id: str) -> DedupRecord | None:
-        key = self._prefix + dedup_key(msg_id)
-        raw = txn.get(key, db=self._dbs.dedup)
-        if raw is None:
-            return None
-        rec = decode_dedup(key, raw)
-        # Another id with the same digest owns the slot: this id has no record.
-        return rec if rec.msg_id == msg_id else None
-
     def _dedup_walk(self) -> Iterator[DedupRecord]:
         start = self._prefix
         while True:
             with self._plain_reading() as txn:
-                chunk, start = self._dedup_chunk(txn, start, DEDUP_ITER_CHUNK_RECORDS)
+                chunk, start = self._dedup.chunk(txn, start, DEDUP_ITER_CHUNK_RECORDS)
             yield from chunk
             if len(chunk) < DEDUP_ITER_CHUNK_RECORDS:
                 return
-
-    def _dedup_chunk(self, txn: Any, start: bytes, limit: int) -> tuple[list[DedupRecord], bytes]:
-        """Up to ``limit`` records from the time index key ``start`` on, and where to resume."""
-        cur = txn.cursor(db=self._dbs.dedupt)
-        out: list[DedupRecord] = []
-        found = cur.set_range(start)
-        while found and len(out) < limit:
-            key, value = cur.item()
-            if not key.startswith(self._prefix):
-                break
-            out.append(self._dedup_indexed(txn, key, value))
-            start = key + b"\x00"  # keys have one length: the next key is the next record
-            found = cur.next()
-        return out, start
-
-    def _dedup_indexed(self, txn: Any, key: bytes, value: bytes) -> DedupRecord:
-        """The record a dedup time index entry leads to; ``DataLossError`` unless the entry
-        is well formed, its record exists and the record holds the entry's time."""
-        verify_dedup_index(key, value)
-        rkey = self._prefix + value
-        raw = txn.get(rkey, db=self._dbs.dedup)
-        if raw is None:
-            raise DataLossError("dedup time index points at a missing record", key=key)
-        rec = decode_dedup(rkey, raw)
-        if SEQ.unpack_from(key, ID.size)[0] != rec.ts_ns:
-            raise DataLossError("dedup time index disagrees with its record", key=key)
-        return rec
 
     # -- transactions and buffered writes -----------------------------------------------------
 
@@ -650,7 +614,7 @@ class RecordsReader:
         """The next up to ``limit`` dedup records in expiry order; [] once all are read."""
         if self._dedup_start is None:
             return []
-        out, self._dedup_start = self._store._dedup_chunk(self._txn, self._dedup_start, limit)
+        out, self._dedup_start = self._store._dedup.chunk(self._txn, self._dedup_start, limit)
         if len(out) < limit:
             self._dedup_start = None
         return out

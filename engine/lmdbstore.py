@@ -4,7 +4,8 @@ One ``lmdb.Environment`` per node holds every stream (and, later, the Raft logs)
 share a fixed set of named DBs (``engine/lmdbrecords.py`` has the layouts) and tell their keys
 apart by a 4-byte stream id allocated from the stream's name. A stream's counters and limits
 live in one meta record, written once per write transaction, so reopening is one read.
-Deduplication records (at most one per publish) go straight into the open transaction.
+Deduplication records (at most one per publish) go straight into the open transaction
+(the store's ``LmdbDedup`` part, ``engine/lmdbdedup.py``, reads and writes them).
 
 Inside a write transaction, appends are buffered, then encoded and written in one batch
 (``encode_msgs`` and one ``putmulti``) when anything reads, removes or commits; the subject
@@ -31,6 +32,7 @@ from typing import Any
 
 import lmdb
 
+from raftstream.engine.lmdbdedup import LmdbDedup
 from raftstream.engine.lmdbreads import SEQ_MAX, LmdbStreamReads, SubjectCount, seek_le
 from raftstream.engine.lmdbrecords import (
     ID,
@@ -40,11 +42,9 @@ from raftstream.engine.lmdbrecords import (
     StreamMeta,
     decode_chunk,
     decode_count,
-    decode_dedup,
     decode_head,
     decode_id,
     decode_meta,
-    encode_dedup,
     encode_headers,
     encode_meta,
     encoded_headers_size,
@@ -64,7 +64,6 @@ from raftstream.engine.store import (
     PurgeRequest,
     StoreLimits,
     check_dedup_args,
-    dedup_key,
     limit_set,
     normalize_purge,
 )
@@ -145,10 +144,6 @@ class LmdbStreamStore(LmdbStreamReads):
         self._wide_subjects: list[SubjectCount] = []  # holding more chunks than their tail
         self._subjects: dict[str, SubjectCount] = {}
         self._by_hash = {}
-        # No dedup record of the stream is older than this (0 says nothing: times are >= 0).
-        # Lets the dedup_expire of every applied entry return without an LMDB call when no
-        # record is due; raised by expiry, lowered by puts, reset when a transaction aborts.
-        self._dedup_floor_ns = 0
         # Likewise no TTL deadline of the stream's messages is earlier than this: expire()
         # returns at once while it is in the future. Lowered by appends with a TTL, set by a
         # scan of the TTL index, reset when a transaction aborts.
@@ -156,6 +151,7 @@ class LmdbStreamStore(LmdbStreamReads):
         with env.begin(write=True) as txn:
             self._id = self._stream_id(txn, raw_name)
             self._prefix = ID.pack(self._id)
+            self._dedup = LmdbDedup(self._dbs, self._prefix)
             self._meta_key = b"M" + self._prefix
             raw = txn.get(self._meta_key, db=self._dbs.meta)
             self._meta = decode_meta(self._meta_key, raw) if raw else StreamMeta()
@@ -266,7 +262,7 @@ class LmdbStreamStore(LmdbStreamReads):
         self._pend_bytes = 0
         self._forget_subjects()
         self._first_ts = (0, 0)
-        self._dedup_floor_ns = 0
+        self._dedup.forget()
         self._ttl_floor_ns = 0
         self._meta = saved
         self._limits_changed()
@@ -490,53 +486,16 @@ class LmdbStreamStore(LmdbStreamReads):
         if self._txn is None:
             with self.transaction():
                 return self.dedup_put(msg_id, seq, ts_ns)
-        # On the publish path (once per publish with a msg id): two puts, no buffering.
-        txn, dbs = self._txn, self._dbs
-        h = dedup_key(msg_id)
-        key = self._prefix + h
-        old = txn.get(key, db=dbs.dedup)
-        if old is not None:
-            # The id's older record leaves the time index too. On a digest collision the
-            # slot held another id's record, which is replaced: deterministic (every
-            # replica puts the same ids), and it only shortens that id's protection.
-            prev = decode_dedup(key, old)
-            if not txn.delete(self._prefix + SEQ.pack(prev.ts_ns) + h, db=dbs.dedupt):
-                raise DataLossError("dedup record has no time index entry", key=key)
-        txn.put(key, encode_dedup(key, seq, ts_ns, msg_id.encode()), db=dbs.dedup)
-        txn.put(self._prefix + SEQ.pack(ts_ns) + h, h, db=dbs.dedupt)
-        self._dedup_floor_ns = min(self._dedup_floor_ns, ts_ns)
+        self._dedup.put(self._txn, msg_id, seq, ts_ns)
         return None
 
     def dedup_expire(self, before_ts_ns: int, *, limit: int = DEDUP_EXPIRE_RECORDS_MAX) -> int:
         """Remove up to ``limit`` records older than ``before_ts_ns``, in time index order."""
         self._check_open()
-        if before_ts_ns <= self._dedup_floor_ns or limit <= 0:
+        if limit <= 0 or not self._dedup.expiry_due(before_ts_ns):
             return 0  # none is that old: the common case costs no LMDB call
         with self.transaction():
-            return self._expire_dedup(min(before_ts_ns, _NO_DEDUP_RECORDS), limit)
-
-    def _expire_dedup(self, before_ts_ns: int, limit: int) -> int:
-        txn = self._txn
-        hi = self._prefix + SEQ.pack(before_ts_ns)  # every key of a record older sorts below
-        cur = txn.cursor(db=self._dbs.dedupt)
-        found = cur.set_range(self._prefix)
-        removed = 0
-        while found and removed < limit:
-            key, value = cur.item()
-            if not key.startswith(self._prefix) or key >= hi:
-                break
-            self._dedup_indexed(txn, key, value)  # checks before removing
-            txn.delete(self._prefix + value, db=self._dbs.dedup)
-            found = cur.delete()  # and moves to the next entry
-            removed += 1
-        # The cursor is on the oldest record left (if any): the new floor.
-        key = cur.key() if found else b""
-        self._dedup_floor_ns = (
-            int(SEQ.unpack_from(key, ID.size)[0])
-            if key.startswith(self._prefix)
-            else _NO_DEDUP_RECORDS
-        )
-        return removed
+            return self._dedup.expire(self._txn, before_ts_ns, limit)
 
     # -- removal ------------------------------------------------------------------------------
 
