@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from raftstream.engine.lmdbindex import SEQ_MAX
 from raftstream.engine.lmdbpurge import PURGE_CHUNK_MSGS
-from raftstream.engine.lmdbreads import SEQ_MAX
 from raftstream.engine.lmdbrecords import ID, SEQ, verify_index
 from raftstream.engine.store import TS_NS_MAX
 from raftstream.errors import DataLossError, invariant

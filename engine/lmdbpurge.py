@@ -100,7 +100,7 @@ class LmdbPurge:
         txn = store._wt()
         victims: list[int] = []
         for ikey in store._ikeys(txn, subject_filter):
-            victims += store._index_seqs(txn, ikey, 1, end)
+            victims += store._index.seqs(txn, ikey, 1, end)
         victims.sort()
         if req.keep is not None:
             victims = victims[: max(0, len(victims) - req.keep)]

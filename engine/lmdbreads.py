@@ -2,7 +2,8 @@
 
 ``LmdbStreamReads`` is the base of ``LmdbStreamStore`` (``engine/lmdbstore.py``), which owns
 the state declared here and the write side; dedup records are read through its ``LmdbDedup``
-part (``engine/lmdbdedup.py``). Reads inside ``transaction()`` go through the open
+part (``engine/lmdbdedup.py``), the subject index through ``LmdbIndexReads``
+(``engine/lmdbindex.py``). Reads inside ``transaction()`` go through the open
 write transaction (after flushing the appends it buffers), so they see its writes; outside
 one, each read is its own read transaction. Threading: as the store, one thread at a time.
 """
@@ -16,6 +17,7 @@ from itertools import islice
 from typing import Any
 
 from raftstream.engine.lmdbdedup import LmdbDedup
+from raftstream.engine.lmdbindex import SEQ_MAX, LmdbIndexReads, seek_le
 from raftstream.engine.lmdbrecords import (
     ID,
     SEQ,
@@ -23,7 +25,6 @@ from raftstream.engine.lmdbrecords import (
     PendingMsg,
     StoreDbs,
     StreamMeta,
-    decode_chunk,
     decode_count,
     decode_head,
     decode_msg,
@@ -65,7 +66,6 @@ DEDUP_ITER_CHUNK_RECORDS = 256  # dedup records read per read transaction by ded
 # A wildcard load_next walks each matching subject's index when the stream has at most this
 # many subjects, and walks the messages otherwise.
 SUBJECT_WALK_SUBJECTS_MAX = 256
-SEQ_MAX = b"\xff" * SEQ.size
 
 
 class SubjectCount:
@@ -121,6 +121,7 @@ class LmdbStreamReads:
     _first_ts: tuple[int, int]  # (first_seq, its ts) once known; (0, 0) when not
     _dirty_subjects: list[SubjectCount]
     _dedup: LmdbDedup  # the stream's dedup records
+    _index: LmdbIndexReads  # lookups in the subject index
 
     # -- Protocol reads ------------------------------------------------------------------------
 
@@ -136,7 +137,7 @@ class LmdbStreamReads:
             if subject_filter == FWC:
                 best, ikey = self._last_stored(txn), b""
             else:
-                found = [(self._index_last(txn, k), k) for k in self._ikeys(txn, subject_filter)]
+                found = [(self._index.last(txn, k), k) for k in self._ikeys(txn, subject_filter)]
                 best, ikey = max(found, default=(0, b""))
             if best == 0:
                 raise NotFoundError(f"no message matches {subject_filter!r}")
@@ -156,7 +157,7 @@ class LmdbStreamReads:
                 return self._scan_next(txn, start, subject_filter)
             found = []
             for ikey in self._ikeys(txn, subject_filter):
-                seqs = self._index_seqs(txn, ikey, start, 0, limit=1)
+                seqs = self._index.seqs(txn, ikey, start, 0, limit=1)
                 if seqs:
                     found.append((seqs[0], ikey))
             best, ikey = min(found, default=(0, b""))
@@ -191,7 +192,7 @@ class LmdbStreamReads:
                 return self._count_msgs(txn, start)
             total = 0
             for ikey, (count, _) in self._subject_counts(txn, subject_filter).items():
-                total += count if start <= m.first_seq else self._index_count(txn, ikey, start)
+                total += count if start <= m.first_seq else self._index.count(txn, ikey, start)
             return total
 
     def state(self, *, subjects_filter: str | None = None) -> StreamState:
@@ -485,46 +486,6 @@ class LmdbStreamReads:
             n += 1
         return n
 
-    def _index_last(self, txn: Any, ikey: bytes) -> int:
-        """The newest sequence of the subject ``ikey`` in the index, or 0."""
-        cur = txn.cursor(db=self._dbs.sidx)
-        if not seek_le(cur, ikey, ikey + SEQ_MAX):
-            return 0
-        key, value = cur.item()
-        return decode_chunk(key, value)[-1]
-
-    def _index_chunks(self, txn: Any, ikey: bytes, start: int) -> Iterator[list[int]]:
-        """The subject's index chunks from the one that would hold ``start`` on, in order."""
-        cur = txn.cursor(db=self._dbs.sidx)
-        first = ikey + SEQ.pack(start)
-        found = seek_le(cur, ikey, first) or cur.set_range(first)
-        while found:
-            key, value = cur.item()
-            if not key.startswith(ikey) or len(key) != len(ikey) + SEQ.size:
-                return
-            yield decode_chunk(key, value)
-            found = cur.next()
-
-    def _index_seqs(
-        self, txn: Any, ikey: bytes, start: int, end: int, *, limit: int = 0
-    ) -> list[int]:
-        """Sequences of the subject ``ikey`` in [start, end) (end 0: none), at most ``limit``."""
-        out: list[int] = []
-        for chunk in self._index_chunks(txn, ikey, start):
-            for seq in chunk[bisect_left(chunk, start) :]:
-                if end and seq >= end:
-                    return out
-                out.append(seq)
-                if limit and len(out) >= limit:
-                    return out
-        return out
-
-    def _index_count(self, txn: Any, ikey: bytes, start: int) -> int:
-        """How many sequences >= ``start`` the subject ``ikey`` has."""
-        return sum(
-            len(chunk) - bisect_left(chunk, start) for chunk in self._index_chunks(txn, ikey, start)
-        )
-
     def _subject_counts(self, txn: Any, subject_filter: str) -> dict[bytes, tuple[int, bytes]]:
         """(count, subject) by index prefix, for the subjects matching the filter."""
         if self._txn is not None:
@@ -576,7 +537,7 @@ class LmdbStreamReads:
         while seq <= self._meta.last_seq:
             with self._reading(index=literal) as txn:
                 if literal:
-                    seqs = self._index_seqs(txn, ikey, seq, 0, limit=size)
+                    seqs = self._index.seqs(txn, ikey, seq, 0, limit=size)
                     chunk = self._load_literal(txn, seqs, subject_filter)
                 elif match_all:  # every message: decoded straight off the cursor
                     chunk = self._msgs_from(txn, seq, size)
@@ -635,11 +596,3 @@ class RecordsReader:
     def close(self) -> None:
         """End the read transaction (idempotent)."""
         self._txn.abort()
-
-
-def seek_le(cur: Any, prefix: bytes, key: bytes) -> bool:
-    """Put ``cur`` on the last key <= ``key``; True when that key starts with ``prefix``."""
-    # Seek to the first key >= ``key`` and step back unless it is ``key`` (or, past the end
-    # of the DB, take the DB's last key).
-    found = (cur.key() == key or cur.prev()) if cur.set_range(key) else cur.last()
-    return bool(found) and bool(cur.key().startswith(prefix))

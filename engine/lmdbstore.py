@@ -16,8 +16,9 @@ transaction near the raw py-lmdb floor (``bench/engine/store.py``).
 Parts: the store is the face and keeps appends, limits, single removals and transactions;
 it owns a part per concern, each working in its open transaction: ``LmdbDedup`` (the dedup
 window, ``engine/lmdbdedup.py``), ``LmdbPurge`` (purge, compaction and a drop's wholesale
-delete, ``engine/lmdbpurge.py``) and ``LmdbExpiry`` (removal by ``max_age`` and TTL, with
-the TTL floor, ``engine/lmdbexpiry.py``). The read side is the base class ``LmdbStreamReads``
+delete, ``engine/lmdbpurge.py``), ``LmdbExpiry`` (removal by ``max_age`` and TTL, with
+the TTL floor, ``engine/lmdbexpiry.py``), and ``LmdbIndexReads`` (lookups in the subject
+index, ``engine/lmdbindex.py``). The read side is the base class ``LmdbStreamReads``
 (``engine/lmdbreads.py``).
 
 Threading: a store is used by one thread at a time, and LMDB binds a write transaction to its
@@ -41,8 +42,9 @@ import lmdb
 
 from raftstream.engine.lmdbdedup import LmdbDedup
 from raftstream.engine.lmdbexpiry import LmdbExpiry
+from raftstream.engine.lmdbindex import LmdbIndexReads
 from raftstream.engine.lmdbpurge import LmdbPurge
-from raftstream.engine.lmdbreads import SEQ_MAX, LmdbStreamReads, SubjectCount, seek_le
+from raftstream.engine.lmdbreads import LmdbStreamReads, SubjectCount
 from raftstream.engine.lmdbrecords import (
     ID,
     INDEX_CHUNK_SEQS_MAX,
@@ -139,6 +141,7 @@ class LmdbStreamStore(LmdbStreamReads):
         self._env = env
         self._name = name
         self._dbs = open_dbs(env)
+        self._index = LmdbIndexReads(self._dbs.sidx)
         self._txn = None
         self._closed = False
         self._dropping = False
@@ -320,11 +323,10 @@ class LmdbStreamStore(LmdbStreamReads):
         c = self._by_hash[h] = SubjectCount(raw, key, count)
         # Its index chunks are all written (a cached subject holds any unwritten ones), so the
         # stored last chunk is the tail appends extend.
-        cur = self._txn.cursor(db=self._dbs.sidx)
-        if seek_le(cur, key, key + SEQ_MAX):
-            ckey, cvalue = cur.item()
-            c.tail_lo = int(SEQ.unpack_from(ckey, len(key))[0])
-            c.tail = c.chunks[c.tail_lo] = decode_chunk(ckey, cvalue)
+        tail = self._index.last_chunk(self._txn, key)
+        if tail is not None:
+            c.tail_lo, c.tail = tail
+            c.chunks[c.tail_lo] = c.tail
         return c
 
     # -- appends ------------------------------------------------------------------------------
@@ -432,7 +434,7 @@ class LmdbStreamStore(LmdbStreamReads):
     def _trim_subject(self, subj: SubjectCount, keep: int) -> None:
         """Remove the subject's oldest messages until it has ``keep``."""
         txn = self._wt()
-        for seq in self._index_seqs(txn, subj.ikey, 1, 0, limit=subj.count - keep):
+        for seq in self._index.seqs(txn, subj.ikey, 1, 0, limit=subj.count - keep):
             self._remove(self._indexed_head(txn, seq, subj))
 
     def _enforce_totals(self) -> None:
@@ -564,11 +566,7 @@ class LmdbStreamStore(LmdbStreamReads):
         """``lo_seq`` of the chunk whose range holds ``seq``: the greatest one <= seq, among
         the stored chunks and the cached ones (which may be newer than the stored)."""
         cached = max((lo for lo in subj.chunks if lo <= seq), default=0)
-        cur = self._txn.cursor(db=self._dbs.sidx)
-        stored = 0
-        if seek_le(cur, subj.ikey, subj.ikey + SEQ.pack(seq)):
-            stored = int(SEQ.unpack_from(cur.key(), len(subj.ikey))[0])
-        lo = max(cached, stored)
+        lo = max(cached, self._index.stored_lo(self._txn, subj.ikey, seq))
         if lo == 0:
             raise DataLossError(f"no subject index chunk holds sequence {seq}", seq=seq)
         return lo
