@@ -50,12 +50,10 @@ __all__ = [
     "DEDUP_ITER_CHUNK_RECORDS",
     "ITER_CHUNK_MSGS",
     "ITER_FIRST_CHUNK_MSGS",
-    "SEQ_MAX",
     "SUBJECT_WALK_SUBJECTS_MAX",
     "LmdbStreamReads",
     "RecordsReader",
     "SubjectCount",
-    "seek_le",
 ]
 
 ITER_CHUNK_MSGS = 256  # messages read per read transaction by iter_from, at most
