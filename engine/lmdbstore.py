@@ -14,12 +14,12 @@ record are written once per transaction. That batch-level work is what keeps a 1
 transaction near the raw py-lmdb floor (``bench/engine/store.py``).
 
 Parts: the store is the face and keeps appends, limits, single removals and transactions;
-it owns a part per concern, each working in the transaction the store hands it: ``LmdbDedup`` (the dedup
-window, ``engine/lmdbdedup.py``), ``LmdbPurge`` (purge, compaction and a drop's wholesale
-delete, ``engine/lmdbpurge.py``), ``LmdbExpiry`` (removal by ``max_age`` and TTL, with
-the TTL floor, ``engine/lmdbexpiry.py``), and ``LmdbIndexReads`` (lookups in the subject
-index, ``engine/lmdbindex.py``). The read side is the base class ``LmdbStreamReads``
-(``engine/lmdbreads.py``).
+it owns a part per concern, each working in the transaction the store hands it:
+``LmdbDedup`` (the dedup window, ``engine/lmdbdedup.py``), ``LmdbPurge`` (purge, compaction
+and a drop's wholesale delete, ``engine/lmdbpurge.py``), ``LmdbExpiry`` (removal by
+``max_age`` and TTL, with the TTL floor, ``engine/lmdbexpiry.py``) and ``LmdbIndexReads``
+(lookups in the subject index, ``engine/lmdbindex.py``). The read side is the base class
+``LmdbStreamReads`` (``engine/lmdbreads.py``).
 
 Threading: a store is used by one thread at a time, and LMDB binds a write transaction to its
 thread, so all writes of a node come from its one writer thread. Transactions of two stores on
