@@ -16,8 +16,9 @@ first, then new messages in stream order. A message whose last allowed delivery
 ``max_ack_pending`` messages are unacked; a paused consumer delivers nothing.
 
 Layout (issue 34): this module keeps the ``Consumer`` itself (construction, applying ops,
-the outbox, persistence, acks, control); the delivery decisions are in
-``consumer_deliver.py``, serving pull requests, push steps and published acks in
+acks, control); the leader's op outbox is in ``consumer_outbox.py``, the marks of what to
+persist and the write that persists them in ``consumer_persist.py``, the delivery decisions
+in ``consumer_deliver.py``, serving pull requests, push steps and published acks in
 ``consumer_serve.py``, the info values in ``consumer_info.py`` (``ConsumerInfo`` and
 ``SequenceInfo`` are re-exported here), the push plan in ``consumer_push.py``.
 
@@ -33,6 +34,8 @@ from typing import Protocol
 
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.consumer_info import ConsumerInfo, SequenceInfo, consumer_info
+from raftstream.engine.consumer_outbox import OpOutbox
+from raftstream.engine.consumer_persist import StateWriter
 from raftstream.engine.consumer_pull import (
     Delivery,
     PullEvent,
@@ -67,7 +70,6 @@ from raftstream.errors import InvalidArgumentError, NotFoundError, PreconditionE
 __all__ = ["ADVISORIES_MAX", "Consumer", "ConsumerInfo", "RetentionListener", "SequenceInfo"]
 
 ADVISORIES_MAX = 1024
-OUTBOX_OPS_MAX = 65536
 HEAP_SLACK_ENTRIES = 1024  # stale deadline entries tolerated before the heap is rebuilt
 
 
@@ -110,21 +112,15 @@ class Consumer:
         self._config = config
         self._store = store
         self._state = state
-        self._state_store = state_store
         self._retention = retention
         self._record_ops = record_ops
         self._domain = domain
         self._account = account
         self._flow_window_msgs = flow_window_msgs
-        self._outbox: list[ConsumerOp] = []
-        # The Deliver op being built at the end of the outbox: (now_ns, its sequences).
-        self._deliver_run: tuple[int, list[int]] | None = None
+        self._outbox = OpOutbox()
+        self._writer = None if state_store is None else StateWriter(state_store, self.key)
         self._advisories: deque[Event] = deque(maxlen=ADVISORIES_MAX)
         self._heap: list[tuple[int, int]] = []
-        self._dirty: set[int] = set()
-        self._meta_dirty = False
-        self._config_dirty = False
-        self._clear_pending = False
         self._pending_cache: tuple[tuple[int, int, int], int] | None = None
         self._waiting = WaitingQueue(max_waiting=config.max_waiting)
         self._push = new_planner(self.stream, self.name, self._config, self._flow_window_msgs)
@@ -173,7 +169,8 @@ class Consumer:
             record_ops=record_ops,
             flow_window_msgs=flow_window_msgs,
         )
-        c._config_dirty = True  # written with the start state, in one transaction
+        if c._writer is not None:
+            c._writer.config_changed()  # written with the start state, in one transaction
         c._commit(start_op(config, store))
         if config.pause_until:  # one already past pauses nothing, and info shows it
             c._commit(Pause(until_ns=config.pause_until))
@@ -253,16 +250,14 @@ class Consumer:
             # Each new delivery moved the cursor past exactly one undelivered message.
             key, count = self._pending_cache
             self._pending_cache = (key, count - fresh)
-        self._meta_dirty = True
         if changes.reset:
-            self._clear_pending = True
-            self._dirty.clear()
+            if self._writer is not None:
+                self._writer.reset()
             self._rebuild_heap()
         else:
             pending = self._state.pending
-            if self._state_store is not None:
-                # Only ``flush`` reads (and clears) it: without a store it would only grow.
-                self._dirty.update(changes.dirty)
+            if self._writer is not None:
+                self._writer.changed(changes.dirty)
             for seq in changes.dirty:
                 p = pending.get(seq)
                 if p is not None:
@@ -277,38 +272,12 @@ class Consumer:
     def _commit(self, op: ConsumerOp) -> None:
         """Leader path: apply now and keep the op for replication."""
         self._apply(op)
-        if not self._record_ops:
-            return
-        if isinstance(op, Deliver):
-            # Consecutive deliveries at one instant merge into one op: applying
-            # Deliver(a, b) is by construction the same as Deliver(a) then Deliver(b). The
-            # run is a list until taken (one op per batch, not one rebuilt per message).
-            run = self._deliver_run
-            if run is not None and run[0] == op.now_ns:
-                run[1].extend(op.stream_seqs)
-                return
-            self._close_deliver_run()
-            self._deliver_run = (op.now_ns, list(op.stream_seqs))
-            return
-        self._close_deliver_run()
-        self._outbox_append(op)
-
-    def _close_deliver_run(self) -> None:
-        """Put the Deliver op being built, if any, in the outbox (keeping op order)."""
-        run = self._deliver_run
-        if run is not None:
-            self._deliver_run = None
-            self._outbox_append(Deliver(stream_seqs=tuple(run[1]), now_ns=run[0]))
-
-    def _outbox_append(self, op: ConsumerOp) -> None:
-        invariant(len(self._outbox) < OUTBOX_OPS_MAX, "consumer op outbox overflow")
-        self._outbox.append(op)
+        if self._record_ops:
+            self._outbox.put(op)
 
     def take_ops(self) -> list[ConsumerOp]:
         """The ops the leader applied since the last call, in order, for replication."""
-        self._close_deliver_run()
-        out, self._outbox = self._outbox, []
-        return out
+        return self._outbox.take()
 
     def drain_advisories(self) -> list[Event]:
         """Advisories recorded since the last call (the newest ``ADVISORIES_MAX`` kept)."""
@@ -318,29 +287,8 @@ class Consumer:
 
     def flush(self) -> None:
         """Persist what changed since the last flush (one state-store write), if anything."""
-        if self._state_store is None:
-            return
-        if not (self._meta_dirty or self._dirty or self._config_dirty):
-            return
-        pending = self._state.pending
-        if self._clear_pending:
-            upserts = dict(pending)
-            deletes: list[int] = []
-        else:
-            upserts = {s: pending[s] for s in self._dirty if s in pending}
-            deletes = [s for s in self._dirty if s not in pending]
-        self._state_store.write(
-            self.key,
-            state=self._state,
-            upserts=upserts,
-            deletes=deletes,
-            clear=self._clear_pending,
-            config=self._config if self._config_dirty else None,
-        )
-        self._dirty.clear()
-        self._meta_dirty = False
-        self._config_dirty = False
-        self._clear_pending = False
+        if self._writer is not None:
+            self._writer.flush(self._state, self._config)
 
     def _rebuild_heap(self) -> None:
         self._heap = [(p.deadline_ns, s) for s, p in self._state.pending.items()]
@@ -537,7 +485,8 @@ class Consumer:
         # The filters may have changed: num_pending's cache is keyed on the stream only.
         self._pending_cache = None
         self._push = new_planner(self.stream, self.name, self._config, self._flow_window_msgs)
-        self._config_dirty = True
+        if self._writer is not None:
+            self._writer.config_changed()
         self.flush()
 
     def leadership_lost(self) -> list[PullEvent]:
@@ -551,8 +500,8 @@ class Consumer:
         self._check_live()
         events = self._waiting.drain("Consumer Deleted")
         self._deleted = True
-        if self._state_store is not None:
-            self._state_store.remove(self.key)
+        if self._writer is not None:
+            self._writer.remove()
         if self._retention is not None:
             self._retention.released(self, [], rescan=True)
         return events

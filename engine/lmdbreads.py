@@ -1,7 +1,9 @@
 """The read side of the LMDB stream store: lookups, walks and counts over one stream's keys.
 
 ``LmdbStreamReads`` is the base of ``LmdbStreamStore`` (``engine/lmdbstore.py``), which owns
-the state declared here and the write side. Reads inside ``transaction()`` go through the open
+the state declared here and the write side; dedup records are read through its ``LmdbDedup``
+part (``engine/lmdbdedup.py``), the subject index through ``LmdbIndexReads``
+(``engine/lmdbindex.py``). Reads inside ``transaction()`` go through the open
 write transaction (after flushing the appends it buffers), so they see its writes; outside
 one, each read is its own read transaction. Threading: as the store, one thread at a time.
 """
@@ -14,6 +16,8 @@ from contextlib import contextmanager
 from itertools import islice
 from typing import Any
 
+from raftstream.engine.lmdbdedup import LmdbDedup
+from raftstream.engine.lmdbindex import SEQ_MAX, LmdbIndexReads, seek_le
 from raftstream.engine.lmdbrecords import (
     ID,
     SEQ,
@@ -21,9 +25,7 @@ from raftstream.engine.lmdbrecords import (
     PendingMsg,
     StoreDbs,
     StreamMeta,
-    decode_chunk,
     decode_count,
-    decode_dedup,
     decode_head,
     decode_msg,
     encode_chunk,
@@ -33,14 +35,12 @@ from raftstream.engine.lmdbrecords import (
     msg_lead,
     subject_key,
     verified_records,
-    verify_dedup_index,
 )
 from raftstream.engine.memstore import valid_filter
 from raftstream.engine.store import (
     DedupRecord,
     StoredMsg,
     StreamState,
-    dedup_key,
     missing_seqs,
 )
 from raftstream.engine.subjects import FWC, has_wildcards, subject_matches
@@ -50,12 +50,10 @@ __all__ = [
     "DEDUP_ITER_CHUNK_RECORDS",
     "ITER_CHUNK_MSGS",
     "ITER_FIRST_CHUNK_MSGS",
-    "SEQ_MAX",
     "SUBJECT_WALK_SUBJECTS_MAX",
     "LmdbStreamReads",
     "RecordsReader",
     "SubjectCount",
-    "seek_le",
 ]
 
 ITER_CHUNK_MSGS = 256  # messages read per read transaction by iter_from, at most
@@ -66,7 +64,6 @@ DEDUP_ITER_CHUNK_RECORDS = 256  # dedup records read per read transaction by ded
 # A wildcard load_next walks each matching subject's index when the stream has at most this
 # many subjects, and walks the messages otherwise.
 SUBJECT_WALK_SUBJECTS_MAX = 256
-SEQ_MAX = b"\xff" * SEQ.size
 
 
 class SubjectCount:
@@ -121,6 +118,8 @@ class LmdbStreamReads:
     _by_hash: dict[bytes, SubjectCount]
     _first_ts: tuple[int, int]  # (first_seq, its ts) once known; (0, 0) when not
     _dirty_subjects: list[SubjectCount]
+    _dedup: LmdbDedup  # the stream's dedup records
+    _index: LmdbIndexReads  # lookups in the subject index
 
     # -- Protocol reads ------------------------------------------------------------------------
 
@@ -136,7 +135,7 @@ class LmdbStreamReads:
             if subject_filter == FWC:
                 best, ikey = self._last_stored(txn), b""
             else:
-                found = [(self._index_last(txn, k), k) for k in self._ikeys(txn, subject_filter)]
+                found = [(self._index.last(txn, k), k) for k in self._ikeys(txn, subject_filter)]
                 best, ikey = max(found, default=(0, b""))
             if best == 0:
                 raise NotFoundError(f"no message matches {subject_filter!r}")
@@ -156,7 +155,7 @@ class LmdbStreamReads:
                 return self._scan_next(txn, start, subject_filter)
             found = []
             for ikey in self._ikeys(txn, subject_filter):
-                seqs = self._index_seqs(txn, ikey, start, 0, limit=1)
+                seqs = self._index.seqs(txn, ikey, start, 0, limit=1)
                 if seqs:
                     found.append((seqs[0], ikey))
             best, ikey = min(found, default=(0, b""))
@@ -191,7 +190,7 @@ class LmdbStreamReads:
                 return self._count_msgs(txn, start)
             total = 0
             for ikey, (count, _) in self._subject_counts(txn, subject_filter).items():
-                total += count if start <= m.first_seq else self._index_count(txn, ikey, start)
+                total += count if start <= m.first_seq else self._index.count(txn, ikey, start)
             return total
 
     def state(self, *, subjects_filter: str | None = None) -> StreamState:
@@ -249,9 +248,9 @@ class LmdbStreamReads:
     def dedup_get(self, msg_id: str) -> DedupRecord | None:
         """The record of ``msg_id``, or None; ``DataLossError`` when it fails its checksum."""
         if self._txn is not None:  # the publish path: no context manager to enter
-            return self._dedup_get(self._txn, msg_id)
+            return self._dedup.get(self._txn, msg_id)
         with self._plain_reading() as txn:
-            return self._dedup_get(txn, msg_id)
+            return self._dedup.get(txn, msg_id)
 
     @property
     def store_id(self) -> int:
@@ -272,50 +271,14 @@ class LmdbStreamReads:
         self._check_open()
         return self._dedup_walk()
 
-    def _dedup_get(self, txn: Any, msg_id: str) -> DedupRecord | None:
-        key = self._prefix + dedup_key(msg_id)
-        raw = txn.get(key, db=self._dbs.dedup)
-        if raw is None:
-            return None
-        rec = decode_dedup(key, raw)
-        # Another id with the same digest owns the slot: this id has no record.
-        return rec if rec.msg_id == msg_id else None
-
     def _dedup_walk(self) -> Iterator[DedupRecord]:
         start = self._prefix
         while True:
             with self._plain_reading() as txn:
-                chunk, start = self._dedup_chunk(txn, start, DEDUP_ITER_CHUNK_RECORDS)
+                chunk, start = self._dedup.chunk(txn, start, DEDUP_ITER_CHUNK_RECORDS)
             yield from chunk
             if len(chunk) < DEDUP_ITER_CHUNK_RECORDS:
                 return
-
-    def _dedup_chunk(self, txn: Any, start: bytes, limit: int) -> tuple[list[DedupRecord], bytes]:
-        """Up to ``limit`` records from the time index key ``start`` on, and where to resume."""
-        cur = txn.cursor(db=self._dbs.dedupt)
-        out: list[DedupRecord] = []
-        found = cur.set_range(start)
-        while found and len(out) < limit:
-            key, value = cur.item()
-            if not key.startswith(self._prefix):
-                break
-            out.append(self._dedup_indexed(txn, key, value))
-            start = key + b"\x00"  # keys have one length: the next key is the next record
-            found = cur.next()
-        return out, start
-
-    def _dedup_indexed(self, txn: Any, key: bytes, value: bytes) -> DedupRecord:
-        """The record a dedup time index entry leads to; ``DataLossError`` unless the entry
-        is well formed, its record exists and the record holds the entry's time."""
-        verify_dedup_index(key, value)
-        rkey = self._prefix + value
-        raw = txn.get(rkey, db=self._dbs.dedup)
-        if raw is None:
-            raise DataLossError("dedup time index points at a missing record", key=key)
-        rec = decode_dedup(rkey, raw)
-        if SEQ.unpack_from(key, ID.size)[0] != rec.ts_ns:
-            raise DataLossError("dedup time index disagrees with its record", key=key)
-        return rec
 
     # -- transactions and buffered writes -----------------------------------------------------
 
@@ -521,46 +484,6 @@ class LmdbStreamReads:
             n += 1
         return n
 
-    def _index_last(self, txn: Any, ikey: bytes) -> int:
-        """The newest sequence of the subject ``ikey`` in the index, or 0."""
-        cur = txn.cursor(db=self._dbs.sidx)
-        if not seek_le(cur, ikey, ikey + SEQ_MAX):
-            return 0
-        key, value = cur.item()
-        return decode_chunk(key, value)[-1]
-
-    def _index_chunks(self, txn: Any, ikey: bytes, start: int) -> Iterator[list[int]]:
-        """The subject's index chunks from the one that would hold ``start`` on, in order."""
-        cur = txn.cursor(db=self._dbs.sidx)
-        first = ikey + SEQ.pack(start)
-        found = seek_le(cur, ikey, first) or cur.set_range(first)
-        while found:
-            key, value = cur.item()
-            if not key.startswith(ikey) or len(key) != len(ikey) + SEQ.size:
-                return
-            yield decode_chunk(key, value)
-            found = cur.next()
-
-    def _index_seqs(
-        self, txn: Any, ikey: bytes, start: int, end: int, *, limit: int = 0
-    ) -> list[int]:
-        """Sequences of the subject ``ikey`` in [start, end) (end 0: none), at most ``limit``."""
-        out: list[int] = []
-        for chunk in self._index_chunks(txn, ikey, start):
-            for seq in chunk[bisect_left(chunk, start) :]:
-                if end and seq >= end:
-                    return out
-                out.append(seq)
-                if limit and len(out) >= limit:
-                    return out
-        return out
-
-    def _index_count(self, txn: Any, ikey: bytes, start: int) -> int:
-        """How many sequences >= ``start`` the subject ``ikey`` has."""
-        return sum(
-            len(chunk) - bisect_left(chunk, start) for chunk in self._index_chunks(txn, ikey, start)
-        )
-
     def _subject_counts(self, txn: Any, subject_filter: str) -> dict[bytes, tuple[int, bytes]]:
         """(count, subject) by index prefix, for the subjects matching the filter."""
         if self._txn is not None:
@@ -612,7 +535,7 @@ class LmdbStreamReads:
         while seq <= self._meta.last_seq:
             with self._reading(index=literal) as txn:
                 if literal:
-                    seqs = self._index_seqs(txn, ikey, seq, 0, limit=size)
+                    seqs = self._index.seqs(txn, ikey, seq, 0, limit=size)
                     chunk = self._load_literal(txn, seqs, subject_filter)
                 elif match_all:  # every message: decoded straight off the cursor
                     chunk = self._msgs_from(txn, seq, size)
@@ -650,7 +573,7 @@ class RecordsReader:
         """The next up to ``limit`` dedup records in expiry order; [] once all are read."""
         if self._dedup_start is None:
             return []
-        out, self._dedup_start = self._store._dedup_chunk(self._txn, self._dedup_start, limit)
+        out, self._dedup_start = self._store._dedup.chunk(self._txn, self._dedup_start, limit)
         if len(out) < limit:
             self._dedup_start = None
         return out
@@ -671,11 +594,3 @@ class RecordsReader:
     def close(self) -> None:
         """End the read transaction (idempotent)."""
         self._txn.abort()
-
-
-def seek_le(cur: Any, prefix: bytes, key: bytes) -> bool:
-    """Put ``cur`` on the last key <= ``key``; True when that key starts with ``prefix``."""
-    # Seek to the first key >= ``key`` and step back unless it is ``key`` (or, past the end
-    # of the DB, take the DB's last key).
-    found = (cur.key() == key or cur.prev()) if cur.set_range(key) else cur.last()
-    return bool(found) and bool(cur.key().startswith(prefix))

@@ -4,13 +4,22 @@ One ``lmdb.Environment`` per node holds every stream (and, later, the Raft logs)
 share a fixed set of named DBs (``engine/lmdbrecords.py`` has the layouts) and tell their keys
 apart by a 4-byte stream id allocated from the stream's name. A stream's counters and limits
 live in one meta record, written once per write transaction, so reopening is one read.
-Deduplication records (at most one per publish) go straight into the open transaction.
+Deduplication records (at most one per publish) go straight into the open transaction
+(the store's ``LmdbDedup`` part, ``engine/lmdbdedup.py``, reads and writes them).
 
 Inside a write transaction, appends are buffered, then encoded and written in one batch
 (``encode_msgs`` and one ``putmulti``) when anything reads, removes or commits; the subject
 index takes each sequence into an in-memory chunk, and chunks, subject counts and the meta
 record are written once per transaction. That batch-level work is what keeps a 1000-append
 transaction near the raw py-lmdb floor (``bench/engine/store.py``).
+
+Parts: the store is the face and keeps appends, limits, single removals and transactions;
+it owns a part per concern, each working in the transaction the store hands it:
+``LmdbDedup`` (the dedup window, ``engine/lmdbdedup.py``), ``LmdbPurge`` (purge, compaction
+and a drop's wholesale delete, ``engine/lmdbpurge.py``), ``LmdbExpiry`` (removal by
+``max_age`` and TTL, with the TTL floor, ``engine/lmdbexpiry.py``) and ``LmdbIndexReads``
+(lookups in the subject index, ``engine/lmdbindex.py``). The read side is the base class
+``LmdbStreamReads`` (``engine/lmdbreads.py``).
 
 Threading: a store is used by one thread at a time, and LMDB binds a write transaction to its
 thread, so all writes of a node come from its one writer thread. Transactions of two stores on
@@ -32,7 +41,11 @@ from typing import Any
 import lmdb
 
 from raftstream.engine.lmdbcheck import check_lmdb_env
-from raftstream.engine.lmdbreads import SEQ_MAX, LmdbStreamReads, SubjectCount, seek_le
+from raftstream.engine.lmdbdedup import LmdbDedup
+from raftstream.engine.lmdbexpiry import LmdbExpiry
+from raftstream.engine.lmdbindex import LmdbIndexReads
+from raftstream.engine.lmdbpurge import LmdbPurge
+from raftstream.engine.lmdbreads import LmdbStreamReads, SubjectCount
 from raftstream.engine.lmdbrecords import (
     ID,
     INDEX_CHUNK_SEQS_MAX,
@@ -41,11 +54,9 @@ from raftstream.engine.lmdbrecords import (
     StreamMeta,
     decode_chunk,
     decode_count,
-    decode_dedup,
     decode_head,
     decode_id,
     decode_meta,
-    encode_dedup,
     encode_headers,
     encode_meta,
     encoded_headers_size,
@@ -54,7 +65,6 @@ from raftstream.engine.lmdbrecords import (
     msg_lead,
     open_dbs,
     subject_key,
-    verify_index,
 )
 from raftstream.engine.memstore import check_append_args
 from raftstream.engine.store import (
@@ -62,10 +72,8 @@ from raftstream.engine.store import (
     EMPTY_HEADERS,
     TS_NS_MAX,
     DiscardPolicy,
-    PurgeRequest,
     StoreLimits,
     check_dedup_args,
-    dedup_key,
     limit_set,
     normalize_purge,
 )
@@ -82,9 +90,7 @@ STREAM_NAME_BYTES_MAX = 255
 PENDING_BYTES_MAX = 4 * 1024 * 1024
 PENDING_MSG_OVERHEAD_BYTES = 128
 SUBJECT_CACHE_ENTRIES_MAX = 4096  # cached subject counts kept between transactions
-PURGE_CHUNK_MSGS = 4096  # sequences collected per pass of a range purge or TTL expiry
 _NO_DEDUP_RECORDS = TS_NS_MAX + 1  # a dedup floor above any record's time: there are none
-_NO_TTL = TS_NS_MAX + 1  # a TTL floor above any deadline: no message has a TTL
 # What ``transaction()`` returns inside an open transaction: joining needs no work.
 JOINED_TRANSACTION: AbstractContextManager[None] = nullcontext()
 
@@ -135,6 +141,7 @@ class LmdbStreamStore(LmdbStreamReads):
         self._env = env
         self._name = name
         self._dbs = open_dbs(env)
+        self._index = LmdbIndexReads(self._dbs.sidx)
         self._txn = None
         self._closed = False
         self._dropping = False
@@ -145,17 +152,12 @@ class LmdbStreamStore(LmdbStreamReads):
         self._wide_subjects: list[SubjectCount] = []  # holding more chunks than their tail
         self._subjects: dict[str, SubjectCount] = {}
         self._by_hash = {}
-        # No dedup record of the stream is older than this (0 says nothing: times are >= 0).
-        # Lets the dedup_expire of every applied entry return without an LMDB call when no
-        # record is due; raised by expiry, lowered by puts, reset when a transaction aborts.
-        self._dedup_floor_ns = 0
-        # Likewise no TTL deadline of the stream's messages is earlier than this: expire()
-        # returns at once while it is in the future. Lowered by appends with a TTL, set by a
-        # scan of the TTL index, reset when a transaction aborts.
-        self._ttl_floor_ns = 0
         with env.begin(write=True) as txn:
             self._id = self._stream_id(txn, raw_name)
             self._prefix = ID.pack(self._id)
+            self._dedup = LmdbDedup(self._dbs, self._prefix)
+            self._expiry = LmdbExpiry(self)
+            self._purge = LmdbPurge(self)
             self._meta_key = b"M" + self._prefix
             raw = txn.get(self._meta_key, db=self._dbs.meta)
             self._meta = decode_meta(self._meta_key, raw) if raw else StreamMeta()
@@ -211,7 +213,7 @@ class LmdbStreamStore(LmdbStreamReads):
                     if count > per:
                         self._trim_subject(self._subject_of(raw), per)
             self._enforce_totals()
-            self._expire_age(now_ns)
+            self._expiry.expire_age(now_ns)
 
     def transaction(self) -> AbstractContextManager[None]:
         """One LMDB write transaction (one fsync) for everything done inside the block.
@@ -266,8 +268,8 @@ class LmdbStreamStore(LmdbStreamReads):
         self._pend_bytes = 0
         self._forget_subjects()
         self._first_ts = (0, 0)
-        self._dedup_floor_ns = 0
-        self._ttl_floor_ns = 0
+        self._dedup.forget()
+        self._expiry.forget()
         self._meta = saved
         self._limits_changed()
 
@@ -321,11 +323,10 @@ class LmdbStreamStore(LmdbStreamReads):
         c = self._by_hash[h] = SubjectCount(raw, key, count)
         # Its index chunks are all written (a cached subject holds any unwritten ones), so the
         # stored last chunk is the tail appends extend.
-        cur = self._txn.cursor(db=self._dbs.sidx)
-        if seek_le(cur, key, key + SEQ_MAX):
-            ckey, cvalue = cur.item()
-            c.tail_lo = int(SEQ.unpack_from(ckey, len(key))[0])
-            c.tail = c.chunks[c.tail_lo] = decode_chunk(ckey, cvalue)
+        tail = self._index.last_chunk(self._txn, key)
+        if tail is not None:
+            c.tail_lo, c.tail = tail
+            c.chunks[c.tail_lo] = c.tail
         return c
 
     # -- appends ------------------------------------------------------------------------------
@@ -380,7 +381,7 @@ class LmdbStreamStore(LmdbStreamReads):
             seq_b = SEQ.pack(seq)
             tkey = self._prefix + SEQ.pack(now_ns + ttl_ns) + seq_b
             self._txn.put(tkey, seq_b, db=self._dbs.ttl)
-            self._ttl_floor_ns = min(self._ttl_floor_ns, now_ns + ttl_ns)
+            self._expiry.ttl_added(now_ns + ttl_ns)
         if subj.count == 0:
             m.num_subjects += 1
         subj.count += 1
@@ -428,12 +429,12 @@ class LmdbStreamStore(LmdbStreamReads):
         if limit_set(per) and subj.count > per:
             self._trim_subject(subj, per)
         self._enforce_totals()
-        self._expire_age(now_ns)
+        self._expiry.expire_age(now_ns)
 
     def _trim_subject(self, subj: SubjectCount, keep: int) -> None:
         """Remove the subject's oldest messages until it has ``keep``."""
         txn = self._wt()
-        for seq in self._index_seqs(txn, subj.ikey, 1, 0, limit=subj.count - keep):
+        for seq in self._index.seqs(txn, subj.ikey, 1, 0, limit=subj.count - keep):
             self._remove(self._indexed_head(txn, seq, subj))
 
     def _enforce_totals(self) -> None:
@@ -445,32 +446,6 @@ class LmdbStreamStore(LmdbStreamReads):
         if limit_set(lim.max_bytes):
             while m.msgs and m.bytes > lim.max_bytes:
                 self._remove(self._head(self._txn_holding(m.first_seq), m.first_seq))
-
-    def _expire_age(self, now_ns: int) -> int:
-        """Remove from the front while messages are ``max_age`` old (ts + max_age <= now)."""
-        max_age = self._meta.limits.max_age_ns
-        removed = 0
-        while max_age > 0 and self._meta.msgs:
-            if self._first_stored_ts() + max_age > now_ns:
-                break
-            first = self._meta.first_seq
-            self._remove(self._head(self._txn_holding(first), first))
-            removed += 1
-        return removed
-
-    def _first_stored_ts(self) -> int:
-        """The timestamp of the first stored message (the stream holds one), cached per
-        ``first_seq``. A miss reads the record without writing the buffered appends, unless
-        the first message is one of them: checking ``max_age`` when nothing is due then
-        costs no LMDB call and keeps the transaction's appends batched."""
-        m = self._meta
-        seq, ts = self._first_ts
-        if seq == m.first_seq:
-            return ts
-        invariant(m.msgs > 0, "first message of an empty stream")
-        ts = self._head(self._txn_holding(m.first_seq), m.first_seq).ts
-        self._first_ts = (m.first_seq, ts)
-        return ts
 
     def skip(self, seq: int) -> None:
         """Make ``seq`` the next sequence; ``seq`` must be above ``last_seq``."""
@@ -490,53 +465,16 @@ class LmdbStreamStore(LmdbStreamReads):
         if self._txn is None:
             with self.transaction():
                 return self.dedup_put(msg_id, seq, ts_ns)
-        # On the publish path (once per publish with a msg id): two puts, no buffering.
-        txn, dbs = self._txn, self._dbs
-        h = dedup_key(msg_id)
-        key = self._prefix + h
-        old = txn.get(key, db=dbs.dedup)
-        if old is not None:
-            # The id's older record leaves the time index too. On a digest collision the
-            # slot held another id's record, which is replaced: deterministic (every
-            # replica puts the same ids), and it only shortens that id's protection.
-            prev = decode_dedup(key, old)
-            if not txn.delete(self._prefix + SEQ.pack(prev.ts_ns) + h, db=dbs.dedupt):
-                raise DataLossError("dedup record has no time index entry", key=key)
-        txn.put(key, encode_dedup(key, seq, ts_ns, msg_id.encode()), db=dbs.dedup)
-        txn.put(self._prefix + SEQ.pack(ts_ns) + h, h, db=dbs.dedupt)
-        self._dedup_floor_ns = min(self._dedup_floor_ns, ts_ns)
+        self._dedup.put(self._txn, msg_id, seq, ts_ns)
         return None
 
     def dedup_expire(self, before_ts_ns: int, *, limit: int = DEDUP_EXPIRE_RECORDS_MAX) -> int:
         """Remove up to ``limit`` records older than ``before_ts_ns``, in time index order."""
         self._check_open()
-        if before_ts_ns <= self._dedup_floor_ns or limit <= 0:
+        if limit <= 0 or not self._dedup.expiry_due(before_ts_ns):
             return 0  # none is that old: the common case costs no LMDB call
         with self.transaction():
-            return self._expire_dedup(min(before_ts_ns, _NO_DEDUP_RECORDS), limit)
-
-    def _expire_dedup(self, before_ts_ns: int, limit: int) -> int:
-        txn = self._txn
-        hi = self._prefix + SEQ.pack(before_ts_ns)  # every key of a record older sorts below
-        cur = txn.cursor(db=self._dbs.dedupt)
-        found = cur.set_range(self._prefix)
-        removed = 0
-        while found and removed < limit:
-            key, value = cur.item()
-            if not key.startswith(self._prefix) or key >= hi:
-                break
-            self._dedup_indexed(txn, key, value)  # checks before removing
-            txn.delete(self._prefix + value, db=self._dbs.dedup)
-            found = cur.delete()  # and moves to the next entry
-            removed += 1
-        # The cursor is on the oldest record left (if any): the new floor.
-        key = cur.key() if found else b""
-        self._dedup_floor_ns = (
-            int(SEQ.unpack_from(key, ID.size)[0])
-            if key.startswith(self._prefix)
-            else _NO_DEDUP_RECORDS
-        )
-        return removed
+            return self._dedup.expire(self._txn, before_ts_ns, limit)
 
     # -- removal ------------------------------------------------------------------------------
 
@@ -567,13 +505,7 @@ class LmdbStreamStore(LmdbStreamReads):
         """Remove messages as JetStream's purge request does (see the Protocol)."""
         req = normalize_purge(subject, seq, keep)
         with self.transaction():
-            if req.is_full:
-                return self._purge_all()
-            if req.subject is None:
-                removed = self._purge_range(req)
-                self._compact_to(req.before_seq)
-                return removed
-            return self._purge_subject(req, req.subject)
+            return self._purge.purge(req)
 
     def expire(self, now_ns: int) -> int:
         """Remove messages past ``max_age`` or their TTL as of ``now_ns``; returns count.
@@ -582,56 +514,10 @@ class LmdbStreamStore(LmdbStreamReads):
         first message, and no TTL deadline reached) it returns without an LMDB call and
         without writing the buffered appends."""
         self._check_open()
-        if not self._expiry_due(now_ns):
+        if not self._expiry.due(now_ns):
             return 0
         with self.transaction():
-            return self._expire_age(now_ns) + self._expire_ttl(now_ns)
-
-    def _expiry_due(self, now_ns: int) -> bool:
-        """False only when ``expire(now_ns)`` certainly removes nothing (cheap checks)."""
-        if now_ns >= self._ttl_floor_ns:
-            return True
-        max_age = self._meta.limits.max_age_ns
-        if max_age <= 0 or not self._meta.msgs:
-            return False
-        seq, ts = self._first_ts
-        return seq != self._meta.first_seq or ts + max_age <= now_ns
-
-    def _expire_ttl(self, now_ns: int) -> int:
-        """Remove the messages whose TTL deadline (ts + ttl) is at or before ``now_ns``;
-        then raise the TTL floor to the earliest deadline left."""
-        removed = self._remove_due_ttl(now_ns)
-        cur = self._txn.cursor(db=self._dbs.ttl)  # TTL entries are never buffered
-        key = cur.key() if cur.set_range(self._prefix) else b""
-        self._ttl_floor_ns = (
-            int(SEQ.unpack_from(key, ID.size)[0]) if key.startswith(self._prefix) else _NO_TTL
-        )
-        return removed
-
-    def _remove_due_ttl(self, now_ns: int) -> int:
-        hi = self._prefix + SEQ.pack(now_ns) + SEQ_MAX
-        start = self._prefix
-        removed = 0
-        while True:
-            due: list[tuple[bytes, int]] = []
-            cur = self._wt_msgs().cursor(db=self._dbs.ttl)
-            found = cur.set_range(start)
-            while found and len(due) < PURGE_CHUNK_MSGS:
-                key, value = cur.item()
-                if not key.startswith(self._prefix) or key > hi:
-                    break
-                verify_index(key, value)
-                due.append((key, SEQ.unpack_from(value)[0]))
-                found = cur.next()
-            for key, seq in due:
-                head = self._head(self._wt_msgs(), seq)
-                if not head.ttl or self._prefix + SEQ.pack(head.ts + head.ttl) != key[:-8]:
-                    raise DataLossError(f"TTL index entry disagrees with message {seq}", seq=seq)
-                self._remove(head)
-            removed += len(due)
-            if len(due) < PURGE_CHUNK_MSGS:
-                return removed
-            start = due[-1][0] + b"\x00"  # resume after the last entry: always progress
+            return self._expiry.expire(now_ns)
 
     def _indexed_head(self, txn: Any, seq: int, subj: SubjectCount) -> MsgHead:
         head = self._head(txn, seq)
@@ -680,72 +566,10 @@ class LmdbStreamStore(LmdbStreamReads):
         """``lo_seq`` of the chunk whose range holds ``seq``: the greatest one <= seq, among
         the stored chunks and the cached ones (which may be newer than the stored)."""
         cached = max((lo for lo in subj.chunks if lo <= seq), default=0)
-        cur = self._txn.cursor(db=self._dbs.sidx)
-        stored = 0
-        if seek_le(cur, subj.ikey, subj.ikey + SEQ.pack(seq)):
-            stored = int(SEQ.unpack_from(cur.key(), len(subj.ikey))[0])
-        lo = max(cached, stored)
+        lo = max(cached, self._index.stored_lo(self._txn, subj.ikey, seq))
         if lo == 0:
             raise DataLossError(f"no subject index chunk holds sequence {seq}", seq=seq)
         return lo
-
-    def _purge_all(self) -> int:
-        m = self._meta
-        removed = m.msgs
-        # Dedup records stay: JetStream keeps msg ids through a purge.
-        self._delete_prefixed((self._dbs.msgs, self._dbs.sidx, self._dbs.subj, self._dbs.ttl))
-        self._forget_subjects()  # their records are gone; cached counts would resurrect them
-        m.msgs = m.bytes = m.num_subjects = 0
-        m.first_seq = m.last_seq + 1
-        return removed
-
-    def _delete_prefixed(self, dbs: tuple[Any, ...]) -> None:
-        """Delete every key of this stream from each of ``dbs``."""
-        txn = self._wt()
-        for db in dbs:
-            cur = txn.cursor(db=db)
-            found = cur.set_range(self._prefix)
-            while found and cur.key().startswith(self._prefix):
-                found = cur.delete()
-
-    def _purge_range(self, req: PurgeRequest) -> int:
-        """Purge without a subject: below ``before_seq``, or all but the newest ``keep``."""
-        m = self._meta
-        budget = m.msgs - req.keep if req.keep is not None else m.msgs
-        end = req.before_seq if req.before_seq is not None else m.last_seq + 1
-        removed = 0
-        while removed < budget and m.msgs and m.first_seq < end:
-            heads = self._heads_from(self._wt_msgs(), m.first_seq, PURGE_CHUNK_MSGS)
-            invariant(bool(heads) and heads[0].seq == m.first_seq, "first_seq is not stored")
-            for head in heads[: budget - removed]:
-                if head.seq >= end:
-                    break
-                self._remove(head)
-                removed += 1
-        return removed
-
-    def _compact_to(self, before_seq: int | None) -> None:
-        """JetStream Compact: sequences below ``before_seq`` are gone, even past the end."""
-        m = self._meta
-        if before_seq is None:
-            return
-        if before_seq > m.last_seq + 1:
-            m.last_seq = before_seq - 1
-        if m.msgs == 0:
-            m.first_seq = m.last_seq + 1
-
-    def _purge_subject(self, req: PurgeRequest, subject_filter: str) -> int:
-        end = req.before_seq if req.before_seq is not None else self._meta.last_seq + 1
-        txn = self._wt()
-        victims: list[int] = []
-        for ikey in self._ikeys(txn, subject_filter):
-            victims += self._index_seqs(txn, ikey, 1, end)
-        victims.sort()
-        if req.keep is not None:
-            victims = victims[: max(0, len(victims) - req.keep)]
-        for seq in victims:
-            self._remove(self._head(self._wt_msgs(), seq))
-        return len(victims)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -759,7 +583,6 @@ class LmdbStreamStore(LmdbStreamReads):
         """Delete the stream: every record (dedup records too) and its name. The store is
         closed afterwards."""
         with self.transaction():
-            self._purge_all()
-            self._delete_prefixed((self._dbs.dedup, self._dbs.dedupt))
+            self._purge.erase_all()
             self._dropping = True
         self.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from raftstream.engine import lmdbreads, lmdbstore
+from raftstream.engine import lmdbdedup, lmdbreads
 from raftstream.engine.entries import DeleteMsg, Expire, Publish, Purge
 from raftstream.engine.lmdbrecords import DB_NAMES, ID, SEQ
 from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
@@ -275,8 +275,7 @@ def test_digest_collision_is_told_apart(env: Any, monkeypatch: pytest.MonkeyPatc
     def collide(msg_id: str) -> bytes:
         return b"\x00" * 16  # every id has this digest
 
-    for mod in (lmdbreads, lmdbstore):
-        monkeypatch.setattr(mod, "dedup_key", collide)
+    monkeypatch.setattr(lmdbdedup, "dedup_key", collide)
     monkeypatch.setattr("raftstream.engine.lmdbrecords.dedup_key", collide)
     store = LmdbStreamStore(env, "S")
     store.dedup_put("a", 1, 1)
