@@ -28,7 +28,7 @@ from typing import Any
 
 import lmdb
 
-from raftstream.cluster.meta_entries import split_group_id
+from raftstream.cluster.names import split_group_id
 from raftstream.cluster.raft_errors import app_error
 from raftstream.engine.lmdbrecords import (
     ID,

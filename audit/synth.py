@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from raftstream.audit.readers import store_streams
-from raftstream.cluster.meta_entries import AddStream, encode_entry, stream_group_id
+from raftstream.cluster.meta_entries import AddStream, encode_entry
+from raftstream.cluster.names import stream_group_id
 from raftstream.cluster.stream_entries import ConsumerOps, ConsumerPut, GroupEntry, StreamBatch
 from raftstream.cluster.stream_entries import encode as encode_group
 from raftstream.engine.consumer_config import ConsumerConfig

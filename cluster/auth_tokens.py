@@ -15,7 +15,7 @@ import hmac
 import json
 
 from raftstream.cluster.auth_values import ALL, AUTHORIZATION_KEY, AuthConfig, Caller, Permissions
-from raftstream.cluster.meta_entries import DEFAULT_ACCOUNT
+from raftstream.cluster.names import DEFAULT_ACCOUNT
 
 __all__ = [
     "NODE_TOKEN_PREFIX",

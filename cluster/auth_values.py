@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raftstream.cluster.meta_entries import DEFAULT_ACCOUNT
+from raftstream.cluster.names import DEFAULT_ACCOUNT
 from raftstream.engine.subjects import subject_matches
 from raftstream.errors import PermissionDeniedError
 

@@ -67,7 +67,6 @@ from raftstream.cluster.meta_entries import (
     UpdateConsumer,
     UpdateStream,
     decode_entry,
-    stream_group_id,
 )
 from raftstream.cluster.meta_members import MetaMembers
 from raftstream.cluster.meta_results import (
@@ -95,7 +94,7 @@ from raftstream.cluster.meta_rules import (
     subjects_undescribed,
 )
 from raftstream.cluster.meta_snapshot import decode_snapshot, encode_snapshot
-from raftstream.cluster.names import validate_account
+from raftstream.cluster.names import stream_group_id, validate_account
 from raftstream.cluster.repair_state import RepairBook
 from raftstream.engine.consumer_config import check_update as check_consumer_update
 from raftstream.engine.stream_config import check_create, check_no_cycle, check_no_overlap

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
-from raftstream.cluster.meta_entries import stream_group_id
+from raftstream.cluster.names import stream_group_id
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.engine.subjects import OverlapIndex
 from raftstream.engine.sublist import SubList, Subscription

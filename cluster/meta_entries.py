@@ -31,7 +31,6 @@ from raftstream.engine.stream_config import StreamConfig
 from raftstream.errors import DataLossError, RaftStreamError
 
 __all__ = [
-    "DEFAULT_ACCOUNT",
     "FORMAT_VERSION",
     "AddConsumer",
     "AddStream",
@@ -50,32 +49,9 @@ __all__ = [
     "UpdateStream",
     "decode_entry",
     "encode_entry",
-    "split_group_id",
-    "stream_group_id",
 ]
 
 FORMAT_VERSION = 1
-# The account every stream and consumer belongs to until authentication lands (issue 10);
-# JetStream's global account has the same name.
-DEFAULT_ACCOUNT = "$G"
-
-
-def stream_group_id(account: str, stream: str) -> str:
-    """The Raft group id of a stream: ``S:<account>:<stream>`` (docs/cluster-design.md).
-
-    Unambiguous because account names may not contain ``:`` (stream names may).
-    """
-    return f"S:{account}:{stream}"
-
-
-def split_group_id(group: str) -> tuple[str, str] | None:
-    """``(account, stream)`` of a stream group's id (``stream_group_id``'s inverse); None
-    for any other group (the meta group)."""
-    kind, sep, rest = group.partition(":")
-    if kind != "S" or not sep:
-        return None
-    account, sep, stream = rest.partition(":")
-    return (account, stream) if sep else None
 
 
 class _Kind(enum.IntEnum):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
-from raftstream.cluster.meta_entries import stream_group_id
+from raftstream.cluster.names import stream_group_id
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.errors import DataLossError, RaftStreamError

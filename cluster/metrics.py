@@ -30,8 +30,8 @@ from prometheus_client import (
 )
 
 from raftstream.cluster.handlers import rewrap
-from raftstream.cluster.meta_entries import split_group_id
 from raftstream.cluster.metrics_http import METRICS_PATH, MetricsServer
+from raftstream.cluster.names import split_group_id
 from raftstream.proto.errors import ABORT_REASON
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Rules for the names the cluster layer adds: node (peer) names and account names.
+"""Rules for the names the cluster layer adds: node (peer) names and account names, the
+default account, and the Raft group ids made of them.
 
 Both end up inside identifiers and keys (a group id is ``S:<account>:<stream>``, a node name
 is a Raft node id and a metrics label), so the rules keep them printable and unambiguous.
@@ -10,7 +11,19 @@ from __future__ import annotations
 
 from raftstream.errors import InvalidArgumentError
 
-__all__ = ["NAME_BYTES_MAX", "validate_account", "validate_node_name"]
+__all__ = [
+    "DEFAULT_ACCOUNT",
+    "NAME_BYTES_MAX",
+    "split_group_id",
+    "stream_group_id",
+    "validate_account",
+    "validate_node_name",
+]
+
+# The account every stream and consumer belongs to until authentication lands (issue 10);
+# JetStream's global account has the same name.
+DEFAULT_ACCOUNT = "$G"
+
 
 NAME_BYTES_MAX = 255
 # ':' separates the parts of a group id; '.', '*', '>' would break a subject that carries the
@@ -44,3 +57,21 @@ def validate_account(value: object, field: str = "account") -> str:
 def validate_node_name(value: object, field: str = "name") -> str:
     """A node name: printable, no whitespace, none of ``: . * > / \\ , =``."""
     return _check(value, field, _NODE_FORBIDDEN)
+
+
+def stream_group_id(account: str, stream: str) -> str:
+    """The Raft group id of a stream: ``S:<account>:<stream>`` (docs/cluster-design.md).
+
+    Unambiguous because account names may not contain ``:`` (stream names may).
+    """
+    return f"S:{account}:{stream}"
+
+
+def split_group_id(group: str) -> tuple[str, str] | None:
+    """``(account, stream)`` of a stream group's id (``stream_group_id``'s inverse); None
+    for any other group (the meta group)."""
+    kind, sep, rest = group.partition(":")
+    if kind != "S" or not sep:
+        return None
+    account, sep, stream = rest.partition(":")
+    return (account, stream) if sep else None

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.config import Limits
-from raftstream.cluster.meta_entries import stream_group_id
 from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.names import stream_group_id
 from raftstream.cluster.raft_errors import app_error
 from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
 from raftstream.engine.consumer_config import ConsumerConfig

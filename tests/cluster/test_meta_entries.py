@@ -26,8 +26,8 @@ from raftstream.cluster.meta_entries import (
     UpdateStream,
     decode_entry,
     encode_entry,
-    stream_group_id,
 )
+from raftstream.cluster.names import stream_group_id
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.stream_config import Placement, StreamConfig, SubjectTransform
 from raftstream.errors import DataLossError

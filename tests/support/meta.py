@@ -10,7 +10,6 @@ import pytest
 
 from raftstream.cluster.meta import MetaState
 from raftstream.cluster.meta_entries import (
-    DEFAULT_ACCOUNT,
     AddConsumer,
     AddStream,
     DeleteConsumer,
@@ -19,6 +18,7 @@ from raftstream.cluster.meta_entries import (
     UpdateConsumer,
     UpdateStream,
 )
+from raftstream.cluster.names import DEFAULT_ACCOUNT
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.errors import RaftStreamError

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
-from raftstream.cluster.meta_entries import stream_group_id
+from raftstream.cluster.names import stream_group_id
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.errors import RaftStreamError
