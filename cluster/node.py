@@ -192,11 +192,12 @@ class Node:
         self._known_peers.load()
         clear_interrupted_check(data, data / "raft")
         repair_id = prepare(data, has_peers=bool(peers), join=self._join)
+        tcfg, options = self._channels()
         # No Raft data: a new node, or one that lost its data (cluster/known_peers.py).
         fresh = repair_id is None and not (data / "raft" / "data.mdb").exists() and bool(peers)
         if fresh:
             begin_check(data)
-        options = self._open_raft()
+        self._open_raft(tcfg)
         self._assemble(repair_id)
         await self._start_server(options)
         if fresh:
@@ -219,7 +220,7 @@ class Node:
         if cfg.metrics_listen is not None:
             await self.metrics.serve(cfg.metrics_listen.host, cfg.metrics_listen.port)
         # grpc's health service starts out SERVING: a node under repair must say it is not.
-        await self.server.set_health("", repair_id is None)
+        await self.server.set_health("", self.repair.repair_id is None)
         await self.server.set_health(READY_SERVICE, False)  # the monitor sets it
         if cfg.auth is not None and cfg.auth.node_secret is None:
             log.warning(
@@ -228,9 +229,9 @@ class Node:
             )
         log.info("node started on %s (data %s)", cfg.listen, data)
 
-    def _open_raft(self) -> list[tuple[str, int]]:
-        """Open the data (the engine stores wiped) and make the Raft transport and host;
-        returns the server's and the node's channel options."""
+    def _channels(self) -> tuple[GrpcTransportConfig, list[tuple[str, int]]]:
+        """Load the TLS material and make the forwarder; returns the Raft transport's
+        config and the channel options of the server and of the node's channels."""
         cfg = self.config
         # Raft streams carry the node token: a peer without [tls] knows them for a node's.
         tcfg = GrpcTransportConfig(call_metadata=cluster_metadata(cfg.auth))
@@ -240,6 +241,11 @@ class Node:
             channel_options=[*options, *PEER_CHANNEL_BACKOFF],
             credentials=self._tls.channel_credentials() if self._tls is not None else None,
         )
+        return tcfg, options
+
+    def _open_raft(self, tcfg: GrpcTransportConfig) -> None:
+        """Open the data (the engine stores wiped) and make the Raft transport and host."""
+        cfg = self.config
         self.storage.open()
         peers = self.nodes.peers()
         self._transport = GrpcTransport(cfg.name, peers=peers, config=tcfg, tls=self._tls)
@@ -250,7 +256,6 @@ class Node:
             config=_host_config(cfg),
             map_error=app_error,  # the host's errors reach cluster/ as raftstream's own
         )
-        return options
 
     def _assemble(self, repair_id: str | None) -> None:
         """Make the node's parts over its host: peers, the meta group, the servicers'
