@@ -1,5 +1,5 @@
 """A simulated node: the real ``RaftHost`` and the real ``StreamGroup`` of each stream placed
-on it, assembled as cluster/node.py assembles them, on the simulation's edges: its disk
+on it, assembled as cluster/node.py and its parts assemble them, on the simulation's edges: its disk
 (``SimDisk``, ``SimLane``), its end of the network (``SimTransport``), its clocks (drifting
 at their own rate; the wall clock also jumps), and a real LMDB store environment in the run's
 directory (the store is a cache the group rebuilds from its log at every start).
@@ -177,7 +177,8 @@ class SimNode:
         )
 
     def monitor(self) -> None:
-        """What the node's monitor does each tick for its groups (cluster/node.py)."""
+        """What the node's monitor does each tick for its groups (cluster/node_monitor.py,
+        ``NodeGroups.check_leadership`` and ``reconcile``)."""
         for g in self.groups.values():
             g.check_leadership()
             g.reconcile()
