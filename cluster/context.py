@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tenacity import (
     AsyncRetrying,
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from tenacity.stop import StopBaseT
     from tenacity.wait import WaitBaseT
 
-__all__ = ["ServiceContext", "account_of", "caller_of", "from_leaders", "time_left"]
+__all__ = ["PeerView", "ServiceContext", "account_of", "caller_of", "from_leaders", "time_left"]
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -130,6 +130,36 @@ def time_left(context: Any) -> float | None:
     return None if left is None else max(0.001, float(left))
 
 
+class PeerView(Protocol):
+    """The other nodes as this one sees them: when each last answered, which are down, what
+    each said of itself, and the groups one leads. Implemented by the node's peer part
+    (``cluster/node_peers.py``)."""
+
+    def seen_ns(self) -> Mapping[str, int]:
+        """Node -> the last time it answered a health probe (ns since the epoch)."""
+        ...
+
+    def down(self, name: str) -> bool:
+        """True once peer ``name`` has failed its probes for a while."""
+        ...
+
+    def describe_self(self) -> NodeDescription:
+        """This node now (``OSError``: the data directory cannot be examined)."""
+        ...
+
+    def descriptions(self) -> Mapping[str, NodeDescription]:
+        """The latest description heard from each peer."""
+        ...
+
+    async def led_groups(
+        self, peer: str, groups: Sequence[str], timeout_s: float
+    ) -> list[pb.GroupInfo]:
+        """The infos of those of ``groups`` that ``peer`` leads (none if it does not answer
+        within ``timeout_s``): cluster info asks the leaders of the groups this node does not
+        lead."""
+        ...
+
+
 @dataclass(slots=True, kw_only=True)
 class ServiceContext:
     config: NodeConfig
@@ -139,13 +169,7 @@ class ServiceContext:
     groups: dict[str, StreamGroup]
     forwarder: Forwarder
     metrics: NodeMetrics
-    peer_seen_ns: Callable[[], Mapping[str, int]]  # node -> last time it answered (ns)
-    peer_down: Callable[[str], bool]  # True once a peer failed its probes for a while
-    describe_self: Callable[[], NodeDescription]  # this node now (OSError: data dir unreadable)
-    peer_descriptions: Callable[[], Mapping[str, NodeDescription]]  # latest heard, per peer
-    # (peer, groups, seconds) -> the infos of those groups the peer leads (none if it does
-    # not answer in time): cluster info asks the leaders of the groups this node does not lead.
-    peer_led_groups: Callable[[str, Sequence[str], float], Awaitable[list[pb.GroupInfo]]]
+    peers: PeerView  # the peers as this node sees them (liveness, descriptions)
     # Held by the meta leader from an account-limit check to the commit of what it admitted,
     # so two concurrent creates cannot both pass the same last free place.
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -158,7 +182,7 @@ class ServiceContext:
         """This node; a peer active in the meta group as its leader (this node) sees it;
         or a peer not known to be down (unknown counts as live: right after a start nothing
         is known yet, and placement must not refuse a healthy cluster)."""
-        if node == self.node_id or not self.peer_down(node):
+        if node == self.node_id or not self.peers.down(node):
             return True
         _, progress = followers(self.host, META_GROUP)
         return any(f.name == node and f.active for f in progress)
@@ -168,7 +192,7 @@ class ServiceContext:
         ones, and ``exempt``) that have not described themselves as reading log feature
         ``feature`` (a version from before it, or not heard from yet): a meta entry of that
         kind would halt them, so the leader proposes none while this is not empty."""
-        described = self.peer_descriptions()
+        described = self.peers.descriptions()
         removed = self.meta.state.removed_peers
         return [
             n
@@ -217,14 +241,14 @@ class ServiceContext:
         g = self.groups.get(sa.group)
         if g is not None:
             err = g.not_leader()
-            # A replica the group removed lingers here a while (node.py ``_may_drop``) and
-            # soon knows no leader: its NO_LEADER kept a client asking here, after a
+            # A replica the group removed lingers here a while (node_groups.py ``_may_drop``)
+            # and soon knows no leader: its NO_LEADER kept a client asking here, after a
             # shrink, until its timeout (a user review). Then a peer is the better hint.
             if isinstance(err, NotLeaderError):
                 return err
             if self.node_id in sa.peers:
                 return self._without_quorum(sa) or err
-        live = [p for p in sa.peers if not self.peer_down(p)]
+        live = [p for p in sa.peers if not self.peers.down(p)]
         if not live:  # pointing at a node known down would only send the client there
             return self._offline(sa)
         peer = live[0]
@@ -242,7 +266,7 @@ class ServiceContext:
         would commit and then wait for the group until the client's timeout."""
         if (lost := self._lost(sa)) is not None:
             return lost
-        if not any(p == self.node_id or not self.peer_down(p) for p in sa.peers):
+        if not any(p == self.node_id or not self.peers.down(p) for p in sa.peers):
             return self._offline(sa)
         return self._without_quorum(sa)
 
@@ -260,7 +284,7 @@ class ServiceContext:
         the cluster (``peer-remove``) and down: no election can win and no repair can move
         it (a membership change needs the old majority; ``cluster/placement.py``
         ``plan_repairs``), so it says what brings the stream back."""
-        removed = [p for p in sa.peers if p in self.meta.state.removed_peers and self.peer_down(p)]
+        removed = [p for p in sa.peers if p in self.meta.state.removed_peers and self.peers.down(p)]
         if len(sa.peers) - len(removed) >= sa.quorum:
             return None
         which = ", ".join(removed)
@@ -285,7 +309,7 @@ class ServiceContext:
         for any election to win ("no leader yet" read as if waiting would help; a user
         review); None while a quorum is up (an election is the likely reason)."""
         # Sorted: the message names them the same way whatever the placement's order.
-        down = sorted(p for p in sa.peers if p != self.node_id and self.peer_down(p))
+        down = sorted(p for p in sa.peers if p != self.node_id and self.peers.down(p))
         need = sa.quorum
         if len(sa.peers) - len(down) >= need:
             return None

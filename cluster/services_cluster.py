@@ -100,7 +100,7 @@ async def _leaders_views(
             continue
         targets = [info.leader] if info.leader else [p for p in peers if p != ctx.node_id]
         for peer in targets:
-            if peer in ctx.nodes and not ctx.peer_down(peer):
+            if peer in ctx.nodes and not ctx.peers.down(peer):
                 asks[peer].append(info.name)
     if not asks:
         return
@@ -108,7 +108,7 @@ async def _leaders_views(
     if timeout_s is not None:
         cap = max(0.05, min(cap, timeout_s / 2))
     answers = await asyncio.gather(
-        *(ctx.peer_led_groups(peer, names, cap) for peer, names in asks.items())
+        *(ctx.peers.led_groups(peer, names, cap) for peer, names in asks.items())
     )
     best: dict[str, pb.GroupInfo] = {}
     for views in answers:
@@ -148,14 +148,14 @@ class ClusterServicer(pbg.ClusterServiceServicer):
     async def GetClusterInfo(self, request: pb.ClusterInfoRequest, context: Any) -> pb.ClusterInfo:
         ctx = self._ctx
         now = time.time_ns()
-        seen = ctx.peer_seen_ns()
+        seen = ctx.peers.seen_ns()
         meta_voters = (
             frozenset(ctx.host.voters(META_GROUP)) if META_GROUP in ctx.host.groups() else None
         )
         static_voters, _ = meta_members(ctx.nodes.names(), ctx.config.meta_voters_max)
-        described = dict(ctx.peer_descriptions())
+        described = dict(ctx.peers.descriptions())
         with contextlib.suppress(OSError):  # free space unknown right now: not described
-            described[ctx.node_id] = ctx.describe_self()
+            described[ctx.node_id] = ctx.peers.describe_self()
         removed = ctx.meta.state.removed_peers
         nodes = []
         for name, addr in ctx.nodes.addresses().items():

@@ -158,7 +158,7 @@ def cluster_nodes(ctx: ServiceContext) -> list[NodeInfo]:
     heard from yet has no tags and no free space), live unless its health probes have been
     failing for a while."""
     try:
-        own = ctx.describe_self()
+        own = ctx.peers.describe_self()
     except OSError:  # free space unknown right now: rank this node as having none
         cfg = ctx.config
         own = NodeDescription(name=cfg.name, cluster=cfg.cluster_name, tags=frozenset(cfg.tags))
@@ -166,7 +166,7 @@ def cluster_nodes(ctx: ServiceContext) -> list[NodeInfo]:
         config=ctx.config,
         nodes=ctx.nodes.names(),
         own=own,
-        peers=ctx.peer_descriptions(),
+        peers=ctx.peers.descriptions(),
         live=ctx.peer_live,
     )
 

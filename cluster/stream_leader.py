@@ -60,11 +60,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
-from raftstream.cluster.clock import SYSTEM_CLOCK, NodeClock
-from raftstream.cluster.config import Limits
+from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.descriptions import LOG_FEATURE_SNAPSHOT_RECORDS
-from raftstream.cluster.metrics import NodeMetrics
+from raftstream.cluster.group_deps import GroupDeps
 from raftstream.cluster.mirror_links import LinkSet
 from raftstream.cluster.raft_errors import LeadershipTransferError
 from raftstream.cluster.stream_entries import (
@@ -93,8 +91,6 @@ from raftstream.errors import (
     UnavailableError,
 )
 from raftstream.proto import raftstream_pb2 as pb
-from raftstream.raft.host import RaftHost
-from raftstream.raft.transport.tls import PeerTls
 from raftstream.raft.types import Role
 
 __all__ = ["GroupDeps", "PullHandle", "StreamGroup"]
@@ -110,39 +106,6 @@ POLL_INTERVAL_MAX_S = 1.0  # the leader's timer looks at expiry at least this of
 TRANSFER_WAIT_S_MAX = 5.0
 TRANSFER_POLL_S = 0.01
 ANSWER_MARGIN_S = 0.05  # answer this long before the client's deadline (at most 10% of it)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GroupDeps:
-    """What a stream group needs from its node."""
-
-    node_id: str
-    host: RaftHost
-    env: Any
-    limits: Limits
-    metrics: NodeMetrics
-    proposal_timeout_ms: int
-    client_addr: Callable[[str], str | None]  # node name -> its client API address
-    consumers_of: Callable[[str, str], tuple[ConsumerAssignment, ...]]  # from the meta state
-    stream_of: Callable[[str, str], StreamAssignment | None]
-    # Ask the meta leader to delete a consumer gone inactive (``inactive_threshold``).
-    delete_consumer: Callable[[str, str, str], Awaitable[None]]
-    # This cluster's client API addresses: where a mirror/source link finds a local origin.
-    cluster_addrs: Callable[[], tuple[str, ...]] = tuple
-    # The node's TLS (``[tls]``): mirror/source links connect with it; None: plaintext.
-    client_tls: PeerTls | None = None
-    # The credentials a link to a same-cluster origin sends for an account (with [auth], the
-    # node token of that account; None: none).
-    link_token: Callable[[str], str | None] = lambda account: None
-    # (peers) -> the replica with the least storage room left and that room in bytes, with
-    # the reserve a publish must leave (``cluster/storage_room.py``); None: not known.
-    storage_room: Callable[[Sequence[str]], tuple[str, int, int] | None] = lambda peers: None
-    storage_admitted: Callable[[int], None] = lambda size: None  # a publish of size admitted
-    # (peers, log feature) -> whether every one of them reads that kind of log entry
-    # (``cluster/descriptions.py``, ``LOG_FEATURES``); None: not known yet for every peer.
-    replicas_read: Callable[[Sequence[str], str], bool | None] = lambda peers, feature: False
-    # The node's clocks (a simulation gives its own): the leader's stamps come from it.
-    clock: NodeClock = SYSTEM_CLOCK
 
 
 @dataclass(slots=True)

@@ -20,10 +20,11 @@ from pathlib import Path
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.config import Limits
+from raftstream.cluster.group_deps import GroupDeps
 from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.names import stream_group_id
 from raftstream.cluster.raft_errors import app_error
-from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
+from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.lmdbstore import open_node_env
 from raftstream.engine.stream_config import StreamConfig
@@ -65,6 +66,26 @@ class Node:
         self.g.reconcile()
         names = {ca.name for ca in self.consumers}
         return self.g.ready and names <= self.g.replica.consumers.keys()
+
+
+class _Meta:
+    """The meta state of these tests (``MetaView``, cluster/group_deps.py): stream Q, the
+    node's editable consumer list, and the deletions the group asks recorded on the node."""
+
+    def __init__(self, sa: StreamAssignment, consumers: list[ConsumerAssignment]) -> None:
+        self.sa = sa
+        self.consumers = consumers
+        self.node: Node | None = None  # set once the node is made
+
+    def consumers_of(self, account: str, stream: str) -> tuple[ConsumerAssignment, ...]:
+        return tuple(self.consumers)
+
+    def stream_of(self, account: str, stream: str) -> StreamAssignment | None:
+        return self.sa
+
+    async def delete_consumer(self, account: str, stream: str, name: str) -> None:
+        if self.node is not None:
+            self.node.deleted.append(name)
 
 
 def assignment(config: ConsumerConfig) -> ConsumerAssignment:
@@ -130,9 +151,7 @@ async def _nodes(
         env = open_node_env(tmp_path / name / "store", sync=False)
         envs.append(env)
 
-        async def delete(account: str, stream: str, consumer: str, name: str = name) -> None:
-            nodes[name].deleted.append(consumer)
-
+        meta = _Meta(sa, consumers)
         deps = GroupDeps(
             node_id=name,
             host=host,
@@ -140,12 +159,9 @@ async def _nodes(
             limits=Limits(),
             metrics=NodeMetrics(name),
             proposal_timeout_ms=5_000,
-            client_addr=lambda _: None,
-            consumers_of=lambda *_: tuple(consumers),
-            stream_of=lambda *_: sa,
-            delete_consumer=delete,
+            meta=meta,
         )
-        nodes[name] = Node(host, StreamGroup(deps, sa), consumers, net)
+        nodes[name] = meta.node = Node(host, StreamGroup(deps, sa), consumers, net)
     for n in nodes.values():
         n.host.start()
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from raftstream.cluster import forward
 from raftstream.cluster.config import Address, NodeConfig
 from raftstream.cluster.context import ServiceContext
+from raftstream.cluster.descriptions import NodeDescription
 from raftstream.cluster.forward import (
     RELAY_BATCH_BYTES_MAX,
     RELAY_BATCH_MSGS_MAX,
@@ -192,6 +194,27 @@ class _HintingForwarder:
         return "answered"
 
 
+class _AllUp:
+    """A ``PeerView`` where every peer is up and none has said anything of itself."""
+
+    def seen_ns(self) -> Mapping[str, int]:
+        return {}
+
+    def down(self, name: str) -> bool:
+        return False
+
+    def describe_self(self) -> NodeDescription:
+        raise OSError("not examined in these tests")
+
+    def descriptions(self) -> Mapping[str, NodeDescription]:
+        return {}
+
+    async def led_groups(
+        self, peer: str, groups: Sequence[str], timeout_s: float
+    ) -> list[pb.GroupInfo]:
+        return []
+
+
 def _context(forwarder: object, tmp_path: Path) -> ServiceContext:
     peers = {f"n{i}": Address("127.0.0.1", 7100 + i) for i in (1, 2, 3)}
     config = NodeConfig(name="n1", listen=peers["n1"], data=tmp_path, peers=peers)
@@ -203,11 +226,7 @@ def _context(forwarder: object, tmp_path: Path) -> ServiceContext:
         groups={},
         forwarder=forwarder,  # type: ignore[arg-type]
         metrics=None,  # type: ignore[arg-type]
-        peer_seen_ns=dict,
-        peer_down=lambda _: False,
-        describe_self=None,  # type: ignore[arg-type]
-        peer_descriptions=dict,
-        peer_led_groups=None,  # type: ignore[arg-type]
+        peers=_AllUp(),
     )
 
 

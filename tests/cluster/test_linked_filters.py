@@ -24,7 +24,7 @@ def _servicer(stream: StreamConfig, features: dict[str, frozenset[str] | None]) 
     ctx = SimpleNamespace(
         node_id="n1",
         stream=lambda account, name: SimpleNamespace(config=stream),
-        peer_descriptions=lambda: described,
+        peers=SimpleNamespace(descriptions=lambda: described),
         meta=SimpleNamespace(state=SimpleNamespace(removed_peers=frozenset())),
         nodes=SimpleNamespace(names=lambda: ["n1", *features]),
     )

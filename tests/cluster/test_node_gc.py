@@ -1,16 +1,16 @@
-"""The node process's garbage collector settings (``cluster/node.py``, ``_tune_gc``)."""
+"""The node process's garbage collector settings (``cluster/node_process.py``, ``tune_gc``)."""
 
 from __future__ import annotations
 
 import gc
 
-from raftstream.cluster.node import GC_GEN0_THRESHOLD, _tune_gc
+from raftstream.cluster.node_process import GC_GEN0_THRESHOLD, tune_gc
 
 
 def test_tune_gc_freezes_the_start_and_collects_the_young_in_larger_steps() -> None:
     before = gc.get_threshold()
     try:
-        _tune_gc()
+        tune_gc()
         assert gc.get_threshold() == (GC_GEN0_THRESHOLD, before[1], before[2])
         assert before[0] < GC_GEN0_THRESHOLD
         assert gc.get_freeze_count() > 0

@@ -3,7 +3,7 @@ starting (a bad-input review: a stream whose store could not be written stopped 
 reconciler for good, silently, and every group after it in the meta state stayed down; a
 restart of the node took all of them offline).
 
-``Node._reconcile`` with the meta state and the group start replaced: the first group's
+``NodeGroups.reconcile`` with the meta state and the group start replaced: the first group's
 start fails; the second still starts, the failure is logged once (with its traceback) however
 often it is tried again, and another try is scheduled."""
 
@@ -20,7 +20,7 @@ import pytest
 
 from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.config import Address, NodeConfig
-from raftstream.cluster.node import Node
+from raftstream.cluster.node_groups import NodeGroups
 from raftstream.engine.stream_config import StreamConfig
 from tests.support.polling import NeverHappened, until
 
@@ -38,18 +38,29 @@ def _sa(name: str) -> StreamAssignment:
 def test_a_group_that_cannot_start_leaves_the_others_running(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    node = Node(
+    bad, good = _sa("A1"), _sa("Z1")
+    pokes: list[int] = []
+    meta = SimpleNamespace(
+        state=SimpleNamespace(all_streams=lambda: (bad, good)), poke=lambda: pokes.append(1)
+    )
+    groups: dict[str, Any] = {}
+    node = NodeGroups(
         config=NodeConfig(
             name="n1",
             listen=Address("127.0.0.1", 7100),
             data=tmp_path,
             peers={"n1": Address("127.0.0.1", 7100)},
-        )
-    )
-    bad, good = _sa("A1"), _sa("Z1")
-    pokes: list[int] = []
-    node.meta = SimpleNamespace(  # type: ignore[assignment]
-        state=SimpleNamespace(all_streams=lambda: (bad, good)), poke=lambda: pokes.append(1)
+        ),
+        host=None,  # type: ignore[arg-type]
+        meta=meta,  # type: ignore[arg-type]
+        metrics=None,  # type: ignore[arg-type]
+        groups=groups,
+        ctx=None,  # type: ignore[arg-type]
+        membership=None,  # type: ignore[arg-type]
+        repair=SimpleNamespace(repair_id=None),  # type: ignore[arg-type]
+        storage=SimpleNamespace(env=None),  # type: ignore[arg-type]
+        peers=None,  # type: ignore[arg-type]
+        tls=None,
     )
     started: list[str] = []
 
@@ -59,12 +70,12 @@ def test_a_group_that_cannot_start_leaves_the_others_running(
         started.append(sa.group)
         node.groups[sa.group] = SimpleNamespace(reconcile=lambda: None)  # type: ignore[assignment]
 
-    node._start_group = start_group  # type: ignore[method-assign]
+    node.start_group = start_group  # type: ignore[method-assign]
 
     async def body() -> None:
-        with caplog.at_level(logging.ERROR, logger="raftstream.cluster.node"):
-            await node._reconcile((bad, good))
-            await node._reconcile((bad, good))  # tried again: not said again
+        with caplog.at_level(logging.ERROR, logger="raftstream.cluster.node_groups"):
+            await node.reconcile((bad, good))
+            await node.reconcile((bad, good))  # tried again: not said again
         await asyncio.sleep(0.05)
 
     asyncio.run(body())

@@ -50,20 +50,20 @@ def test_a_node_whose_raft_log_cannot_be_written_stops_serving(
                 def full(writes: object) -> None:
                     raise lmdb.DiskError("mdb_txn_commit: No space left on device")
 
-                node._storage.write_batch = full  # type: ignore[method-assign]
+                node.storage.log.write_batch = full  # type: ignore[method-assign]
                 with pytest.raises(raftstream.errors.RaftStreamError):
                     await js.publish("full.x", b"refused", timeout=5)
             finally:
                 await js.close()
             await asyncio.wait_for(node.failed.wait(), WAIT_S)
-            health = node._health
+            health = node.server.health
             assert health is not None
             resp = await health.Check(health_pb2.HealthCheckRequest(service=""), None)
             assert resp.status == health_pb2.HealthCheckResponse.NOT_SERVING
         finally:
             await node.stop()
 
-    with caplog.at_level(logging.CRITICAL, logger="raftstream.cluster.node"):
+    with caplog.at_level(logging.CRITICAL, logger="raftstream.cluster.node_monitor"):
         asyncio.run(body())
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.CRITICAL]
     assert any("this node stops: its Raft log can no longer be written" in m for m in said), said

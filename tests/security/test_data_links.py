@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from raftstream.cluster.durable import write_json
-from raftstream.cluster.node import lock_data_dir
+from raftstream.cluster.node_process import lock_data_dir
 
 VICTIM_TEXT = "precious\n"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from raftstream.cluster.durable import write_json
-from raftstream.cluster.node import lock_data_dir, unlock_data_dir
+from raftstream.cluster.node_process import lock_data_dir, unlock_data_dir
 from raftstream.engine.lmdbstore import open_node_env
 from raftstream.raft.storage import LmdbLogStorage
 

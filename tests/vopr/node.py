@@ -1,5 +1,5 @@
 """A simulated node: the real ``RaftHost`` and the real ``StreamGroup`` of each stream placed
-on it, assembled as cluster/node.py assembles them, on the simulation's edges: its disk
+on it, assembled as cluster/node.py and its parts assemble them, on the simulation's edges: its disk
 (``SimDisk``, ``SimLane``), its end of the network (``SimTransport``), its clocks (drifting
 at their own rate; the wall clock also jumps), and a real LMDB store environment in the run's
 directory (the store is a cache the group rebuilds from its log at every start).
@@ -19,9 +19,10 @@ from pathlib import Path
 
 from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.config import Limits
+from raftstream.cluster.group_deps import GroupDeps
 from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.raft_errors import app_error
-from raftstream.cluster.stream_leader import GroupDeps, StreamGroup
+from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.engine.lmdbstore import open_node_env
 from raftstream.raft.clock import Timer
 from raftstream.raft.host import GroupStatus, HostConfig, RaftHost
@@ -71,6 +72,29 @@ class SimClock:
         self.wall_offset_ns += int(seconds * 1e9)
 
 
+class SimMeta:
+    """The simulation's ``MetaView`` (cluster/group_deps.py): its fixed streams, the
+    consumers the workload keeps, and no deletion (no consumer in a simulation has an
+    inactive threshold)."""
+
+    def __init__(
+        self,
+        streams: Sequence[StreamAssignment],
+        consumers: Callable[[str, str], tuple[ConsumerAssignment, ...]],
+    ) -> None:
+        self._streams = list(streams)
+        self._consumers = consumers
+
+    def consumers_of(self, account: str, stream: str) -> tuple[ConsumerAssignment, ...]:
+        return self._consumers(account, stream)
+
+    def stream_of(self, account: str, stream: str) -> StreamAssignment | None:
+        return next((sa for sa in self._streams if sa.name == stream), None)
+
+    async def delete_consumer(self, account: str, stream: str, name: str) -> None:
+        return None
+
+
 class SimNode:
     """One node of a simulation (module docstring)."""
 
@@ -94,7 +118,7 @@ class SimNode:
         self.clock = clock
         self._host_config = host_config
         self._streams = {sa.group: sa for sa in streams}
-        self._consumers = consumers
+        self._meta = SimMeta(streams, consumers)
         self._env = open_node_env(store_dir, sync=False)
         self._metrics = NodeMetrics(name)
         self.host: RaftHost | None = None
@@ -141,9 +165,6 @@ class SimNode:
             self.groups[sa.group] = g
 
     def _deps(self, host: RaftHost) -> GroupDeps:
-        async def delete_consumer(account: str, stream: str, consumer: str) -> None:
-            return None  # no consumer in a simulation has an inactive threshold
-
         return GroupDeps(
             node_id=self.name,
             host=host,
@@ -151,17 +172,13 @@ class SimNode:
             limits=Limits(),
             metrics=self._metrics,
             proposal_timeout_ms=self._host_config.proposal_timeout_ms,
-            client_addr=lambda node: None,
-            consumers_of=self._consumers,
-            stream_of=lambda account, stream: next(
-                (sa for sa in self._streams.values() if sa.name == stream), None
-            ),
-            delete_consumer=delete_consumer,
+            meta=self._meta,
             clock=self.clock,
         )
 
     def monitor(self) -> None:
-        """What the node's monitor does each tick for its groups (cluster/node.py)."""
+        """What the node's monitor does each tick for its groups (cluster/node_monitor.py,
+        ``NodeGroups.check_leadership`` and ``reconcile``)."""
         for g in self.groups.values():
             g.check_leadership()
             g.reconcile()

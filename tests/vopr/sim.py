@@ -257,7 +257,7 @@ class Simulation:
     # -- background work --------------------------------------------------------------------
 
     async def _monitor(self) -> None:
-        """Each node's monitor (cluster/node.py), and the restart of a host that failed."""
+        """Each node's monitor (cluster/node_monitor.py), and the restart of a host that failed."""
         tick_s = self.params.host.tick_ms / 1000
         while True:
             for node in self._nodes.values():
