@@ -141,8 +141,8 @@ def test_deleted_consumers_are_forgotten_by_the_inactivity_watch(tmp_path: Path)
                 del node.consumers[-1]
                 g.reconcile()
                 await until(lambda n=name: n not in g.replica.consumers)
-            g._reap_inactive()
-            assert set(g._active_ns) <= {"C"}
+            g._poller.reap_inactive()
+            assert set(g._consumers.active_ns) <= {"C"}
 
     run(scenario)
 

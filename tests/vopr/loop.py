@@ -13,6 +13,15 @@ ready, no timer) means every task waits on something that can never happen: the 
 stuck, and ``SimStuckError`` says so rather than hanging; so does a loop that runs
 ``SPIN_TURNS_MAX`` turns without time moving (something busy-waits, which on a real node
 would burn a core).
+
+A timer runs at its due time, never before: asyncio runs every timer due within its clock
+resolution of now (``CLOCK_RESOLUTION_S`` here), so ``select`` also moves the clock up to
+the latest timer the turn is about to run. On a real loop time moves on by itself, and a
+timer run a nanosecond early is late by the time anyone reads the clock; here only
+``select`` moves it, and a timer run early left a run a few femtoseconds short of the
+deadline it had waited for: waiting out that rest, again and again, ran at once every time
+(seeds 239 and 1981 reported ``StreamGroup.open_pull > _await_transfer > wait_for`` as a
+spin; tests/vopr/test_loop.py). That catch-up alone does not count as time moving.
 """
 
 from __future__ import annotations
@@ -22,9 +31,12 @@ import selectors
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SPIN_TURNS_MAX", "SimLoop", "SimStuckError"]
+__all__ = ["CLOCK_RESOLUTION_S", "SPIN_TURNS_MAX", "SimLoop", "SimStuckError"]
 
 SPIN_TURNS_MAX = 1_000_000
+# Timers due within this of now run now: sums of float delays must not leave a timer a
+# rounding error short of due (the loop would then spin on select(~0)).
+CLOCK_RESOLUTION_S = 1e-9
 
 
 class SimStuckError(RuntimeError):
@@ -56,6 +68,8 @@ class _TimeSelector(selectors.BaseSelector):
             raise SimStuckError("nothing is ready and no timer is set: every task waits forever")
         if timeout > 0:
             self.now += timeout
+        self.now = self._latest_due(self.now)
+        if timeout > 0:
             self._still = 0
         else:
             self._still += 1
@@ -65,6 +79,29 @@ class _TimeSelector(selectors.BaseSelector):
                     f"{self.spinning()}"
                 )
         return []
+
+    def _latest_due(self, now: float) -> float:
+        """The time to run this turn's timers at: ``now``, or the due time of the latest
+        timer the loop runs this turn, those due before ``now + CLOCK_RESOLUTION_S`` (and,
+        once the clock moves up to one, those due within the resolution of it). The loop's
+        timers are a heap (asyncio's own ``_scheduled``), so only the due ones are looked at:
+        a child is never due before its parent."""
+        heap = getattr(self.loop, "_scheduled", None)
+        if not heap or heap[0].when() >= now + CLOCK_RESOLUTION_S:
+            return now  # no timer runs this turn: the usual case
+        while True:
+            limit = now + CLOCK_RESOLUTION_S
+            latest = now
+            stack = [0]
+            while stack:
+                i = stack.pop()
+                if i < len(heap) and heap[i].when() < limit:
+                    if not heap[i].cancelled():
+                        latest = max(latest, heap[i].when())
+                    stack += (2 * i + 1, 2 * i + 2)
+            if latest == now:
+                return now
+            now = latest
 
     def spinning(self) -> str:
         """What the loop runs again and again (its ready callbacks), for the error."""
@@ -96,9 +133,7 @@ class SimLoop(asyncio.SelectorEventLoop):
         self._time_selector = _TimeSelector()
         super().__init__(self._time_selector)
         self._time_selector.loop = self
-        # Timers due within this of now run now: sums of float delays must not leave a
-        # timer a rounding error short of due (the loop would then spin on select(~0)).
-        self._clock_resolution = 1e-9
+        self._clock_resolution = CLOCK_RESOLUTION_S
 
     def time(self) -> float:
         return self._time_selector.now
