@@ -41,6 +41,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from raftstream.cluster.answers import answer_within, moving_to, no_commit
 from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.meta import MetaState
 from raftstream.cluster.meta_entries import MetaEntry, encode_entry
@@ -54,7 +55,6 @@ from raftstream.cluster.meta_results import (
 from raftstream.cluster.metrics import NodeMetrics
 from raftstream.cluster.placement import NodeInfo, plan_repairs
 from raftstream.cluster.raft_errors import LeadershipTransferError
-from raftstream.cluster.stream_leader import answer_within, moving_to, no_commit
 from raftstream.errors import DeadlineExceededError, NoLeaderError, NotLeaderError, RaftStreamError
 from raftstream.raft.host import RaftHost
 from raftstream.raft.types import Entry

@@ -74,11 +74,7 @@ from raftstream.cluster.known_peers import CHECKING_MARKER, begin_check, end_che
 from raftstream.cluster.meta_entries import RepairCleared
 from raftstream.cluster.meta_group import META_GROUP
 from raftstream.cluster.raft_errors import app_error
-from raftstream.cluster.repair_steps import (
-    meta_conf_change,
-    meta_learner_caught_up,
-    repair_step,
-)
+from raftstream.cluster.repair_steps import repair_step
 from raftstream.cluster.services_node import knows_asker, led_groups, probe_metadata
 from raftstream.engine.lmdbstore import DEFAULT_MAP_SIZE_BYTES
 from raftstream.errors import (
@@ -102,8 +98,6 @@ __all__ = [
     "RepairClient",
     "RepairGate",
     "RepairServicer",
-    "meta_conf_change",
-    "meta_learner_caught_up",
     "prepare",
     "scrub_raft_env",
     "seek_cluster",

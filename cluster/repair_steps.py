@@ -15,7 +15,7 @@ import logging
 import time
 
 from raftstream.cluster.context import ServiceContext
-from raftstream.cluster.membership import LEARNER_LAG_MAX_ENTRIES
+from raftstream.cluster.meta_changes import meta_conf_change, meta_learner_caught_up
 from raftstream.cluster.meta_entries import RepairDone, RepairStart
 from raftstream.cluster.meta_group import META_GROUP, meta_members
 from raftstream.cluster.repair_state import RepairRecord
@@ -24,17 +24,12 @@ from raftstream.proto import repair_pb2 as rpb
 from raftstream.raft.types import ConfChange, ConfChangeType
 
 __all__ = [
-    "CHANGE_TIMEOUT_MS",
     "RepairSteps",
-    "meta_conf_change",
-    "meta_learner_caught_up",
     "repair_step",
 ]
 
 # The logger's name from before the repair modules were split: log filters name it.
 log = logging.getLogger("raftstream.cluster.repair")
-
-CHANGE_TIMEOUT_MS = 5_000
 
 
 async def repair_step(ctx: ServiceContext, node: str, repair_id: str) -> rpb.RepairNodeResponse:
@@ -154,18 +149,3 @@ class RepairSteps:
         await meta.propose(RepairDone(node=node, repair_id=repair_id, ts_ns=time.time_ns()), None)
         log.info("repair %s of %s done", repair_id, node)
         return self._answer(rpb.REPAIR_PHASE_DONE, rec.meta_term)
-
-
-async def meta_conf_change(ctx: ServiceContext, change: ConfChange) -> None:
-    """Meta leader: one membership change of the meta group, resolved once in effect."""
-    await ctx.host.propose_conf_change(META_GROUP, change, timeout_ms=CHANGE_TIMEOUT_MS)
-
-
-def meta_learner_caught_up(ctx: ServiceContext, node: str) -> bool:
-    """Meta leader: whether ``node``, a learner of the meta group, is active and within
-    ``LEARNER_LAG_MAX_ENTRIES`` of the commit index (ready to be promoted)."""
-    commit, followers = ctx.host.followers(META_GROUP)
-    return any(
-        f.name == node and f.active and commit - f.match <= LEARNER_LAG_MAX_ENTRIES
-        for f in followers
-    )

@@ -48,12 +48,12 @@ from typing import Any
 from raftstream.cluster.config import Address
 from raftstream.cluster.context import ServiceContext, caller_of, time_left
 from raftstream.cluster.descriptions import LOG_FEATURE_NODE_ADD
+from raftstream.cluster.meta_changes import meta_conf_change, meta_learner_caught_up
 from raftstream.cluster.meta_entries import NodeAdd, NodeForget, PeerAdd, PeerRemove
 from raftstream.cluster.meta_group import META_GROUP, meta_members
 from raftstream.cluster.meta_results import NodeAdded, PeerAdded
 from raftstream.cluster.names import validate_node_name
 from raftstream.cluster.node_proof import PROVE_TIMEOUT_S, check_new_node
-from raftstream.cluster.repair_steps import meta_conf_change, meta_learner_caught_up
 from raftstream.cluster.services_streams import group_info, step_down
 from raftstream.errors import InvalidArgumentError, PreconditionError
 from raftstream.proto import raftstream_pb2 as pb

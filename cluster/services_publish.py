@@ -19,11 +19,12 @@ import collections
 from collections.abc import AsyncIterator
 from typing import Any
 
+from raftstream.cluster.answers import answered_within
 from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.auth_values import caller
 from raftstream.cluster.context import ServiceContext, account_of, time_left
 from raftstream.cluster.limits_fields import check_publish
-from raftstream.cluster.stream_leader import StreamGroup, answered_within
+from raftstream.cluster.stream_leader import StreamGroup
 from raftstream.errors import (
     NoStreamMatchError,
     PermissionDeniedError,

@@ -69,6 +69,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from raftstream.cluster.answers import no_commit
 from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.descriptions import LOG_FEATURE_SNAPSHOT_RECORDS
 from raftstream.cluster.group_deps import GroupDeps
@@ -77,13 +78,7 @@ from raftstream.cluster.raft_errors import LeadershipTransferError
 from raftstream.cluster.stream_entries import StreamBatch, encode
 from raftstream.cluster.stream_group import StreamReplica
 from raftstream.cluster.streamgroup_consumers import ConsumerDecisions
-from raftstream.cluster.streamgroup_core import (
-    GroupCore,
-    answer_within,
-    answered_within,
-    moving_to,
-    no_commit,
-)
+from raftstream.cluster.streamgroup_core import GroupCore
 from raftstream.cluster.streamgroup_leadership import Leadership
 from raftstream.cluster.streamgroup_poller import Poller
 from raftstream.cluster.streamgroup_publish import Publisher
@@ -103,17 +98,7 @@ from raftstream.errors import (
 )
 from raftstream.proto import raftstream_pb2 as pb
 
-# The helpers and parts that callers import from here (``answer_within`` & co. live with
-# the parts now: cluster/streamgroup_core.py).
-__all__ = [
-    "GroupDeps",
-    "PullHandle",
-    "StreamGroup",
-    "answer_within",
-    "answered_within",
-    "moving_to",
-    "no_commit",
-]
+__all__ = ["GroupDeps", "PullHandle", "StreamGroup"]
 
 
 class StreamGroup:

@@ -1,6 +1,6 @@
 """What every part of a ``StreamGroup`` shares (``cluster/stream_leader.py``): the node's
 ``GroupDeps``, the group's names and replica, the leader's clock, proposing on the group,
-the background tasks the parts start; and the answer-time rules of its callers.
+the background tasks the parts start.
 
 Everything belongs to the node's event loop.
 """
@@ -11,75 +11,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from raftstream.cluster.answers import answer_within
 from raftstream.cluster.stream_group import StreamReplica
-from raftstream.errors import NotLeaderError, RaftStreamError, UnavailableError
+from raftstream.errors import RaftStreamError
 
 if TYPE_CHECKING:
-    from raftstream.cluster.stream_leader import GroupDeps
+    from raftstream.cluster.group_deps import GroupDeps
 
-__all__ = ["GroupCore", "answer_within", "answered_within", "moving_to", "no_commit"]
-
-ANSWER_MARGIN_S = 0.05  # answer this long before the client's deadline (at most 10% of it)
-
-
-def answer_within(timeout_s: float | None) -> float | None:
-    """How long to wait for a commit: a little less than the client's time left, so the
-    client gets our UNAVAILABLE (no quorum in time) rather than its own DEADLINE_EXCEEDED."""
-    if timeout_s is None:
-        return None
-    return max(0.001, timeout_s - min(ANSWER_MARGIN_S, timeout_s / 10))
-
-
-def no_commit(what: str) -> UnavailableError:
-    """A proposal not committed in time: a quorum is likely lost; the outcome is unknown
-    (the entry may still commit), so only an idempotent request may be retried."""
-    return UnavailableError(f"{what}: not committed in time (no quorum?); the outcome is unknown")
-
-
-def moving_to(what: str, to: str, to_addr: str | None) -> NotLeaderError:
-    """A proposal the Raft core refused while ``what`` (a group's leadership) moves to node
-    ``to`` (a step-down, cluster balance, a planned stop): it is in no log, so NOT_LEADER
-    naming the node taking over, which clients follow even for a request they never retry
-    when its outcome is unknown (a publish without a msg id, a delete); the core's own
-    refusal is a retriable UNAVAILABLE, which says no such thing."""
-    return NotLeaderError(f"not done: {what} is moving to {to}", leader=to, leader_addr=to_addr)
-
-
-def answered_within(
-    fut: asyncio.Future[Any], timeout_s: float | None, what: str
-) -> asyncio.Future[Any]:
-    """``fut``'s outcome, or ``no_commit(what)`` when it is not there a little before
-    ``timeout_s`` (``answer_within``; None: no bound). A future of its own (cancelling it
-    leaves ``fut`` alone) and no task: a timer and a callback, cheap enough per publish.
-    A late outcome of ``fut`` is retrieved and dropped."""
-    loop = asyncio.get_running_loop()
-    out: asyncio.Future[Any] = loop.create_future()
-    within = answer_within(timeout_s)
-
-    def late() -> None:
-        if not out.done():
-            out.set_exception(no_commit(what))
-
-    timer = loop.call_later(within, late) if within is not None else None
-
-    def settled(f: asyncio.Future[Any]) -> None:
-        if timer is not None:
-            timer.cancel()
-        if f.cancelled():
-            exc: BaseException | None = UnavailableError(
-                f"{what} cancelled before its answer; the outcome is unknown"
-            )
-        else:
-            exc = f.exception()  # retrieved even when late
-        if out.done():
-            return
-        if exc is not None:
-            out.set_exception(exc)
-        else:
-            out.set_result(f.result())
-
-    fut.add_done_callback(settled)
-    return out
+__all__ = ["GroupCore"]
 
 
 class GroupCore:

@@ -15,9 +15,10 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from raftstream.cluster.answers import answer_within, moving_to, no_commit
 from raftstream.cluster.raft_errors import LeadershipTransferError
 from raftstream.cluster.stream_entries import LeaderBarrier, encode
-from raftstream.cluster.streamgroup_core import GroupCore, answer_within, moving_to, no_commit
+from raftstream.cluster.streamgroup_core import GroupCore
 from raftstream.errors import (
     DeadlineExceededError,
     NoLeaderError,

@@ -16,8 +16,9 @@ import collections
 from dataclasses import dataclass
 from typing import Any
 
+from raftstream.cluster.answers import answered_within
 from raftstream.cluster.stream_entries import StreamBatch, encode
-from raftstream.cluster.streamgroup_core import GroupCore, answered_within
+from raftstream.cluster.streamgroup_core import GroupCore
 from raftstream.cluster.streamgroup_leadership import Leadership
 from raftstream.engine.entries import Entry as EngineEntry
 from raftstream.engine.entries import Publish, plain_publish
