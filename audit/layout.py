@@ -1,6 +1,6 @@
 """Where a node keeps its data, and how the audit opens it without ever writing to it.
 
-A data root holds one directory per node (``data/<node>/``), as ``cluster/node.py`` lays
+A data root holds one directory per node (``data/<node>/``), as ``cluster/node/node.py`` lays
 it out: ``raft/`` is the LMDB environment of every Raft log of the node (the source of
 truth, fsynced) and ``store/`` the LMDB environment of the engine stream stores (a cache the
 node rebuilds from its Raft logs at every start). A directory counts as a node when it has
@@ -105,7 +105,7 @@ def check_root(root: str | os.PathLike[str]) -> None:
 def scrub_root(root: str | os.PathLike[str]) -> None:
     """``DataLossError`` naming the node, and the group when known, whose Raft data has a
     record that fails its checksum (hard state, snapshot, any entry): the check a node makes
-    at start (``cluster/repair.py``), read-only here. Run before Spark starts: a worker
+    at start (``cluster/repair/repair.py``), read-only here. Run before Spark starts: a worker
     that met it mid-query would end the audit with a JVM stack trace instead."""
     # Imported here: the readers pull in the engine's record layouts.
     from raftstream.audit.readers import iter_raft_entries, raft_groups, read_snapshot_data

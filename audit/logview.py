@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftstream.cluster.stream_entries import (
+from raftstream.cluster.stream.entries import (
     ConsumerDelete,
     ConsumerOps,
     ConsumerPut,
@@ -224,7 +224,7 @@ def _safe_decode(entry: Entry) -> GroupEntry | None:
 def meta_stream_configs(entries: Iterable[Entry]) -> dict[str, dict[str, Any]]:
     """Group id -> the latest stream config (JetStream JSON) the meta log defines.
 
-    Read from the raw JSON body (``u8 version | u8 kind | JSON``, ``cluster/meta_entries.py``)
+    Read from the raw JSON body (``u8 version | u8 kind | JSON``, ``cluster/meta/entries.py``)
     rather than through ``StreamConfig``, so fields the config class does not know yet
     (``mirror``, ``sources``) reach the audit. A deleted stream is forgotten.
     """

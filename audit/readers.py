@@ -28,8 +28,8 @@ from typing import Any
 
 import lmdb
 
-from raftstream.cluster.names import split_group_id
-from raftstream.cluster.raft_errors import app_error
+from raftstream.cluster.common.names import split_group_id
+from raftstream.cluster.common.raft_errors import app_error
 from raftstream.engine.lmdbrecords import (
     ID,
     SEQ,
@@ -173,7 +173,7 @@ def _raft_dbs(env: Any) -> list[Any] | None:
 def _as_app_errors() -> Iterator[None]:
     """Raft's codec raises raft's own DataLossError (raft imports nothing of the
     application); the audit reports the application's, converted as the node converts it
-    (``cluster/raft_errors.py``), so every caller catches one class."""
+    (``cluster/common/raft_errors.py``), so every caller catches one class."""
     try:
         yield
     except RaftDataLossError as exc:
@@ -247,7 +247,7 @@ def read_snapshot_data(env: Any, prefix: bytes) -> bytes:
         return codec.verify_snapshot_data(data, data_crc)
 
 
-# The stream snapshot's header (``cluster/stream_snapshot.py``): magic, version, JSON length.
+# The stream snapshot's header (``cluster/stream/snapshot.py``): magic, version, JSON length.
 _SNAP_HEAD = struct.Struct("<6sBI")
 _SNAP_MAGIC = b"RSSTRM"
 
@@ -255,7 +255,7 @@ _SNAP_MAGIC = b"RSSTRM"
 def snapshot_header(data: bytes) -> dict[str, Any]:
     """The JSON header of a stream group snapshot (config, ``last_seq``, consumers).
 
-    Read here rather than through ``cluster/stream_snapshot.py`` because that module exposes
+    Read here rather than through ``cluster/stream/snapshot.py`` because that module exposes
     only a restore into a live store; ``DataLossError`` when the bytes are no snapshot.
     """
     if len(data) < _SNAP_HEAD.size:

@@ -1,11 +1,11 @@
 """Synthetic node data directories, written with the real storage APIs (tests and bench).
 
 ``SynthCluster`` lays out ``root/<node>/raft`` (``LmdbLogStorage``) and ``root/<node>/store``
-(``open_node_env`` + ``LmdbStreamStore``) the way ``cluster/node.py`` does, and plays the
+(``open_node_env`` + ``LmdbStreamStore``) the way ``cluster/node/node.py`` does, and plays the
 part of a stream leader: every operation becomes a Raft entry (meta entries encoded by
-``cluster/meta_entries.py``, stream group entries by ``cluster/stream_entries.py``), is
+``cluster/meta/entries.py``, stream group entries by ``cluster/stream/entries.py``), is
 written to the logs of the chosen replicas, and is applied to their stores by the engine's
-``Stream`` state machine, as ``cluster/stream_group.py`` applies committed entries. The
+``Stream`` state machine, as ``cluster/stream/replica.py`` applies committed entries. The
 ``fault_*`` methods then break one replica on purpose, below the log or beside it.
 
 ``publish_bulk`` is the benchmark's fast path: for a stream with no limits, no msg ids and no
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from raftstream.audit.readers import store_streams
-from raftstream.cluster.meta_entries import AddStream, encode_entry
-from raftstream.cluster.names import stream_group_id
-from raftstream.cluster.stream_entries import ConsumerOps, ConsumerPut, GroupEntry, StreamBatch
-from raftstream.cluster.stream_entries import encode as encode_group
+from raftstream.cluster.common.names import stream_group_id
+from raftstream.cluster.meta.entries import AddStream, encode_entry
+from raftstream.cluster.stream.entries import ConsumerOps, ConsumerPut, GroupEntry, StreamBatch
+from raftstream.cluster.stream.entries import encode as encode_group
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.consumer_state import ConsumerOp, ConsumerState
 from raftstream.engine.consumer_store import ConsumerKey, LmdbConsumerStore

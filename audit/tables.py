@@ -56,7 +56,7 @@ __all__ = [
 
 BATCH_ROWS = 8192  # rows per Arrow record batch handed to Spark or to the Parquet writer
 DEFAULT_ROWS_PER_PARTITION = 1_000_000
-META_GROUP = "meta"  # cluster/meta_group.py
+META_GROUP = "meta"  # cluster/meta/group.py
 # JetStream's header on a mirrored or sourced message: "<origin stream> <origin seq> ...".
 HDR_STREAM_SOURCE = "Nats-Stream-Source"
 

@@ -33,10 +33,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from raftstream.cluster.auth_parse import parse_auth
-from raftstream.cluster.auth_values import AuthConfig
-from raftstream.cluster.names import validate_node_name
-from raftstream.cluster.tls import TlsSettings, parse_tls
+from raftstream.cluster.common.names import validate_node_name
+from raftstream.cluster.security.auth_parse import parse_auth
+from raftstream.cluster.security.auth_values import AuthConfig
+from raftstream.cluster.security.tls import TlsSettings, parse_tls
 from raftstream.errors import InvalidArgumentError
 
 __all__ = [
@@ -150,7 +150,7 @@ class RaftSettings:
 class Limits:
     """``[limits]``: every bound a client can reach, the unit in each name.
 
-    What each bounds, its error and why: docs/limits.md; the checks: ``cluster/limits.py``.
+    What each bounds, its error and why: docs/limits.md; the checks: ``cluster/security/limits.py``.
     The gRPC message size is not a key: it follows from the payload and header limits
     (``grpc_message_bytes_max``), so the two cannot disagree.
     """
@@ -210,7 +210,7 @@ class Limits:
     def message_bytes_max(self) -> int:
         """One largest message: ``payload_bytes_max + headers_bytes_max``. A response that
         carries messages (fetch, push, +NXT) groups them only up to this many bytes
-        (``cluster/convert.py`` ``add_bounded``)."""
+        (``cluster/services/convert.py`` ``add_bounded``)."""
         return self.payload_bytes_max + self.headers_bytes_max
 
     @property
@@ -242,9 +242,9 @@ class NodeConfig:
     meta_voters_max: int = 5
     raft: RaftSettings = field(default_factory=RaftSettings)
     limits: Limits = field(default_factory=Limits)
-    # [auth] (cluster/auth.py); None: no authentication, everything in the default account.
+    # [auth] (cluster/security/auth.py); None: no authentication, everything in the default account.
     auth: AuthConfig | None = None
-    # [tls] (cluster/tls.py, docs/tls.md); None: plaintext.
+    # [tls] (cluster/security/tls.py, docs/tls.md); None: plaintext.
     tls: TlsSettings | None = None
 
     def __post_init__(self) -> None:

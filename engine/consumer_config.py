@@ -83,7 +83,7 @@ INT64_MAX = 2**63 - 1
 # (``engine/entries.py`` TTL_MAX_NS; a test keeps the two equal). JetStream's own bound, Go's
 # time.Duration, is about 292 years, but Go's time.Time does not overflow as an int64 sum does.
 DURATION_MAX_NS = 100 * 365 * 24 * 3600 * NS_PER_S
-# JetStream's JSMaxNameLen, in bytes of UTF-8 as for stream names (cluster/limits.py too).
+# JetStream's JSMaxNameLen, in bytes of UTF-8 as for stream names (cluster/security/limits.py too).
 NAME_BYTES_MAX = 255
 DESCRIPTION_BYTES_MAX = 4096
 METADATA_BYTES_MAX = 128 * 1024
@@ -333,7 +333,7 @@ def _check_name(value: str | None, field_name: str) -> None:
     if not isinstance(value, str) or not value:
         raise _bad(field_name, "must be a non-empty string when set")
     # Bytes, not characters: the name is a key and a subject token everywhere else
-    # (check_stream_name, cluster/limits.py), which count UTF-8 bytes.
+    # (check_stream_name, cluster/security/limits.py), which count UTF-8 bytes.
     if _utf8_len(field_name, value) > NAME_BYTES_MAX:
         raise _bad(field_name, f"must be at most {NAME_BYTES_MAX} bytes")
     if any(c in _BAD_NAME_CHARS or not c.isprintable() for c in value):

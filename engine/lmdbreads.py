@@ -557,7 +557,7 @@ class LmdbStreamReads:
 
 class RecordsReader:
     """A stream's dedup records and raw message records as of one read transaction, read a
-    bounded step at a time (a snapshot made between other work, ``cluster/stream_snapshot.py``):
+    bounded step at a time (a snapshot made between other work, ``cluster/stream/snapshot.py``):
     what the store held when the reader was made, whatever is written meanwhile. The open
     transaction keeps the pages it sees from reuse until ``close``."""
 

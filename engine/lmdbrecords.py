@@ -326,7 +326,7 @@ def verified_records(prefix: bytes, items: Iterable[tuple[bytes, bytes]]) -> lis
     first key on) up to the first key of another stream, each checked without decoding
     it: its CRC (over the whole value, so a flipped length fails it too), its head's size,
     and the sequence in its head against its key. What a snapshot copies
-    (``cluster/stream_snapshot.py``); ``decode_record`` checks the rest (the subject and
+    (``cluster/stream/snapshot.py``); ``decode_record`` checks the rest (the subject and
     header lengths, the encodings) when it is restored. DataLossError when one fails.
     Cheaper than ``_verified`` per record (no unpack of the head): it is a compaction's
     whole per-message cost."""

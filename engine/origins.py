@@ -6,7 +6,7 @@ removed them first (``skipped``, newest last, at most ``SKIPPED_RANGES_MAX`` kep
 ``skipped_msgs`` counts them all). Every replica updates it in the same ``Copy`` entry as
 the message it stores, so a new leader resumes after exactly ``last_seq``: this is the
 exactly-once argument of docs/mirrors.md. It travels in the stream snapshot
-(``cluster/stream_snapshot.py``) and is rebuilt from the log on restart like the store.
+(``cluster/stream/snapshot.py``) and is rebuilt from the log on restart like the store.
 
 ``HDR_STREAM_SOURCE`` is JetStream's header on a copied message, ``"<origin> <seq>"``; the
 audit (``audit/tables.py``) reads the origin and sequence from its first two fields.

@@ -127,7 +127,7 @@ class Placement:
     ``cluster`` (None: any) names the cluster the replicas must be in; every tag in ``tags``
     must be among the placement tags of each chosen node. Tags are a set: ``validate`` sorts
     them (so two spellings of one set compare equal) and refuses duplicates, empty tags and
-    whitespace. Placement itself (``raftstream.cluster.placement``) reads these fields.
+    whitespace. Placement itself (``raftstream.cluster.meta.placement``) reads these fields.
     """
 
     cluster: str | None = None

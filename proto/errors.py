@@ -15,7 +15,7 @@ as ``raftstream.v1.Error`` messages with the same content: ``to_error_message`` 
 
 Errors of the Raft library (``raftstream.raft.errors``, its own hierarchy) never come here
 as they are: the node turns them into ``raftstream.errors`` first, in one converter
-(``raftstream.cluster.raft_errors.app_error``, which the Raft host is given); one that
+(``raftstream.cluster.common.raft_errors.app_error``, which the Raft host is given); one that
 slipped through would be a bug, sent as INTERNAL like any other.
 
 Client side: ``from_rpc_error(err)`` turns a ``grpc.RpcError`` (``grpc.aio.AioRpcError``
@@ -142,9 +142,9 @@ ABORT_REASON: contextvars.ContextVar[str] = contextvars.ContextVar(
 
 
 # Set once the running call began to abort: gRPC awaits the status's send inside
-# ``abort_with_status``, and a time cap that fires meanwhile (``cluster/limits.py``) must not
-# abort the call a second time (grpc raises UsageError "Abort was already called!", logged
-# with a traceback as an unexpected servicer error).
+# ``abort_with_status``, and a time cap that fires meanwhile (``cluster/security/limits.py``) must
+# not abort the call a second time (grpc raises UsageError "Abort was already called!", logged with
+# a traceback as an unexpected servicer error).
 _ABORTING: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "raftstream_aborting", default=False
 )

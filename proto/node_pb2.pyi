@@ -56,7 +56,7 @@ class ProveResponse(_message.Message):
     """where it says other nodes reach it (its own entry in `peers`)"""
     proof: _builtins.bytes
     """HMAC-SHA256, under a key derived from the node key, of the nonce, name and address
-    (cluster/node_proof.py): only a holder of the cluster's node key can make it.
+    (cluster/security/node_proof.py): only a holder of the cluster's node key can make it.
     """
     def __init__(
         self,

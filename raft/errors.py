@@ -6,7 +6,7 @@ imports no grpc), and ``retriable``: whether the same request may succeed later 
 (a leader change, a timeout) as opposed to one that is wrong (bad input, a refused state).
 ``reason`` is a stable machine-readable name and ``details`` the structured facts (a leader
 hint, the field that failed validation): an application maps them into its own errors
-without parsing the text (raftstream does it in ``raftstream.cluster.raft_errors``, and
+without parsing the text (raftstream does it in ``raftstream.cluster.common.raft_errors``, and
 gives the mapping to ``RaftHost`` as ``map_error``).
 
 ``invariant(cond, msg)`` raises ``InvariantError`` unless ``cond``; unlike ``assert`` it

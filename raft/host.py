@@ -117,7 +117,7 @@ received, or a group of one, which commits at once) are applied after the write,
 so are a membership change and what follows it (a change takes effect at ``advance``, after
 the write, and ``propose_conf_change`` resolves only once it is in effect). State machines
 then write on the loop thread while the log's transaction is open on the writer thread; the
-node keeps them in separate LMDB environments (cluster/node.py), so the two never wait for
+node keeps them in separate LMDB environments (cluster/node/node.py), so the two never wait for
 one environment's single writer lock (a state machine sharing the log's environment would
 wait there for the log's fsync, on the loop).
 Only a round whose messages all left before its write (a leader's appends), or are a
@@ -284,7 +284,7 @@ class RaftHost:
     Errors: raised or failing an awaitable, they are ``raftstream.raft.errors``' unless
     ``map_error`` is given: then every one the host hands out (raised by a public method, or
     set on an awaitable it returned) goes through it first, so the application sees its own
-    error types (raftstream: ``raftstream.cluster.raft_errors.app_error``).
+    error types (raftstream: ``raftstream.cluster.common.raft_errors.app_error``).
     """
 
     def __init__(

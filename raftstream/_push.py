@@ -72,7 +72,7 @@ log = logging.getLogger("raftstream.push")
 
 PENDING_MSGS_MAX = 8192
 PENDING_BYTES_MAX = 64 * 1024 * 1024
-PUSH_RESPONSE_MSGS_MAX = 256  # the server's deliveries per response (cluster/services_push.py)
+PUSH_RESPONSE_MSGS_MAX = 256  # the server's deliveries per response (cluster/services/push.py)
 REQUESTS_QUEUED_MAX = 64  # flow-control replies waiting to be sent on the call
 FC_ANSWERED_REMEMBERED_MAX = 16  # per call
 HEARTBEAT_MISSES_MAX = 3

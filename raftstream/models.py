@@ -103,7 +103,7 @@ class StreamState:
     ``first_seq`` and ``last_seq`` that hold no message, ascending. A node cuts the list
     short, to the lowest ones, at 100,000 sequences or after walking a million stored
     messages looking for them (``DELETED_DETAILS_MAX``, ``DELETED_SCAN_MSGS_MAX`` in
-    ``cluster/services_streams.py``): fewer than ``num_deleted`` means cut short."""
+    ``cluster/services/streams.py``): fewer than ``num_deleted`` means cut short."""
 
     messages: int
     bytes: int

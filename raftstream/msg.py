@@ -57,7 +57,7 @@ __all__ = ["ACK_DELAY_NS_MAX", "ACK_REASON_BYTES_MAX", "ACK_RUN_SEQS_MAX", "Acke
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 NS_PER_S = 1_000_000_000
 # The API's bounds on an ack item (proto AckItem), checked here and by the node
-# (cluster/limits.py check_ack): a NAK's redelivery delay, and a TERM's reason.
+# (cluster/security/limits.py check_ack): a NAK's redelivery delay, and a TERM's reason.
 ACK_DELAY_NS_MAX = 365 * 24 * 3600 * NS_PER_S  # a year
 ACK_REASON_BYTES_MAX = 4096
 ACK_BATCH_MSGS_MAX = 4096
@@ -65,7 +65,7 @@ ACK_BATCH_BYTES_MAX = 1024 * 1024
 ACK_OVERHEAD_BYTES = 16
 RUN_SEQ_BYTES = 10  # a sequence in an AckRun: a varint of at most 9 bytes, and a tag's share
 # The most sequences one AckRun may carry: a node refuses a longer run (INVALID_ARGUMENT,
-# cluster/limits.py check_ack_run), so a run that reaches it is closed and the next ack
+# cluster/security/limits.py check_ack_run), so a run that reaches it is closed and the next ack
 # starts another. The acks in flight of one AckStream call are 4096 too.
 ACK_RUN_SEQS_MAX = 4096
 # How long closing a client waits for queued fire-and-forget acks to reach the server.

@@ -81,7 +81,7 @@ REQUEST_WAIT_MAX_S = 30.0
 # most that many messages unless the node was configured otherwise (the SDK cannot know).
 PULL_BATCH_MSGS_MAX_DEFAULT = 10_000
 UINT32_MAX = 2**32 - 1  # FetchRequest.batch
-# The shortest idle heartbeat a node sends a pull request (cluster/limits.py
+# The shortest idle heartbeat a node sends a pull request (cluster/security/limits.py
 # PULL_HEARTBEAT_MIN_NS: at most 100 per second).
 PULL_HEARTBEAT_MIN_NS = 10_000_000
 PULL_HEARTBEAT_MIN_S = PULL_HEARTBEAT_MIN_NS / NS_PER_S

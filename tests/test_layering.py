@@ -52,9 +52,9 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
         (
             "engine",
             "probe",
-            "def load() -> None:\n    import raftstream.cluster.node\n",
+            "def load() -> None:\n    import raftstream.cluster.node.node\n",
             "engine is single-node semantics",
-            "raftstream.engine.probe -> raftstream.cluster.node",
+            "raftstream.engine.probe -> raftstream.cluster.node.node",
         ),
         (
             "raft",
@@ -69,6 +69,20 @@ def test_the_tree_keeps_every_contract(tmp_path: Path) -> None:
             "def fail() -> None:\n    from raftstream.errors import UnavailableError\n",
             "raft is a library",
             "raftstream.raft.probe -> raftstream.errors",
+        ),
+        (
+            "cluster",
+            "meta/probe",
+            "def leader() -> None:\n    from raftstream.cluster.stream.group import StreamGroup\n",
+            "cluster/ is layered",
+            "raftstream.cluster.meta.probe -> raftstream.cluster.stream.group",
+        ),
+        (
+            "cluster",
+            "common/probe",
+            "from raftstream.tooling.localnet import free_port\n",
+            "the node, the engine and Raft import no tooling",
+            "raftstream.cluster.common.probe -> raftstream.tooling.localnet",
         ),
     ],
 )

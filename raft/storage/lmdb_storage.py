@@ -206,7 +206,7 @@ class LmdbLogStorage(LogStorageBase):
 
     @property
     def env(self) -> Any:
-        """The LMDB environment (for measuring its use: ``cluster/storage_room.py``)."""
+        """The LMDB environment (for measuring its use: ``cluster/node/storage_room.py``)."""
         return self._env
 
     def write_batch(self, writes: Sequence[GroupWrite]) -> None:

@@ -17,7 +17,7 @@ certificate, and the servicer refuses (PERMISSION_DENIED) any batch or snapshot 
 the same CA, or a node speaking for another, gets nothing into a Raft group. Without it,
 channels are plaintext and the servicer trusts ``src``; ``config.call_metadata`` (sent on
 every outgoing call) is how a node without TLS proves it is one to a server that asks (the
-node's node token, checked by ``cluster/auth.py`` before this servicer runs).
+node's node token, checked by ``cluster/security/auth.py`` before this servicer runs).
 
 Everything here belongs to the event loop that created it.
 """

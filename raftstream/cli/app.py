@@ -215,7 +215,7 @@ def _serve_one_node(
     import asyncio
 
     from raftstream.cluster.config import load_config
-    from raftstream.cluster.node import NodeFailedError, configure_logging, run_node
+    from raftstream.cluster.node.node import NodeFailedError, configure_logging, run_node
 
     # What loading says (secret files readable by others) waits for the node's log format.
     said = _Keep()

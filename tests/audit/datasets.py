@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from raftstream.audit.synth import SynthCluster
-from raftstream.cluster.stream_entries import LeaderBarrier, StreamBatch
-from raftstream.cluster.stream_entries import encode as encode_group
+from raftstream.cluster.stream.entries import LeaderBarrier, StreamBatch
+from raftstream.cluster.stream.entries import encode as encode_group
 from raftstream.engine.consumer_state import Ack, ConsumerState, Deliver, Pending
 from raftstream.engine.entries import DeleteMsg, Purge
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from raftstream.audit.logview import summarize
-from raftstream.cluster.stream_entries import StreamBatch, encode
+from raftstream.cluster.stream.entries import StreamBatch, encode
 from raftstream.engine.entries import HDR_ROLLUP, Copy, Entry, plain_publish
 from raftstream.raft.types import Entry as RaftEntry
 

@@ -14,7 +14,7 @@ from raftstream.audit import tables
 from raftstream.audit.layout import discover_nodes, snapshot_root
 from raftstream.audit.synth import SynthCluster
 from raftstream.audit.tables import pack_parts, plan_parts, read_part
-from raftstream.cluster.stream_entries import StreamBatch
+from raftstream.cluster.stream.entries import StreamBatch
 from raftstream.engine.entries import Publish
 
 

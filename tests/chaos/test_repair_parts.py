@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from raftstream.cluster.known_peers import CHECKING_MARKER, end_check
-from raftstream.cluster.membership import next_change
-from raftstream.cluster.meta import MetaState
-from raftstream.cluster.meta_entries import (
+from raftstream.cluster.meta.entries import (
     RepairCleared,
     RepairDone,
     RepairStart,
     decode_entry,
     encode_entry,
 )
-from raftstream.cluster.repair import MARKER, QUARANTINE, finish, prepare, scrub_raft_env
-from raftstream.cluster.repair_state import RepairBook
+from raftstream.cluster.meta.repairs import RepairBook
+from raftstream.cluster.meta.state import MetaState
+from raftstream.cluster.repair.known_peers import CHECKING_MARKER, end_check
+from raftstream.cluster.repair.repair import MARKER, QUARANTINE, finish, prepare, scrub_raft_env
+from raftstream.cluster.stream.membership import next_change
 from raftstream.errors import ConflictError, DataLossError, InvalidArgumentError, NotFoundError
 from raftstream.raft.types import ConfChangeType
 from tests.support.damaged_logs import flip_in_record, make_env

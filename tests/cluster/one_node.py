@@ -18,13 +18,13 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
+from raftstream.cluster.common.metrics import NodeMetrics
+from raftstream.cluster.common.names import stream_group_id
+from raftstream.cluster.common.raft_errors import app_error
 from raftstream.cluster.config import Limits
-from raftstream.cluster.group_deps import GroupDeps
-from raftstream.cluster.metrics import NodeMetrics
-from raftstream.cluster.names import stream_group_id
-from raftstream.cluster.raft_errors import app_error
-from raftstream.cluster.stream_leader import StreamGroup
+from raftstream.cluster.meta.assignments import ConsumerAssignment, StreamAssignment
+from raftstream.cluster.stream.deps import GroupDeps
+from raftstream.cluster.stream.group import StreamGroup
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.lmdbstore import open_node_env
 from raftstream.engine.stream_config import StreamConfig
@@ -69,7 +69,7 @@ class Node:
 
 
 class _Meta:
-    """The meta state of these tests (``MetaView``, cluster/group_deps.py): stream Q, the
+    """The meta state of these tests (``MetaView``, cluster/stream/deps.py): stream Q, the
     node's editable consumer list, and the deletions the group asks recorded on the node."""
 
     def __init__(self, sa: StreamAssignment, consumers: list[ConsumerAssignment]) -> None:

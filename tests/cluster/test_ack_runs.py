@@ -1,4 +1,4 @@
-"""Acks as runs (proto ``AckRun``; cluster/services_consume.py): the SDK acks the messages it
+"""Acks as runs (proto ``AckRun``; cluster/services/consume.py): the SDK acks the messages it
 fetched as stream sequences of one consumer, not one token each. A run is checked (names,
 sequences from 1 to int64), decided as one op on the stream leader, sent on by a node that
 does not lead, and its acks of sequences the consumer has not delivered are refused with
@@ -13,7 +13,7 @@ import pytest
 
 import raftstream
 from raftstream import StreamConfig
-from raftstream.cluster.limits import check_ack_run
+from raftstream.cluster.security.limits import check_ack_run
 from raftstream.errors import InvalidArgumentError
 from raftstream.msg import ACK_RUN_SEQS_MAX
 from raftstream.proto import raftstream_pb2 as pb

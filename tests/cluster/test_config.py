@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from raftstream.cluster.auth import LIMIT_KEYS, TOKEN_KEYS, USER_KEYS, AuthConfig, hash_secret
 from raftstream.cluster.config import (
     CALL_TIMEOUT_MS_CEILING,
     INT64_MAX,
@@ -26,7 +25,14 @@ from raftstream.cluster.config import (
     load_config,
     parse_peers,
 )
-from raftstream.cluster.tls import TlsSettings
+from raftstream.cluster.security.auth import (
+    LIMIT_KEYS,
+    TOKEN_KEYS,
+    USER_KEYS,
+    AuthConfig,
+    hash_secret,
+)
+from raftstream.cluster.security.tls import TlsSettings
 from raftstream.errors import InvalidArgumentError
 
 PEERS = "n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103"

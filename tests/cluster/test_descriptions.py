@@ -2,7 +2,7 @@
 
 Issue 5: the meta leader "places replicas (fewest assets and most free space first;
 placement.tags)", which needs every peer's tags, placement cluster and free space, told by
-the peer itself (cluster/descriptions.py, docs/cluster-design.md "Placement").
+the peer itself (cluster/meta/descriptions.py, docs/cluster-design.md "Placement").
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from raftstream.cluster.auth import AuthConfig, hash_secret, parse_auth
 from raftstream.cluster.config import Address, NodeConfig
-from raftstream.cluster.descriptions import (
+from raftstream.cluster.meta.descriptions import (
     LMDB_DATA_FILE,
     LOG_FEATURE_COPY_AT,
     LOG_FEATURES,
@@ -29,8 +28,9 @@ from raftstream.cluster.descriptions import (
     free_bytes,
     node_infos,
 )
-from raftstream.cluster.placement import NodeInfo
-from raftstream.cluster.services_node import (
+from raftstream.cluster.meta.placement import NodeInfo
+from raftstream.cluster.security.auth import AuthConfig, hash_secret, parse_auth
+from raftstream.cluster.services.node import (
     NodeServicer,
     describe_peer,
     knows_asker,
@@ -265,7 +265,7 @@ def test_describe_answers_without_auth() -> None:
 
 
 def test_describe_says_whether_it_saw_the_asker_running() -> None:
-    """What a node without Raft data asks before it starts (cluster/known_peers.py); a peer
+    """What a node without Raft data asks before it starts (cluster/repair/known_peers.py); a peer
     that cannot be asked gives no answer (None), which is not a "no"."""
 
     async def body() -> None:

@@ -1,4 +1,4 @@
-"""How a pull's events become FetchResponses (``cluster/services_consume.py``): grouped as
+"""How a pull's events become FetchResponses (``cluster/services/consume.py``): grouped as
 they come, a response at most one largest message in bytes (so it fits the gRPC message
 limit, docs/limits.md), ended by a terminal status or a complete batch."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from raftstream.cluster.config import Limits
-from raftstream.cluster.convert import delivery_pb
-from raftstream.cluster.services_consume import _responses
-from raftstream.cluster.stream_leader import PullHandle
+from raftstream.cluster.services.consume import _responses
+from raftstream.cluster.services.convert import delivery_pb
+from raftstream.cluster.stream.group import PullHandle
 from raftstream.engine.consumer_pull import PullEvent, PullStatus, StatusCode
 from raftstream.proto import raftstream_pb2 as pb
 from tests.support.deliveries import event

@@ -1,6 +1,6 @@
 """Forwarding to a node that cannot be reached: nothing was sent, so the caller gets
 NO_LEADER (retriable by the SDK even for a publish without a msg id), not the ambiguous
-UNAVAILABLE of a hop that failed mid-way (cluster/forward.py)."""
+UNAVAILABLE of a hop that failed mid-way (cluster/services/forward.py)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from raftstream.cluster import forward
 from raftstream.cluster.config import Address, NodeConfig
-from raftstream.cluster.context import ServiceContext
-from raftstream.cluster.descriptions import NodeDescription
-from raftstream.cluster.forward import (
+from raftstream.cluster.meta.descriptions import NodeDescription
+from raftstream.cluster.services import forward
+from raftstream.cluster.services.context import ServiceContext
+from raftstream.cluster.services.forward import (
     RELAY_BATCH_BYTES_MAX,
     RELAY_BATCH_MSGS_MAX,
     Forwarder,
     take_batch,
 )
-from raftstream.cluster.node_book import NodeBook
+from raftstream.cluster.services.node_book import NodeBook
 from raftstream.errors import LimitError, NoLeaderError, NotLeaderError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.tooling.localnet import free_port
@@ -95,7 +95,7 @@ def test_a_relay_to_a_down_peer_says_so_at_info_once_per_interval(
 ) -> None:
     """Every forwarded publish to a down peer broke a relay and logged an INFO line (53 in
     one short outage, a user review): now one per peer per interval, the rest at DEBUG."""
-    caplog.set_level(logging.DEBUG, logger="raftstream.cluster.forward")
+    caplog.set_level(logging.DEBUG, logger="raftstream.cluster.services.forward")
     for _ in range(5):
         forward._log_break("127.0.0.1:1", "Connection refused")
     forward._log_break("127.0.0.1:2", "Connection refused")

@@ -1,4 +1,4 @@
-"""``GroupDeps`` (cluster/group_deps.py): the calls a stream group makes on its node go to
+"""``GroupDeps`` (cluster/stream/deps.py): the calls a stream group makes on its node go to
 the protocol that answers them, and a node that gives none of the optional ones knows no
 address, no origin, no credentials, no storage room and no optional log feature of any
 replica (what a stream group then assumes: no storage check, no entry a replica may not
@@ -10,10 +10,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.config import Limits
-from raftstream.cluster.descriptions import LOG_FEATURE_SNAPSHOT_RECORDS
-from raftstream.cluster.group_deps import GroupDeps
+from raftstream.cluster.meta.assignments import ConsumerAssignment, StreamAssignment
+from raftstream.cluster.meta.descriptions import LOG_FEATURE_SNAPSHOT_RECORDS
+from raftstream.cluster.stream.deps import GroupDeps
 
 
 class _Meta:

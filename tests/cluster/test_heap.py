@@ -1,4 +1,4 @@
-"""The node gives freed heap memory back to the system (``cluster/heap.py``)."""
+"""The node gives freed heap memory back to the system (``cluster/node/heap.py``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from raftstream.cluster import heap
 from raftstream.cluster.config import Address, NodeConfig
+from raftstream.cluster.node import heap
 from raftstream.tooling.localnet import free_port
 
 # Freed pieces of 1 MiB with small kept objects between them, as compactions leave the heap.
@@ -24,7 +24,7 @@ from raftstream.tooling.localnet import free_port
 _PROBE = textwrap.dedent(
     """
     import ctypes, gc, os
-    from raftstream.cluster import heap
+    from raftstream.cluster.node import heap
     from raftstream.tooling.procfs import status_kib
 
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
@@ -64,7 +64,7 @@ def test_release_gives_the_freed_heap_back() -> None:
 def test_a_running_node_releases_its_heap_now_and_then(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from raftstream.cluster import node as node_module
+    from raftstream.cluster.node import node as node_module
 
     released = threading.Event()
     monkeypatch.setattr(heap, "HEAP_RELEASE_EVERY_S", 0.01)

@@ -1,5 +1,5 @@
 """Parts of ``raftstream server --join`` that need no cluster (docs/operations.md, "A node
-lost its disk"; ``cluster/repair.py`` ``prepare``): a node started with ``--join`` writes no
+lost its disk"; ``cluster/repair/repair.py`` ``prepare``): a node started with ``--join`` writes no
 repair marker until a running cluster's meta leader answered, only the ``CHECKING`` marker
 that makes the next start remove the empty Raft environment it created, so a node that never
 found a cluster starts the next time, without ``--join``, as a new node. A marker an older
@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from raftstream.cluster.known_peers import CHECKING_MARKER, clear_interrupted_check
-from raftstream.cluster.repair import JOIN_REASON, MARKER, prepare
+from raftstream.cluster.repair.known_peers import CHECKING_MARKER, clear_interrupted_check
+from raftstream.cluster.repair.repair import JOIN_REASON, MARKER, prepare
 from raftstream.raft.storage import LmdbLogStorage
 from raftstream.raft.storage.api import GroupWrite
 from raftstream.raft.types import HardState

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from raftstream.cluster.known_peers import (
+from raftstream.cluster.repair.known_peers import (
     CHECKING_MARKER,
     KNOWN_PEERS_FILE,
     KnownPeers,

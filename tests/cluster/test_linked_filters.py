@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from raftstream.cluster.context import ServiceContext
-from raftstream.cluster.descriptions import LOG_FEATURE_LINKED_FILTERS, LOG_FEATURES
-from raftstream.cluster.services_consumers import ConsumerServicer
+from raftstream.cluster.meta.descriptions import LOG_FEATURE_LINKED_FILTERS, LOG_FEATURES
+from raftstream.cluster.services.consumers import ConsumerServicer
+from raftstream.cluster.services.context import ServiceContext
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.stream_config import StreamConfig, StreamSource
 from raftstream.errors import PreconditionError

@@ -8,7 +8,7 @@ to a caught-up wanted voter first.
 
 from __future__ import annotations
 
-from raftstream.cluster.membership import LEARNER_LAG_MAX_ENTRIES, Step, next_change
+from raftstream.cluster.stream.membership import LEARNER_LAG_MAX_ENTRIES, Step, next_change
 from raftstream.raft.types import ConfChange, ConfChangeType
 
 ADD_LEARNER, ADD_VOTER, REMOVE = (

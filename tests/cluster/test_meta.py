@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from raftstream.cluster.meta import (
+from raftstream.cluster.meta.entries import (
+    AddConsumer,
+    MetaEntry,
+    NodeAdd,
+    NodeForget,
+    PeerAdd,
+    PeerRemove,
+    ReassignGroup,
+    encode_entry,
+)
+from raftstream.cluster.meta.state import (
     LIST_LIMIT_MAX,
     ConsumerAdded,
     GroupReassigned,
@@ -20,16 +30,6 @@ from raftstream.cluster.meta import (
     StreamAdded,
     StreamDeleted,
     StreamUpdated,
-)
-from raftstream.cluster.meta_entries import (
-    AddConsumer,
-    MetaEntry,
-    NodeAdd,
-    NodeForget,
-    PeerAdd,
-    PeerRemove,
-    ReassignGroup,
-    encode_entry,
 )
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.stream_config import Placement, StreamConfig, StreamSource, SubjectTransform

@@ -1,6 +1,6 @@
 """Meta entries: the byte encoding round-trips exactly, and anything else is DATA_LOSS.
 
-The encoding is ``u8 version | u8 kind | canonical JSON`` (cluster/meta_entries.py): the same
+The encoding is ``u8 version | u8 kind | canonical JSON`` (cluster/meta/entries.py): the same
 entry must give the same bytes on every node, and a log entry is never half-understood.
 """
 
@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from raftstream.cluster.meta_entries import (
+from raftstream.cluster.common.names import stream_group_id
+from raftstream.cluster.meta.entries import (
     FORMAT_VERSION,
     AddConsumer,
     AddStream,
@@ -27,7 +28,6 @@ from raftstream.cluster.meta_entries import (
     decode_entry,
     encode_entry,
 )
-from raftstream.cluster.names import stream_group_id
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.stream_config import Placement, StreamConfig, SubjectTransform
 from raftstream.errors import DataLossError

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from raftstream.cluster.meta_entries import DeleteStream
-from raftstream.cluster.meta_group import MetaGroup
-from raftstream.cluster.metrics import NodeMetrics
-from raftstream.cluster.raft_errors import LeadershipTransferError
+from raftstream.cluster.common.metrics import NodeMetrics
+from raftstream.cluster.common.raft_errors import LeadershipTransferError
+from raftstream.cluster.meta.entries import DeleteStream
+from raftstream.cluster.meta.group import MetaGroup
 from raftstream.errors import NotLeaderError, UnavailableError
 
 

@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from raftstream.cluster.meta import MetaState
-from raftstream.cluster.meta_entries import (
+from raftstream.cluster.meta.entries import (
     AddConsumer,
     AddStream,
     DeleteConsumer,
@@ -30,6 +29,7 @@ from raftstream.cluster.meta_entries import (
     UpdateStream,
     encode_entry,
 )
+from raftstream.cluster.meta.state import MetaState
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.engine.subjects import subjects_collide

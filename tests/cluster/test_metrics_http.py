@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from raftstream.cluster.metrics import GROUP_LABELS, METRICS_PATH, NodeMetrics, group_labels
+from raftstream.cluster.common.metrics import GROUP_LABELS, METRICS_PATH, NodeMetrics, group_labels
 from raftstream.tooling.localnet import free_port
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 import raftstream
-from raftstream.cluster.auth import hash_secret
+from raftstream.cluster.security.auth import hash_secret
 from raftstream.config import StreamSource
 from tests.support.cluster import LocalCluster, run, running
 from tests.support.mirrors import settled

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from raftstream.cluster import mirror, mirror_links
-from raftstream.cluster.mirror_links import LINK_CLOSE_WAIT_S, LinkSet
+from raftstream.cluster.mirrors import link as mirror
+from raftstream.cluster.mirrors import links as mirror_links
+from raftstream.cluster.mirrors.links import LINK_CLOSE_WAIT_S, LinkSet
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.engine.stream_source import StreamSource
 

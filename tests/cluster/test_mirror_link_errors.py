@@ -5,7 +5,7 @@ private class name (a leading underscore) never shows; a refused copy names the 
 from __future__ import annotations
 
 from raftstream import errors
-from raftstream.cluster.mirror import _refusal, _SessionEnd, describe_error
+from raftstream.cluster.mirrors.link import _refusal, _SessionEnd, describe_error
 
 
 class _Private(Exception):

@@ -5,7 +5,7 @@ account copy each other in a loop is ``InvalidArgumentError`` naming ``mirror`` 
 
 from __future__ import annotations
 
-from raftstream.cluster.meta import StreamAdded, StreamUpdated
+from raftstream.cluster.meta.state import StreamAdded, StreamUpdated
 from raftstream.engine.stream_source import StreamSource
 from raftstream.errors import InvalidArgumentError
 from tests.support.meta import add_stream, field_of, refused, state_with, update_stream

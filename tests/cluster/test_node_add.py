@@ -25,7 +25,7 @@ import pytest
 
 import raftstream
 from raftstream import StreamConfig
-from raftstream.cluster.node_book import CLUSTER_FILE
+from raftstream.cluster.services.node_book import CLUSTER_FILE
 from raftstream.tooling.localcluster import NodeSpec
 from raftstream.tooling.localnet import READY_TIMEOUT_S
 from tests.support.cluster import LocalCluster, run, wait_logged

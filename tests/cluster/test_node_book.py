@@ -1,4 +1,5 @@
-"""cluster/node_book.py: the cluster's nodes, their addresses, and the meta group's founders."""
+"""cluster/services/node_book.py: the cluster's nodes, their addresses, and the meta group's
+founders."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from raftstream.cluster.config import Address, NodeConfig
-from raftstream.cluster.node_book import CLUSTER_FILE, NodeBook
+from raftstream.cluster.services.node_book import CLUSTER_FILE, NodeBook
 from raftstream.errors import DataLossError
 
 

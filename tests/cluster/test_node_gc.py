@@ -1,10 +1,10 @@
-"""The node process's garbage collector settings (``cluster/node_process.py``, ``tune_gc``)."""
+"""The node process's garbage collector settings (``cluster/node/process.py``, ``tune_gc``)."""
 
 from __future__ import annotations
 
 import gc
 
-from raftstream.cluster.node_process import GC_GEN0_THRESHOLD, tune_gc
+from raftstream.cluster.node.process import GC_GEN0_THRESHOLD, tune_gc
 
 
 def test_tune_gc_freezes_the_start_and_collects_the_young_in_larger_steps() -> None:

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from raftstream.cluster.assignments import StreamAssignment
 from raftstream.cluster.config import Address, NodeConfig
-from raftstream.cluster.node_groups import NodeGroups
+from raftstream.cluster.meta.assignments import StreamAssignment
+from raftstream.cluster.node.groups import NodeGroups
 from raftstream.engine.stream_config import StreamConfig
 from tests.support.polling import NeverHappened, until
 
@@ -73,7 +73,7 @@ def test_a_group_that_cannot_start_leaves_the_others_running(
     node.start_group = start_group  # type: ignore[method-assign]
 
     async def body() -> None:
-        with caplog.at_level(logging.ERROR, logger="raftstream.cluster.node_groups"):
+        with caplog.at_level(logging.ERROR, logger="raftstream.cluster.node.groups"):
             await node.reconcile((bad, good))
             await node.reconcile((bad, good))  # tried again: not said again
         await asyncio.sleep(0.05)
@@ -89,7 +89,7 @@ def test_a_group_that_cannot_start_leaves_the_others_running(
 def test_the_meta_reconciler_survives_an_unexpected_error(caplog: pytest.LogCaptureFixture) -> None:
     """An error the reconciler did not expect is logged with its traceback, and the
     reconciler goes on (it used to end, silently, and no group started on the node again)."""
-    from raftstream.cluster import meta_group
+    from raftstream.cluster.meta import group as meta_group
 
     calls: list[int] = []
 
@@ -126,7 +126,7 @@ def test_the_meta_reconciler_survives_an_unexpected_error(caplog: pytest.LogCapt
         assert not task.done()
         task.cancel()
 
-    with caplog.at_level(logging.ERROR, logger="raftstream.cluster.meta_group"):
+    with caplog.at_level(logging.ERROR, logger="raftstream.cluster.meta.group"):
         asyncio.run(body())
     assert len(calls) >= 2
     assert any(r.exc_info for r in caplog.records if "reconcile failed" in r.getMessage())

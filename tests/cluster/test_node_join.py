@@ -24,7 +24,7 @@ import pytest
 
 import raftstream
 from raftstream import StreamConfig
-from raftstream.cluster.repair import JOIN_REASON, MARKER
+from raftstream.cluster.repair.repair import JOIN_REASON, MARKER
 from raftstream.raft.storage import LmdbLogStorage
 from raftstream.tooling.localnet import READY_TIMEOUT_S
 from tests.support.cluster import LocalCluster, run, running

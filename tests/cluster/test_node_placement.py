@@ -2,7 +2,7 @@
 
 Issue 5: the meta leader "places replicas (fewest assets and most free space first;
 placement.tags)". Tags live in each node's own config, so the meta leader learns the other
-nodes' tags from their descriptions (cluster/descriptions.py); before that, a tagged stream
+nodes' tags from their descriptions (cluster/meta/descriptions.py); before that, a tagged stream
 could only land on the meta leader itself. The cluster runs with ``[auth]`` and ``[tls]``:
 nodes ask each other for descriptions over mutual TLS with a node token (docs/security.md).
 """
@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import raftstream
 from raftstream import Placement, StreamConfig
 from raftstream.cli.app import cli
-from raftstream.cluster.auth import hash_secret
+from raftstream.cluster.security.auth import hash_secret
 from raftstream.errors import InvalidArgumentError
 from raftstream.models import StreamInfo
 from raftstream.tooling.certs import generate

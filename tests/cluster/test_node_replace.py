@@ -15,7 +15,7 @@ ends up holding every message: shown by making it the stream's leader and readin
 message from it.
 
 A node that lost its data and was never removed is refused when started empty without
-``--join`` (its peers saw it running: ``cluster/known_peers.py``), also when the whole
+``--join`` (its peers saw it running: ``cluster/repair/known_peers.py``), also when the whole
 cluster starts at once, and rejoins with ``--join`` alone.
 """
 
@@ -27,7 +27,7 @@ import pytest
 
 import raftstream
 from raftstream import StreamConfig
-from raftstream.cluster.known_peers import CHECKING_MARKER, KNOWN_PEERS_FILE
+from raftstream.cluster.repair.known_peers import CHECKING_MARKER, KNOWN_PEERS_FILE
 from tests.support.cluster import LocalCluster, run, wait_logged
 from tests.support.polling import retry_async, wait_for
 from tests.support.replicas import lead_and_read_all, publish_numbered, removed_nodes, wait_replicas
@@ -39,7 +39,7 @@ REFUSAL_WAIT_S = 15.0
 
 
 def _wait_recorded(cluster: LocalCluster, by: str, victim: str) -> None:
-    """Until ``by`` has recorded ``victim`` as seen running (``cluster/known_peers.py``)."""
+    """Until ``by`` has recorded ``victim`` as seen running (``cluster/repair/known_peers.py``)."""
     seen = cluster.root / by / KNOWN_PEERS_FILE
     wait_for(
         f"{by} to record {victim}",
@@ -113,7 +113,7 @@ def test_a_removed_node_is_readmitted_and_gets_its_replica_back(
 def test_a_node_that_lost_its_data_refuses_to_start_empty_and_rejoins_with_join(
     cluster3: LocalCluster,
 ) -> None:
-    """Its peers saw it running (``cluster/known_peers.py``): started empty without
+    """Its peers saw it running (``cluster/repair/known_peers.py``): started empty without
     ``--join`` it exits at once, creating nothing; with ``--join`` it is repaired (never
     removed, so nothing else is needed) and holds every message again."""
 

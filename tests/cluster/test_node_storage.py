@@ -22,9 +22,9 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 import raftstream
+from raftstream.cluster.common.metrics import GROUP_LABELS, group_labels
 from raftstream.cluster.config import MIB, Address, Limits, NodeConfig
-from raftstream.cluster.metrics import GROUP_LABELS, group_labels
-from raftstream.cluster.node import Node
+from raftstream.cluster.node.node import Node
 from raftstream.tooling.localnet import free_port
 from tests.support.polling import until
 
@@ -63,7 +63,7 @@ def test_a_node_whose_raft_log_cannot_be_written_stops_serving(
         finally:
             await node.stop()
 
-    with caplog.at_level(logging.CRITICAL, logger="raftstream.cluster.node_monitor"):
+    with caplog.at_level(logging.CRITICAL, logger="raftstream.cluster.node.monitor"):
         asyncio.run(body())
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.CRITICAL]
     assert any("this node stops: its Raft log can no longer be written" in m for m in said), said

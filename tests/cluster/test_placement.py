@@ -13,9 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftstream.cluster.meta import MetaState, StreamAdded
-from raftstream.cluster.meta_entries import PeerRemove
-from raftstream.cluster.placement import (
+from raftstream.cluster.meta.entries import PeerRemove
+from raftstream.cluster.meta.placement import (
     FREE_RANK_STEP_BYTES,
     NodeInfo,
     place,
@@ -23,6 +22,7 @@ from raftstream.cluster.placement import (
     plan_repairs,
     plan_stream_peers,
 )
+from raftstream.cluster.meta.state import MetaState, StreamAdded
 from raftstream.engine.stream_config import Placement, StreamConfig
 from raftstream.errors import (
     Code,

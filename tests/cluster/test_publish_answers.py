@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from raftstream.cluster.services_publish import _answers, _Room
+from raftstream.cluster.services.publish import _answers, _Room
 from raftstream.errors import LimitError
 from raftstream.proto import raftstream_pb2 as pb
 

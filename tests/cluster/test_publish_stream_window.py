@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from raftstream.cluster.answers import answered_within
+from raftstream.cluster.common.answers import answered_within
 from raftstream.errors import NotLeaderError, UnavailableError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg

@@ -1,6 +1,6 @@
 """A queue group's members share a push consumer's messages one at a time in turn
 (docs/cli.md, ``sub --queue GROUP``: "share the messages with the other subscribers of
-GROUP (they take turns)"; ``cluster/services_push.py``).
+GROUP (they take turns)"; ``cluster/services/push.py``).
 
 Regression: every Consume call attached to the consumer was woken on an apply, and the one
 that ran first took what the apply brought (a step of up to 32 while several were attached):
@@ -21,8 +21,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from raftstream.cluster.config import Limits
-from raftstream.cluster.services_push import DEALT_MSGS_MAX, PushMembers, PushSession
-from raftstream.cluster.stream_leader import StreamGroup
+from raftstream.cluster.services.push import DEALT_MSGS_MAX, PushMembers, PushSession
+from raftstream.cluster.stream.group import StreamGroup
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
 from tests.support.deliveries import delivery
 from tests.support.polling import until

@@ -1,4 +1,4 @@
-"""How a push step becomes ConsumeResponses (``cluster/services_push.py``): deliveries
+"""How a push step becomes ConsumeResponses (``cluster/services/push.py``): deliveries
 grouped up to one largest message in bytes per response, so every response fits the gRPC
 message limit (docs/limits.md), with the flow-control request and the heartbeat in the last.
 
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from raftstream.cluster.config import Limits
-from raftstream.cluster.services_push import PushSession
+from raftstream.cluster.services.push import PushSession
 from raftstream.engine.consumer_push import Heartbeat, PushStep
 from raftstream.proto import raftstream_pb2 as pb
 from tests.support.deliveries import delivery

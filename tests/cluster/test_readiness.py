@@ -4,7 +4,7 @@ one, although publishing and consuming never need the meta leader)."""
 
 from __future__ import annotations
 
-from raftstream.cluster.node_monitor import READY_GRACE_S, readiness
+from raftstream.cluster.node.monitor import READY_GRACE_S, readiness
 
 
 def test_a_ready_node_stays_ready_through_an_election() -> None:

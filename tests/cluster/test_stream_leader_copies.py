@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 
-from raftstream.cluster import services_push
 from raftstream.cluster.config import Limits
-from raftstream.cluster.services_consume import ConsumeServicer, fire_and_forget, undelivered
-from raftstream.cluster.services_push import PUSH_STEPS_UNCOMMITTED_MAX, PushSession
-from raftstream.cluster.stream_leader import PullHandle, StreamGroup
+from raftstream.cluster.services import push as services_push
+from raftstream.cluster.services.consume import ConsumeServicer, fire_and_forget, undelivered
+from raftstream.cluster.services.push import PUSH_STEPS_UNCOMMITTED_MAX, PushSession
+from raftstream.cluster.stream.group import PullHandle, StreamGroup
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
 from raftstream.errors import NotLeaderError, UnavailableError
 from raftstream.proto import raftstream_pb2 as pb

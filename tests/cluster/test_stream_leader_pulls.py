@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from raftstream.cluster.stream_leader import PullHandle, StreamGroup
+from raftstream.cluster.stream.group import PullHandle, StreamGroup
 from raftstream.engine.consumer_config import NS_PER_S, ConsumerConfig
 from tests.support.polling import until
 from tests.support.raft_hosts import run

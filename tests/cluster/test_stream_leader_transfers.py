@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from raftstream.cluster.services_consume import undelivered
-from raftstream.cluster.stream_leader import PullHandle
+from raftstream.cluster.services.consume import undelivered
+from raftstream.cluster.stream.group import PullHandle
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
 from raftstream.engine.entries import DeleteMsg
 from raftstream.errors import NotLeaderError, UnavailableError

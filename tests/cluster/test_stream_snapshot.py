@@ -1,4 +1,4 @@
-"""The stream group snapshot (``cluster/stream_snapshot.py``) carries the dedup records.
+"""The stream group snapshot (``cluster/stream/snapshot.py``) carries the dedup records.
 
 JetStream's duplicate window outlives the messages: a retry of a msg id whose message was
 removed (deleted, acked away, limited out) within ``duplicate_window`` is still answered as
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from raftstream.cluster.stream_snapshot import (
+from raftstream.cluster.stream.snapshot import (
     RESTORE_STAGE_BYTES,
     SnapshotWriter,
     encode_snapshot,
@@ -180,8 +180,8 @@ def test_a_snapshot_restores_every_message_exactly_under_the_replicas_own_id(
 _HEAP_PROBE = textwrap.dedent(
     """
     import gc, os, sys
-    from raftstream.cluster import heap
-    from raftstream.cluster.stream_snapshot import encode_snapshot, restore_store
+    from raftstream.cluster.node import heap
+    from raftstream.cluster.stream.snapshot import encode_snapshot, restore_store
     from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
     from raftstream.engine.stream_config import StreamConfig
     from raftstream.tooling.procfs import status_kib
@@ -229,7 +229,7 @@ def test_restoring_a_snapshot_leaves_the_heap_as_it_was(tmp_path: Path) -> None:
 _SNAPSHOT_PROBE = textwrap.dedent(
     """
     import gc, os, sys
-    from raftstream.cluster.stream_snapshot import SnapshotWriter
+    from raftstream.cluster.stream.snapshot import SnapshotWriter
     from raftstream.engine.lmdbstore import LmdbStreamStore, open_node_env
     from raftstream.engine.stream_config import StreamConfig
     from raftstream.tooling.procfs import status_kib
@@ -321,7 +321,7 @@ def test_a_group_not_all_upgraded_gets_the_version_3_snapshot_an_older_node_read
     env: Any,
 ) -> None:
     """A rolling upgrade: a leader sends its own snapshot to a replica that fell behind, so
-    while one replica does not describe ``snapshot_records`` (cluster/descriptions.py) the
+    while one replica does not describe ``snapshot_records`` (cluster/meta/descriptions.py) the
     snapshots are made in version 3, byte for byte what the older release wrote."""
     source = _filled(env)
     old = encode_snapshot(source.config, source.store, [], source.origins, records=False)

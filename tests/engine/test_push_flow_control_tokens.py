@@ -5,7 +5,7 @@ raftstream SDK once per Consume call, older SDKs once per subscription). A consu
 plan is leader-local and starts afresh with a new leader, a rebuilt leader copy, or a
 config update; a fresh plan that asked with a token of an earlier plan (``$JS.FC.S.c.1``
 again) was never answered by such a client, so delivery stalled for good after any
-failover. Each case builds the plans as the cluster does (``cluster/stream_group.py``'s
+failover. Each case builds the plans as the cluster does (``cluster/stream/replica.py``'s
 ``leader_copy``: a new ``Consumer`` over a copy of the replicated state).
 """
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from raftstream.cluster.services_consume import ConsumeServicer
-from raftstream.cluster.stream_leader import StreamGroup
+from raftstream.cluster.services.consume import ConsumeServicer
+from raftstream.cluster.stream.group import StreamGroup
 from raftstream.engine.consumer_config import NS_PER_S, ConsumerConfig
 from raftstream.engine.consumer_state import ConsumerState
 from raftstream.errors import InvalidArgumentError

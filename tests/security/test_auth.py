@@ -26,7 +26,7 @@ from click.testing import CliRunner
 import raftstream
 from raftstream import ConsumerConfig, StreamConfig, errors
 from raftstream.cli.app import cli
-from raftstream.cluster.auth import hash_secret, parse_auth
+from raftstream.cluster.security.auth import hash_secret, parse_auth
 from raftstream.config import RetentionPolicy, StreamSource
 from raftstream.kv import bucket_statuses
 from raftstream.proto import raft_pb2

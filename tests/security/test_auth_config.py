@@ -18,7 +18,10 @@ import pytest
 from raftstream import errors
 from raftstream._auth import authorization_value, credential_interceptors
 from raftstream.cli.common import Conn
-from raftstream.cluster.auth import (
+from raftstream.cluster.config import load_config
+from raftstream.cluster.meta.entries import AddConsumer, AddStream
+from raftstream.cluster.meta.state import MetaState, check_account_limits
+from raftstream.cluster.security.auth import (
     ANONYMOUS,
     SYSTEM_ACCOUNT,
     AccountLimits,
@@ -28,11 +31,8 @@ from raftstream.cluster.auth import (
     hash_secret,
     node_caller,
 )
-from raftstream.cluster.config import load_config
-from raftstream.cluster.context import from_leaders
-from raftstream.cluster.meta import MetaState, check_account_limits
-from raftstream.cluster.meta_entries import AddConsumer, AddStream
-from raftstream.cluster.services_streams import check_origins
+from raftstream.cluster.services.context import from_leaders
+from raftstream.cluster.services.streams import check_origins
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.stream_config import RetentionPolicy, StorageType, StreamConfig
 from raftstream.engine.stream_source import ExternalStream, StreamSource
@@ -510,7 +510,7 @@ def test_sdk_sends_credentials_on_every_call_kind() -> None:
 
 
 def test_node_token_acts_for_one_account_and_cannot_be_forged(tmp_path: Path) -> None:
-    """A node acting for an account (cluster/auth.py ``node_caller``) sends a token every
+    """A node acting for an account (cluster/security/auth.py ``node_caller``) sends a token every
     node with the same [auth] accepts for that account only; a changed MAC or account, or a
     node of a cluster with another [auth], is refused."""
     a = _authenticator(tmp_path)

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from raftstream.cluster.convert import CONFIG_JSON_DEPTH_MAX, parse_json
+from raftstream.cluster.services.convert import CONFIG_JSON_DEPTH_MAX, parse_json
 from raftstream.errors import InvalidArgumentError
 
 

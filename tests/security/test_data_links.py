@@ -2,7 +2,7 @@
 symbolic links with O_CREAT and truncated: in a data directory another user owned, ``LOCK
 -> /tmp/victim`` made a root node overwrite the victim with its pid.
 
-What closes it (cluster/private_files.py; docs/security.md): the node's own files are
+What closes it (cluster/common/private_files.py; docs/security.md): the node's own files are
 opened O_NOFOLLOW (a link is refused with an error naming its path, never followed) and
 O_CLOEXEC, and a data directory another user owns is refused, naming it.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from raftstream.cluster.durable import write_json
-from raftstream.cluster.node_process import lock_data_dir
+from raftstream.cluster.common.durable import write_json
+from raftstream.cluster.node.process import lock_data_dir
 
 VICTIM_TEXT = "precious\n"
 

@@ -2,7 +2,7 @@
 local user could read a KV secret out of ``store/data.mdb`` or another account's messages
 out of ``raft/data.mdb``.
 
-What closes it (cluster/private_files.py; docs/security.md, docs/configuration.md ``data``):
+What closes it (cluster/common/private_files.py; docs/security.md, docs/configuration.md ``data``):
 a node creates its data directory and the LMDB environments' directories 0700, their files
 and ``write_json``'s records 0600, whatever the umask lets through at most; a looser
 existing directory or file is used with a WARNING naming its path and mode.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from raftstream.cluster.durable import write_json
-from raftstream.cluster.node_process import lock_data_dir, unlock_data_dir
+from raftstream.cluster.common.durable import write_json
+from raftstream.cluster.node.process import lock_data_dir, unlock_data_dir
 from raftstream.engine.lmdbstore import open_node_env
 from raftstream.raft.storage import LmdbLogStorage
 

@@ -1,5 +1,5 @@
 """The node's limits on hostile input (issue 10, docs/limits.md): the checks of
-``cluster/limits.py`` on their own (no node), then a real node: big-but-legal messages
+``cluster/security/limits.py`` on their own (no node), then a real node: big-but-legal messages
 work end to end, bigger ones fail RESOURCE_EXHAUSTED naming the field and rule, a pull
 without a deadline ends by the server's cap, and the SDK refuses locally what no node takes.
 """
@@ -17,7 +17,7 @@ import pytest
 import raftstream
 from raftstream import errors
 from raftstream.cluster.config import MIB, Limits
-from raftstream.cluster.limits import (
+from raftstream.cluster.security.limits import (
     INT64_MAX,
     SUBJECTS_DETAIL_MAX,
     LimitsInterceptor,

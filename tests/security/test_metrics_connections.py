@@ -1,7 +1,7 @@
 """Issue 39, finding 5: the metrics endpoint started a thread per connection and waited on
 each with no timeout; 1,000 half-sent ``GET /metrics`` requests froze the node for 30 s.
 
-What closes the class (cluster/metrics_http.py; docs/limits.md, "Metrics endpoint";
+What closes the class (cluster/common/metrics_http.py; docs/limits.md, "Metrics endpoint";
 docs/security.md): the endpoint is served on the node's event loop, a connection holds no
 thread, at most ``METRICS_CONNECTIONS_MAX`` are served at once (the one waiting longest
 for its request gives way to a new one), and the request head must arrive within
@@ -20,8 +20,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from raftstream.cluster import metrics_http
-from raftstream.cluster.metrics import METRICS_PATH, NodeMetrics
+from raftstream.cluster.common import metrics_http
+from raftstream.cluster.common.metrics import METRICS_PATH, NodeMetrics
 from raftstream.tooling.localnet import free_port
 
 HALF_OPEN = 300  # connections that send part of a request and then nothing

@@ -29,7 +29,7 @@ import pytest
 
 import raftstream
 from raftstream import StreamConfig, errors
-from raftstream.cluster.auth import NODE_TOKEN_PREFIX, hash_secret
+from raftstream.cluster.security.auth import NODE_TOKEN_PREFIX, hash_secret
 from raftstream.config import StreamSource
 from raftstream.proto import node_pb2 as npb
 from raftstream.tooling.localcluster import NodeSpec

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from raftstream.cluster.auth import (
+from raftstream.cluster.security.auth import (
     BCRYPT_CHECKS_PENDING_MAX,
     Authenticator,
     AuthInterceptor,
@@ -470,7 +470,7 @@ def test_a_node_started_with_a_certificate_its_peers_refuse_is_stopped_at_start(
     """A node certificate without both usages passed the start-up check (it looked at the
     URI SAN only), then every call of the node was PERMISSION_DENIED by its peers: the
     ``[tls]`` check now refuses it at start, naming the key and the rule."""
-    from raftstream.cluster.tls import parse_tls
+    from raftstream.cluster.security.tls import parse_tls
 
     certs = generate(tmp_path / "certs", nodes=["n1"], clients=[])
     uri = [x509.UniformResourceIdentifier(_NODE_URI)]

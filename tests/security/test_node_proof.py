@@ -1,5 +1,5 @@
 """A node proves it holds the cluster's node key before node credentials go to it (issue 39,
-finding 3; docs/security.md, "Threat model and review"; ``cluster/node_proof.py``).
+finding 3; docs/security.md, "Threat model and review"; ``cluster/security/node_proof.py``).
 
 In process: a real gRPC server with the node's ``NodeServicer`` behind its
 ``NodeCallsInterceptor`` (``[auth]``, no ``[tls]``), and the meta leader's check
@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable
 import grpc
 import pytest
 
-from raftstream.cluster.auth import (
+from raftstream.cluster.meta.descriptions import NodeDescription
+from raftstream.cluster.security.auth import (
     AUTHORIZATION_KEY,
     AuthConfig,
     Authenticator,
@@ -27,9 +28,8 @@ from raftstream.cluster.auth import (
     node_token,
     parse_auth,
 )
-from raftstream.cluster.descriptions import NodeDescription
-from raftstream.cluster.node_proof import NONCE_BYTES, check_new_node, node_proof
-from raftstream.cluster.services_node import NodeServicer
+from raftstream.cluster.security.node_proof import NONCE_BYTES, check_new_node, node_proof
+from raftstream.cluster.services.node import NodeServicer
 from raftstream.errors import InvalidArgumentError, PermissionDeniedError, PreconditionError
 from raftstream.proto import node_pb2 as npb
 from raftstream.proto import node_pb2_grpc as npbg

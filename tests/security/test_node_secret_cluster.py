@@ -21,7 +21,7 @@ import pytest
 
 import raftstream
 from raftstream.chaos.nemesis import corrupt_file
-from raftstream.cluster.auth import hash_secret, node_token, parse_auth
+from raftstream.cluster.security.auth import hash_secret, node_token, parse_auth
 from raftstream.proto import repair_pb2 as rpb
 from raftstream.proto import repair_pb2_grpc as rpbg
 from tests.support.cluster import LocalCluster, run, running

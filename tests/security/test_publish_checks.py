@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from raftstream.cluster import auth_values
-from raftstream.cluster.auth import Permissions
 from raftstream.cluster.config import Limits
-from raftstream.cluster.limits import check_publish
+from raftstream.cluster.security import auth_values
+from raftstream.cluster.security.auth import Permissions
+from raftstream.cluster.security.limits import check_publish
 from raftstream.engine.subjects import subject_matches
 from raftstream.errors import InvalidArgumentError
 from raftstream.proto import raftstream_pb2 as pb

@@ -1,5 +1,5 @@
 """Publish relays on a follower are keyed by the resolved caller and end when idle (issue 39,
-finding 4; ``cluster/forward.py``; docs/security.md, "Threat model and review").
+finding 4; ``cluster/services/forward.py``; docs/security.md, "Threat model and review").
 
 Before: a relay was keyed by the raw ``authorization`` text and never closed, so one valid
 password spelt in many letter cases and spacings opened a ``PublishStream`` call on the
@@ -17,8 +17,8 @@ from typing import Any
 
 import grpc
 
-from raftstream.cluster.auth import ALL, Caller, Permissions, acting_as
-from raftstream.cluster.forward import Forwarder
+from raftstream.cluster.security.auth import ALL, Caller, Permissions, acting_as
+from raftstream.cluster.services.forward import Forwarder
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.proto import raftstream_pb2_grpc as pbg
 from tests.cluster.node_harness import free_port

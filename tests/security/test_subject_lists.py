@@ -22,15 +22,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftstream.cluster.auth import Caller, Permissions, acting_as
-from raftstream.cluster.limits import (
+from raftstream.cluster.security.auth import Caller, Permissions, acting_as
+from raftstream.cluster.security.limits import (
     CONSUMER_FILTER_SUBJECTS_MAX,
     STREAM_SUBJECTS_MAX,
     check_consumer_filter_count,
     check_stream_subject_count,
 )
-from raftstream.cluster.services_consumers import ConsumerServicer
-from raftstream.cluster.services_streams import _authorized_config
+from raftstream.cluster.services.consumers import ConsumerServicer
+from raftstream.cluster.services.streams import _authorized_config
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.stream_config import StreamConfig, check_no_overlap
 from raftstream.engine.subjects import OverlapIndex, first_overlap, subjects_collide

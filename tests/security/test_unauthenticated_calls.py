@@ -2,12 +2,11 @@
 before their refusal (4.4 MB ``PublishRequest``s from hundreds of callers: the node grew
 from 0.13 to 4.85 GB). And its "Also": no one user may hold every call a node has.
 
-What closes the class (cluster/auth.py ``AuthInterceptor``; docs/security.md, docs/limits.md
-"Calls and credentials"): a call whose credentials do not resolve is refused before its
-request is read (a request-streaming refusal handler: grpc.aio would receive and decode a
-unary request before any unary behaviour ran), and a user with ``user_calls_max`` calls
-open on the node has its next one refused RESOURCE_EXHAUSTED, unread too, while other users
-go on.
+What closes the class (cluster/security/auth.py ``AuthInterceptor``; docs/security.md,
+docs/limits.md "Calls and credentials"): a call whose credentials do not resolve is refused before
+its request is read (a request-streaming refusal handler: grpc.aio would receive and decode a unary
+request before any unary behaviour ran), and a user with ``user_calls_max`` calls open on the node
+has its next one refused RESOURCE_EXHAUSTED, unread too, while other users go on.
 
 In-process: a gRPC server with the node's auth interceptor in front of one client API
 method whose request deserializer and handler count what reaches them.
@@ -23,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from raftstream.cluster.auth import Authenticator, AuthInterceptor, hash_secret, parse_auth
+from raftstream.cluster.security.auth import Authenticator, AuthInterceptor, hash_secret, parse_auth
 
 METHOD = "/raftstream.v1.PublishService/Publish"
 BIG = b"x" * (4 * 1024 * 1024)  # the size of the finding's requests

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from raftstream.cluster.meta import MetaState
-from raftstream.cluster.meta_entries import (
+from raftstream.cluster.common.names import DEFAULT_ACCOUNT
+from raftstream.cluster.meta.entries import (
     AddConsumer,
     AddStream,
     DeleteConsumer,
@@ -18,7 +18,7 @@ from raftstream.cluster.meta_entries import (
     UpdateConsumer,
     UpdateStream,
 )
-from raftstream.cluster.names import DEFAULT_ACCOUNT
+from raftstream.cluster.meta.state import MetaState
 from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.errors import RaftStreamError

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from raftstream.cluster.stream_leader import StreamGroup
+from raftstream.cluster.stream.group import StreamGroup
 from raftstream.engine.consumer_state import encode_state
 from raftstream.raft.types import Role
 

@@ -16,7 +16,7 @@ seeds ``make test`` runs, for the right reason.
 - ``quiet_never_elects``: a quiesced follower is never woken when its leader goes silent
   (raft/host_ticks.py), so an idle group whose leader dies never elects another.
 - ``snapshot_without_consumers``: a stream group's snapshot omits its consumers' state
-  (cluster/stream_group.py), so a replica restored from one forgets deliveries and acks.
+  (cluster/stream/replica.py), so a replica restored from one forgets deliveries and acks.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
-from raftstream.cluster import stream_group
+from raftstream.cluster.stream import replica as stream_group
 from raftstream.raft import host as host_module
 from raftstream.raft import host_round, host_ticks
 from raftstream.raft.types import Role

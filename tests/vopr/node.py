@@ -1,8 +1,8 @@
 """A simulated node: the real ``RaftHost`` and the real ``StreamGroup`` of each stream placed
-on it, assembled as cluster/node.py and its parts assemble them, on the simulation's edges: its disk
-(``SimDisk``, ``SimLane``), its end of the network (``SimTransport``), its clocks (drifting
-at their own rate; the wall clock also jumps), and a real LMDB store environment in the run's
-directory (the store is a cache the group rebuilds from its log at every start).
+on it, assembled as cluster/node/node.py and its parts assemble them, on the simulation's edges: its
+disk (``SimDisk``, ``SimLane``), its end of the network (``SimTransport``), its clocks (drifting at
+their own rate; the wall clock also jumps), and a real LMDB store environment in the run's directory
+(the store is a cache the group rebuilds from its log at every start).
 
 ``start`` and ``crash`` may repeat: a crash drops the writes not yet done, cuts the node off
 the network at once, and stops everything without a hand-over; a start rebuilds the host and
@@ -17,12 +17,12 @@ import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
+from raftstream.cluster.common.metrics import NodeMetrics
+from raftstream.cluster.common.raft_errors import app_error
 from raftstream.cluster.config import Limits
-from raftstream.cluster.group_deps import GroupDeps
-from raftstream.cluster.metrics import NodeMetrics
-from raftstream.cluster.raft_errors import app_error
-from raftstream.cluster.stream_leader import StreamGroup
+from raftstream.cluster.meta.assignments import ConsumerAssignment, StreamAssignment
+from raftstream.cluster.stream.deps import GroupDeps
+from raftstream.cluster.stream.group import StreamGroup
 from raftstream.engine.lmdbstore import open_node_env
 from raftstream.raft.clock import Timer
 from raftstream.raft.host import GroupStatus, HostConfig, RaftHost
@@ -40,7 +40,7 @@ EPOCH_NS = 1_767_225_600 * 10**9  # 2026-01-01: where every node's wall clock st
 class SimClock:
     """One node's clocks on the simulation's time: monotonic seconds at ``rate`` (a drift of
     a few parts in a thousand), and a wall clock that also jumps (``jump``). Serves both the
-    host (raft/clock.py's ``Clock``) and the stream groups (cluster/clock.py's
+    host (raft/clock.py's ``Clock``) and the stream groups (cluster/common/clock.py's
     ``NodeClock``)."""
 
     def __init__(self, rate: float, offset_s: float) -> None:
@@ -73,7 +73,7 @@ class SimClock:
 
 
 class SimMeta:
-    """The simulation's ``MetaView`` (cluster/group_deps.py): its fixed streams, the
+    """The simulation's ``MetaView`` (cluster/stream/deps.py): its fixed streams, the
     consumers the workload keeps, and no deletion (no consumer in a simulation has an
     inactive threshold)."""
 
@@ -177,7 +177,7 @@ class SimNode:
         )
 
     def monitor(self) -> None:
-        """What the node's monitor does each tick for its groups (cluster/node_monitor.py,
+        """What the node's monitor does each tick for its groups (cluster/node/monitor.py,
         ``NodeGroups.check_leadership`` and ``reconcile``)."""
         for g in self.groups.values():
             g.check_leadership()

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raftstream.cluster.assignments import ConsumerAssignment, StreamAssignment
-from raftstream.cluster.names import stream_group_id
+from raftstream.cluster.common.names import stream_group_id
+from raftstream.cluster.meta.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.errors import RaftStreamError
@@ -257,7 +257,7 @@ class Simulation:
     # -- background work --------------------------------------------------------------------
 
     async def _monitor(self) -> None:
-        """Each node's monitor (cluster/node_monitor.py), and the restart of a host that failed."""
+        """Each node's monitor (cluster/node/monitor.py), and the restart of a host that failed."""
         tick_s = self.params.host.tick_ms / 1000
         while True:
             for node in self._nodes.values():

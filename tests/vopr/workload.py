@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftstream.cluster.stream_leader import StreamGroup
+from raftstream.cluster.stream.group import StreamGroup
 from raftstream.engine.consumer_pull import PullEvent
 from raftstream.errors import NotLeaderError, RaftStreamError
 
@@ -214,7 +214,7 @@ async def _ack(cl: Clients, g: StreamGroup, name: str, seqs: list[int]) -> None:
     lazy = how < 0.5
     try:
         c = g.leader_consumer(name)
-        # As the service does (cluster/services_consume.py, _ack_many): what the leader copy
+        # As the service does (cluster/services/consume.py, _ack_many): what the leader copy
         # has not delivered is refused, not acked.
         known = [s for s in seqs if not c.state.will_deliver(s)]
 

@@ -1,0 +1,3 @@
+"""Mirror and source coordinators: one link per origin of a stream (``link``), kept in
+line with the stream's config on its leader (``links``).
+"""
