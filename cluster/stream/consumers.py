@@ -170,7 +170,8 @@ class ConsumerDecisions:
         deliver_early: bool = False,
         lazy: bool = False,
     ) -> asyncio.Future[Any] | None:
-        """``StreamGroup.run``: one decision of the leader copy ``c``, its ops proposed."""
+        """``StreamGroup.run``: one decision of the leader copy ``c``, its ops proposed; with
+        ``deliver_early``, its events handed out once the leadership is confirmed."""
         lead = self._lead
         await lead.await_transfer(timeout_s)
         if self.stale(c):
@@ -187,6 +188,13 @@ class ConsumerDecisions:
             if deliver_early:
                 commit = asyncio.ensure_future(self._propose_op_entry(c, ops, timeout_s))
                 self._core.watch(commit, on_error=lead.proposal_failed)
+                # What a deposed leader decided is never handed out: one that has not heard
+                # of the new term yet would deliver messages the new leader has seen acked.
+                # A quorum's heartbeat answers (in the round that carries the ops, no
+                # fsync) confirm the leadership first; failing that, the copies go, as for
+                # a failed proposal, and the deliveries stay pending (redelivered after
+                # ack_wait by whoever leads).
+                await self._core.confirm_leader(timeout_s)
             else:
                 await self._propose_ops(c, ops, timeout_s, lazy=lazy)
         except RaftStreamError as exc:

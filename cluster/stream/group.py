@@ -300,9 +300,11 @@ class StreamGroup:
     ) -> asyncio.Future[Any] | None:
         """Run one decision of the leader copy ``c`` at the leader's time, propose the ops
         it recorded, and return once they committed, delivering its events then; with
-        ``deliver_early`` (pulls, push steps), deliver them and return once the ops are
-        proposed, with the future of their commit (None when there were none): a failed
-        commit then only drops the copies (module docstring). UnavailableError
+        ``deliver_early`` (pulls, push steps), deliver them once the ops are proposed and a
+        quorum confirmed this node still leads (a deposed leader hands out nothing: it
+        fails NOT_LEADER, NO_LEADER or UNAVAILABLE and drops its copies), and return with
+        the future of their commit (None when there were none): a failed commit then only
+        drops the copies (module docstring). UnavailableError
         (retriable), with nothing decided, when ``c`` is a stale copy
         (``ConsumerDecisions.stale``). While a leadership transfer is in progress it first
         waits for its end (``Leadership.await_transfer``: NOT_LEADER, with nothing decided,
