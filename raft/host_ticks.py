@@ -76,7 +76,7 @@ class Ticks:
     def ping_peers(self) -> None:
         """Liveness: every peer gets at least one batch per tick (an empty one if need be),
         so a peer silent for ``liveness_ticks`` (> 1) ticks is down or cut off."""
-        for peer in self._peers - self._sent_since_tick:
+        for peer in sorted(self._peers - self._sent_since_tick):  # in an order a seed replays
             self._s.transport.send(peer, [], self._quiesce_out.pop(peer, []))
         self._sent_since_tick.clear()
 

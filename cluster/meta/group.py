@@ -37,11 +37,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from raftstream.cluster.common.answers import answer_within, moving_to, no_commit
+from raftstream.cluster.common.clock import SYSTEM_CLOCK, NodeClock
 from raftstream.cluster.common.metrics import NodeMetrics
 from raftstream.cluster.common.raft_errors import LeadershipTransferError
 from raftstream.cluster.meta.assignments import StreamAssignment
@@ -73,11 +73,6 @@ def meta_members(peers: Sequence[str], voters_max: int) -> tuple[tuple[str, ...]
     return tuple(names[:voters_max]), tuple(names[voters_max:])
 
 
-def now_ns() -> int:
-    # The meta leader's clock, stamped into the entry; every replica uses the stamp.
-    return time.time_ns()
-
-
 class MetaGroup:
     """This node's replica of the meta group (see the module docstring)."""
 
@@ -91,6 +86,7 @@ class MetaGroup:
         client_addr: Callable[[str], str | None],
         reconcile: Callable[[tuple[StreamAssignment, ...]], Awaitable[None]],
         nodes: Callable[[], Sequence[NodeInfo]],
+        clock: NodeClock = SYSTEM_CLOCK,
     ) -> None:
         self.node_id = node_id
         self.state = MetaState()
@@ -100,6 +96,7 @@ class MetaGroup:
         self._client_addr = client_addr
         self._reconcile = reconcile
         self._nodes = nodes
+        self._clock = clock  # the leader's stamps (a simulation gives its own)
         self.fresh_groups: set[str] = set()
         self._trigger = asyncio.Event()
         self._replayed_to = 0  # the commit index the log had at start
@@ -185,7 +182,7 @@ class MetaGroup:
     async def _repair(self) -> None:
         """Meta leader: propose the ``ReassignGroup`` entries that restore replica counts
         (one at a time, in order; a refused one is planned again on the next trigger)."""
-        plan = plan_repairs(state=self.state, nodes=self._nodes(), ts_ns=now_ns())
+        plan = plan_repairs(state=self.state, nodes=self._nodes(), ts_ns=self._clock.time_ns())
         for group in plan.stuck:
             log.warning(
                 "not re-placing %s: a majority of its replicas were on removed nodes, so no"

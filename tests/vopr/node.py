@@ -1,8 +1,14 @@
-"""A simulated node: the real ``RaftHost`` and the real ``StreamGroup`` of each stream placed
-on it, assembled as cluster/node/node.py and its parts assemble them, on the simulation's edges: its
-disk (``SimDisk``, ``SimLane``), its end of the network (``SimTransport``), its clocks (drifting at
-their own rate; the wall clock also jumps), and a real LMDB store environment in the run's directory
-(the store is a cache the group rebuilds from its log at every start).
+"""A simulated node: the real ``RaftHost``, the real meta group (``MetaGroup``) and the real
+``StreamGroup`` of each stream the meta state places on it, assembled as cluster/node/node.py
+and its parts assemble them, on the simulation's edges: its disk (``SimDisk``, ``SimLane``),
+its end of the network (``SimTransport``), its clocks (drifting at their own rate; the wall
+clock also jumps), and a real LMDB store environment in the run's directory (the store is a
+cache the group rebuilds from its log at every start).
+
+The stream groups follow the meta state as ``NodeGroups`` has them follow it
+(cluster/node/groups.py, ``reconcile``): a stream added in this run's log starts as one of
+its group's first members, one known from before joins, and one deleted stops and drops its
+store.
 
 ``start`` and ``crash`` may repeat: a crash drops the writes not yet done, cuts the node off
 the network at once, and stops everything without a hand-over; a start rebuilds the host and
@@ -21,9 +27,12 @@ from raftstream.cluster.common.metrics import NodeMetrics
 from raftstream.cluster.common.raft_errors import app_error
 from raftstream.cluster.config import Limits
 from raftstream.cluster.meta.assignments import ConsumerAssignment, StreamAssignment
+from raftstream.cluster.meta.group import META_GROUP, MetaGroup
+from raftstream.cluster.meta.placement import NodeInfo
 from raftstream.cluster.stream.deps import GroupDeps
 from raftstream.cluster.stream.group import StreamGroup
 from raftstream.engine.lmdbstore import open_node_env
+from raftstream.errors import NotFoundError
 from raftstream.raft.clock import Timer
 from raftstream.raft.host import GroupStatus, HostConfig, RaftHost
 from raftstream.raft.storage import LogStorage
@@ -73,23 +82,24 @@ class SimClock:
 
 
 class SimMeta:
-    """The simulation's ``MetaView`` (cluster/stream/deps.py): its fixed streams, the
-    consumers the workload keeps, and no deletion (no consumer in a simulation has an
-    inactive threshold)."""
+    """The stream groups' ``MetaView`` (cluster/stream/deps.py) over the node's meta group,
+    as ``NodeGroups`` is one: no consumer in a simulation has an inactive threshold, so
+    nothing asks for a deletion."""
 
-    def __init__(
-        self,
-        streams: Sequence[StreamAssignment],
-        consumers: Callable[[str, str], tuple[ConsumerAssignment, ...]],
-    ) -> None:
-        self._streams = list(streams)
-        self._consumers = consumers
+    def __init__(self, meta: MetaGroup) -> None:
+        self._meta = meta
 
     def consumers_of(self, account: str, stream: str) -> tuple[ConsumerAssignment, ...]:
-        return self._consumers(account, stream)
+        try:
+            return self._meta.state.consumers_of(account, stream)
+        except NotFoundError:
+            return ()
 
     def stream_of(self, account: str, stream: str) -> StreamAssignment | None:
-        return next((sa for sa in self._streams if sa.name == stream), None)
+        try:
+            return self._meta.state.stream(account, stream)
+        except NotFoundError:
+            return None
 
     async def delete_consumer(self, account: str, stream: str, name: str) -> None:
         return None
@@ -107,8 +117,7 @@ class SimNode:
         net: SimNetwork,
         clock: SimClock,
         host_config: HostConfig,
-        streams: Sequence[StreamAssignment],
-        consumers: Callable[[str, str], tuple[ConsumerAssignment, ...]],
+        peers: Sequence[str],
         store_dir: Path,
     ) -> None:
         self.name = name
@@ -117,8 +126,9 @@ class SimNode:
         self._net = net
         self.clock = clock
         self._host_config = host_config
-        self._streams = {sa.group: sa for sa in streams}
-        self._meta = SimMeta(streams, consumers)
+        self.peers = tuple(peers)
+        self.meta: MetaGroup | None = None
+        self._reconciling = asyncio.Lock()
         self._env = open_node_env(store_dir, sync=False)
         self._metrics = NodeMetrics(name)
         self.host: RaftHost | None = None
@@ -155,16 +165,52 @@ class SimNode:
         host.start()
         self.host = host
         self.starts += 1
-        for sa in self._streams.values():
-            g = StreamGroup(self._deps(host), sa)
-            g.replica.starting = True
-            try:
-                await host.create_group(sa.group, voters=sa.peers, state_machine=g.replica)
-            finally:
-                g.replica.starting = False
-            self.groups[sa.group] = g
+        meta = MetaGroup(
+            node_id=self.name,
+            host=host,
+            metrics=self._metrics,
+            proposal_timeout_ms=self._host_config.proposal_timeout_ms,
+            client_addr=lambda node: None,
+            reconcile=self._reconcile,
+            nodes=lambda: [NodeInfo(name=n, cluster="sim") for n in self.peers],
+            clock=self.clock,
+        )
+        self.meta = meta
+        stored = self.storage.groups()
+        replay_to = self.storage.log(META_GROUP).hard_state().commit if META_GROUP in stored else 0
+        meta.start(self.peers, len(self.peers), replay_to)
 
-    def _deps(self, host: RaftHost) -> GroupDeps:
+    async def _reconcile(self, wanted_streams: tuple[StreamAssignment, ...]) -> None:
+        """``NodeGroups.reconcile`` for the simulation (module docstring)."""
+        host, meta = self.host, self.meta
+        if host is None or meta is None:
+            return
+        async with self._reconciling:
+            if self.host is not host:
+                return  # crashed meanwhile
+            wanted = {sa.group: sa for sa in wanted_streams}
+            existing = {sa.group for sa in meta.state.all_streams()}
+            for group in [g for g in self.groups if g not in wanted and g not in existing]:
+                g = self.groups.pop(group)
+                await host.remove_group(group)
+                await g.close(drop=True)
+            for group, sa in wanted.items():
+                if group in self.groups:
+                    continue
+                g = StreamGroup(self._deps(host, meta), sa)
+                g.replica.starting = True
+                try:
+                    if group in meta.fresh_groups:
+                        await host.create_group(group, voters=sa.peers, state_machine=g.replica)
+                    else:
+                        host.join_group(group, state_machine=g.replica)
+                finally:
+                    g.replica.starting = False
+                self.groups[group] = g
+            for g in self.groups.values():
+                g.reconcile()
+
+    def _deps(self, host: RaftHost, meta: MetaGroup) -> GroupDeps:
         return GroupDeps(
             node_id=self.name,
             host=host,
@@ -172,7 +218,7 @@ class SimNode:
             limits=Limits(),
             metrics=self._metrics,
             proposal_timeout_ms=self._host_config.proposal_timeout_ms,
-            meta=self._meta,
+            meta=SimMeta(meta),
             clock=self.clock,
         )
 
@@ -209,6 +255,9 @@ class SimNode:
         host, self._stopping = self._stopping, None
         if host is None:
             return
+        meta, self.meta = self.meta, None
+        if meta is not None:
+            await meta.stop()
         await host.stop()
         for g in self.groups.values():
             await g.close(drop=False)

@@ -1,6 +1,6 @@
 """The whole-node simulator (the VOPR idea, TigerBeetle's, in Python): N nodes' real Raft
-hosts and real stream groups (a stream and its consumers) in one process, on one simulated
-clock, one seed driving everything.
+hosts, meta groups and stream groups (a stream and its consumers, defined through the meta
+group) in one process, on one simulated clock, one seed driving everything.
 
 ``Simulation(seed, workdir).run()`` plays one run and returns its ``Report``; a run that
 breaks a rule raises ``SimulationFailed``, whose message starts with the seed to replay
@@ -8,7 +8,10 @@ breaks a rule raises ``SimulationFailed``, whose message starts with the seed to
 
 A run has three phases:
 
-1. **Faults** (``fault_s``): clients publish, fetch and ack while a nemesis crashes and
+0. **Definitions**: the workload's stream and consumers are created through the meta
+   leader.
+1. **Faults** (``fault_s``): clients publish, fetch and ack, and an admin client creates
+   and deletes streams and consumers (``admin.py``), while a nemesis crashes and
    restarts nodes (a crash drops the writes not yet done), cuts the power of several at
    the same instant, cuts links (partitions, one-way ones, a node isolated, the leader
    isolated), makes wall clocks jump, and moves leadership; the network drops, duplicates,
@@ -19,8 +22,9 @@ A run has three phases:
    the leader of the idle (quiesced) group is killed: another must be elected and take a
    publish, and after the old leader's restart everything is checked again.
 
-The Raft checks run every few simulated milliseconds (``checkers.RaftChecker``); the
-clients check every PubAck and delivery as it comes (``workload.History``).
+The Raft checks run every few simulated milliseconds on the stream group and the meta group
+(``checkers.RaftChecker``); the clients check every PubAck and delivery as it comes
+(``workload.History``); the definitions are checked at the end (``admin.py``).
 """
 
 from __future__ import annotations
@@ -38,18 +42,17 @@ from pathlib import Path
 from typing import Any
 
 from raftstream.cluster.common.names import stream_group_id
-from raftstream.cluster.meta.assignments import ConsumerAssignment, StreamAssignment
-from raftstream.engine.consumer_config import AckPolicy, ConsumerConfig
-from raftstream.engine.stream_config import StreamConfig
+from raftstream.cluster.meta.group import META_GROUP
 from raftstream.errors import RaftStreamError
 from raftstream.raft.host import HostConfig
 from raftstream.raft.types import Role
 
+from .admin import Definitions, admin_client, define_workload, definition_checks, meta_converged
 from .checkers import RaftChecker, final_checks
 from .disk import DiskParams, SimDisk
 from .loop import SimLoop, SimStuckError
 from .net import NetParams, SimNetwork
-from .node import EPOCH_NS, SimClock, SimNode
+from .node import SimClock, SimNode
 from .workload import CALL_TIMEOUT_S, ClientParams, Clients, History, consumer_client, publisher
 
 __all__ = ["Report", "SimParams", "Simulation", "SimulationFailed"]
@@ -135,6 +138,8 @@ class Simulation:
         self.report = Report(seed, self.params)
         self.history = History()
         self._checker = RaftChecker(GROUP)
+        self._meta_checker = RaftChecker(META_GROUP)
+        self.definitions = Definitions()
         self._faulty = True
         self._restarts: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -180,6 +185,8 @@ class Simulation:
         try:
             for node in self._nodes.values():
                 await self._start(node)
+            # The workload's stream and consumers, defined through the meta group.
+            await define_workload(self._nodes, p.clients.consumers)
             clients = Clients(
                 random.Random(self._rng.getrandbits(64)),
                 p.clients,
@@ -193,7 +200,16 @@ class Simulation:
             workers = [self._spawn(publisher(clients, i)) for i in range(p.clients.publishers)] + [
                 self._spawn(consumer_client(clients, f"C{i}")) for i in range(p.clients.consumers)
             ]
+            admin = self._spawn(
+                admin_client(
+                    self._nodes,
+                    random.Random(self._rng.getrandbits(64)),
+                    self.definitions,
+                    p.nemesis_every_s * 1.5,
+                )
+            )
             await self._nemesis(p.fault_s)
+            admin.cancel()
             await self._heal()
             await asyncio.sleep(p.heal_s)
             clients.stopping = True
@@ -210,8 +226,11 @@ class Simulation:
             for node in self._nodes.values():
                 await node.close()
         self.report.counts.update(self.history.counts)
-        self.report.raft_checks = self._checker.checks
-        self.report.entries_compared = self._checker.entries_compared
+        self.report.counts.update({f"define {k}": v for k, v in self.definitions.counts.items()})
+        self.report.raft_checks = self._checker.checks + self._meta_checker.checks
+        self.report.entries_compared = (
+            self._checker.entries_compared + self._meta_checker.entries_compared
+        )
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -221,22 +240,6 @@ class Simulation:
     def _make_nodes(self) -> dict[str, SimNode]:
         p = self.params
         names = tuple(f"n{i}" for i in range(1, p.nodes + 1))
-        # As the meta leader stores it: validated, its defaults filled in (placement.py).
-        config = StreamConfig(name="Q", subjects=("q.>",), num_replicas=len(names)).validate()
-        sa = StreamAssignment(
-            account="$G", config=config, peers=names, group=GROUP, created_ns=EPOCH_NS
-        )
-        consumers = tuple(
-            ConsumerAssignment(
-                account="$G",
-                stream="Q",
-                config=ConsumerConfig(
-                    durable_name=f"C{i}", ack_policy=AckPolicy.EXPLICIT, ack_wait=1_000_000_000
-                ),
-                created_ns=EPOCH_NS,
-            )
-            for i in range(p.clients.consumers)
-        )
         nodes = {}
         for name in names:
             rng = random.Random(self._rng.getrandbits(64))
@@ -248,8 +251,7 @@ class Simulation:
                 net=self._net,
                 clock=SimClock(drift, rng.uniform(0, 1000)),
                 host_config=p.host,
-                streams=(sa,),
-                consumers=lambda account, stream: consumers,
+                peers=names,
                 store_dir=self._workdir / name,
             )
         return nodes
@@ -268,15 +270,17 @@ class Simulation:
                     await node.crash()
                     self._restart_later(node, 0.05)
                     continue
-                st = node.status(GROUP)
-                if st is not None and st.halted:
-                    self._fail([f"{node.name}: group halted (a failed apply or step)"])
+                for group in (GROUP, META_GROUP):
+                    st = node.status(group)
+                    if st is not None and st.halted:
+                        self._fail([f"{node.name}: {group} halted (a failed apply or step)"])
                 node.monitor()
             await asyncio.sleep(tick_s)
 
     async def _check_loop(self) -> None:
         while True:
             self._fail(self._checker.check(list(self._nodes.values())))
+            self._fail(self._meta_checker.check(list(self._nodes.values())))
             await asyncio.sleep(CHECK_EVERY_S)
 
     async def _start(self, node: SimNode) -> None:
@@ -461,8 +465,13 @@ class Simulation:
 
     async def _end_checks(self) -> None:
         self.report.end_checks += 1
-        self._fail(self._checker.check(list(self._nodes.values())))
-        self._fail(final_checks(list(self._nodes.values()), GROUP, self.history))
+        nodes = list(self._nodes.values())
+        self._fail(self._checker.check(nodes))
+        self._fail(self._meta_checker.check(nodes))
+        self._fail(final_checks(nodes, GROUP, self.history))
+        # The definitions: the same meta state everywhere, none lost or resurrected.
+        self._fail(await meta_converged(nodes, CONVERGE_S_MAX))
+        self._fail(definition_checks(nodes, self.definitions))
         self._fail(list(self.history.violations))
         # Then liveness: the leader's group serves (its barrier applied, its consumers'
         # leader copies built), as a node's clients need it to.
