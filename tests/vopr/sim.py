@@ -44,10 +44,10 @@ from raftstream.engine.stream_config import StreamConfig
 from raftstream.errors import RaftStreamError
 from raftstream.raft.host import HostConfig
 from raftstream.raft.types import Role
+from tests.support.simloop import SimLoop, SimStuckError
 
 from .checkers import RaftChecker, final_checks
 from .disk import DiskParams, SimDisk
-from .loop import SimLoop, SimStuckError
 from .net import NetParams, SimNetwork
 from .node import EPOCH_NS, SimClock, SimNode
 from .workload import CALL_TIMEOUT_S, ClientParams, Clients, History, consumer_client, publisher
