@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import simloop as loop_module
 from tests.support.simloop import SimLoop, SimStuckError
-
-from . import loop as loop_module
 
 
 def _run(main: Coroutine[Any, Any, Any]) -> Any:
