@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from raftstream.audit.layout import check_root, scrub_root, snapshot_root
 from raftstream.cli.common import describe_error, fail
 from raftstream.errors import DataLossError
 
@@ -38,6 +37,10 @@ def _readable(data: str, copy: bool) -> Iterator[str]:
     environment that LMDB cannot map whole (a truncated data file), or a Raft record that
     fails its checksum (``scrub_root``), ends the command with one line naming the file or
     the node and group, before Spark starts."""
+    # The node's own decoders (engine, raft), loaded when an audit runs: the command line
+    # stays a client until then (tests/cli/test_cli_layering.py).
+    from raftstream.audit.layout import check_root, scrub_root, snapshot_root
+
     snap = None
     try:
         check_root(data)

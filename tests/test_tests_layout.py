@@ -15,10 +15,7 @@ ROOT = TESTS.parent
 
 # Modules another change in flight still has importing a test module; each is to move to
 # tests.support, then leave this list. Nothing else may join it.
-PENDING = {
-    # run/until from tests.raft.test_host (both in tests.support now)
-    "tests/security/test_ack_run_bounds.py",
-}
+PENDING: set[str] = set()
 
 
 def _is_test_module(dotted: str) -> bool:

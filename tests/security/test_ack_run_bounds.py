@@ -30,7 +30,8 @@ from raftstream.errors import InvalidArgumentError
 from raftstream.msg import ACK_RUN_SEQS_MAX
 from raftstream.proto import raftstream_pb2 as pb
 from tests.cluster.one_node import one_node
-from tests.raft.test_host import run, until
+from tests.support.polling import until
+from tests.support.raft_hosts import run
 
 NEVER = 10**9  # a stream sequence the consumer never delivered
 WAIT_NS = 60 * NS_PER_S

@@ -1,6 +1,13 @@
 """RaftHost helpers: three hosts in one process over the in-memory twins (MemoryNetwork,
 MemoryLogStorage), each group applied to a ``ListMachine``; elections and waits poll
 (``tests.support.polling.until``), and ``run`` bounds a whole scenario.
+
+``run_simulated`` runs a scenario on simulated time (``tests.support.simloop``), for a test
+that asserts that nothing happened for a while: on a loaded machine a real clock lets a
+tick come late and a peer look silent; on simulated time every timer runs when it is due
+and the run is the same every time. Its hosts write on the event loop
+(``start_memory_cluster(..., simulated=True)``: an ``InlineLane``, no thread, whose work
+would not be waited for by a loop that jumps time).
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from raftstream.raft.host import HostConfig, RaftHost
+from raftstream.raft.lanes import InlineLane
 from raftstream.raft.storage import GroupWrite, LogStorage, MemoryLogStorage
 from raftstream.raft.transport import MemoryNetwork, MemoryTransport, Transport
 from raftstream.raft.types import Entry, Message, MessageType, Role
 from tests.support.polling import until
+from tests.support.simloop import SimLoop
 
 __all__ = [
     "CFG",
@@ -28,6 +37,7 @@ __all__ = [
     "elected",
     "leader_of",
     "run",
+    "run_simulated",
     "start_hosts",
     "start_memory_cluster",
     "start_stalling_hosts",
@@ -85,8 +95,21 @@ async def elected(hosts: dict[str, RaftHost], group: str) -> str:
     return lead
 
 
+def run_simulated(scenario: Callable[[], Awaitable[None]]) -> None:
+    """``run`` on simulated time (module docstring)."""
+
+    async def bounded() -> None:
+        await asyncio.wait_for(scenario(), timeout=120)
+
+    loop = SimLoop()
+    try:
+        loop.run_until_complete(bounded())
+    finally:
+        loop.close()
+
+
 def start_memory_cluster(
-    groups: Sequence[str],
+    groups: Sequence[str], *, simulated: bool = False
 ) -> tuple[MemoryNetwork, dict[str, RaftHost], dict[str, ListMachine]]:
     net = MemoryNetwork()
     hosts: dict[str, RaftHost] = {}
@@ -94,7 +117,8 @@ def start_memory_cluster(
     for n in NODES:
         storage: LogStorage = MemoryLogStorage()
         transport: Transport = MemoryTransport(n, net)
-        hosts[n] = RaftHost(n, storage=storage, transport=transport, config=CFG)
+        lane = InlineLane() if simulated else None
+        hosts[n] = RaftHost(n, storage=storage, transport=transport, config=CFG, lane=lane)
         machines[n] = ListMachine()
         hosts[n].start()
         for g in groups:

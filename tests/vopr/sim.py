@@ -46,11 +46,11 @@ from raftstream.cluster.meta.group import META_GROUP
 from raftstream.errors import RaftStreamError
 from raftstream.raft.host import HostConfig
 from raftstream.raft.types import Role
+from tests.support.simloop import SimLoop, SimStuckError
 
 from .admin import Definitions, admin_client, define_workload, definition_checks, meta_converged
 from .checkers import RaftChecker, final_checks
 from .disk import DiskParams, SimDisk
-from .loop import SimLoop, SimStuckError
 from .net import NetParams, SimNetwork
 from .node import SimClock, SimNode
 from .workload import CALL_TIMEOUT_S, ClientParams, Clients, History, consumer_client, publisher

@@ -1,4 +1,4 @@
-"""The whole-node simulator's loop (tests/vopr/loop.py): simulated time, and what it calls a
+"""The whole-node simulator's loop (tests/support/simloop.py): simulated time, and what it calls a
 spin. A timer runs at its due time, never before it, even when the loop runs it with an
 earlier timer that is within the loop's clock resolution of it: a run would otherwise see a
 deadline a few femtoseconds away after its timer fired, and code that waits out what is
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from . import loop as loop_module
-from .loop import SimLoop, SimStuckError
+from tests.support import simloop as loop_module
+from tests.support.simloop import SimLoop, SimStuckError
 
 
 def _run(main: Coroutine[Any, Any, Any]) -> Any:
