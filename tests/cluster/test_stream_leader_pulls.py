@@ -19,8 +19,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from raftstream.cluster.stream.group import PullHandle, StreamGroup
 from raftstream.engine.consumer_config import NS_PER_S, ConsumerConfig
+from raftstream.errors import NoLeaderError, NotLeaderError
 from tests.support.polling import until
 from tests.support.raft_hosts import run
 
@@ -198,3 +201,38 @@ async def fetch_like(g: StreamGroup, request: dict[str, Any], started: asyncio.E
             await handle.take()
     finally:
         handle.close()
+
+
+def test_a_leader_that_cannot_confirm_its_leadership_hands_nothing_out(tmp_path: Path) -> None:
+    """A decision's deliveries leave only once a quorum confirmed this node still leads
+    (docs/cluster-design.md, "Only a confirmed leader hands deliveries out"): a deposed
+    leader, not yet aware of the new term, would deliver messages the new leader saw acked.
+    Here the confirmation fails as a deposed leader's does: the pull answers NOT_LEADER with
+    nothing delivered, the copies are dropped, and the messages are delivered once the
+    leadership is confirmed again."""
+
+    async def scenario() -> None:
+        async with one_node(tmp_path, ConsumerConfig(durable_name="C")) as node:
+            g = node.g
+            for i in range(3):
+                await g.submit_plain("q.v", str(i).encode())
+            host = node.host
+            real = host.read_index
+
+            def deposed(group: str, *, timeout_ms: int | None = None) -> Any:
+                raise NotLeaderError("raft read not confirmed", leader="elsewhere")
+
+            host.read_index = deposed  # type: ignore[method-assign]
+            try:
+                with pytest.raises((NotLeaderError, NoLeaderError)):
+                    await g.open_pull("C", {"batch": 3, "no_wait": True}, 5.0)
+            finally:
+                host.read_index = real  # type: ignore[method-assign]
+            assert not g.ready  # the copies went, as after a failed proposal
+            g.check_leadership()  # the node's monitor does it every tick: a new barrier
+            await until(lambda: g.ready)
+            handle = await g.open_pull("C", {"batch": 3, "expires": WAIT_NS}, 30.0)
+            assert await taken(handle, 3) == [1, 2, 3]  # first deliveries: none went out
+            handle.close()
+
+    run(scenario)

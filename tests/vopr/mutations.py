@@ -17,13 +17,6 @@ seeds ``make test`` runs, for the right reason.
   (raft/host_ticks.py), so an idle group whose leader dies never elects another.
 - ``snapshot_without_consumers``: a stream group's snapshot omits its consumers' state
   (cluster/stream/replica.py), so a replica restored from one forgets deliveries and acks.
-
-``SEEDED_MUTATIONS`` are caught only by seeds a long campaign found (``make vopr``), listed
-with them:
-
-- ``deliver_unconfirmed``: a pull or push step hands out what the leader decided without a
-  quorum's confirmation that it still leads (cluster/stream/consumers.py, ``run``), so a
-  deposed leader that has not heard of the new term delivers messages already acked.
 """
 
 from __future__ import annotations
@@ -33,7 +26,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
-from raftstream.cluster.stream import core as stream_core
 from raftstream.cluster.stream import replica as stream_group
 from raftstream.raft import host as host_module
 from raftstream.raft import host_round, host_ticks
@@ -41,7 +33,7 @@ from raftstream.raft.types import Role
 
 from . import disk
 
-__all__ = ["MUTATIONS", "SEEDED_MUTATIONS"]
+__all__ = ["MUTATIONS"]
 
 
 @contextlib.contextmanager
@@ -110,21 +102,4 @@ MUTATIONS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "apply_before_commit": apply_before_commit,
     "quiet_never_elects": quiet_never_elects,
     "snapshot_without_consumers": snapshot_without_consumers,
-}
-
-
-@contextlib.contextmanager
-def deliver_unconfirmed() -> Iterator[None]:
-    async def confirmed(self: stream_core.GroupCore, timeout_s: float | None) -> int:
-        return 0
-
-    with mock.patch.object(stream_core.GroupCore, "confirm_leader", confirmed):
-        yield
-
-
-# name -> (mutation, the seeds that catch it)
-SEEDED_MUTATIONS: dict[
-    str, tuple[Callable[[], contextlib.AbstractContextManager[None]], tuple[int, ...]]
-] = {
-    "deliver_unconfirmed": (deliver_unconfirmed, (428, 1581)),
 }

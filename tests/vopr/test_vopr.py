@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .mutations import MUTATIONS, SEEDED_MUTATIONS
+from .mutations import MUTATIONS
 from .sim import Simulation, SimulationFailed
 
 SEEDS = int(os.environ.get("RAFTSTREAM_VOPR_SEEDS", "100"))
@@ -100,31 +100,3 @@ def test_a_broken_node_is_caught(name: str, tmp_path: Path) -> None:
                 break
     assert failures, f"{name}: not caught in {SEEDS} seeds"
     assert re.search(CAUGHT[name], failures[0]), failures[0]
-
-
-# Seeds of long campaigns (``make vopr``) that found a bug, kept as regression runs.
-FOUND = {
-    239: "a zero-time spin in a transfer wait (the simulator's timers ran early)",
-    428: "a deposed leader delivered messages already acked",
-    1581: "a deposed leader delivered messages already acked",
-    1981: "a zero-time spin in a transfer wait (the simulator's timers ran early)",
-}
-
-
-@pytest.mark.parametrize("seed", sorted(FOUND))
-def test_a_seed_that_found_a_bug_passes(seed: int, tmp_path: Path) -> None:
-    report = Simulation(seed, tmp_path / "vopr").run()
-    assert report.end_checks == 2, FOUND[seed]
-
-
-SEEDED_CAUGHT = {"deliver_unconfirmed": r"delivered after its ack"}
-
-
-@pytest.mark.parametrize("name", sorted(SEEDED_MUTATIONS))
-def test_a_broken_node_is_caught_by_the_seeds_that_found_it(name: str, tmp_path: Path) -> None:
-    mutation, seeds = SEEDED_MUTATIONS[name]
-    with mutation():
-        for seed in seeds:
-            with pytest.raises(SimulationFailed) as info:
-                Simulation(seed, tmp_path / str(seed)).run()
-            assert re.search(SEEDED_CAUGHT[name], str(info.value)), str(info.value)
