@@ -10,9 +10,10 @@ A run has three phases:
 
 0. **Definitions**: the workload's stream and consumers are created through the meta
    leader.
-1. **Faults** (``fault_s``): clients publish, fetch and ack, and an admin client creates
-   and deletes streams and consumers (``admin.py``), while a nemesis crashes and
-   restarts nodes (a crash drops the writes not yet done), cuts the power of several at
+1. **Faults** (``fault_s``): clients publish, fetch and ack, a reader reads the stream's
+   state as the servicers do (each read must see every publish acked before it), and an
+   admin client creates and deletes streams and consumers (``admin.py``), while a nemesis
+   crashes and restarts nodes (a crash drops the writes not yet done), cuts the power of several at
    the same instant, cuts links (partitions, one-way ones, a node isolated, the leader
    isolated), makes wall clocks jump, and moves leadership; the network drops, duplicates,
    delays and reorders; disks are slow and fail writes (EIO, ENOSPC: the host stops, the
@@ -53,7 +54,15 @@ from .checkers import RaftChecker, final_checks
 from .disk import DiskParams, SimDisk
 from .net import NetParams, SimNetwork
 from .node import SimClock, SimNode
-from .workload import CALL_TIMEOUT_S, ClientParams, Clients, History, consumer_client, publisher
+from .workload import (
+    CALL_TIMEOUT_S,
+    ClientParams,
+    Clients,
+    History,
+    consumer_client,
+    publisher,
+    reader,
+)
 
 __all__ = ["Report", "SimParams", "Simulation", "SimulationFailed"]
 
@@ -197,9 +206,14 @@ class Simulation:
             )
             self._spawn(self._monitor())
             self._spawn(self._check_loop())
-            workers = [self._spawn(publisher(clients, i)) for i in range(p.clients.publishers)] + [
-                self._spawn(consumer_client(clients, f"C{i}")) for i in range(p.clients.consumers)
-            ]
+            workers = (
+                [self._spawn(publisher(clients, i)) for i in range(p.clients.publishers)]
+                + [
+                    self._spawn(consumer_client(clients, f"C{i}"))
+                    for i in range(p.clients.consumers)
+                ]
+                + [self._spawn(reader(clients))]
+            )
             admin = self._spawn(
                 admin_client(
                     self._nodes,

@@ -105,17 +105,25 @@ class Clients:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
-    def pick(self) -> StreamGroup | None:
-        """The group on the node a client calls: the last leader it was told of, mostly."""
+    def pick_node(self) -> SimNode:
+        """The node a client calls: the last leader it was told of, mostly."""
         names = sorted(self.nodes)
         name = self._hint if self._hint and self.rng.random() < 0.8 else self.rng.choice(names)
-        return self.nodes[name].group(self.group)
+        return self.nodes[name]
+
+    def pick(self) -> StreamGroup | None:
+        """The group on the node a client calls (``pick_node``)."""
+        return self.pick_node().group(self.group)
 
     def learn(self, exc: RaftStreamError) -> None:
         if isinstance(exc, NotLeaderError) and exc.leader in self.nodes:
             self._hint = exc.leader
         else:
             self._hint = None
+
+    def follow(self, leader: str | None) -> None:
+        """Call ``leader`` next, mostly (a node that does not lead names the one it knows)."""
+        self._hint = leader if leader in self.nodes else None
 
     def link_cut(self) -> bool:
         return self._faulty() and self.rng.random() < self.params.p_link_cut
@@ -163,6 +171,35 @@ async def _unseen(g: StreamGroup, payload: bytes, msg_id: str | None) -> None:
     """A publish whose reply the client link lost: it may well be stored."""
     with contextlib.suppress(RaftStreamError):
         await g.publish({"subject": "q.a", "data": payload, "msg_id": msg_id}, CALL_TIMEOUT_S)
+
+
+async def reader(cl: Clients) -> None:
+    """Reads the stream's state as the servicers read it (``read_leader_group`` in
+    cluster/services/context.py: a ready leader group, then a ReadIndex round, then the
+    replica's store): each read must see every publish acknowledged before it began (a
+    linearizable read; a deposed leader's stale state is a violation)."""
+    while not cl.stopping:
+        await cl.pause()
+        node = cl.pick_node()
+        g, host = node.group(cl.group), node.host
+        if g is None or host is None or not g.ready:
+            cl.history.counts["read refused (not ready)"] += 1
+            cl.follow(host.leader(cl.group) if host is not None else None)
+            continue
+        floor = max(cl.history.acked_at, default=0)
+        try:
+            await host.read_index(cl.group, timeout_ms=int(CALL_TIMEOUT_S * 1000))
+        except RaftStreamError as exc:
+            cl.history.counts[f"read {exc.code.name}"] += 1
+            cl.learn(exc)
+            continue
+        last = g.replica.store.state().last_seq
+        cl.history.counts["read ok"] += 1
+        if last < floor:
+            cl.history.violations.append(
+                f"stale read on {node.name}: last seq {last}, but seq {floor} was acked"
+                " before the read began"
+            )
 
 
 async def consumer_client(cl: Clients, name: str) -> None:
