@@ -184,7 +184,8 @@ async def reader(cl: Clients) -> None:
         g, host = node.group(cl.group), node.host
         if g is None or host is None or not g.ready:
             cl.history.counts["read refused (not ready)"] += 1
-            cl.follow(host.leader(cl.group) if host is not None else None)
+            if host is not None and cl.group in host.groups():
+                cl.follow(host.leader(cl.group))
             continue
         floor = max(cl.history.acked_at, default=0)
         try:
