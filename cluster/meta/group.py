@@ -44,7 +44,7 @@ from raftstream.cluster.common.answers import answer_within, moving_to, no_commi
 from raftstream.cluster.common.clock import SYSTEM_CLOCK, NodeClock
 from raftstream.cluster.common.metrics import NodeMetrics
 from raftstream.cluster.common.raft_errors import LeadershipTransferError
-from raftstream.cluster.meta.assignments import StreamAssignment
+from raftstream.cluster.meta.assignments import ConsumerAssignment, StreamAssignment
 from raftstream.cluster.meta.entries import MetaEntry, encode_entry
 from raftstream.cluster.meta.placement import NodeInfo, plan_repairs
 from raftstream.cluster.meta.results import (
@@ -55,7 +55,13 @@ from raftstream.cluster.meta.results import (
     StreamUpdated,
 )
 from raftstream.cluster.meta.state import MetaState
-from raftstream.errors import DeadlineExceededError, NoLeaderError, NotLeaderError, RaftStreamError
+from raftstream.errors import (
+    DeadlineExceededError,
+    NoLeaderError,
+    NotFoundError,
+    NotLeaderError,
+    RaftStreamError,
+)
 from raftstream.raft.host import RaftHost
 from raftstream.raft.types import Entry
 
@@ -198,6 +204,22 @@ class MetaGroup:
     def poke(self) -> None:
         """Reconcile again soon (a group's leadership changed, a retry is due)."""
         self._trigger.set()
+
+    # -- lookups on this replica's state (a stream group's MetaView reads through them) -----
+
+    def consumers_of(self, account: str, stream: str) -> tuple[ConsumerAssignment, ...]:
+        """The stream's consumers here; none when the stream is not (or no longer) here."""
+        try:
+            return self.state.consumers_of(account, stream)
+        except NotFoundError:
+            return ()
+
+    def stream_of(self, account: str, stream: str) -> StreamAssignment | None:
+        """The stream's assignment here, or None."""
+        try:
+            return self.state.stream(account, stream)
+        except NotFoundError:
+            return None
 
     # -- leadership and proposals -----------------------------------------------------------
 

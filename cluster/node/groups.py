@@ -30,7 +30,7 @@ from raftstream.cluster.services.context import ServiceContext
 from raftstream.cluster.stream.deps import GroupDeps
 from raftstream.cluster.stream.group import StreamGroup
 from raftstream.cluster.stream.membership import MembershipDriver
-from raftstream.errors import DataLossError, NotFoundError, RaftStreamError
+from raftstream.errors import DataLossError, RaftStreamError
 from raftstream.proto import raftstream_pb2 as pb
 from raftstream.raft.host import RaftHost
 from raftstream.raft.transport.tls import PeerTls
@@ -96,16 +96,10 @@ class NodeGroups:
     # -- MetaView (cluster/stream/deps.py) ---------------------------------------------------
 
     def consumers_of(self, account: str, stream: str) -> tuple[ConsumerAssignment, ...]:
-        try:
-            return self._meta.state.consumers_of(account, stream)
-        except NotFoundError:
-            return ()
+        return self._meta.consumers_of(account, stream)
 
     def stream_of(self, account: str, stream: str) -> StreamAssignment | None:
-        try:
-            return self._meta.state.stream(account, stream)
-        except NotFoundError:
-            return None
+        return self._meta.stream_of(account, stream)
 
     async def delete_consumer(self, account: str, stream: str, name: str) -> None:
         """Through the meta leader, as a client of ``account`` would: the node acts for the

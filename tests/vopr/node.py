@@ -32,7 +32,6 @@ from raftstream.cluster.meta.placement import NodeInfo
 from raftstream.cluster.stream.deps import GroupDeps
 from raftstream.cluster.stream.group import StreamGroup
 from raftstream.engine.lmdbstore import open_node_env
-from raftstream.errors import NotFoundError
 from raftstream.raft.clock import Timer
 from raftstream.raft.host import GroupStatus, HostConfig, RaftHost
 from raftstream.raft.storage import LogStorage
@@ -90,16 +89,10 @@ class SimMeta:
         self._meta = meta
 
     def consumers_of(self, account: str, stream: str) -> tuple[ConsumerAssignment, ...]:
-        try:
-            return self._meta.state.consumers_of(account, stream)
-        except NotFoundError:
-            return ()
+        return self._meta.consumers_of(account, stream)
 
     def stream_of(self, account: str, stream: str) -> StreamAssignment | None:
-        try:
-            return self._meta.state.stream(account, stream)
-        except NotFoundError:
-            return None
+        return self._meta.stream_of(account, stream)
 
     async def delete_consumer(self, account: str, stream: str, name: str) -> None:
         return None
