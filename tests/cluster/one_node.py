@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+from raftstream.cluster.common.clock import SYSTEM_CLOCK
 from raftstream.cluster.common.metrics import NodeMetrics
 from raftstream.cluster.common.names import stream_group_id
 from raftstream.cluster.common.raft_errors import app_error
@@ -29,9 +30,11 @@ from raftstream.engine.consumer_config import ConsumerConfig
 from raftstream.engine.lmdbstore import open_node_env
 from raftstream.engine.stream_config import StreamConfig
 from raftstream.raft.host import HostConfig, RaftHost
+from raftstream.raft.lanes import InlineLane
 from raftstream.raft.storage import MemoryLogStorage
 from raftstream.raft.transport import MemoryNetwork, MemoryTransport
 from tests.support.polling import until
+from tests.support.simloop import LoopNodeClock
 
 __all__ = ["GROUP", "Node", "assignment", "leader_of", "one_node", "stream_nodes"]
 
@@ -99,8 +102,14 @@ def leader_of(nodes: dict[str, Node]) -> Node | None:
 
 
 @contextlib.asynccontextmanager
-async def one_node(tmp_path: Path, *configs: ConsumerConfig) -> AsyncIterator[Node]:
-    async with _nodes(tmp_path, ("n1",), configs, HostConfig(tick_ms=10)) as nodes:
+async def one_node(
+    tmp_path: Path, *configs: ConsumerConfig, simulated: bool = False
+) -> AsyncIterator[Node]:
+    """One node leading stream Q. ``simulated``: for a scenario run on simulated time
+    (``tests.support.raft_hosts.run_simulated``): the host writes on the loop and the group
+    reads the loop's clock, so waiting out a consumer's inactivity takes no real time."""
+    hc = HostConfig(tick_ms=10)
+    async with _nodes(tmp_path, ("n1",), configs, hc, simulated=simulated) as nodes:
         node = nodes["n1"]
         await until(node.leading)
         yield node
@@ -129,7 +138,12 @@ async def stream_nodes(
 
 @contextlib.asynccontextmanager
 async def _nodes(
-    tmp_path: Path, names: Sequence[str], configs: Sequence[ConsumerConfig], hc: HostConfig
+    tmp_path: Path,
+    names: Sequence[str],
+    configs: Sequence[ConsumerConfig],
+    hc: HostConfig,
+    *,
+    simulated: bool = False,
 ) -> AsyncIterator[dict[str, Node]]:
     net = MemoryNetwork()
     cfg = StreamConfig(name="Q", subjects=("q.>",), num_replicas=len(names))
@@ -147,6 +161,7 @@ async def _nodes(
             transport=transport,
             config=hc,
             map_error=app_error,
+            lane=InlineLane() if simulated else None,
         )
         env = open_node_env(tmp_path / name / "store", sync=False)
         envs.append(env)
@@ -160,6 +175,7 @@ async def _nodes(
             metrics=NodeMetrics(name),
             proposal_timeout_ms=5_000,
             meta=meta,
+            clock=LoopNodeClock() if simulated else SYSTEM_CLOCK,
         )
         nodes[name] = meta.node = Node(host, StreamGroup(deps, sa), consumers, net)
     for n in nodes.values():

@@ -25,7 +25,7 @@ from raftstream.cluster.stream.group import PullHandle, StreamGroup
 from raftstream.engine.consumer_config import NS_PER_S, ConsumerConfig
 from raftstream.errors import NoLeaderError, NotLeaderError
 from tests.support.polling import until
-from tests.support.raft_hosts import run
+from tests.support.raft_hosts import run, run_simulated
 
 from .one_node import assignment, one_node
 
@@ -109,11 +109,12 @@ def test_a_durable_with_inactive_threshold_is_reaped(tmp_path: Path) -> None:
 
 def test_a_waiting_pull_keeps_a_durable_with_inactive_threshold(tmp_path: Path) -> None:
     """A waiting pull is interest: the durable is not reaped while it waits (poller turns
-    pass meanwhile, five thresholds); once its call ends, the threshold runs again."""
+    pass meanwhile, five thresholds); once its call ends, the threshold runs again. On
+    simulated time: its waits take no real time, and a loaded machine cannot stretch them."""
 
     async def scenario() -> None:
         cfg = ConsumerConfig(durable_name="IDLE", inactive_threshold=NS_PER_S // 5)
-        async with one_node(tmp_path, cfg) as node:
+        async with one_node(tmp_path, cfg, simulated=True) as node:
             g = node.g
             handle = await g.open_pull("IDLE", {"batch": 1, "expires": WAIT_NS}, 30.0)
             await asyncio.sleep(0.1)  # a reap decided before the pull came in lands
@@ -124,7 +125,7 @@ def test_a_waiting_pull_keeps_a_durable_with_inactive_threshold(tmp_path: Path) 
             await until(lambda: bool(node.deleted))
             assert set(node.deleted) == {"IDLE"}
 
-    run(scenario)
+    run_simulated(scenario)
 
 
 def test_deleted_consumers_are_forgotten_by_the_inactivity_watch(tmp_path: Path) -> None:

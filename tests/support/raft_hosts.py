@@ -105,6 +105,12 @@ def run_simulated(scenario: Callable[[], Awaitable[None]]) -> None:
     try:
         loop.run_until_complete(bounded())
     finally:
+        # Tasks cancelled on the way out (a group's poller) finish before the loop closes.
+        left = asyncio.all_tasks(loop)
+        for t in left:
+            t.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         loop.close()
 
 

@@ -31,7 +31,14 @@ import selectors
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CLOCK_RESOLUTION_S", "SPIN_TURNS_MAX", "SimLoop", "SimStuckError"]
+__all__ = [
+    "CLOCK_RESOLUTION_S",
+    "EPOCH_NS",
+    "SPIN_TURNS_MAX",
+    "LoopNodeClock",
+    "SimLoop",
+    "SimStuckError",
+]
 
 SPIN_TURNS_MAX = 1_000_000
 # Timers due within this of now run now: sums of float delays must not leave a timer a
@@ -137,3 +144,17 @@ class SimLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self._time_selector.now
+
+
+EPOCH_NS = 1_767_225_600 * 10**9  # 2026-01-01: where a simulated wall clock starts
+
+
+class LoopNodeClock:
+    """A node's clocks (cluster/common/clock.py's ``NodeClock``) on the running loop's time:
+    on a ``SimLoop``, simulated. The wall clock starts at ``EPOCH_NS``."""
+
+    def time_ns(self) -> int:
+        return EPOCH_NS + int(asyncio.get_running_loop().time() * 1e9)
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
