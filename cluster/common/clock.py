@@ -1,6 +1,10 @@
-"""Time as the node's stream groups read it: a ``NodeClock`` they are given, so that the
-whole-node simulator (tests/vopr) can run them on simulated time, each node with its own
-drift and jumps.
+"""Time as the node reads it: a ``NodeClock`` its parts are given, so that the whole-node
+simulator (tests/vopr) can run them on simulated time, each node with its own drift and
+jumps. The stream groups (``GroupDeps.clock``) and their mirror links, the meta group, the
+servicers (``ServiceContext.clock``: the stamps of the entries they propose, their waits)
+and the node's parts (peer liveness, storage room, readiness) read it. What reads the
+machine's clock does so on purpose: rate limits of log lines, and the deadlines of gRPC
+calls (a client's deadline is real time: cluster/security/limits_interceptor.py).
 
 - ``time_ns()``: the wall clock, nanoseconds since the epoch. The leader stamps it into
   every entry and consumer op (replicas never read theirs), and a consumer's deadlines,

@@ -26,12 +26,12 @@ import functools
 import importlib.metadata
 import os
 import shutil
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from raftstream.cluster.common.clock import SYSTEM_CLOCK, NodeClock
 from raftstream.cluster.common.names import validate_node_name
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.meta.placement import NodeInfo
@@ -227,7 +227,9 @@ def free_bytes(data_dir: Path, lmdb_maps: Sequence[tuple[Path, int]]) -> int:
     return min(room)
 
 
-def describe_self(config: NodeConfig, free: int) -> NodeDescription:
+def describe_self(
+    config: NodeConfig, free: int, clock: NodeClock = SYSTEM_CLOCK
+) -> NodeDescription:
     """This node's description as of now, with ``free`` bytes of storage room (the node's
     ``StorageRoom``, or ``free_bytes`` before its environments are open)."""
     return NodeDescription(
@@ -236,7 +238,7 @@ def describe_self(config: NodeConfig, free: int) -> NodeDescription:
         tags=frozenset(config.tags),
         free_bytes=free,
         version=raftstream_version(),
-        described_ns=time.time_ns(),
+        described_ns=clock.time_ns(),
         log_features=LOG_FEATURES,
     )
 

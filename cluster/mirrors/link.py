@@ -73,7 +73,6 @@ import collections
 import contextlib
 import hashlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -86,6 +85,7 @@ from tenacity import (
 
 from raftstream import errors as sdk_errors
 from raftstream.client import Client, connect
+from raftstream.cluster.common.clock import SYSTEM_CLOCK, NodeClock
 from raftstream.cluster.meta.descriptions import LOG_FEATURE_COPY_AT, LOG_FEATURE_COPY_ROLLUP
 from raftstream.config import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy
 from raftstream.engine.entries import HDR_ROLLUP, Copy
@@ -235,7 +235,9 @@ class MirrorLink:
         log_extra: dict[str, str],
         tls: PeerTls | None = None,
         token: str | None = None,
+        clock: NodeClock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock  # the stream group's: the leader's stamps on copies
         self._host = host
         self._tls = tls
         self._token = token
@@ -279,7 +281,7 @@ class MirrorLink:
     def info(self) -> LinkInfo:
         active = -1
         if self._active_mono is not None:
-            active = int((time.monotonic() - self._active_mono) * NS_PER_S)
+            active = int((self._clock.monotonic() - self._active_mono) * NS_PER_S)
         running = self._task is not None and not self._task.done()
         return LinkInfo(lag=self._lag, active_ns=active, error=self._error, running=running)
 
@@ -335,7 +337,7 @@ class MirrorLink:
 
     async def _copy_with(self, client: Client) -> None:
         info = await client.stream_info(self.source.name)
-        self._active_mono = time.monotonic()
+        self._active_mono = self._clock.monotonic()
         pos = self._host.origin_position(self.key).last_seq
         self._lag_seq = pos
         state = info.state
@@ -447,7 +449,7 @@ class MirrorLink:
         try:
             while True:
                 msgs = await batches.next()
-                self._active_mono = time.monotonic()
+                self._active_mono = self._clock.monotonic()
                 copies: list[Copy] = []
                 pending: list[int] = []  # the origin's num_pending after each copy
                 # A mirror keeps the origin's times once every replica reads such copies.
@@ -525,9 +527,9 @@ class MirrorLink:
         not heard its peers' descriptions yet): without it, a mirror's first copies would
         get this node's time, and a rollup among them would not roll up. After that, a
         replica still not heard from counts as one that does not read them."""
-        deadline = time.monotonic() + DESCRIBED_WAIT_S
+        deadline = self._clock.monotonic() + DESCRIBED_WAIT_S
         while self._host.replicas_read(LOG_FEATURE_COPY_AT) is None:
-            if time.monotonic() >= deadline:
+            if self._clock.monotonic() >= deadline:
                 return
             await asyncio.sleep(DESCRIBED_POLL_S)
 
@@ -542,7 +544,7 @@ class MirrorLink:
     ) -> Copy:
         headers = {k: v for k, v in m.headers.items() if k != HDR_STREAM_SOURCE}
         return Copy(
-            ts_ns=time.time_ns(),  # the leader's stamp, as for a publish
+            ts_ns=self._clock.time_ns(),  # the leader's stamp, as for a publish
             origin=self.key,
             origin_seq=m.metadata.stream_seq,
             prev_origin_seq=prev,

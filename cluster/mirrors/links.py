@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
+from raftstream.cluster.common.clock import SYSTEM_CLOCK, NodeClock
 from raftstream.cluster.mirrors.link import LinkHost, LinkInfo, MirrorLink, link_consumer_name
 from raftstream.engine.origins import OriginState
 from raftstream.engine.stream_config import StreamConfig
@@ -58,8 +59,10 @@ class LinkSet:
         log_extra: dict[str, str],
         tls: PeerTls | None = None,
         token: str | None = None,
+        clock: NodeClock = SYSTEM_CLOCK,
     ) -> None:
         self._host = host
+        self._clock = clock  # the stream group's, for its links
         self._tls = tls  # the node's TLS, for every link's connection (docs/tls.md)
         self._token = token  # the account's node token, for same-cluster origins
         self._account = account
@@ -91,6 +94,7 @@ class LinkSet:
                 log_extra=self._extra,
                 tls=self._tls,
                 token=self._token,
+                clock=self._clock,
             )
             self._links[key] = link
             link.start()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
 from raftstream.cluster.common.metrics import NodeMetrics
 from raftstream.cluster.config import NodeConfig
@@ -214,7 +213,7 @@ class NodeGroups:
         host, me = self._host, self._config.name
         if me not in (*host.voters(group), *host.learners(group)):
             return True
-        now = time.monotonic()
+        now = self._ctx.clock.monotonic()
         if host.leader(group) is not None:
             self._lingering[group] = None
             return False

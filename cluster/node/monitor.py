@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Mapping
 
 from raftstream.cluster.common.metrics import ConsumerNumbers, NodeMetrics
@@ -190,7 +189,7 @@ class NodeMonitor:
         (so it can create, change and place streams and consumers), through an election
         (``readiness``); ``""`` stays the process's liveness. A meta leader missing for
         ``PEER_DOWN_AFTER_S`` is logged once as a WARNING (an election takes less)."""
-        now = time.monotonic()
+        now = self._ctx.clock.monotonic()
         if meta_leader_known:
             if self._meta_leader_warned:
                 log.info("the meta group has a leader again", extra={"group": META_GROUP})
@@ -226,7 +225,7 @@ class NodeMonitor:
         """The metrics only a group's leader knows: replica lag and consumer backlogs."""
         lags: dict[tuple[str, str], int] = {}
         consumers: dict[tuple[str, str], ConsumerNumbers] = {}
-        now = time.time_ns()
+        now = self._ctx.clock.time_ns()
         groups = self._groups.groups
         led = [g.group for g in groups.values() if g.ready]
         for group in [META_GROUP, *led] if meta_leader else led:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Mapping, Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from raftstream.cluster.common.clock import SYSTEM_CLOCK, NodeClock
 from raftstream.cluster.common.metrics import NodeMetrics
 from raftstream.cluster.config import NodeConfig
 from raftstream.cluster.meta.descriptions import LOG_FEATURES, DescriptionBook, NodeDescription
@@ -61,7 +61,9 @@ class NodePeers:
         forwarder: Forwarder,
         transport: GrpcTransport,
         host: RaftHost,
+        clock: NodeClock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock
         self._config = config
         self._nodes = nodes
         self._metrics = metrics
@@ -83,7 +85,7 @@ class NodePeers:
 
     def down(self, name: str) -> bool:
         since = self._failing.get(name)
-        return since is not None and time.monotonic() - since >= PEER_DOWN_AFTER_S
+        return since is not None and self._clock.monotonic() - since >= PEER_DOWN_AFTER_S
 
     def describe_self(self) -> NodeDescription:
         return self._storage.describe_self()
@@ -145,7 +147,7 @@ class NodePeers:
                 # Down until it answers: placement must not put replicas on a node that
                 # was added but may not run yet (the nodes this one knew at start, from its
                 # config or its record, get the usual grace: they are probably up).
-                self._failing.setdefault(name, time.monotonic() - PEER_DOWN_AFTER_S)
+                self._failing.setdefault(name, self._clock.monotonic() - PEER_DOWN_AFTER_S)
                 self._reported_down.add(name)  # (no "unreachable" warning for that)
             if self._dialled.get(name) != addr:
                 log.info("node %s serves on %s", name, addr)
@@ -193,7 +195,7 @@ class NodePeers:
             resp = await stub.Check(health_pb2.HealthCheckRequest(), timeout=PEER_PROBE_TIMEOUT_S)
             ok = resp.status == health_pb2.HealthCheckResponse.SERVING
         if ok:
-            self._seen[name] = time.time_ns()
+            self._seen[name] = self._clock.time_ns()
             self._failing.pop(name, None)
             if name in self._reported_down:
                 self._reported_down.discard(name)
@@ -201,7 +203,7 @@ class NodePeers:
             self._metrics.peer_up.labels(name).set(1)
             await self._describe(name, describer, metadata)
         else:
-            self._failing.setdefault(name, time.monotonic())
+            self._failing.setdefault(name, self._clock.monotonic())
             if self.down(name) and name not in self._reported_down:
                 self._reported_down.add(name)
                 self._metrics.peer_up.labels(name).set(0)

@@ -22,9 +22,10 @@ Owned by the node's event loop.
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 from typing import Any
+
+from raftstream.cluster.common.clock import SYSTEM_CLOCK, NodeClock
 
 __all__ = ["ROOM_FRESH_S", "StorageRoom", "env_used_bytes", "reserve_bytes"]
 
@@ -59,7 +60,14 @@ class StorageRoom:
     ``ROOM_FRESH_S``. ``envs``: the node's LMDB environments, each with map size
     ``map_size_bytes``."""
 
-    def __init__(self, data_dir: Path, envs: list[Any], map_size_bytes: int) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        envs: list[Any],
+        map_size_bytes: int,
+        clock: NodeClock = SYSTEM_CLOCK,
+    ) -> None:
+        self._clock = clock
         self._data_dir = data_dir
         self._envs = envs
         self._map_size = map_size_bytes
@@ -70,7 +78,7 @@ class StorageRoom:
 
     def room_bytes(self) -> int:
         """The room left now: the last measure less what was admitted since."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now - self._at >= ROOM_FRESH_S:
             self._room = self.measure()
             self._at = now

@@ -649,7 +649,7 @@ class RepairServicer(rpbg.RepairServiceServicer):
             repair_id=request.repair_id,
             group=request.group,
             term=int(request.term),
-            ts_ns=time.time_ns(),
+            ts_ns=self._ctx.clock.time_ns(),
         )
         await ctx.meta.propose(entry, time_left(context))
         return rpb.ReportClearedResponse()
@@ -663,7 +663,7 @@ async def report_cleared(
     req = rpb.ReportClearedRequest(node=node, repair_id=repair_id, group=group, term=term)
     if ctx.meta.is_leader:
         entry = RepairCleared(
-            node=node, repair_id=repair_id, group=group, term=term, ts_ns=time.time_ns()
+            node=node, repair_id=repair_id, group=group, term=term, ts_ns=ctx.clock.time_ns()
         )
         await ctx.meta.propose(entry, REPAIR_CALL_TIMEOUT_S)
         return

@@ -12,7 +12,6 @@ stopped.
 from __future__ import annotations
 
 import logging
-import time
 
 from raftstream.cluster.meta.entries import RepairDone, RepairStart
 from raftstream.cluster.meta.group import META_GROUP, meta_members
@@ -121,7 +120,9 @@ class RepairSteps:
             return self._answer(rpb.REPAIR_PHASE_REMOVING)
         term = self._ctx.host.status(META_GROUP).term
         await meta.propose(
-            RepairStart(node=node, repair_id=self._id, meta_term=term, ts_ns=time.time_ns()),
+            RepairStart(
+                node=node, repair_id=self._id, meta_term=term, ts_ns=self._ctx.clock.time_ns()
+            ),
             None,
         )
         return self._answer(rpb.REPAIR_PHASE_META_REJOIN, term)
@@ -146,6 +147,8 @@ class RepairSteps:
         ]
         if waiting:
             return self._answer(rpb.REPAIR_PHASE_GROUPS, rec.meta_term)
-        await meta.propose(RepairDone(node=node, repair_id=repair_id, ts_ns=time.time_ns()), None)
+        await meta.propose(
+            RepairDone(node=node, repair_id=repair_id, ts_ns=self._ctx.clock.time_ns()), None
+        )
         log.info("repair %s of %s done", repair_id, node)
         return self._answer(rpb.REPAIR_PHASE_DONE, rec.meta_term)

@@ -41,7 +41,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -147,7 +146,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
     @map_errors
     async def GetClusterInfo(self, request: pb.ClusterInfoRequest, context: Any) -> pb.ClusterInfo:
         ctx = self._ctx
-        now = time.time_ns()
+        now = self._ctx.clock.time_ns()
         seen = ctx.peers.seen_ns()
         meta_voters = (
             frozenset(ctx.host.voters(META_GROUP)) if META_GROUP in ctx.host.groups() else None
@@ -252,7 +251,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
         again = request.peer in ctx.meta.state.removed_peers
         if not again:
             await ctx.meta.propose(
-                PeerRemove(peer=request.peer, ts_ns=time.time_ns()), time_left(context)
+                PeerRemove(peer=request.peer, ts_ns=self._ctx.clock.time_ns()), time_left(context)
             )
         if request.forget:
             await _forget_node(ctx, request.peer, context)
@@ -270,7 +269,7 @@ class ClusterServicer(pbg.ClusterServiceServicer):
             return await _add_node(ctx, request, context)
         _check_peer(ctx, request.peer)
         result = await ctx.meta.propose(
-            PeerAdd(peer=request.peer, ts_ns=time.time_ns()), time_left(context)
+            PeerAdd(peer=request.peer, ts_ns=self._ctx.clock.time_ns()), time_left(context)
         )
         return pb.AddPeerResponse(readmitted=isinstance(result, PeerAdded) and result.readmitted)
 
@@ -307,7 +306,7 @@ async def _forget_node(ctx: ServiceContext, name: str, context: Any) -> None:
     if name in host.voters(META_GROUP) or name in host.learners(META_GROUP):
         log.info("forgetting %s: removing it from the meta group", name)
         await meta_conf_change(ctx, ConfChange(ConfChangeType.REMOVE, name))
-    await ctx.meta.propose(NodeForget(node=name, ts_ns=time.time_ns()), time_left(context))
+    await ctx.meta.propose(NodeForget(node=name, ts_ns=ctx.clock.time_ns()), time_left(context))
     log.info("node %s forgotten", name)
     if len(host.voters(META_GROUP)) >= ctx.config.meta_voters_max:
         return
@@ -350,6 +349,6 @@ async def _add_node(
             timeout_s=PROVE_TIMEOUT_S if left is None else min(PROVE_TIMEOUT_S, left),
         )
     result = await ctx.meta.propose(
-        NodeAdd(node=name, address=address, ts_ns=time.time_ns()), time_left(context)
+        NodeAdd(node=name, address=address, ts_ns=ctx.clock.time_ns()), time_left(context)
     )
     return pb.AddPeerResponse(added=isinstance(result, NodeAdded) and result.added)

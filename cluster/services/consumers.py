@@ -16,7 +16,6 @@ control (pause, resume, reset, step-down) take ``manage`` as well. The account's
 from __future__ import annotations
 
 import secrets
-import time
 from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_fixed
@@ -95,7 +94,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         c = g.leader_consumer(name)
         sa = ctx.stream(account, stream)
         out = consumer_info_pb(
-            ca, c.info(time.time_ns()), group_info(ctx, sa.group, sa.peers), c.config
+            ca, c.info(self._ctx.clock.time_ns()), group_info(ctx, sa.group, sa.peers), c.config
         )
         out.push_bound = g.push_bound(name)
         return out
@@ -125,7 +124,9 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
                     return info
         except (NotFoundError, UnavailableError):
             pass
-        return consumer_info_pb(ca, None, group_info(self._ctx, sa.group, sa.peers))
+        return consumer_info_pb(
+            ca, None, group_info(self._ctx, sa.group, sa.peers), now_ns=self._ctx.clock.time_ns()
+        )
 
     def _parsed(self, account: str, stream: str, raw: Any) -> ConsumerConfig:
         """The config in ``raw``. When it is refused and it would update an existing
@@ -227,7 +228,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         self._filters_readable(account, request.stream, cfg)
         name = cfg.consumer_name or ""
         exists = name in meta.state.consumer_names(account, request.stream).items
-        now = time.time_ns()
+        now = self._ctx.clock.time_ns()
         if request.action == pb.CONSUMER_ACTION_CREATE_OR_UPDATE and exists:
             entry: AddConsumer | UpdateConsumer = UpdateConsumer(
                 account=account, stream=request.stream, config=cfg, ts_ns=now
@@ -259,7 +260,10 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         self._reachable(account_of(context), request.stream)
         self._filters_readable(account_of(context), request.stream, cfg)
         entry = UpdateConsumer(
-            account=account_of(context), stream=request.stream, config=cfg, ts_ns=time.time_ns()
+            account=account_of(context),
+            stream=request.stream,
+            config=cfg,
+            ts_ns=self._ctx.clock.time_ns(),
         )
         result = await self._ctx.meta.propose(entry, time_left(context))
         if not isinstance(result, ConsumerUpdated):
@@ -285,7 +289,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
             account=account_of(context),
             stream=request.stream,
             name=request.consumer,
-            ts_ns=time.time_ns(),
+            ts_ns=self._ctx.clock.time_ns(),
         )
         await self._ctx.meta.propose(entry, time_left(context))
         return pb.DeleteConsumerResponse()
@@ -305,7 +309,7 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         info, config = None, None
         if g is not None and g.ready:
             c = g.leader_consumer(ca.name)
-            info, config = c.info(time.time_ns()), c.config
+            info, config = c.info(self._ctx.clock.time_ns()), c.config
         return consumer_info_pb(ca, info, group_info(ctx, sa.group, sa.peers), config)
 
     @map_errors
@@ -363,14 +367,16 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         account = account_of(context)
         ca = self._ctx.meta.state.consumer(account, stream, consumer)
         cfg = with_changes(ca.config, pause_until=until_ns)
-        entry = UpdateConsumer(account=account, stream=stream, config=cfg, ts_ns=time.time_ns())
+        entry = UpdateConsumer(
+            account=account, stream=stream, config=cfg, ts_ns=self._ctx.clock.time_ns()
+        )
         result = await self._ctx.meta.propose(entry, time_left(context))
         if not isinstance(result, ConsumerUpdated):
             raise InvariantError(f"UpdateConsumer answered {result!r}")
         # The definition is committed, so every replica will pause; wait (bounded) until
         # the stream group has it, so that a fetch right after finds the consumer paused.
         await self._sequenced_info(result.assignment, time_left(context))
-        now = time.time_ns()
+        now = self._ctx.clock.time_ns()
         return pb.PauseConsumerResponse(
             paused=until_ns > now,
             pause_until_ns=until_ns,

@@ -18,7 +18,6 @@ the caller's deadline.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -32,6 +31,7 @@ from tenacity import (
     wait_fixed,
 )
 
+from raftstream.cluster.common.clock import SYSTEM_CLOCK, NodeClock
 from raftstream.cluster.common.metrics import NodeMetrics
 from raftstream.cluster.common.raft_extras import followers
 from raftstream.cluster.config import NodeConfig
@@ -173,6 +173,8 @@ class ServiceContext:
     # Held by the meta leader from an account-limit check to the commit of what it admitted,
     # so two concurrent creates cannot both pass the same last free place.
     admission_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The node's clocks: the stamps of the entries the servicers propose and their waits.
+    clock: NodeClock = SYSTEM_CLOCK
 
     @property
     def node_id(self) -> str:
@@ -221,12 +223,12 @@ class ServiceContext:
         not the meta leader, wait (bounded) for its replica to apply what the leader just
         committed: a client that created a stream through one node and then uses another
         must not see NOT_FOUND because that node lags by a heartbeat."""
-        deadline = time.monotonic() + META_CATCHUP_WAIT_S
+        deadline = self.clock.monotonic() + META_CATCHUP_WAIT_S
         while True:
             try:
                 return lookup()
             except NotFoundError:
-                if self.meta.is_leader or time.monotonic() >= deadline:
+                if self.meta.is_leader or self.clock.monotonic() >= deadline:
                     raise
             await asyncio.sleep(META_CATCHUP_POLL_S)
 
@@ -396,11 +398,11 @@ class ServiceContext:
         *,
         patient: bool = False,
     ) -> R:
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        deadline = None if timeout_s is None else self.clock.monotonic() + timeout_s
         target = [addr]
 
         async def attempt() -> R:
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            left = None if deadline is None else max(0.001, deadline - self.clock.monotonic())
             try:
                 return await self.forwarder.unary(
                     target[0], method, request, response_type, timeout_s=left

@@ -8,7 +8,6 @@ are parsed here too (``parse_json``): a malformed document is INVALID_ARGUMENT n
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -144,8 +143,11 @@ def consumer_info_pb(
     info: ConsumerInfo | None,
     cluster: pb.GroupInfo,
     config: ConsumerConfig | None = None,
+    *,
+    now_ns: int = 0,
 ) -> pb.ConsumerInfo:
-    """``info`` (state) with ``config``: the config the stream group applied, which the
+    """``info`` (state) with ``config`` (``now_ns``: the node's time, for the pause of a
+    consumer whose state is not known here): the config the stream group applied, which the
     state goes with (None: the meta state's, ``ca.config``). A config update reaches the
     group after the meta state, so the two differ for a moment: the info says which one
     its state follows (``_sequenced_info`` waits on it)."""
@@ -178,7 +180,7 @@ def consumer_info_pb(
         out.paused = info.paused
         out.pause_remaining_ns = info.pause_remaining_ns
     else:  # the definition alone: its pause is committed, so every replica will apply it
-        now = time.time_ns()
+        now = now_ns
         out.paused = ca.config.pause_until > now
         out.pause_remaining_ns = max(0, ca.config.pause_until - now)
     return out

@@ -38,7 +38,6 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -257,7 +256,7 @@ class PushSession:
     async def _wait(self, waker: asyncio.Event, wake_at_ns: int) -> None:
         timeout = IDLE_WAIT_S_MAX
         if wake_at_ns:
-            timeout = max(0.0, min(timeout, (wake_at_ns - time.time_ns()) / 1e9))
+            timeout = max(0.0, min(timeout, (wake_at_ns - self._ctx.clock.time_ns()) / 1e9))
         waits = [asyncio.ensure_future(waker.wait()), asyncio.ensure_future(self._nudge.wait())]
         try:
             await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

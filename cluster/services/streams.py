@@ -19,7 +19,6 @@ streams the caller may ``read``; stream names are the account's and are not filt
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -208,8 +207,8 @@ async def step_down(ctx: ServiceContext, group: str, preferred: str) -> pb.StepD
     if not candidates:
         raise InvalidArgumentError("preferred", "the group has no other replica")
     ctx.host.transfer_leadership(group, candidates[0])
-    deadline = time.monotonic() + STEP_DOWN_WAIT_S
-    while time.monotonic() < deadline:
+    deadline = ctx.clock.monotonic() + STEP_DOWN_WAIT_S
+    while ctx.clock.monotonic() < deadline:
         leader = ctx.host.leader(group)
         if leader is not None and leader != ctx.node_id:
             return pb.StepDownResponse(leader=leader)
@@ -281,7 +280,9 @@ class StreamServicer(pbg.StreamServiceServicer):
             node_limits = self._ctx.config.limits
             check_cluster_limits(meta.state, node_limits, account=account, stream=cfg.name)
             peers = place_stream(config=cfg, state=meta.state, nodes=cluster_nodes(self._ctx))
-            entry = AddStream(account=account, config=cfg, peers=peers, ts_ns=time.time_ns())
+            entry = AddStream(
+                account=account, config=cfg, peers=peers, ts_ns=self._ctx.clock.time_ns()
+            )
             result = await meta.propose(entry, time_left(context))
         if not isinstance(result, StreamAdded):
             raise InvariantError(f"AddStream answered {result!r}")
@@ -341,7 +342,11 @@ class StreamServicer(pbg.StreamServiceServicer):
         # A changed peer set (num_replicas grown or shrunk) is carried out by the stream's
         # leader one server at a time once the entry applies (cluster/stream/membership.py).
         entry = UpdateStream(
-            account=account, config=cfg, peers=peers, prior_peers=old.peers, ts_ns=time.time_ns()
+            account=account,
+            config=cfg,
+            peers=peers,
+            prior_peers=old.peers,
+            ts_ns=self._ctx.clock.time_ns(),
         )
         async with self._ctx.admission_lock:  # a bigger max_bytes is a storage reservation
             limits = self._ctx.account_limits(account)
@@ -368,7 +373,9 @@ class StreamServicer(pbg.StreamServiceServicer):
             )
         meta = self._ctx.meta
         caller_of(context).check_manage(request.name)
-        entry = DeleteStream(account=account_of(context), name=request.name, ts_ns=time.time_ns())
+        entry = DeleteStream(
+            account=account_of(context), name=request.name, ts_ns=self._ctx.clock.time_ns()
+        )
         await meta.propose(entry, time_left(context))
         return pb.DeleteStreamResponse()
 
@@ -474,7 +481,7 @@ class StreamServicer(pbg.StreamServiceServicer):
         caller_of(context).check_manage(request.name)
         g = await self._ctx.leader_group(account_of(context), request.name)
         entry = Purge(
-            ts_ns=time.time_ns(),
+            ts_ns=self._ctx.clock.time_ns(),
             subject=request.subject if request.HasField("subject") else None,
             seq=request.seq if request.HasField("seq") else None,
             keep=request.keep if request.HasField("keep") else None,
@@ -515,7 +522,9 @@ class StreamServicer(pbg.StreamServiceServicer):
     ) -> pb.DeleteMessageResponse:
         caller_of(context).check_manage(request.stream)
         g = await self._ctx.leader_group(account_of(context), request.stream)
-        entry = DeleteMsg(ts_ns=time.time_ns(), seq=request.seq, no_erase=request.no_erase)
+        entry = DeleteMsg(
+            ts_ns=self._ctx.clock.time_ns(), seq=request.seq, no_erase=request.no_erase
+        )
         await g.propose_stream(entry, time_left(context))
         return pb.DeleteMessageResponse()
 

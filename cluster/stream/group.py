@@ -137,6 +137,7 @@ class StreamGroup:
             log_extra={"node": deps.node_id, "group": self.group},
             tls=deps.client_tls,
             token=deps.link_token(self.account),
+            clock=deps.clock,
         )
 
     def _wake_poller(self) -> None:
