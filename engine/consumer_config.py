@@ -39,6 +39,14 @@ from raftstream.engine.subjects import (
     validate_subject,
 )
 from raftstream.errors import InvalidArgumentError
+from raftstream.model.policies import (
+    INT64_MAX,
+    NS_PER_S,
+    UNLIMITED,
+    AckPolicy,
+    DeliverPolicy,
+    ReplayPolicy,
+)
 
 __all__ = [
     "ACK_WAIT_DEFAULT_NS",
@@ -68,14 +76,11 @@ __all__ = [
 ]
 
 NS_PER_MS = 1_000_000
-NS_PER_S = 1_000_000_000
-UNLIMITED = -1
 ACK_WAIT_DEFAULT_NS = 30 * NS_PER_S
 MAX_ACK_PENDING_DEFAULT = 1000
 MAX_WAITING_DEFAULT = 512
 INACTIVE_THRESHOLD_EPHEMERAL_NS = 5 * NS_PER_S
 IDLE_HEARTBEAT_MIN_NS = 100 * NS_PER_MS
-INT64_MAX = 2**63 - 1
 # The longest duration (ns) any config may hold: 100 years of 365 days. Durations are added
 # to a time in ns since the epoch and the sum kept in a signed 64-bit integer (pending ack
 # deadlines, timestamps: ``TS_NS_MAX``, which is in the year 2262); with this ceiling
@@ -91,26 +96,6 @@ REPLICAS_MAX = 5
 _REPLICAS_RULE = f"must be 0 (as the stream) to {REPLICAS_MAX}"
 # Characters a consumer name may not hold: they would break subjects or file paths.
 _BAD_NAME_CHARS = frozenset(" \t\r\n\f\v.*>/\\")
-
-
-class DeliverPolicy(enum.StrEnum):
-    ALL = "all"
-    LAST = "last"
-    NEW = "new"
-    BY_START_SEQUENCE = "by_start_sequence"
-    BY_START_TIME = "by_start_time"
-    LAST_PER_SUBJECT = "last_per_subject"
-
-
-class AckPolicy(enum.StrEnum):
-    NONE = "none"
-    ALL = "all"
-    EXPLICIT = "explicit"
-
-
-class ReplayPolicy(enum.StrEnum):
-    INSTANT = "instant"
-    ORIGINAL = "original"
 
 
 class RetentionKind(enum.StrEnum):

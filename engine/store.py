@@ -14,7 +14,6 @@ leaves its record, as JetStream keeps an id for the whole duplicate window.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -24,6 +23,7 @@ from typing import Protocol
 
 from raftstream.engine.subjects import FWC, validate_filter
 from raftstream.errors import InvalidArgumentError
+from raftstream.model.policies import UNLIMITED, DiscardPolicy
 
 __all__ = [
     "DEDUP_EXPIRE_RECORDS_MAX",
@@ -47,7 +47,6 @@ __all__ = [
     "normalize_purge",
 ]
 
-UNLIMITED = -1
 EMPTY_HEADERS: Mapping[str, str] = MappingProxyType({})
 TS_NS_MAX = 2**63 - 1  # timestamps and TTL deadlines are signed 64-bit nanoseconds
 DEDUP_KEY_BYTES = 16
@@ -55,11 +54,6 @@ DEDUP_KEY_BYTES = 16
 # an apply that expires up to this many drains any backlog (a window's worth of ids after a
 # quiet spell) without one entry paying for all of it.
 DEDUP_EXPIRE_RECORDS_MAX = 1024
-
-
-class DiscardPolicy(enum.StrEnum):
-    OLD = "old"
-    NEW = "new"
 
 
 @dataclass(frozen=True, slots=True)

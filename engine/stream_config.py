@@ -57,6 +57,7 @@ from raftstream.engine.subjects import (
     validate_stream_subject,
 )
 from raftstream.errors import InvalidArgumentError
+from raftstream.model.policies import RetentionPolicy, StorageType
 
 __all__ = [
     "DESCRIPTION_BYTES_MAX",
@@ -180,19 +181,6 @@ def _check_label(field_name: str, value: object) -> None:
         raise InvalidArgumentError(field_name, "must not contain whitespace or control characters")
     if _utf8_len(field_name, value) > PLACEMENT_NAME_BYTES_MAX:
         raise InvalidArgumentError(field_name, f"must be at most {PLACEMENT_NAME_BYTES_MAX} bytes")
-
-
-class RetentionPolicy(enum.StrEnum):
-    """When messages leave the stream besides limits: never, on interest, or once consumed."""
-
-    LIMITS = "limits"
-    INTEREST = "interest"
-    WORKQUEUE = "workqueue"
-
-
-class StorageType(enum.StrEnum):
-    FILE = "file"
-    MEMORY = "memory"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -40,6 +40,17 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from raftstream.errors import InvalidArgumentError
+from raftstream.model.policies import (
+    INT64_MAX,
+    NS_PER_S,
+    UNLIMITED,
+    AckPolicy,
+    DeliverPolicy,
+    DiscardPolicy,
+    ReplayPolicy,
+    RetentionPolicy,
+    StorageType,
+)
 
 __all__ = [
     "UNLIMITED",
@@ -60,46 +71,6 @@ __all__ = [
     "format_rfc3339_ns",
     "parse_rfc3339_ns",
 ]
-
-UNLIMITED = -1
-NS_PER_S = 1_000_000_000
-INT64_MAX = 2**63 - 1  # the server keeps times and counts in int64
-
-
-class RetentionPolicy(enum.StrEnum):
-    LIMITS = "limits"
-    INTEREST = "interest"
-    WORKQUEUE = "workqueue"
-
-
-class StorageType(enum.StrEnum):
-    FILE = "file"
-    MEMORY = "memory"
-
-
-class DiscardPolicy(enum.StrEnum):
-    OLD = "old"
-    NEW = "new"
-
-
-class DeliverPolicy(enum.StrEnum):
-    ALL = "all"
-    LAST = "last"
-    NEW = "new"
-    BY_START_SEQUENCE = "by_start_sequence"
-    BY_START_TIME = "by_start_time"
-    LAST_PER_SUBJECT = "last_per_subject"
-
-
-class AckPolicy(enum.StrEnum):
-    NONE = "none"
-    ALL = "all"
-    EXPLICIT = "explicit"
-
-
-class ReplayPolicy(enum.StrEnum):
-    INSTANT = "instant"
-    ORIGINAL = "original"
 
 
 E = TypeVar("E", bound=enum.StrEnum)
