@@ -40,6 +40,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from raftstream.errors import InvalidArgumentError
+from raftstream.model.placement import Placement
 from raftstream.model.policies import (
     INT64_MAX,
     NS_PER_S,
@@ -182,28 +183,6 @@ class SubjectTransform:
 
     def to_dict(self) -> dict[str, str]:
         return {"src": self.src, "dest": self.dest}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Placement:
-    """JetStream's stream ``placement``: the cluster (None: any) and the tags every chosen
-    node must carry."""
-
-    cluster: str | None = None
-    tags: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if isinstance(self.tags, str):
-            raise InvalidArgumentError("placement.tags", "a list of tags, not one string")
-        _set(self, "tags", tuple(self.tags))
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.cluster is not None:
-            out["cluster"] = self.cluster
-        if self.tags:
-            out["tags"] = list(self.tags)
-        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

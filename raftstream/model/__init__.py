@@ -4,11 +4,13 @@ hold (JetStream's names and values), imported by the SDK (``raftstream.config``)
 alike, so that there is one definition of each. A leaf: it imports nothing of raftstream
 (contract ``leaf``, docs/architecture.md).
 
-The SDK's config types and the engine's stay two classes on purpose: the SDK's take
+``Placement`` is one class for both. The SDK's stream and consumer config types and the
+engine's stay two classes on purpose: the SDK's take
 seconds and build a request (nats.py's shape), the engine's hold nanoseconds and validate
 what the node stores; both read their fields' kinds and limits from here.
 """
 
+from raftstream.model.placement import Placement
 from raftstream.model.policies import (
     INT64_MAX,
     NS_PER_S,
@@ -28,6 +30,7 @@ __all__ = [
     "AckPolicy",
     "DeliverPolicy",
     "DiscardPolicy",
+    "Placement",
     "ReplayPolicy",
     "RetentionPolicy",
     "StorageType",
