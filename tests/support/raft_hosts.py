@@ -143,15 +143,19 @@ def start_hosts(
     *,
     machine: Callable[[], Any] = ListMachine,
     groups: Sequence[str] = ("a",),
+    simulated: bool = False,
 ) -> tuple[dict[str, RaftHost], dict[str, S]]:
     """Three started hosts with ``groups`` on storages from ``make_storage``, each host's
-    groups on one state machine from ``machine``."""
+    groups on one state machine from ``machine`` (``simulated``: writing on the loop, for
+    ``run_simulated``)."""
     net = MemoryNetwork()
     hosts: dict[str, RaftHost] = {}
     stores: dict[str, S] = {}
     for n in NODES:
         stores[n] = make_storage()
-        hosts[n] = RaftHost(n, storage=stores[n], transport=MemoryTransport(n, net), config=cfg)
+        lane = InlineLane() if simulated else None
+        transport = MemoryTransport(n, net)
+        hosts[n] = RaftHost(n, storage=stores[n], transport=transport, config=cfg, lane=lane)
         hosts[n].start()
         sm = machine()
         for g in groups:
