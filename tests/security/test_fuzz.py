@@ -15,6 +15,9 @@ What it pins (docs/limits.md):
   (they are re-snapshotted); so the requests aim at a seeded stream and its consumers most
   of the time, so refusals hit real state rather than names that do not exist.
 
+The shapes include deep nesting (JSON arrays and objects, nested ``metadata``), long lists
+(``subjects``, ``filter_subjects``) and long repeated fields (issue 39).
+
 Bounded for ``make test``: ``FUZZ_EXAMPLES`` examples (default 120) within ``FUZZ_SECONDS``
 (default 40 s) of calls; ``make fuzz`` runs a longer campaign. The figures (requests tried,
 status codes seen) are printed at the end.
@@ -159,7 +162,39 @@ def _config_json() -> st.SearchStrategy[str]:
         {"durable_name": st.sampled_from(NAMES), "ack_policy": st.sampled_from(["explicit", "x"])}
     )
     docs = st.one_of(config, valid_stream, valid_consumer, _json_value())
-    return st.one_of(docs.map(json.dumps), st.sampled_from(["{", "[]", "null", "{}" * 1000]))
+    return st.one_of(
+        docs.map(json.dumps),
+        st.sampled_from(["{", "[]", "null", "{}" * 1000]),
+        _deep_json(),
+        _long_lists(),
+    )
+
+
+def _deep_json() -> st.SearchStrategy[str]:
+    """Deep nesting (issue 39): bare brackets, nested objects, and a config whose
+    ``metadata`` nests (the parser's depth bound must refuse them by name, never INTERNAL)."""
+    depth = st.sampled_from([50, 64, 65, 200, 1_000, 100_000])
+    return st.one_of(
+        depth.map(lambda n: "[" * n + "]" * n),
+        depth.map(lambda n: '{"a":' * n + "1" + "}" * n),
+        depth.map(lambda n: '{"name":"FZ","metadata":' + '{"k":' * n + '"v"' + "}" * n + "}"),
+    )
+
+
+def _long_lists() -> st.SearchStrategy[str]:
+    """Long lists and long repeated values (issue 39): a stream's ``subjects``, a consumer's
+    ``filter_subjects``, one value repeated thousands of times."""
+    n = st.sampled_from([1_001, 5_000, 20_000])
+    return st.one_of(
+        n.map(lambda k: json.dumps({"name": "FZ", "subjects": [f"fz.l{i}" for i in range(k)]})),
+        n.map(
+            lambda k: json.dumps(
+                {"durable_name": "FZL", "filter_subjects": [f"fz.v.{i}" for i in range(k)]}
+            )
+        ),
+        n.map(lambda k: json.dumps({"name": "FZ", "subjects": ["fz.v.>"] * k})),
+        n.map(lambda k: json.dumps({"name": "FZ", "description": "d" * k * 10})),
+    )
 
 
 def _scalar(f: FieldDescriptor) -> st.SearchStrategy[Any]:
@@ -216,7 +251,10 @@ def _set_field(draw: st.DrawFn, msg: Any, f: FieldDescriptor, depth: int) -> Non
             else:
                 getattr(msg, f.name).CopyFrom(sub)
     elif f.is_repeated:
-        getattr(msg, f.name).extend(draw(st.lists(_scalar(f), max_size=3)))
+        if draw(st.integers(0, 9)) == 0:  # a long repeated field: one value, many times
+            getattr(msg, f.name).extend([draw(_scalar(f))] * draw(st.sampled_from([500, 5_000])))
+        else:
+            getattr(msg, f.name).extend(draw(st.lists(_scalar(f), max_size=3)))
     else:
         setattr(msg, f.name, draw(_scalar(f)))
 
@@ -478,6 +516,33 @@ def test_every_rpc_with_empty_defaults_and_garbage(campaign: Campaign) -> None:
         campaign.check(m, [empty], False, CALL_DEADLINE_S[0])
         campaign.check(m, [b"\xff\x00garbage\x12\x7f"], True, CALL_DEADLINE_S[0])
     assert set(campaign.by_method) == {m.name for m in METHODS} == set(templates())
+
+
+def test_every_hostile_shape_of_a_config_ends_with_a_status(campaign: Campaign) -> None:
+    """One example of each shape issue 39 added (deep nesting, long lists, long repeated
+    values), as a stream's and a consumer's config, create and update: each ends with a
+    status that is no unhandled error, and a refusal changes nothing."""
+    shapes = [
+        "[" * 100_000 + "]" * 100_000,
+        '{"a":' * 1_000 + "1" + "}" * 1_000,
+        '{"name":"FZ","metadata":' + '{"k":' * 200 + '"v"' + "}" * 200 + "}",
+        json.dumps({"name": "FZ", "subjects": [f"fz.l{i}" for i in range(20_000)]}),
+        json.dumps({"name": "FZ", "subjects": ["fz.v.>"] * 5_000}),
+        json.dumps({"durable_name": "FZL", "filter_subjects": [f"fz.v.{i}" for i in range(5_000)]}),
+    ]
+    service = pb.DESCRIPTOR.services_by_name
+    for doc in shapes:
+        for svc, rpc, request in (
+            ("StreamService", "CreateStream", pb.CreateStreamRequest(config_json=doc)),
+            ("StreamService", "UpdateStream", pb.UpdateStreamRequest(config_json=doc)),
+            (
+                "ConsumerService",
+                "CreateConsumer",
+                pb.CreateConsumerRequest(stream=STREAM, config_json=doc),
+            ),
+        ):
+            m = service[svc].methods_by_name[rpc]
+            campaign.check(m, [request.SerializeToString()], False, CALL_DEADLINE_S[0])
 
 
 def test_the_snapshot_sees_what_a_request_changes(campaign: Campaign) -> None:
