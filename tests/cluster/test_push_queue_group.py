@@ -20,6 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from raftstream.cluster.common.clock import SYSTEM_CLOCK
 from raftstream.cluster.config import Limits
 from raftstream.cluster.services.push import DEALT_MSGS_MAX, PushMembers, PushSession
 from raftstream.cluster.stream.group import StreamGroup
@@ -39,7 +40,7 @@ class Member:
     message it sent, in order."""
 
     def __init__(self, g: StreamGroup, name: str) -> None:
-        ctx: Any = SimpleNamespace(config=SimpleNamespace(limits=Limits()))
+        ctx: Any = SimpleNamespace(config=SimpleNamespace(limits=Limits()), clock=SYSTEM_CLOCK)
         self.g = g
         self.name = name
         self.session = PushSession(ctx, lambda *_: asyncio.sleep(0))
@@ -123,7 +124,7 @@ def test_a_member_with_a_full_backlog_is_passed_over() -> None:
     """A member holding ``DEALT_MSGS_MAX`` deliveries not yet sent (its client reads slowly)
     gets no more; the others keep their turns, and the dealer takes what nobody has room
     for, so nothing is left undealt."""
-    ctx: Any = SimpleNamespace(config=SimpleNamespace(limits=Limits()))
+    ctx: Any = SimpleNamespace(config=SimpleNamespace(limits=Limits()), clock=SYSTEM_CLOCK)
     a, b, slow = (PushSession(ctx, lambda *_: asyncio.sleep(0)) for _ in range(3))
     group = PushMembers()
     for s in (a, b, slow):

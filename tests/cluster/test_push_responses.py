@@ -12,6 +12,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from raftstream.cluster.common.clock import SYSTEM_CLOCK
 from raftstream.cluster.config import Limits
 from raftstream.cluster.services.push import PushSession
 from raftstream.engine.consumer_push import Heartbeat, PushStep
@@ -27,7 +28,7 @@ async def no_ack(*_: Any) -> None:
 
 def responses(step: PushStep) -> list[pb.ConsumeResponse]:
     async def run() -> list[pb.ConsumeResponse]:
-        ctx: Any = SimpleNamespace(config=SimpleNamespace(limits=LIMITS))
+        ctx: Any = SimpleNamespace(config=SimpleNamespace(limits=LIMITS), clock=SYSTEM_CLOCK)
         session = PushSession(ctx, no_ack)
         await session._send(step)
         out = []

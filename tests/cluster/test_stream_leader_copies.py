@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from raftstream.cluster.common.clock import SYSTEM_CLOCK
 from raftstream.cluster.config import Limits
 from raftstream.cluster.services import push as services_push
 from raftstream.cluster.services.consume import ConsumeServicer, fire_and_forget, undelivered
@@ -185,7 +186,7 @@ def test_push_steps_leave_before_their_deliver_ops_commit_two_at_most(
             real = host.propose
             held = held_proposals(host)
             c = g.leader_consumer("P")
-            ctx: Any = SimpleNamespace(config=SimpleNamespace(limits=Limits()))
+            ctx: Any = SimpleNamespace(config=SimpleNamespace(limits=Limits()), clock=SYSTEM_CLOCK)
             session = PushSession(ctx, lambda *_: asyncio.sleep(0))
             waker = g.push_waker("P")
             driver = asyncio.ensure_future(session._drive(g, c, waker, 5.0))
