@@ -12,7 +12,14 @@ from typing import Any
 
 from raftstream.errors import NotLeaderError, UnavailableError
 
-__all__ = ["ANSWER_MARGIN_S", "answer_within", "answered_within", "moving_to", "no_commit"]
+__all__ = [
+    "ANSWER_MARGIN_S",
+    "answer_within",
+    "answered_within",
+    "bounded_ms",
+    "moving_to",
+    "no_commit",
+]
 
 ANSWER_MARGIN_S = 0.05  # answer this long before the client's deadline (at most 10% of it)
 
@@ -23,6 +30,13 @@ def answer_within(timeout_s: float | None) -> float | None:
     if timeout_s is None:
         return None
     return max(0.001, timeout_s - min(ANSWER_MARGIN_S, timeout_s / 10))
+
+
+def bounded_ms(timeout_ms: int, timeout_s: float | None) -> int:
+    """A Raft request's timeout: ``timeout_ms`` (the node's proposal timeout), cut to a little
+    less than the client's ``timeout_s`` when one is given (``answer_within``)."""
+    within = answer_within(timeout_s)
+    return timeout_ms if within is None else max(1, min(timeout_ms, int(within * 1000)))
 
 
 def no_commit(what: str) -> UnavailableError:

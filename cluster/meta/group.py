@@ -40,7 +40,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from raftstream.cluster.common.answers import answer_within, moving_to, no_commit
+from raftstream.cluster.common.answers import bounded_ms, moving_to, no_commit
 from raftstream.cluster.common.clock import SYSTEM_CLOCK, NodeClock
 from raftstream.cluster.common.metrics import NodeMetrics
 from raftstream.cluster.common.raft_errors import LeadershipTransferError
@@ -245,10 +245,7 @@ class MetaGroup:
         (UnavailableError: the entry may still apply)."""
         if not self.is_leader:
             raise self.not_leader()
-        timeout_ms = self._timeout_ms
-        within = answer_within(timeout_s)
-        if within is not None:
-            timeout_ms = max(1, min(timeout_ms, int(within * 1000)))
+        timeout_ms = bounded_ms(self._timeout_ms, timeout_s)
         self._metrics.proposals.labels("meta").inc()
         try:
             result = await self._host.propose(

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from raftstream.cluster.common.answers import answer_within
+from raftstream.cluster.common.answers import bounded_ms
 from raftstream.cluster.stream.replica import StreamReplica
 from raftstream.errors import RaftStreamError
 
@@ -45,21 +45,21 @@ class GroupCore:
         """Propose ``data`` on the group, bounded by the proposal timeout and, when given, a
         little less than ``timeout_s`` (``answer_within``)."""
         self.d.metrics.proposals.labels("stream").inc()
-        return self.d.host.propose(self.group, data, timeout_ms=self._bound(timeout_s), lazy=lazy)
+        return self.d.host.propose(
+            self.group,
+            data,
+            timeout_ms=bounded_ms(self.d.proposal_timeout_ms, timeout_s),
+            lazy=lazy,
+        )
 
     def confirm_leader(self, timeout_s: float | None) -> Awaitable[int]:
         """Resolves once a quorum confirmed that this node still led the group when it was
         called (a ReadIndex round, Raft thesis §6.4: heartbeats, no fsync), bounded as a
         proposal is. A deposed leader that has not heard of the new term yet fails it
         (NOT_LEADER, NO_LEADER, or DEADLINE_EXCEEDED when it cannot reach a quorum)."""
-        return self.d.host.read_index(self.group, timeout_ms=self._bound(timeout_s))
-
-    def _bound(self, timeout_s: float | None) -> int:
-        timeout_ms = self.d.proposal_timeout_ms
-        within = answer_within(timeout_s)
-        if within is not None:
-            timeout_ms = max(1, min(timeout_ms, int(within * 1000)))
-        return timeout_ms
+        return self.d.host.read_index(
+            self.group, timeout_ms=bounded_ms(self.d.proposal_timeout_ms, timeout_s)
+        )
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` as a task of the group's (cancelled when it closes)."""
