@@ -93,8 +93,9 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         ca = ctx.meta.state.consumer(account, stream, name)
         c = g.leader_consumer(name)
         sa = ctx.stream(account, stream)
+        now = ctx.clock.time_ns()
         out = consumer_info_pb(
-            ca, c.info(self._ctx.clock.time_ns()), group_info(ctx, sa.group, sa.peers), c.config
+            ca, c.info(now), group_info(ctx, sa.group, sa.peers), c.config, now_ns=now
         )
         out.push_bound = g.push_bound(name)
         return out
@@ -306,11 +307,11 @@ class ConsumerServicer(pbg.ConsumerServiceServicer):
         ctx = self._ctx
         sa = ctx.stream(ca.account, ca.stream)
         g = ctx.local_group(sa)
-        info, config = None, None
+        info, config, now = None, None, ctx.clock.time_ns()
         if g is not None and g.ready:
             c = g.leader_consumer(ca.name)
-            info, config = c.info(self._ctx.clock.time_ns()), c.config
-        return consumer_info_pb(ca, info, group_info(ctx, sa.group, sa.peers), config)
+            info, config = c.info(now), c.config
+        return consumer_info_pb(ca, info, group_info(ctx, sa.group, sa.peers), config, now_ns=now)
 
     @map_errors
     async def ListConsumers(

@@ -144,7 +144,7 @@ def consumer_info_pb(
     cluster: pb.GroupInfo,
     config: ConsumerConfig | None = None,
     *,
-    now_ns: int = 0,
+    now_ns: int,
 ) -> pb.ConsumerInfo:
     """``info`` (state) with ``config`` (``now_ns``: the node's time, for the pause of a
     consumer whose state is not known here): the config the stream group applied, which the
@@ -180,9 +180,8 @@ def consumer_info_pb(
         out.paused = info.paused
         out.pause_remaining_ns = info.pause_remaining_ns
     else:  # the definition alone: its pause is committed, so every replica will apply it
-        now = now_ns
-        out.paused = ca.config.pause_until > now
-        out.pause_remaining_ns = max(0, ca.config.pause_until - now)
+        out.paused = ca.config.pause_until > now_ns
+        out.pause_remaining_ns = max(0, ca.config.pause_until - now_ns)
     return out
 
 
