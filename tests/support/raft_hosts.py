@@ -25,7 +25,7 @@ from raftstream.raft.storage import GroupWrite, LogStorage, MemoryLogStorage
 from raftstream.raft.transport import MemoryNetwork, MemoryTransport, Transport
 from raftstream.raft.types import Entry, Message, MessageType, Role
 from tests.support.polling import until
-from tests.support.simloop import SimLoop
+from tests.support.simloop import SimLoop, close_loop
 
 __all__ = [
     "CFG",
@@ -105,13 +105,7 @@ def run_simulated(scenario: Callable[[], Awaitable[None]]) -> None:
     try:
         loop.run_until_complete(bounded())
     finally:
-        # Tasks cancelled on the way out (a group's poller) finish before the loop closes.
-        left = asyncio.all_tasks(loop)
-        for t in left:
-            t.cancel()
-        if left:
-            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-        loop.close()
+        close_loop(loop)
 
 
 def start_memory_cluster(

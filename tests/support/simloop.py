@@ -27,6 +27,7 @@ spin; tests/vopr/test_loop.py). That catch-up alone does not count as time movin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import selectors
 from collections.abc import Mapping
 from typing import Any
@@ -38,6 +39,7 @@ __all__ = [
     "LoopNodeClock",
     "SimLoop",
     "SimStuckError",
+    "close_loop",
 ]
 
 SPIN_TURNS_MAX = 1_000_000
@@ -158,3 +160,16 @@ class LoopNodeClock:
 
     def monotonic(self) -> float:
         return asyncio.get_running_loop().time()
+
+
+def close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Close a loop a run is done with: the tasks it left behind (a group's poller is
+    cancelled, not awaited; a failed run leaves everything) are cancelled and awaited first."""
+    left = asyncio.all_tasks(loop)
+    for t in left:
+        t.cancel()
+    with contextlib.suppress(Exception):
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()

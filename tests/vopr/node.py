@@ -36,13 +36,12 @@ from raftstream.raft.clock import Timer
 from raftstream.raft.host import GroupStatus, HostConfig, RaftHost
 from raftstream.raft.storage import LogStorage
 from raftstream.raft.storage.api import GroupLog
+from tests.support.simloop import EPOCH_NS
 
 from .disk import SimDisk, SimLane
 from .net import SimNetwork, SimTransport
 
-__all__ = ["EPOCH_NS", "SimClock", "SimNode"]
-
-EPOCH_NS = 1_767_225_600 * 10**9  # 2026-01-01: where every node's wall clock starts
+__all__ = ["SimClock", "SimNode"]
 
 
 class SimClock:

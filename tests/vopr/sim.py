@@ -47,7 +47,7 @@ from raftstream.cluster.meta.group import META_GROUP
 from raftstream.errors import RaftStreamError
 from raftstream.raft.host import HostConfig
 from raftstream.raft.types import Role
-from tests.support.simloop import SimLoop, SimStuckError
+from tests.support.simloop import SimLoop, SimStuckError, close_loop
 
 from .admin import Definitions, admin_client, define_workload, definition_checks, meta_converged
 from .checkers import RaftChecker, final_checks
@@ -167,15 +167,7 @@ class Simulation:
         finally:
             self.report.simulated_s = round(loop.time(), 6)
             self.report.wall_s = time.perf_counter() - started
-            # Tasks the run left behind (a crashed group's poller is cancelled, not awaited;
-            # a failed run leaves everything): cancelled and awaited before the loop closes.
-            left = asyncio.all_tasks(loop)
-            for t in left:
-                t.cancel()
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
+            close_loop(loop)
             shutil.rmtree(self._workdir, ignore_errors=True)
         return self.report
 
