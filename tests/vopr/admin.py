@@ -135,11 +135,10 @@ async def define_workload(nodes: dict[str, SimNode], consumers: int) -> None:
     until each is applied: an add is idempotent)."""
     names = tuple(sorted(nodes))
     config = StreamConfig(name="Q", subjects=("q.>",), num_replicas=len(names)).validate()
-    entries: list[MetaEntry] = [
-        AddStream(account=ACCOUNT, config=config, peers=names, ts_ns=_stamp(nodes))
-    ]
+    ts = _stamp(nodes)
+    entries: list[MetaEntry] = [AddStream(account=ACCOUNT, config=config, peers=names, ts_ns=ts)]
     entries += [
-        AddConsumer(account=ACCOUNT, stream="Q", config=workload_consumer(i), ts_ns=0)
+        AddConsumer(account=ACCOUNT, stream="Q", config=workload_consumer(i), ts_ns=ts)
         for i in range(consumers)
     ]
     for entry in entries:
@@ -161,6 +160,7 @@ async def admin_client(
     while True:
         await asyncio.sleep(rng.uniform(0.0, pause_s))
         create = rng.random() < 0.6
+        ts = _stamp(nodes)  # the meta leader's clock, as the servicers stamp their entries
         entry: MetaEntry
         if rng.random() < 0.5:
             name = rng.choice(streams)
@@ -170,18 +170,17 @@ async def admin_client(
                 config = StreamConfig(
                     name=name, subjects=(f"{name.lower()}.>",), num_replicas=len(peers)
                 ).validate()
-                entry = AddStream(account=ACCOUNT, config=config, peers=peers, ts_ns=0)
+                entry = AddStream(account=ACCOUNT, config=config, peers=peers, ts_ns=ts)
             else:
-                entry = DeleteStream(account=ACCOUNT, name=name, ts_ns=0)
+                entry = DeleteStream(account=ACCOUNT, name=name, ts_ns=ts)
         else:
             name = rng.choice(consumers)
             key = f"consumer Q/{name}"
             if create:
                 config = ConsumerConfig(durable_name=name, ack_policy=AckPolicy.EXPLICIT)
-                entry = AddConsumer(account=ACCOUNT, stream="Q", config=config, ts_ns=0)
+                entry = AddConsumer(account=ACCOUNT, stream="Q", config=config, ts_ns=ts)
             else:
-                entry = DeleteConsumer(account=ACCOUNT, stream="Q", name=name, ts_ns=0)
-        entry = _stamped(entry, _stamp(nodes))
+                entry = DeleteConsumer(account=ACCOUNT, stream="Q", name=name, ts_ns=ts)
         op = "create" if create else "delete"
         try:
             await meta_propose(nodes, entry, ADMIN_TIMEOUT_S)
@@ -197,14 +196,6 @@ async def admin_client(
             defs.record(key, op, "refused")  # refused when applied (not found, a clash)
         else:
             defs.record(key, op, "ok")
-
-
-def _stamped(entry: MetaEntry, ts_ns: int) -> MetaEntry:
-    return type(entry)(**{**_fields(entry), "ts_ns": ts_ns})
-
-
-def _fields(entry: MetaEntry) -> dict[str, Any]:
-    return {name: getattr(entry, name) for name in entry.__dataclass_fields__}
 
 
 def _defined(node: SimNode, key: str) -> bool:
