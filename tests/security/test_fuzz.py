@@ -170,31 +170,49 @@ def _config_json() -> st.SearchStrategy[str]:
     )
 
 
+def _nested_array(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+def _nested_object(n: int) -> str:
+    return '{"a":' * n + "1" + "}" * n
+
+
+def _nested_metadata(n: int) -> str:
+    return '{"name":"FZ","metadata":' + '{"k":' * n + '"v"' + "}" * n + "}"
+
+
+def _many_subjects(k: int) -> str:
+    return json.dumps({"name": "FZ", "subjects": [f"fz.l{i}" for i in range(k)]})
+
+
+def _one_subject_repeated(k: int) -> str:
+    return json.dumps({"name": "FZ", "subjects": ["fz.v.>"] * k})
+
+
+def _many_filters(k: int) -> str:
+    return json.dumps({"durable_name": "FZL", "filter_subjects": [f"fz.v.{i}" for i in range(k)]})
+
+
+def _long_description(k: int) -> str:
+    return json.dumps({"name": "FZ", "description": "d" * k * 10})
+
+
+# Issue 39's shapes, by kind: deep nesting (bare brackets, nested objects, a config whose
+# ``metadata`` nests: the parser's depth bound must refuse them by name, never INTERNAL),
+# and long lists and long repeated values.
+DEEP = (_nested_array, _nested_object, _nested_metadata)
+LONG = (_many_subjects, _one_subject_repeated, _many_filters, _long_description)
+
+
 def _deep_json() -> st.SearchStrategy[str]:
-    """Deep nesting (issue 39): bare brackets, nested objects, and a config whose
-    ``metadata`` nests (the parser's depth bound must refuse them by name, never INTERNAL)."""
     depth = st.sampled_from([50, 64, 65, 200, 1_000, 100_000])
-    return st.one_of(
-        depth.map(lambda n: "[" * n + "]" * n),
-        depth.map(lambda n: '{"a":' * n + "1" + "}" * n),
-        depth.map(lambda n: '{"name":"FZ","metadata":' + '{"k":' * n + '"v"' + "}" * n + "}"),
-    )
+    return st.one_of(*(depth.map(shape) for shape in DEEP))
 
 
 def _long_lists() -> st.SearchStrategy[str]:
-    """Long lists and long repeated values (issue 39): a stream's ``subjects``, a consumer's
-    ``filter_subjects``, one value repeated thousands of times."""
     n = st.sampled_from([1_001, 5_000, 20_000])
-    return st.one_of(
-        n.map(lambda k: json.dumps({"name": "FZ", "subjects": [f"fz.l{i}" for i in range(k)]})),
-        n.map(
-            lambda k: json.dumps(
-                {"durable_name": "FZL", "filter_subjects": [f"fz.v.{i}" for i in range(k)]}
-            )
-        ),
-        n.map(lambda k: json.dumps({"name": "FZ", "subjects": ["fz.v.>"] * k})),
-        n.map(lambda k: json.dumps({"name": "FZ", "description": "d" * k * 10})),
-    )
+    return st.one_of(*(n.map(shape) for shape in LONG))
 
 
 def _scalar(f: FieldDescriptor) -> st.SearchStrategy[Any]:
@@ -523,12 +541,13 @@ def test_every_hostile_shape_of_a_config_ends_with_a_status(campaign: Campaign) 
     values), as a stream's and a consumer's config, create and update: each ends with a
     status that is no unhandled error, and a refusal changes nothing."""
     shapes = [
-        "[" * 100_000 + "]" * 100_000,
-        '{"a":' * 1_000 + "1" + "}" * 1_000,
-        '{"name":"FZ","metadata":' + '{"k":' * 200 + '"v"' + "}" * 200 + "}",
-        json.dumps({"name": "FZ", "subjects": [f"fz.l{i}" for i in range(20_000)]}),
-        json.dumps({"name": "FZ", "subjects": ["fz.v.>"] * 5_000}),
-        json.dumps({"durable_name": "FZL", "filter_subjects": [f"fz.v.{i}" for i in range(5_000)]}),
+        _nested_array(100_000),
+        _nested_object(1_000),
+        _nested_metadata(200),
+        _many_subjects(20_000),
+        _one_subject_repeated(5_000),
+        _many_filters(5_000),
+        _long_description(5_000),
     ]
     service = pb.DESCRIPTOR.services_by_name
     for doc in shapes:
