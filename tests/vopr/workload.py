@@ -56,6 +56,7 @@ class History:
 
     acked: dict[bytes, int] = field(default_factory=dict)  # payload -> its PubAck's sequence
     acked_at: dict[int, bytes] = field(default_factory=dict)  # sequence -> payload
+    acked_max: int = 0  # the highest sequence acked so far (a read must see it)
     synced_acks: dict[str, set[int]] = field(default_factory=dict)  # consumer -> sequences
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     violations: list[str] = field(default_factory=list)
@@ -65,6 +66,7 @@ class History:
         prior = self.acked.setdefault(payload, seq)
         if prior != seq:
             self.violations.append(f"{payload!r} acked as seq {prior}, then as {seq}")
+        self.acked_max = max(self.acked_max, seq)
         holder = self.acked_at.setdefault(seq, payload)
         if holder != payload:
             self.violations.append(f"seq {seq} acked for {holder!r} and for {payload!r}")
@@ -187,7 +189,7 @@ async def reader(cl: Clients) -> None:
             if host is not None and cl.group in host.groups():
                 cl.follow(host.leader(cl.group))
             continue
-        floor = max(cl.history.acked_at, default=0)
+        floor = cl.history.acked_max
         try:
             await host.read_index(cl.group, timeout_ms=int(CALL_TIMEOUT_S * 1000))
         except RaftStreamError as exc:
