@@ -516,7 +516,7 @@ class RaftHost:
         if g is not None:
             self._snapshots.abandon(g)
             self._requests.fail_group(g, NotFoundError(f"group {group} removed; outcome unknown"))
-        self._s.dirty.discard(group)
+        self._s.dirty.pop(group, None)
         # On the write lane, after any write already queued there (FIFO).
         await self._writes.submit(self._s.storage.remove_group, group)
 
@@ -652,7 +652,7 @@ class RaftHost:
         self._requests.take_proposals()
         g.node.transfer_leadership(to)
         g.quiet = False  # the transfer needs ticks (its timeout) and messages
-        self._s.dirty.add(group)
+        self._s.dirty[group] = None
         self._s.wake.set()
 
     @_mapped

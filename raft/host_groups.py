@@ -100,40 +100,14 @@ class HostShared:
     rng: random.Random
     reject: Callable[[asyncio.Future[Any], RaftError], None]
     groups: dict[str, GroupState] = field(default_factory=dict)
-    # The groups the next round looks at, in the order they became dirty: a round collects
-    # and sends in that order, the same in every process (a set's order follows the string
-    # hash, which changes per process, and a simulator's seed would not replay).
-    dirty: OrderedNames = field(default_factory=lambda: OrderedNames())
+    # The groups the next round looks at, in the order they became dirty (a dict used as an
+    # ordered set: a round collects and sends in that order, the same in every process; a
+    # set's order follows the string hash, which changes per process, and a simulator's
+    # seed would not replay).
+    dirty: dict[str, None] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # the driver's wake-up
     seq: Iterator[int] = field(default_factory=itertools.count)  # heap tie-breaks, contexts
     stopping: bool = False  # the host is stopping: no new snapshot step
-
-
-class OrderedNames:
-    """A set of names that iterates in insertion order (the host's dirty groups)."""
-
-    __slots__ = ("_names",)
-
-    def __init__(self) -> None:
-        self._names: dict[str, None] = {}
-
-    def add(self, name: str) -> None:
-        self._names[name] = None
-
-    def discard(self, name: str) -> None:
-        self._names.pop(name, None)
-
-    def clear(self) -> None:
-        self._names.clear()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names
 
 
 class WriteJobs:
@@ -223,7 +197,7 @@ class GroupTable:
             durable_vote=(hs.term, hs.vote),
         )
         s.groups[group] = g
-        s.dirty.add(group)
+        s.dirty[group] = None
         s.wake.set()
         return g
 

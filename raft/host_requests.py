@@ -164,7 +164,7 @@ class Requests:
                 continue
             g.waiting[index] = (g.node.term, p.future)
             g.quiet = False
-            s.dirty.add(p.group)
+            s.dirty[p.group] = None
 
     def take_reads(self) -> None:
         """Hand queued reads to their groups' cores (only the driver touches cores)."""
@@ -187,7 +187,7 @@ class Requests:
             # Forget the read at once when it times out, so a lost one never lingers.
             r.future.add_done_callback(functools.partial(self._read_done, g, r.context))
             g.quiet = False  # the confirmation needs a heartbeat round (and ticks)
-            s.dirty.add(r.group)
+            s.dirty[r.group] = None
 
     def _read_done(self, g: GroupState, context: bytes, _: asyncio.Future[int]) -> None:
         if g.reads.pop(context, None) is not None:

@@ -89,7 +89,7 @@ class Driver:
             except RaftError as exc:
                 self._table.halt(g, exc)
                 continue
-            self._s.dirty.add(m.group)
+            self._s.dirty[m.group] = None
 
     # -- the loop --------------------------------------------------------------------------
     async def run(self) -> None:
@@ -216,7 +216,7 @@ class Driver:
                 self._follow_membership(g)
             if rd.committed_entries:
                 self._snapshots.maybe_snapshot(g)
-        self._s.dirty.add(g.name)  # advance may have produced more (next round)
+        self._s.dirty[g.name] = None  # advance may have produced more (next round)
         if rd.soft_state is not None and g.on_leader_change is not None:
             self._notify_leader_change(g, rd.soft_state.leader, rd.soft_state.role)
 

@@ -108,7 +108,7 @@ class Snapshots:
         except InvalidArgumentError:
             return  # a membership change applied meanwhile: the next trigger starts again
         g.log_bytes, g.snap_bytes = max(0, g.log_bytes - logged), len(data)
-        s.dirty.add(g.name)
+        s.dirty[g.name] = None
         s.wake.set()
 
     def abandon(self, g: GroupState) -> None:

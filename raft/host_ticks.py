@@ -106,7 +106,7 @@ class Ticks:
                 s.clock.call_at(late_at, functools.partial(self._late_tick_due, g))
                 continue
             g.node.tick()
-            s.dirty.add(name)
+            s.dirty[name] = None
             if s.config.quiesce and g.node.role == Role.LEADER:
                 g.ticks_to_check -= 1
                 if g.ticks_to_check <= 0:
@@ -125,7 +125,7 @@ class Ticks:
             g.late_tick = False
             if self._s.groups.get(g.name) is g and not (g.halted or g.quiet):
                 g.node.tick()
-                self._s.dirty.add(g.name)
+                self._s.dirty[g.name] = None
 
     # -- quiescence ------------------------------------------------------------------------
     def _maybe_quiesce(self, g: GroupState) -> None:
@@ -178,7 +178,7 @@ class Ticks:
             is_leader = g.node.role == Role.LEADER
             if (is_leader and g.members & silent) or (not is_leader and lead in silent):
                 g.quiet = False
-                self._s.dirty.add(g.name)
+                self._s.dirty[g.name] = None
             if lead in silent and not is_leader:
                 self._woken_by_silence.add(g.name)
                 # Credit the silence: the election starts as if we had kept ticking. At
